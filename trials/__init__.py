@@ -1,0 +1,38 @@
+"""trials: write, test and tune a Vertex AI HyperparameterTuningJob trainer, offline.
+
+``import trials`` is light: it loads neither optuna, yaml nor numpy. The public names are
+imported on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "main": ("trials.entrypoint", "main"),
+    "TrialContext": ("trials.context", "TrialContext"),
+    "tune": ("trials.tune", "tune"),
+    "load_spec": ("trials.spec_load", "load_spec"),
+    "TrialsError": ("trials.errors", "TrialsError"),
+    "ConfigError": ("trials.errors", "ConfigError"),
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module_name, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'trials' has no attribute {name!r}") from None
+    import importlib
+
+    value = getattr(importlib.import_module(module_name), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

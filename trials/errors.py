@@ -1,0 +1,54 @@
+"""The project's error types: one base, each subclass also the builtin it resembles."""
+
+from __future__ import annotations
+
+
+class TrialsError(Exception):
+    """Base of every error this project raises on purpose."""
+
+    exit_code = 1
+
+
+class ConfigError(TrialsError, ValueError):
+    """A job spec, search space or option is invalid. Exit code 2."""
+
+    exit_code = 2
+
+
+class SpecError(ConfigError):
+    """A spec file is invalid: the message names file, path, expected and got.
+
+    Args:
+        message: what was expected and what was got.
+        source: the file (or "<string>") the spec came from.
+        path: the location inside the document, e.g. ``studySpec.parameters[2].parameterId``.
+    """
+
+    def __init__(self, message: str, *, source: str | None = None, path: str | None = None):
+        self.source = source
+        self.path = path
+        self.detail = message
+        where = ": ".join(p for p in (source, path) if p)
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class FlagError(ConfigError):
+    """A command-line flag given to a trial or to the CLI is invalid. Exit code 2."""
+
+
+class MetricsError(TrialsError, ValueError):
+    """A reported metric value is invalid (NaN, inf, not a number)."""
+
+
+class CheckpointError(TrialsError, OSError):
+    """A checkpoint could not be written or read."""
+
+
+class StorageError(TrialsError, RuntimeError):
+    """The job's storage is missing, unreadable or holds something unexpected."""
+
+
+class JobNotFoundError(StorageError, LookupError):
+    """No job with the given id exists under the root or in the storage."""
+
+    exit_code = 2

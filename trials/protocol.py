@@ -1,0 +1,148 @@
+"""Everything related to naming: env vars, exit codes, trial-dir files, flag and value formats.
+
+Both sides of the trial contract (the runtime inside the trial and the controller that starts it)
+import their names from here, so the contract is written down exactly once.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+
+# --- Environment variables set by Vertex AI (and by the local controller) -------------------------
+ENV_TRIAL_ID = "CLOUD_ML_TRIAL_ID"
+ENV_JOB_ID = "CLOUD_ML_JOB_ID"
+ENV_PROJECT_ID = "CLOUD_ML_PROJECT_ID"  # holds the project *number*, never inferred
+ENV_METRIC_FILE = "CLOUD_ML_HP_METRIC_FILE"
+ENV_CLUSTER_SPEC = "CLUSTER_SPEC"
+ENV_TF_CONFIG = "TF_CONFIG"
+ENV_MASTER_ADDR = "MASTER_ADDR"
+ENV_MASTER_PORT = "MASTER_PORT"
+ENV_WORLD_SIZE = "WORLD_SIZE"
+ENV_RANK = "RANK"
+ENV_MODEL_DIR = "AIP_MODEL_DIR"
+ENV_CHECKPOINT_DIR = "AIP_CHECKPOINT_DIR"
+ENV_TENSORBOARD_LOG_DIR = "AIP_TENSORBOARD_LOG_DIR"
+
+VERTEX_ENV_VARS = (
+    ENV_TRIAL_ID, ENV_JOB_ID, ENV_PROJECT_ID, ENV_METRIC_FILE, ENV_CLUSTER_SPEC, ENV_TF_CONFIG,
+    ENV_MASTER_ADDR, ENV_MASTER_PORT, ENV_WORLD_SIZE, ENV_RANK, ENV_MODEL_DIR, ENV_CHECKPOINT_DIR,
+    ENV_TENSORBOARD_LOG_DIR, "CLOUD_ML_REGION", "CLOUD_ML_HP_METRIC_TAG",
+)
+
+# --- The project's own environment variables (prefixed TRIALS_) ---------------------------------
+ENV_TRIAL_DIR = "TRIALS_TRIAL_DIR"  # where the runtime writes metrics.jsonl (set by the controller)
+ENV_GCS_ROOT = "TRIALS_GCS_ROOT"  # local directory standing in for the /gcs FUSE mount
+ENV_STOP_FILE = "TRIALS_STOP_FILE"  # a stop request: the runtime stops when this file exists
+ENV_REPLICA = "TRIALS_REPLICA"  # e.g. "workerpool0-0"
+ENV_ATTEMPT = "TRIALS_ATTEMPT"  # 0 for the first start of a replica, +1 per restart
+ENV_LOG_FORMAT = "TRIALS_LOG_FORMAT"  # "json" or "text"; default: text on a terminal, JSON otherwise
+ENV_OUTPUT_ROOT = "TRIALS_OUTPUT_ROOT"  # outside a tuning job: where local runs write (default ./trials-output)
+
+PROJECT_ENV_VARS = (
+    ENV_TRIAL_DIR, ENV_GCS_ROOT, ENV_STOP_FILE, ENV_REPLICA, ENV_ATTEMPT, ENV_LOG_FORMAT,
+    ENV_OUTPUT_ROOT,
+)
+
+# --- Exit codes ------------------------------------------------------------------------------------
+EXIT_OK = 0
+EXIT_ERROR = 1  # an exception in the objective: a permanent failure
+EXIT_USAGE = 2  # bad flags, bad spec: a permanent failure
+EXIT_STOPPED = 75  # stopped on request (SIGTERM or a stop file): step finished, checkpoint written
+EXIT_INTERRUPTED = 130  # Ctrl-C on the CLI
+
+# --- Files in a trial directory -------------------------------------------------------------------
+METRICS_LOG = "metrics.jsonl"  # the runtime's lossless log of every report
+HYPERTUNE_FILE = "hypertune.metrics"  # CLOUD_ML_HP_METRIC_FILE of the primary replica
+ARGS_FILE = "args.json"
+ENV_FILE = "env.json"
+STOP_FILE = "STOP"
+CHECKPOINT_PREFIX = "ckpt-"
+
+
+def replica_name(pool_index: int, replica_index: int) -> str:
+    """The replica name Vertex uses in messages and log labels, e.g. ``workerpool0-0``."""
+    return f"workerpool{pool_index}-{replica_index}"
+
+
+def stdout_log(replica: str) -> str:
+    return f"{replica}.stdout.log"
+
+
+def stderr_log(replica: str) -> str:
+    return f"{replica}.stderr.log"
+
+
+def metric_file_name(replica: str) -> str:
+    """Each replica gets its own hypertune file so replicas never race on one path."""
+    return HYPERTUNE_FILE if replica == replica_name(0, 0) else f"{replica}.{HYPERTUNE_FILE}"
+
+
+# --- Values and flags -----------------------------------------------------------------------------
+def format_value(value: object) -> str:
+    """Format a parameter value as a trial flag value.
+
+    Integral numbers print as ``64`` (never ``64.0``) so ``argparse`` ``type=int`` accepts them;
+    other floats print with ``repr`` (``1e-05``); strings are passed through unchanged.
+    """
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isfinite(value) and value.is_integer() and abs(value) < 2**53:
+            return str(int(value))
+        return repr(value)
+    return str(value)
+
+
+def format_flag(name: str, value: object) -> str:
+    """One argv token ``--<name>=<value>``; the value is never split or shell-interpreted."""
+    return f"--{name}={format_value(value)}"
+
+
+# --- gs:// paths ---------------------------------------------------------------------------------
+GCS_MOUNT = "/gcs"
+_GS_URI = re.compile(r"^gs://([^/]+)(/.*)?$")
+
+
+def is_gcs_uri(path: str) -> bool:
+    return path.startswith("gs://")
+
+
+def local_path(path: str, gcs_root: str | None = None) -> str:
+    """Map ``gs://BUCKET/x`` to ``<gcs_root>/BUCKET/x`` as the Cloud Storage FUSE mount does.
+
+    ``gcs_root`` defaults to ``$TRIALS_GCS_ROOT`` and then to ``/gcs`` (Vertex's mount point).
+    Anything that is not a ``gs://`` URI is returned unchanged. This is the only function in the
+    project that parses ``gs://``.
+
+    Raises:
+        ValueError: the URI has no bucket, or a ``..`` segment that would leave the root.
+    """
+    if not is_gcs_uri(path):
+        return path
+    match = _GS_URI.match(path)
+    if match is None:
+        raise ValueError(f"expected gs://BUCKET/path, got {path!r}")
+    bucket, rest = match.group(1), (match.group(2) or "/")
+    if bucket in (".", "..") or any(part == ".." for part in rest.split("/")):
+        raise ValueError(f"a gs:// path may not contain '..', got {path!r}")
+    root = gcs_root or os.environ.get(ENV_GCS_ROOT) or GCS_MOUNT
+    local = os.path.join(root, bucket) + rest
+    return local
+
+
+# --- Identifiers ----------------------------------------------------------------------------------
+JOB_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+def check_job_id(job_id: str) -> str:
+    """Job ids become directory names: letters, digits, ``_ . -``, no leading dot, ≤ 128 chars."""
+    if not JOB_ID_PATTERN.match(job_id) or job_id in (".", ".."):
+        raise ValueError(
+            f"a job id must be 1-128 letters, digits, '_', '.', '-' starting with a letter or "
+            f"digit, got {job_id!r}"
+        )
+    return job_id

@@ -1,0 +1,135 @@
+"""Measurements and the lossless ``metrics.jsonl`` log: its emitter and its parser in one place.
+
+One line per ``report`` call::
+
+    {"step": 3, "timestamp": 1796013114.31, "metrics": {"accuracy": 0.91, "loss": 0.3}, "attempt": 0}
+
+The runtime appends lines (one ``write`` of a whole line, then flush); the controller parses them,
+skipping a torn last line. Values are JSON numbers (NaN/inf as the strings "nan"/"inf"/"-inf").
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Measurement:
+    """One reported step: what Vertex calls a Measurement (stepCount, elapsedDuration, metrics)."""
+
+    step: int
+    metrics: Mapping[str, float]
+    timestamp: float | None = None  # wall clock (time.time()) of the report
+    elapsed_s: float | None = None  # seconds since the trial started
+    attempt: int = 0
+
+    def with_elapsed(self, start_time: float) -> "Measurement":
+        if self.timestamp is None:
+            return self
+        return Measurement(
+            step=self.step, metrics=self.metrics, timestamp=self.timestamp,
+            elapsed_s=max(0.0, self.timestamp - start_time), attempt=self.attempt,
+        )
+
+
+def _encode_value(value: float) -> float | str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)  # 'nan', 'inf', '-inf'
+    return value
+
+
+def _decode_value(value: object) -> float:
+    if isinstance(value, bool):
+        raise ValueError("a metric value may not be a boolean")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        return float(value)
+    raise ValueError(f"expected a number, got {value!r}")
+
+
+def format_record(step: int, metrics: Mapping[str, float], timestamp: float, attempt: int = 0) -> str:
+    """One ``metrics.jsonl`` line, newline included."""
+    record = {
+        "step": int(step),
+        "timestamp": timestamp,
+        "metrics": {k: _encode_value(float(v)) for k, v in metrics.items()},
+        "attempt": attempt,
+    }
+    return json.dumps(record, sort_keys=True, allow_nan=False) + "\n"
+
+
+def parse_record(line: str) -> Measurement | None:
+    """Parse one line; ``None`` for a blank, torn or foreign line (never raises)."""
+    line = line.strip()
+    if not line:
+        return None
+    try:
+        record = json.loads(line)
+        if not isinstance(record, dict) or not isinstance(record.get("metrics"), dict):
+            return None
+        step = record["step"]
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            return None
+        metrics = {str(k): _decode_value(v) for k, v in record["metrics"].items()}
+        timestamp = record.get("timestamp")
+        if timestamp is not None and not isinstance(timestamp, (int, float)):
+            timestamp = None
+        attempt = record.get("attempt", 0)
+        attempt = attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else 0
+    except (ValueError, KeyError, TypeError, RecursionError):
+        return None
+    return Measurement(step=step, metrics=metrics, timestamp=timestamp, attempt=attempt)
+
+
+def parse_records(text: str) -> list[Measurement]:
+    """Every complete record in a ``metrics.jsonl`` text, in file order."""
+    out = []
+    for line in text.splitlines():
+        m = parse_record(line)
+        if m is not None:
+            out.append(m)
+    return out
+
+
+@dataclass(slots=True)
+class MeasurementLog:
+    """Measurements of one trial merged across reads and restarts, keyed by step.
+
+    A later report for a step that already has a value replaces it only for the metrics it carries
+    (a restarted replica that re-reports a step wins); ``conflicts`` counts steps reported twice with
+    different values, for the consistency check of chaos mode.
+    """
+
+    by_step: dict[int, Measurement] = field(default_factory=dict)
+    conflicts: int = 0
+
+    def add(self, measurements: Iterable[Measurement]) -> None:
+        for m in measurements:
+            old = self.by_step.get(m.step)
+            if old is None:
+                self.by_step[m.step] = m
+                continue
+            merged = dict(old.metrics)
+            for k, v in m.metrics.items():
+                if k in merged and not _same(merged[k], v):
+                    self.conflicts += 1
+                merged[k] = v
+            self.by_step[m.step] = Measurement(
+                step=m.step, metrics=merged,
+                timestamp=m.timestamp if m.timestamp is not None else old.timestamp,
+                elapsed_s=m.elapsed_s if m.elapsed_s is not None else old.elapsed_s,
+                attempt=max(m.attempt, old.attempt),
+            )
+
+    def ordered(self) -> list[Measurement]:
+        return [self.by_step[s] for s in sorted(self.by_step)]
+
+
+def _same(a: float, b: float) -> bool:
+    if math.isnan(a) and math.isnan(b):
+        return True
+    return a == b or math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
