@@ -1,0 +1,253 @@
+"""trials.process with real child processes: exit statuses, stopping, groups, echo, memory, orphans."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from trials.errors import ConfigError
+from trials.process import (
+    check_memory_all,
+    group_alive,
+    parse_proc_stat,
+    process_start_time,
+    reap_leftovers,
+    start_replica,
+    tail_lines,
+)
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc and prctl"),
+]
+
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+
+
+def py(script: str, *args: str) -> list[str]:
+    return [sys.executable, "-I", "-S", str(SCRIPTS / script), *args]
+
+
+def start(tmp_path: Path, argv: list[str], name: str = "workerpool0-0", **kwargs):
+    return start_replica(
+        argv,
+        env=kwargs.pop("env", ENV),
+        cwd=kwargs.pop("cwd", str(tmp_path)),
+        stdout_path=str(tmp_path / f"{name}.stdout.log"),
+        stderr_path=str(tmp_path / f"{name}.stderr.log"),
+        name=name,
+        **kwargs,
+    )
+
+
+def wait_exit(replica, timeout_s: float = 5.0) -> int:
+    deadline = time.monotonic() + timeout_s
+    while replica.poll() is None:
+        assert time.monotonic() < deadline, f"{replica} did not exit"
+        time.sleep(0.005)
+    return replica.exit_status
+
+
+def wait_for_line(path: Path, timeout_s: float = 5.0) -> str:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = path.read_text() if path.exists() else ""
+        if text.endswith("\n"):
+            return text.splitlines()[0]
+        assert time.monotonic() < deadline, f"nothing written to {path}"
+        time.sleep(0.005)
+
+
+def running(pid: int) -> bool:
+    """A zombie is dead (this machine's PID 1 may never reap orphans)."""
+    try:
+        return parse_proc_stat(Path(f"/proc/{pid}/stat").read_text()).state not in "ZX"
+    except FileNotFoundError:
+        return False
+
+
+def wait_gone(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while running(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+@pytest.mark.parametrize("code", [0, 1, 3])
+def test_exit_codes_are_reported_as_is(tmp_path: Path, code: int) -> None:
+    replica = start(tmp_path, py("proc_exit.py", str(code)), memory_limit_mb=1024)
+    assert wait_exit(replica) == code
+    assert replica.signal is None and replica.oom_killed is False
+    assert replica.check_memory() is False
+    replica.close()
+    assert tail_lines(replica.stdout_path) == ["out line"]
+    assert tail_lines(replica.stderr_path) == ["err line"]
+
+
+@pytest.mark.parametrize(("name", "status"), [("SIGSEGV", 139), ("SIGABRT", 134)])
+def test_death_by_signal_is_128_plus_signal(tmp_path: Path, name: str, status: int) -> None:
+    replica = start(tmp_path, py("proc_signal.py", name))
+    assert wait_exit(replica) == status
+    assert replica.signal == getattr(signal, name)
+
+
+def test_env_is_exact_and_output_is_appended_across_attempts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRIALS_TEST_LEAK", "1")
+    work = tmp_path / "work"
+    work.mkdir()
+    for attempt in range(2):
+        env = {**ENV, "ATTEMPT": str(attempt)}
+        replica = start(tmp_path, py("proc_env.py"), env=env, cwd=str(work))
+        assert wait_exit(replica) == 0
+        replica.close()
+    first, second = [json.loads(line) for line in tail_lines(replica.stdout_path)]
+    assert first["env"]["ATTEMPT"] == "0" and second["env"]["ATTEMPT"] == "1"
+    assert "TRIALS_TEST_LEAK" not in second["env"]
+    assert second["cwd"] == str(work)
+
+
+def test_sigterm_stops_a_cooperative_child_within_the_grace(tmp_path: Path) -> None:
+    replica = start(tmp_path, py("proc_sleep.py"))
+    wait_for_line(tmp_path / "workerpool0-0.stdout.log")
+    began = time.monotonic()
+    assert replica.stop(grace_s=5.0) == 128 + signal.SIGTERM
+    assert time.monotonic() - began < 1.0
+    assert replica.killed_at is None
+
+
+def test_child_ignoring_sigterm_is_killed_after_the_grace(tmp_path: Path) -> None:
+    replica = start(tmp_path, py("proc_sleep.py", "ignore-term"))
+    wait_for_line(tmp_path / "workerpool0-0.stdout.log")  # the handler is installed
+    began = time.monotonic()
+    assert replica.stop(grace_s=0.3) == 137
+    assert 0.3 <= time.monotonic() - began < 1.5
+    assert replica.killed_at is not None
+
+
+@pytest.mark.parametrize("leader", ["exit", "wait"])
+def test_grandchild_that_outlives_its_parent_is_stopped_with_the_group(
+    tmp_path: Path, leader: str
+) -> None:
+    replica = start(tmp_path, py("proc_fork.py", leader))
+    grandchild = int(wait_for_line(tmp_path / "workerpool0-0.stdout.log"))
+    if leader == "exit":
+        assert wait_exit(replica) == 0
+        assert running(grandchild) and group_alive(replica.pgid)
+    replica.stop(grace_s=0.3)
+    assert not running(grandchild)
+    assert not group_alive(replica.pgid)
+
+
+def test_stdout_flood_with_echo_does_not_deadlock(tmp_path: Path) -> None:
+    echo = io.StringIO()
+    replica = start(tmp_path, py("proc_flood.py", "10"), echo=echo)
+    assert wait_exit(replica, timeout_s=10) == 0
+    replica.close()
+    assert os.path.getsize(replica.stdout_path) > 10 * 1024 * 1024
+    lines = echo.getvalue().splitlines()
+    assert all(line.startswith("[workerpool0-0] ") for line in lines)
+    assert lines.count("[workerpool0-0] " + "x" * 99) == 10 * 1024 * 1024 // 100
+    assert "[workerpool0-0] done" in lines
+    long_pieces = [line for line in lines if line.startswith("[workerpool0-0] y")]
+    assert sum(len(line) - len("[workerpool0-0] ") for line in long_pieces) == 300_000
+
+
+class BlockedEcho(io.StringIO):
+    """An echo target that blocks every write until released: the child must not notice."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def write(self, text: str) -> int:
+        self.release.wait()
+        return super().write(text)
+
+
+def test_a_blocked_echo_never_blocks_the_child(tmp_path: Path) -> None:
+    echo = BlockedEcho()
+    replica = start(tmp_path, py("proc_flood.py", "2"), echo=echo)
+    assert wait_exit(replica, timeout_s=5) == 0  # finished while nothing was echoed
+    assert echo.getvalue() == ""
+    echo.release.set()
+    replica.close()
+    assert echo.getvalue().count("\n") > 2 * 1024 * 1024 // 100
+
+
+def test_memory_watchdog_kills_the_group_like_the_oom_killer(tmp_path: Path) -> None:
+    replica = start(tmp_path, py("proc_memory.py"), memory_limit_mb=64)
+    deadline = time.monotonic() + 5
+    while replica.poll() is None and time.monotonic() < deadline:
+        check_memory_all([replica])
+        time.sleep(0.02)
+    assert replica.exit_status == 137
+    assert replica.oom_killed is True
+    assert replica.check_memory() is True
+
+
+def test_replica_dies_with_a_sigkilled_controller(tmp_path: Path) -> None:
+    log = tmp_path / "replica.log"
+    parent = subprocess.Popen(
+        [sys.executable, "-I", str(SCRIPTS / "proc_parent.py"), str(log)],
+        stdout=subprocess.PIPE,
+        cwd=tmp_path,
+    )
+    try:
+        replica_pid = int(parent.stdout.readline())
+        wait_for_line(log)
+        assert running(replica_pid)
+    finally:
+        parent.kill()
+        parent.wait()
+        parent.stdout.close()
+    assert wait_gone(replica_pid, timeout_s=1.0)
+
+
+def test_reap_leftovers_kills_recorded_groups_and_their_orphans(tmp_path: Path) -> None:
+    live = start(tmp_path, py("proc_sleep.py"), name="workerpool0-0")
+    forked = start(tmp_path, py("proc_fork.py", "exit"), name="workerpool1-0")
+    orphan = int(wait_for_line(tmp_path / "workerpool1-0.stdout.log"))
+    assert wait_exit(forked) == 0  # the leader is gone; its child still runs in the group
+    other = start(tmp_path, py("proc_sleep.py"), name="workerpool2-0")
+    mismatched = {**other.record(), "start_time": other.start_time - 1}
+    try:
+        assert reap_leftovers([live.record(), forked.record(), mismatched], grace_s=0.3) == 2
+        assert wait_exit(live) == 128 + signal.SIGTERM
+        assert not running(orphan)
+        assert other.poll() is None  # the pid did not match the recorded process
+    finally:
+        other.stop(grace_s=0.3)
+    assert reap_leftovers([live.record()]) == 0
+
+
+def test_records_carry_the_kernel_start_time(tmp_path: Path) -> None:
+    replica = start(tmp_path, py("proc_sleep.py"))
+    try:
+        assert replica.start_time == process_start_time(replica.pid) is not None
+    finally:
+        replica.stop(grace_s=0.3)
+
+
+def test_missing_or_unexecutable_commands_are_config_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"'no-such-trainer' was not found \(cwd '.*', PATH"):
+        start(tmp_path, ["no-such-trainer", "--lr=0.1"])
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/sh\n")
+    with pytest.raises(ConfigError, match=r"'\./train\.sh' is not executable \(cwd '.*'\)"):
+        start(tmp_path, ["./train.sh"])
+    with pytest.raises(ConfigError, match="working directory '/nonexistent/dir' does not exist"):
+        start(tmp_path, ["true"], cwd="/nonexistent/dir")
