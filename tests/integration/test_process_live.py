@@ -251,3 +251,14 @@ def test_missing_or_unexecutable_commands_are_config_errors(tmp_path: Path) -> N
         start(tmp_path, ["./train.sh"])
     with pytest.raises(ConfigError, match="working directory '/nonexistent/dir' does not exist"):
         start(tmp_path, ["true"], cwd="/nonexistent/dir")
+
+
+def test_one_log_for_both_streams_is_echoed_once(tmp_path: Path) -> None:
+    echo = io.StringIO()
+    log = str(tmp_path / "both.log")
+    replica = start_replica(py("proc_exit.py", "0"), env=ENV, cwd=str(tmp_path), stdout_path=log,
+                            stderr_path=log, name="workerpool1-0", echo=echo)
+    assert wait_exit(replica) == 0
+    replica.close()
+    assert sorted(echo.getvalue().splitlines()) == ["[workerpool1-0] err line", "[workerpool1-0] out line"]
+    assert sorted(tail_lines(log)) == ["err line", "out line"]
