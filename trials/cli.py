@@ -7,7 +7,7 @@ import sys
 from typing import Callable, Sequence
 
 from trials import protocol
-from trials.errors import TrialsError
+from trials.errors import ConfigError, TrialsError
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -30,6 +30,189 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return protocol.EXIT_OK
 
 
+def _progress(h, args):
+    from trials.progress import Progress
+
+    mode = "quiet" if args.quiet else ("json" if args.json_logs else None)
+    return Progress(total=len(h.store.frozen_trials()), metric_ids=h.job.study.metric_ids,
+                    maximize=h.job.study.metrics[0].maximize, mode=mode)
+
+
+def _run_and_report(h, args, *, resume: bool) -> int:
+    from trials import controller
+
+    options = controller.run_options(
+        h, echo=args.echo, grace_period_s=args.grace_period, memory_limit_mb=args.memory_limit,
+        inject_restarts=args.inject_restarts, slots=getattr(args, "slots", None), seed=args.seed,
+    )
+    progress = _progress(h, args)
+    if not args.quiet and not args.json_logs:
+        print(f"job {h.job_id}: {len(h.store.frozen_trials())} trials, "
+              f"{h.job.parallel_trial_count} in parallel; folder {h.job_dir}")
+    runner = controller.run_job(h, options, progress=progress, resume=resume)
+    return _summary(h, runner, args)
+
+
+def _summary(h, runner, args) -> int:
+    from trials import controller
+    from trials.protocol import format_flag
+
+    state = h.store.get_meta("state")
+    error = h.store.get_meta("error")
+    trials = h.store.frozen_trials()
+    n_ok = sum(1 for t in trials if t.user_attrs.get("state") == "SUCCEEDED")
+    n_bad = sum(1 for t in trials if t.user_attrs.get("state") == "INFEASIBLE")
+    n_early = sum(1 for t in trials if t.user_attrs.get("stopped_early"))
+    if args.quiet:
+        return 0 if state == "JOB_STATE_SUCCEEDED" else 1
+    print(f"job {h.job_id} {state}: {n_ok} succeeded ({n_early} stopped early), {n_bad} infeasible, "
+          f"{len(trials) - n_ok - n_bad} not run; at most {runner.max_parallel} in parallel")
+    if runner.injected_total:
+        verdict = ("consistent: no step lost or reported twice with different values"
+                   if runner.conflicts_total == 0 else
+                   f"INCONSISTENT: {runner.conflicts_total} steps reported twice with different values")
+        print(f"chaos: {runner.injected_total} restarts injected; measurements {verdict}")
+    if error:
+        print(f"error: {error.get('message')}")
+    best = controller.best_trials(h)
+    get = controller.params_of(h)
+    for t in best:
+        metrics = ", ".join(f"{m}={v:.6g}" for m, v in zip(h.job.study.metric_ids, t.values))
+        flags = " ".join(format_flag(k, v) for k, v in get(t).items())
+        print(f"best trial {t.number + 1}: {metrics}  {flags}")
+    if state == "JOB_STATE_SUCCEEDED":
+        return 0
+    if state == "JOB_STATE_CANCELLED":
+        print(f"resume it with: trials resume {h.job_id}" + (f" --root {args.root}" if args.root != "trials-jobs" else ""))
+        return protocol.EXIT_INTERRUPTED
+    return 1
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from trials import controller
+    from trials.spec import Algorithm
+    from trials.spec_load import load_spec
+
+    job = load_spec(args.spec)
+    overrides = {}
+    for flag, field in (("max_trial_count", "max_trial_count"), ("parallel_trial_count", "parallel_trial_count"),
+                        ("max_failed_trial_count", "max_failed_trial_count")):
+        value = getattr(args, flag)
+        if value is not None:
+            if value < (0 if flag == "max_failed_trial_count" else 1):
+                raise ConfigError(f"--{flag.replace('_', '-')} must be >= {0 if flag == 'max_failed_trial_count' else 1}, got {value}")
+            overrides[field] = value
+    if overrides:
+        job = replace(job, **overrides)
+    if job.max_failed_trial_count > job.max_trial_count:
+        raise ConfigError(f"maxFailedTrialCount ({job.max_failed_trial_count}) must be <= "
+                          f"maxTrialCount ({job.max_trial_count})")
+    if args.algorithm:
+        algo = Algorithm[args.algorithm]
+        job = replace(job, study=replace(job.study, algorithm=algo))
+        if algo is Algorithm.GRID_SEARCH:
+            from trials.spec_load import parse_spec
+            from trials.spec_export import to_rest
+
+            parse_spec(to_rest(job), source="--algorithm GRID_SEARCH")  # re-validate the grid rule
+    command = args.local_command
+    h = controller.create_job(
+        job, root=args.root, job_id=args.job_id, spec_path=args.spec, storage=args.storage,
+        base_output_dir=args.base_output_dir, project_number=args.project_number,
+        local_command=command or None, seed=args.seed, gcs_root=args.gcs_root,
+    )
+    return _run_and_report(h, args, resume=False)
+
+
+def _cmd_resume(args: argparse.Namespace) -> int:
+    from trials import controller
+
+    h = controller.open_job(args.job, root=args.root, storage=args.storage)
+    if args.max_trial_count is not None:
+        added = controller.extend(h, args.max_trial_count)
+        print(f"job {h.job_id}: added {added} trials")
+    return _run_and_report(h, args, resume=True)
+
+
+def _cmd_describe(args: argparse.Namespace) -> int:
+    import json
+
+    from trials import controller, describe
+
+    h = controller.open_job(args.job, root=args.root, storage=args.storage)
+    rest = controller.describe(h)
+    if args.format == "json":
+        print(json.dumps(rest, indent=2))
+        return 0
+    header, body = describe.rows(rest, h.job.study.metric_ids)
+    if args.format == "csv":
+        sys.stdout.write(describe.format_csv(header, body))
+        return 0
+    print(f"job {h.job_id}  {rest['state']}  {len(rest['trials'])} trials  folder {h.job_dir}")
+    if rest.get("error"):
+        print(f"error: {rest['error'].get('message')}")
+    print(describe.format_table(header, body))
+    return 0
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from trials import controller, describe
+
+    jobs = controller.list_jobs(args.root, args.storage)
+    if not jobs:
+        print(f"no jobs under {args.root}" if not args.storage else "no jobs in the storage")
+        return 0
+    print(describe.format_table(["job", "state", "trials", "created"],
+                                [[j["job_id"], j["state"], str(j["trials"]), j["create_time"]] for j in jobs]))
+    return 0
+
+
+def _cmd_cancel(args: argparse.Namespace) -> int:
+    from trials import controller
+
+    h = controller.open_job(args.job, root=args.root, storage=args.storage)
+    state = controller.cancel(h)
+    print(f"job {h.job_id}: {state}")
+    return 0
+
+
+def _cmd_best(args: argparse.Namespace) -> int:
+    from trials import controller
+    from trials.protocol import format_flag, local_path
+
+    h = controller.open_job(args.job, root=args.root, storage=args.storage)
+    best = controller.best_trials(h)
+    if not best:
+        print(f"job {h.job_id} has no succeeded trial yet")
+        return 1
+    get = controller.params_of(h)
+    meta = h.store.meta()
+    for t in best:
+        metrics = ", ".join(f"{m}={v:.6g}" for m, v in zip(h.job.study.metric_ids, t.values))
+        print(f"trial {t.number + 1}: {metrics}")
+        print("  flags: " + " ".join(format_flag(k, v) for k, v in get(t).items()))
+        base = meta["base_output"].rstrip("/") + f"/{t.number + 1}/model/"
+        print(f"  model: {local_path(base, meta['gcs_root'])}")
+    return 0
+
+
+def _job_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--root", default="trials-jobs", help="directory holding one folder per job (default ./trials-jobs)")
+    p.add_argument("--storage", help="Optuna storage URL (default: journal file in the job folder)")
+
+
+def _run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--grace-period", type=float, metavar="SECONDS", help="SIGTERM -> SIGKILL grace (default 10)")
+    p.add_argument("--memory-limit", type=int, metavar="MB", help="per-replica memory limit; over it the replica is OOM-killed")
+    p.add_argument("--inject-restarts", type=float, metavar="RATE", help="chaos mode: SIGTERM+restart replicas at RATE per trial-second")
+    p.add_argument("--seed", type=int, help="sampler and chaos seed")
+    p.add_argument("--echo", action="store_true", help="echo every replica's output, prefixed")
+    p.add_argument("--quiet", action="store_true", help="print only warnings and the summary's exit code")
+    p.add_argument("--json-logs", action="store_true", help="one JSON object per event")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="trials",
@@ -50,6 +233,48 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--image-uri", help="container image that replaces the local command")
     p.set_defaults(handler=_cmd_export)
 
+    p = sub.add_parser("sweep", help="run a tuning job locally",
+                       usage="trials sweep SPEC [options] [-- LOCAL COMMAND...]")
+    p.add_argument("spec")
+    _job_args(p)
+    p.add_argument("--job-id")
+    p.add_argument("--max-trial-count", type=int)
+    p.add_argument("--parallel-trial-count", type=int)
+    p.add_argument("--max-failed-trial-count", type=int)
+    p.add_argument("--algorithm", choices=("ALGORITHM_UNSPECIFIED", "GRID_SEARCH", "RANDOM_SEARCH"))
+    p.add_argument("--base-output-dir")
+    p.add_argument("--gcs-root", help="local directory standing in for /gcs (default: <job>/gcs)")
+    p.add_argument("--project-number", help="CLOUD_ML_PROJECT_ID given to trials (default 000000000000)")
+    _run_args(p)
+    p.set_defaults(handler=_cmd_sweep)
+
+    p = sub.add_parser("resume", help="continue a job (after a crash or cancel), or add trials")
+    p.add_argument("job")
+    _job_args(p)
+    p.add_argument("--max-trial-count", type=int, help="new total number of trials")
+    _run_args(p)
+    p.set_defaults(handler=_cmd_resume)
+
+    p = sub.add_parser("describe", help="print a job (Vertex REST shape with --format json)")
+    p.add_argument("job")
+    _job_args(p)
+    p.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    p.set_defaults(handler=_cmd_describe)
+
+    p = sub.add_parser("list", help="list jobs")
+    _job_args(p)
+    p.set_defaults(handler=_cmd_list)
+
+    p = sub.add_parser("cancel", help="cancel a running job")
+    p.add_argument("job")
+    _job_args(p)
+    p.set_defaults(handler=_cmd_cancel)
+
+    p = sub.add_parser("best", help="the best trial's flags and model directory")
+    p.add_argument("job")
+    _job_args(p)
+    p.set_defaults(handler=_cmd_best)
+
     return parser
 
 
@@ -62,7 +287,13 @@ def _version() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (2 for bad input, one line on stderr)."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    local_command: list[str] = []
+    if "--" in argv:  # `trials sweep SPEC [options] -- LOCAL COMMAND...`
+        cut = argv.index("--")
+        argv, local_command = argv[:cut], argv[cut + 1:]
     args = parser.parse_args(argv)
+    args.local_command = local_command
     try:
         return args.handler(args)
     except KeyboardInterrupt:

@@ -1,0 +1,106 @@
+"""What the controller prints while a job runs: a live line on a terminal, plain lines otherwise."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from typing import Any, TextIO
+
+from trials.protocol import format_value
+
+
+class Progress:
+    """Receives the job loop's events. ``mode``: "live" (terminal), "plain", "json" or "quiet"."""
+
+    def __init__(self, *, total: int, metric_ids: tuple[str, ...], maximize: bool,
+                 out: TextIO | None = None, mode: str | None = None):
+        self.out = out or sys.stdout
+        self.mode = mode or ("live" if self.out.isatty() else "plain")
+        self.total = total
+        self.metric_ids = metric_ids
+        self.maximize = maximize
+        self.done = self.failed = self.running = self.stopped = 0
+        self.best: float | None = None
+        self.best_trial: str | None = None
+        self.t0 = time.monotonic()
+        self._live_shown = False
+        self.warnings: list[str] = []
+
+    def __call__(self, event: str, data: dict[str, Any]) -> None:
+        if event == "trial_started":
+            self.running += 1
+            what = "resumed" if data.get("resumed") else "started"
+            params = " ".join(f"{k}={format_value(v)}" for k, v in data["params"].items())
+            self._line(f"trial {data['trial_id']} {what}: {params}", event, data)
+        elif event == "trial_done":
+            self.running -= 1
+            self.done += 1
+            if data["state"] != "SUCCEEDED":
+                self.failed += 1
+            if data.get("stopped_early"):
+                self.stopped += 1
+            values = data.get("values") or []
+            if values and math.isfinite(values[0]):
+                better = self.best is None or (values[0] > self.best if self.maximize else values[0] < self.best)
+                if better:
+                    self.best, self.best_trial = values[0], data["trial_id"]
+            result = (f"{self.metric_ids[0]}={values[0]:.6g}" if values else data.get("reason") or "")
+            early = " (stopped early)" if data.get("stopped_early") else ""
+            self._line(f"trial {data['trial_id']} {data['state']}{early} after {data['steps']} steps, "
+                       f"{data['seconds']:.1f}s: {result}", event, data)
+        elif event == "warning":
+            self.warnings.append(data["message"])
+            self._line(f"warning: {data['message']}", event, data, force=True)
+        elif event == "replica_restart":
+            self._line(f"trial {data['trial_id']} replica {data['replica']} restarting "
+                       f"(restart {data['restarts']}, {data['why']})", event, data)
+        elif event == "trial_stopping":
+            detail = f": {data['detail']}" if data.get("detail") else ""
+            self._line(f"trial {data['trial_id']} stopping ({data['reason']}){detail}", event, data)
+        elif event == "trial_requeued":
+            self.running -= 1
+            self._line(f"trial {data['trial_id']} interrupted; it runs again on resume", event, data)
+        elif event == "injected_restart":
+            self._line(f"trial {data['trial_id']}: injected a maintenance restart of {data['replica']}", event, data)
+        elif event in ("job_cancelling",):
+            self._line("cancelling the job: stopping every replica", event, data, force=True)
+        elif event == "job_done":
+            if self._live_shown:
+                self.out.write("\n")
+                self._live_shown = False
+            if self.mode == "json":
+                self._emit_json(event, data)
+        if self.mode == "live":
+            self._status()
+
+    def _line(self, text: str, event: str, data: dict[str, Any], force: bool = False) -> None:
+        if self.mode == "quiet" and not force:
+            return
+        if self.mode == "json":
+            self._emit_json(event, data)
+            return
+        if self._live_shown:
+            self.out.write("\r\033[K")
+            self._live_shown = False
+        self.out.write(f"[{time.strftime('%H:%M:%S')}] {text}\n")
+        self.out.flush()
+
+    def _emit_json(self, event: str, data: dict[str, Any]) -> None:
+        record = {"severity": "WARNING" if event == "warning" else "INFO", "event": event,
+                  "timestampSeconds": int(time.time()), **data}
+        self.out.write(json.dumps(record, default=str) + "\n")
+        self.out.flush()
+
+    def _status(self) -> None:
+        elapsed = time.monotonic() - self.t0
+        eta = ""
+        if self.done:
+            left = max(0, self.total - self.done)
+            eta = f", ETA {elapsed / self.done * left:.0f}s"
+        best = f", best {self.metric_ids[0]}={self.best:.6g} (trial {self.best_trial})" if self.best is not None else ""
+        self.out.write(f"\r\033[K{self.done}/{self.total} done, {self.running} running, "
+                       f"{self.failed} failed{best}{eta}")
+        self.out.flush()
+        self._live_shown = True

@@ -1,0 +1,337 @@
+"""The Optuna adapter: the only module that imports optuna.
+
+The Optuna storage is the job's single source of truth. A job is one study named after the job id:
+study user attributes hold the spec and the job's state; each Optuna trial is one Vertex trial
+(``id = number + 1``) whose user attributes hold its Vertex state, attempts, measurements and reasons.
+Trials are created up front as WAITING (``maxTrialCount`` of them, or the grid size), so any number
+of controllers or workers claim them atomically and can never exceed the count.
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+import optuna
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+from trials.errors import ConfigError, JobNotFoundError, StorageError
+from trials.spec import (
+    Algorithm, JobSpec, ParameterSpec, ParameterType, ScaleType, StudySpec, Value,
+)
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+JOURNAL_FILE = "journal.log"
+REVERSE_LOG_SUFFIX = ":reverse_log"
+ATTR_PREFIX = "trials:"
+
+
+# --- Storage URLs ---------------------------------------------------------------------------------
+def open_storage(url: str, *, heartbeat_interval_s: int | None = None, grace_period_s: int | None = None):
+    """An Optuna storage from a URL: ``journal:PATH`` / a ``.log`` path, or any SQLAlchemy URL."""
+    if url.startswith("journal:") or url.endswith((".log", ".journal")):
+        path = url[len("journal:"):] if url.startswith("journal:") else url
+        from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
+
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        backend = JournalFileBackend(path, lock_obj=JournalFileOpenLock(path))
+        return optuna.storages.JournalStorage(backend)
+    if "://" not in url:
+        raise ConfigError(
+            f"--storage: expected journal:PATH, a .log file or a database URL such as "
+            f"sqlite:///jobs.db or postgresql://host/db, got {redact(url)!r}"
+        )
+    kwargs: dict[str, Any] = {}
+    if heartbeat_interval_s:
+        kwargs["heartbeat_interval"] = heartbeat_interval_s
+        kwargs["grace_period"] = grace_period_s or heartbeat_interval_s * 4
+    engine: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        engine = {"connect_args": {"timeout": 60}}
+    else:
+        engine = {"pool_pre_ping": True}
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine, **kwargs)
+    except Exception as err:  # noqa: BLE001 - driver errors vary; name the URL without secrets
+        raise StorageError(f"cannot open storage {redact(url)}: {type(err).__name__}: "
+                           f"{str(err).splitlines()[0] if str(err) else ''}") from err
+
+
+def redact(url: str) -> str:
+    """Hide the password of ``scheme://user:password@host/db``."""
+    if "://" in url and "@" in url.split("://", 1)[1]:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}" if ":" in creds else f"{scheme}://{user}@{host}"
+    return url
+
+
+# --- Search space mapping -------------------------------------------------------------------------
+def distribution(p: ParameterSpec):
+    """The Optuna distribution of a parameter (reverse log: the mirrored variable, log-scaled)."""
+    log = p.scale_type in (ScaleType.UNIT_LOG_SCALE, ScaleType.UNIT_REVERSE_LOG_SCALE)
+    if p.type is ParameterType.DOUBLE:
+        return FloatDistribution(float(p.min_value), float(p.max_value), log=log)
+    if p.type is ParameterType.INTEGER:
+        return IntDistribution(int(p.min_value), int(p.max_value), log=log)
+    if p.type is ParameterType.DISCRETE:
+        return CategoricalDistribution([_num(v) for v in p.values])
+    return CategoricalDistribution(list(p.values))
+
+
+def optuna_name(p: ParameterSpec) -> str:
+    if p.scale_type is ScaleType.UNIT_REVERSE_LOG_SCALE and p.type in (ParameterType.DOUBLE, ParameterType.INTEGER):
+        return p.parameter_id + REVERSE_LOG_SUFFIX
+    return p.parameter_id
+
+
+def _num(v: Value) -> Value:
+    if isinstance(v, float) and v.is_integer() and abs(v) < 2**53:
+        return int(v)
+    return v
+
+
+def _mirror(p: ParameterSpec, raw: Any) -> Value:
+    # Reverse log spreads values near the top: x = min + max - y with y log-uniform.
+    x = p.min_value + p.max_value - raw
+    return int(x) if p.type is ParameterType.INTEGER else float(x)
+
+
+def suggest(trial: "optuna.Trial", study: StudySpec) -> dict[str, Value]:
+    """Suggest the active parameters of a trial, parents before their conditional children."""
+    values: dict[str, Value] = {}
+
+    def visit(p: ParameterSpec) -> None:
+        raw = trial._suggest(optuna_name(p), distribution(p))
+        value = _mirror(p, raw) if optuna_name(p) != p.parameter_id else raw
+        values[p.parameter_id] = value
+        for cond in p.conditionals:
+            if _matches(value, cond.parent_values):
+                visit(cond.parameter)
+
+    for p in study.parameters:
+        visit(p)
+    return values
+
+
+def _matches(value: Value, parents: Sequence[Value]) -> bool:
+    if isinstance(value, str):
+        return value in parents
+    return any(not isinstance(v, str) and abs(float(value) - float(v)) <= 1e-10 for v in parents)
+
+
+def grid(study: StudySpec) -> list[dict[str, Value]]:
+    """Every grid point (conditional children expanded under matching parents), in a fixed order."""
+
+    def expand(p: ParameterSpec) -> list[dict[str, Value]]:
+        out = []
+        for v in p.grid_points():
+            v = _num(v)
+            branches = [[{}]]
+            for cond in p.conditionals:
+                if _matches(v, cond.parent_values):
+                    branches.append(expand(cond.parameter))
+            for combo in itertools.product(*branches):
+                point = {p.parameter_id: v}
+                for part in combo:
+                    point.update(part)
+                out.append(point)
+        return out
+
+    points: list[dict[str, Value]] = [{}]
+    for p in study.parameters:
+        points = [{**a, **b} for a in points for b in expand(p)]
+    return points
+
+
+def fixed_params(study: StudySpec, point: Mapping[str, Value]) -> dict[str, Any]:
+    """Grid point -> Optuna fixed params (names and mirrored values as the distributions expect)."""
+    out = {}
+    for p in study.all_parameters():
+        if p.parameter_id in point:
+            v = point[p.parameter_id]
+            out[optuna_name(p)] = _mirror(p, v) if optuna_name(p) != p.parameter_id else v
+    return out
+
+
+# --- Samplers -------------------------------------------------------------------------------------
+def gp_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None
+
+
+def choose_sampler_name(study: StudySpec, *, n_trials: int) -> str:
+    """The documented rule for ALGORITHM_UNSPECIFIED.
+
+    GP (Optuna's GPSampler) when torch is installed, the study has one metric, no conditional
+    parameters and at most 300 trials (GP costs ~0.6 s per trial here and grows cubically);
+    otherwise multivariate TPE (grouped for conditional spaces, constant liar for parallel trials).
+    """
+    if study.algorithm is Algorithm.RANDOM_SEARCH:
+        return "random"
+    if study.algorithm is Algorithm.GRID_SEARCH:
+        return "grid"
+    conditional = any(p.conditionals for p in study.parameters)
+    if gp_available() and len(study.metrics) == 1 and not conditional and n_trials <= 300:
+        return "gp"
+    return "tpe"
+
+
+def make_sampler(name: str, *, seed: int | None, n_startup: int = 10):
+    if name in ("random", "grid"):
+        # Grid points are enqueued as fixed params; the sampler only fills nothing.
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "gp":
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup)
+    if name == "cmaes":
+        return optuna.samplers.CmaEsSampler(seed=seed, n_startup_trials=n_startup)
+    return optuna.samplers.TPESampler(
+        seed=seed, multivariate=True, group=True, constant_liar=True,
+        n_startup_trials=n_startup,
+    )
+
+
+# --- The job store --------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    number: int
+    storage_id: int
+    trial_id: str
+    params: dict[str, Value]
+    resumed: bool  # a RUNNING trial left by a dead controller, run again
+
+
+class JobStore:
+    """One job in an Optuna storage."""
+
+    def __init__(self, storage, study: "optuna.Study", job_id: str):
+        self.storage = storage
+        self.study = study
+        self.job_id = job_id
+        self._study_id = study._study_id
+
+    # -- creation and opening
+    @classmethod
+    def create(cls, storage, job_id: str, job: JobSpec, spec_dict: Mapping[str, Any],
+               meta: Mapping[str, Any], *, sampler_name: str, seed: int | None) -> "JobStore":
+        directions = ["maximize" if m.maximize else "minimize" for m in job.study.metrics]
+        try:
+            study = optuna.create_study(
+                storage=storage, study_name=job_id, directions=directions,
+                sampler=make_sampler(sampler_name, seed=seed), load_if_exists=False,
+            )
+        except optuna.exceptions.DuplicatedStudyError:
+            raise ConfigError(f"a job named {job_id!r} already exists in this storage; use "
+                              f"`trials resume {job_id}` or choose another --job-id") from None
+        store = cls(storage, study, job_id)
+        store.set_meta(spec=dict(spec_dict), sampler=sampler_name, seed=seed, **meta)
+        store.add_trials(job.max_trial_count, job)
+        return store
+
+    @classmethod
+    def open(cls, storage, job_id: str, *, seed: int | None = None) -> "JobStore":
+        try:
+            study = optuna.load_study(study_name=job_id, storage=storage)
+        except KeyError:
+            raise JobNotFoundError(f"no job {job_id!r} in the storage") from None
+        attrs = study.user_attrs
+        sampler_name = attrs.get(ATTR_PREFIX + "sampler", "tpe")
+        if seed is None:
+            seed = attrs.get(ATTR_PREFIX + "seed")
+        study.sampler = make_sampler(sampler_name, seed=seed)
+        return cls(storage, study, job_id)
+
+    # -- job-level attributes
+    def meta(self) -> dict[str, Any]:
+        attrs = self.storage.get_study_user_attrs(self._study_id)
+        return {k[len(ATTR_PREFIX):]: v for k, v in attrs.items() if k.startswith(ATTR_PREFIX)}
+
+    def get_meta(self, key: str, default: Any = None) -> Any:
+        return self.storage.get_study_user_attrs(self._study_id).get(ATTR_PREFIX + key, default)
+
+    def set_meta(self, **values: Any) -> None:
+        for k, v in values.items():
+            self.storage.set_study_user_attr(self._study_id, ATTR_PREFIX + k, v)
+
+    # -- trials
+    def add_trials(self, n: int, job: JobSpec) -> int:
+        """Enqueue up to ``n`` more trials (grid: only unused grid points). Returns how many."""
+        existing = len(self.storage.get_all_trials(self._study_id, deepcopy=False))
+        if job.study.algorithm is Algorithm.GRID_SEARCH:
+            points = grid(job.study)
+            todo = points[existing:existing + n]
+            for point in todo:
+                self.study.enqueue_trial(fixed_params(job.study, point), skip_if_exists=False)
+            return len(todo)
+        for _ in range(n):
+            self.storage.create_new_trial(
+                self._study_id,
+                template_trial=optuna.trial.create_trial(state=TrialState.WAITING),
+            )
+        return n
+
+    def frozen_trials(self, states: Iterable[TrialState] | None = None) -> list[FrozenTrial]:
+        return self.storage.get_all_trials(
+            self._study_id, deepcopy=False, states=tuple(states) if states else None
+        )
+
+    def claim(self, study: StudySpec) -> Claimed | None:
+        """Atomically move one WAITING trial to RUNNING and suggest its parameters."""
+        for frozen in self.frozen_trials((TrialState.WAITING,)):
+            try:
+                if not self.storage.set_trial_state_values(frozen._trial_id, state=TrialState.RUNNING):
+                    continue
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue
+            trial = optuna.Trial(self.study, frozen._trial_id)
+            params = suggest(trial, study)
+            return Claimed(number=frozen.number, storage_id=frozen._trial_id,
+                           trial_id=str(frozen.number + 1), params=params, resumed=False)
+        return None
+
+    def running_trials(self) -> list[FrozenTrial]:
+        return self.frozen_trials((TrialState.RUNNING,))
+
+    def reclaim(self, frozen: FrozenTrial, study: StudySpec) -> Claimed:
+        """A RUNNING trial whose controller died: run it again with its stored parameters."""
+        values: dict[str, Value] = {}
+        for p in study.all_parameters():
+            name = optuna_name(p)
+            if name in frozen.params:
+                raw = frozen.params[name]
+                values[p.parameter_id] = _mirror(p, raw) if name != p.parameter_id else raw
+        if not values and study.parameters:
+            trial = optuna.Trial(self.study, frozen._trial_id)
+            values = suggest(trial, study)
+        return Claimed(number=frozen.number, storage_id=frozen._trial_id,
+                       trial_id=str(frozen.number + 1), params=values, resumed=True)
+
+    def set_trial_attrs(self, storage_id: int, **values: Any) -> None:
+        for k, v in values.items():
+            self.storage.set_trial_user_attr(storage_id, k, v)
+
+    def report(self, storage_id: int, step: int, value: float) -> None:
+        if math.isfinite(value):
+            self.storage.set_trial_intermediate_value(storage_id, step, value)
+
+    def complete(self, number: int, values: Sequence[float]) -> None:
+        self.study.tell(number, list(values), skip_if_finished=True)
+
+    def fail(self, number: int) -> None:
+        self.study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
+
+    def completed_curves(self) -> list[FrozenTrial]:
+        return self.frozen_trials((TrialState.COMPLETE,))
+
+    def requeue(self, storage_id: int) -> None:
+        """RUNNING -> WAITING: the trial runs again (same id and parameters) when next claimed."""
+        self.storage.set_trial_state_values(storage_id, state=TrialState.WAITING)
