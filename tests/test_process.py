@@ -164,7 +164,9 @@ def test_advance_stop_begins_the_stop_itself() -> None:
 
 def test_record_names_the_group() -> None:
     replica = World().replica()
-    assert replica.record() == {"name": "workerpool0-0", "pid": 4242, "pgid": 4242, "start_time": None}
+    assert replica.record() == {
+        "name": "workerpool0-0", "pid": 4242, "pgid": 4242, "start_time": None
+    }
     assert replica.check_memory() is False  # no limit: no /proc scan, never killed
 
 

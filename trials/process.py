@@ -1,4 +1,4 @@
-"""Trial replica processes: start each in its own group, capture its output, stop it TERM -> grace -> KILL."""
+"""Trial replica processes: own process group, output to log files, stop TERM -> grace -> KILL."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from trials.errors import ConfigError
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _PROC = "/proc"
-_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _ECHO_CHUNK_BYTES = 1 << 16
 _ECHO_MAX_LINE_BYTES = 1 << 16  # a longer line (or a flood without newlines) is echoed in pieces
 _ECHO_IDLE_S = 0.05
@@ -54,7 +53,7 @@ def _read_stat(pid: int | str) -> ProcStat | None:
 
 
 def _group_members(pgids: Collection[int]) -> dict[int, list[tuple[int, ProcStat]]]:
-    """Live (non-zombie) processes of each group, from one scan of /proc (about 1 ms per 100 pids)."""
+    """Live (non-zombie) processes of each group from one /proc scan (~1 ms per 100 pids)."""
     members: dict[int, list[tuple[int, ProcStat]]] = {pgid: [] for pgid in pgids}
     for entry in os.listdir(_PROC):
         if not entry.isdigit():
@@ -96,18 +95,22 @@ def group_rss_bytes(pgids: Collection[int]) -> dict[int, int]:
     """Resident memory summed over the live processes of each group, from one /proc scan."""
     if not _has_proc():
         return {pgid: 0 for pgid in pgids}
+    page_bytes = os.sysconf("SC_PAGE_SIZE")
     members = _group_members(pgids)
-    return {pgid: sum(s.rss_pages for _, s in procs) * _PAGE_BYTES for pgid, procs in members.items()}
+    return {
+        pgid: sum(stat.rss_pages for _, stat in procs) * page_bytes
+        for pgid, procs in members.items()
+    }
 
 
 def kill_group(pgid: int, sig: int) -> None:
     """Send ``sig`` to every process of group ``pgid``; a group that is already gone is fine.
 
     Raises:
-        ValueError: ``pgid`` is 0, 1 or this process's own group (that would signal the controller).
+        ValueError: ``pgid`` is 0, 1 or this process's own group (it would signal the controller).
     """
     if pgid <= 1 or pgid == os.getpgrp():
-        raise ValueError(f"refusing to signal process group {pgid} (expected a replica's own group)")
+        raise ValueError(f"refusing to signal process group {pgid} (expected a replica's group)")
     try:
         os.killpg(pgid, sig)
     except ProcessLookupError:
@@ -171,7 +174,7 @@ class _Echo(threading.Thread):
                 log.seek(self._offset)
                 pending = b""
                 while True:
-                    finishing = self.finishing.is_set()  # read before the last read: nothing is lost
+                    finishing = self.finishing.is_set()  # checked before reading: nothing lost
                     chunk = log.read(_ECHO_CHUNK_BYTES)
                     if chunk:
                         pending = self._emit(pending + chunk)
@@ -273,7 +276,9 @@ class Replica:
 
     def record(self) -> dict[str, Any]:
         """What :func:`reap_leftovers` needs to find this group again from another controller."""
-        return {"name": self.name, "pid": self.pid, "pgid": self.pgid, "start_time": self.start_time}
+        return {
+            "name": self.name, "pid": self.pid, "pgid": self.pgid, "start_time": self.start_time
+        }
 
     def send_signal_group(self, sig: int) -> None:
         """Send ``sig`` to the whole process group; a group that is already gone is fine."""
@@ -303,29 +308,32 @@ class Replica:
         self.send_signal_group(signal.SIGKILL)
         return True
 
-    def begin_stop(self, now: float) -> None:
-        """Send SIGTERM to the group (once) and start the grace period at ``now``."""
+    def begin_stop(self, now: float) -> float:
+        """Send SIGTERM to the group (once) and start the grace period; returns when it started."""
         if self.stop_requested_at is not None:
-            return
+            return self.stop_requested_at
         self.stop_requested_at = now  # RUNNING -> STOPPING
         if self.running():
             self.send_signal_group(signal.SIGTERM)
+        return now
 
     def advance_stop(self, now: float, grace_s: float) -> bool:
-        """One non-blocking step of stopping; True once the leader is reaped and the group is gone."""
-        if self.stop_requested_at is None:
-            self.begin_stop(now)
-        assert self.stop_requested_at is not None
-        action = stop_action(
-            elapsed_s=now - self.stop_requested_at, grace_s=grace_s, running=self.running()
-        )
+        """One non-blocking stop step; True once the leader is reaped and its group is gone."""
+        started = self.begin_stop(now)
+        action = stop_action(elapsed_s=now - started, grace_s=grace_s, running=self.running())
         if action == "kill":
             if self.killed_at is None:
                 self.killed_at = now  # STOPPING -> KILLED
             self.send_signal_group(signal.SIGKILL)
         return action == "done"
 
-    def stop(self, grace_s: float, *, clock: Clock = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> int:
+    def stop(
+        self,
+        grace_s: float,
+        *,
+        clock: Clock = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> int:
         """SIGTERM the group, wait up to ``grace_s`` for all of it to exit, then SIGKILL it.
 
         Processes left in the group after the leader exits get the rest of the grace period, then

@@ -1,4 +1,4 @@
-"""trials.process with real child processes: exit statuses, stopping, groups, echo, memory, orphans."""
+"""trials.process with real children: exit statuses, stopping, groups, echo, memory, orphans."""
 
 from __future__ import annotations
 
@@ -38,16 +38,30 @@ def py(script: str, *args: str) -> list[str]:
     return [sys.executable, "-I", "-S", str(SCRIPTS / script), *args]
 
 
+_started: list = []
+
+
+@pytest.fixture(autouse=True)
+def _stop_what_a_failed_test_left() -> object:
+    yield
+    while _started:
+        replica = _started.pop()
+        replica.stop(grace_s=0.2)
+        replica.close()
+
+
 def start(tmp_path: Path, argv: list[str], name: str = "workerpool0-0", **kwargs):
-    return start_replica(
+    replica = start_replica(
         argv,
         env=kwargs.pop("env", ENV),
         cwd=kwargs.pop("cwd", str(tmp_path)),
-        stdout_path=str(tmp_path / f"{name}.stdout.log"),
-        stderr_path=str(tmp_path / f"{name}.stderr.log"),
+        stdout_path=kwargs.pop("stdout_path", str(tmp_path / f"{name}.stdout.log")),
+        stderr_path=kwargs.pop("stderr_path", str(tmp_path / f"{name}.stderr.log")),
         name=name,
         **kwargs,
     )
+    _started.append(replica)
+    return replica
 
 
 def wait_exit(replica, timeout_s: float = 5.0) -> int:
@@ -256,9 +270,12 @@ def test_missing_or_unexecutable_commands_are_config_errors(tmp_path: Path) -> N
 def test_one_log_for_both_streams_is_echoed_once(tmp_path: Path) -> None:
     echo = io.StringIO()
     log = str(tmp_path / "both.log")
-    replica = start_replica(py("proc_exit.py", "0"), env=ENV, cwd=str(tmp_path), stdout_path=log,
-                            stderr_path=log, name="workerpool1-0", echo=echo)
+    replica = start(tmp_path, py("proc_exit.py", "0"), "workerpool1-0", stdout_path=log,
+                    stderr_path=log, echo=echo)
     assert wait_exit(replica) == 0
     replica.close()
-    assert sorted(echo.getvalue().splitlines()) == ["[workerpool1-0] err line", "[workerpool1-0] out line"]
+    assert sorted(echo.getvalue().splitlines()) == [
+        "[workerpool1-0] err line",
+        "[workerpool1-0] out line",
+    ]
     assert sorted(tail_lines(log)) == ["err line", "out line"]
