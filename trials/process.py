@@ -406,35 +406,31 @@ def start_replica(
     paths = list(dict.fromkeys([stdout_path, stderr_path]))
     logs = {}
     try:
-        for path in paths:
+        for path in paths:  # an unwritable log is an OSError, not a ConfigError
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             logs[path] = open(path, "ab")
-        offsets = {path: os.fstat(f.fileno()).st_size for path, f in logs.items()}
+        offsets = {path: os.fstat(log.fileno()).st_size for path, log in logs.items()}
         prctl = _prctl()
-        proc = subprocess.Popen(
-            argv,
-            env=dict(env),
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=logs[stdout_path],
-            stderr=logs[stderr_path],
-            start_new_session=True,
-            close_fds=True,
-            preexec_fn=None if prctl is None else _die_with_parent(os.getpid(), prctl),
-        )
-    except OSError as err:
-        if isinstance(err, FileNotFoundError):
-            problem = "was not found"
-        elif isinstance(err, PermissionError):
-            problem = "is not executable"
-        else:
-            problem = f"could not be executed ({err.strerror})"
-        where = f"cwd {cwd!r}" + ("" if "/" in argv[0] else f", PATH {env.get('PATH', '')!r}")
-        raise ConfigError(f"replica {name}: command {argv[0]!r} {problem} ({where})") from err
+        try:
+            proc = subprocess.Popen(
+                argv,
+                env=dict(env),
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=logs[stdout_path],
+                stderr=logs[stderr_path],
+                start_new_session=True,
+                close_fds=True,
+                preexec_fn=None if prctl is None else _die_with_parent(os.getpid(), prctl),
+            )
+        except OSError as err:
+            raise ConfigError(_launch_error(name, argv[0], cwd, env, err)) from err
     finally:
         for log in logs.values():
             log.close()
-    echoes = [_Echo(path, offsets[path], f"[{name}] ", echo) for path in paths] if echo else []
+    echoes = []
+    if echo is not None:
+        echoes = [_Echo(path, offsets[path], f"[{name}] ", echo) for path in paths]
     for thread in echoes:
         thread.start()
     return Replica(
@@ -447,6 +443,17 @@ def start_replica(
         start_time=process_start_time(proc.pid),
         echoes=echoes,
     )
+
+
+def _launch_error(name: str, program: str, cwd: str, env: Mapping[str, str], err: OSError) -> str:
+    if isinstance(err, FileNotFoundError):
+        problem = "was not found"
+    elif isinstance(err, PermissionError):
+        problem = "is not executable"
+    else:
+        problem = f"could not be executed ({err.strerror})"
+    where = f"cwd {cwd!r}" + ("" if "/" in program else f", PATH {env.get('PATH', '')!r}")
+    return f"replica {name}: command {program!r} {problem} ({where})"
 
 
 def reap_leftovers(

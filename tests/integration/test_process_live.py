@@ -279,3 +279,11 @@ def test_one_log_for_both_streams_is_echoed_once(tmp_path: Path) -> None:
         "[workerpool1-0] out line",
     ]
     assert sorted(tail_lines(log)) == ["err line", "out line"]
+
+
+def test_exec_format_error_is_a_config_error(tmp_path: Path) -> None:
+    script = tmp_path / "train"
+    script.write_bytes(b"\x00\x01 not a program")
+    script.chmod(0o755)
+    with pytest.raises(ConfigError, match=r"'\./train' could not be executed \(Exec format error\)"):
+        start(tmp_path, ["./train"])
