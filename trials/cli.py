@@ -296,6 +296,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.local_command = local_command
     try:
         return args.handler(args)
+    except BrokenPipeError:  # `trials describe JOB | head`
+        sys.stderr.close()
+        return protocol.EXIT_OK
     except KeyboardInterrupt:
         print("trials: interrupted", file=sys.stderr)
         return protocol.EXIT_INTERRUPTED

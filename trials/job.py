@@ -151,9 +151,9 @@ class JobRunner:
                 self.progress("job_cancelling", {})
             if not self.cancel_requested and self.job_error is None:
                 self._fill_slots(now)
+                self.max_parallel = max(self.max_parallel, len(self.running))
             for run in list(self.running.values()):
                 self._tick(run, now)
-            self.max_parallel = max(self.max_parallel, len(self.running))
             if not self.running and (self.cancel_requested or self.job_error or self.exhausted):
                 return
             self._wait(self.opt.poll_interval_s)

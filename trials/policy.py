@@ -84,7 +84,7 @@ def exit_message(replica: str, status: int, stderr_tail: Sequence[str] = ()) -> 
         f"The replica {replica} exited with a non-zero status of {status}. "
         f"Termination reason: {reason.rstrip('.')}."
     )
-    tail = [line.rstrip() for line in stderr_tail if line.strip()][-5:]
+    tail = [line.strip() for line in stderr_tail if line.strip()][-3:]
     if len(tail) > 1:
         message += " Last stderr lines: " + " | ".join(tail)
     return message
