@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence, TextIO
 
 from trials import launch, policy, protocol, stopping
 from trials.metrics_reader import TrialMetricsReader
-from trials.process import Replica, free_port, start_replica, tail_lines
+from trials.process import Replica, check_memory_all, free_port, start_replica, tail_lines
 from trials.records import Measurement
 from trials.spec import JobSpec, Scheduling
 from trials.study import Claimed, JobStore
@@ -77,6 +77,7 @@ class TrialRun:
     injected: int = 0
     next_injection: float = math.inf
     restart_at: dict[str, float] = field(default_factory=dict)
+    pid_records: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def trial_id(self) -> str:
@@ -240,11 +241,12 @@ class JobRunner:
         )
         run.replicas[lau.name] = replica
         run.exited.pop(lau.name, None)
-        self._record_pids(run)
+        self._record_pids(run, replica)
 
-    def _record_pids(self, run: TrialRun) -> None:
-        records = [r.record() for r in run.replicas.values() if r.poll() is None]
-        self._write_json(os.path.join(run.paths.trial_dir, "pids.json"), records)
+    def _record_pids(self, run: TrialRun, replica: Replica) -> None:
+        # Every replica started in this run stays listed: a resumed controller reaps their groups.
+        run.pid_records.append(replica.record())
+        self._write_json(os.path.join(run.paths.trial_dir, "pids.json"), run.pid_records)
 
     # ------------------------------------------------------------------ tick
     def _tick(self, run: TrialRun, now: float) -> None:
@@ -252,9 +254,7 @@ class JobRunner:
             for r in run.replicas.values():
                 r.send_signal_group(signal.SIGKILL)
         if self.opt.memory_limit_mb:
-            for r in run.replicas.values():
-                if r.poll() is None:
-                    r.check_memory()
+            check_memory_all(r for r in run.replicas.values() if r.poll() is None)
         self._poll_metrics(run)
         self._check_exits(run, now)
         self._maybe_restart_later(run, now)
@@ -278,12 +278,15 @@ class JobRunner:
     def _all_exited(self, run: TrialRun) -> bool:
         if run.restart_at:
             return False
+        if any(r.poll() is None for r in run.replicas.values()):
+            return False
+        # Every leader exited: stop what is left of their groups (children that outlived them).
+        now = self.clock()
+        done = True
         for r in run.replicas.values():
-            if r.poll() is None:
-                return False
-            if r.stop_requested_at is not None and not r.advance_stop(self.clock(), self.opt.grace_period_s):
-                return False  # children of the group still being stopped
-        return True
+            r.begin_stop(now)
+            done = r.advance_stop(now, self.opt.grace_period_s) and done
+        return done
 
     def _check_exits(self, run: TrialRun, now: float) -> None:
         for lau in run.launches:
@@ -341,9 +344,8 @@ class JobRunner:
     def _maybe_restart_later(self, run: TrialRun, now: float) -> None:
         for name in list(run.restart_at):
             r = run.replicas[name]
-            if r.poll() is None and not r.advance_stop(now, self.opt.grace_period_s):
-                continue
-            if r.poll() is None:
+            r.begin_stop(now)  # the leader or what is left of its group
+            if not r.advance_stop(now, self.opt.grace_period_s):
                 continue
             del run.restart_at[name]
             if name not in run.exited:
