@@ -124,7 +124,7 @@ class Node:
         n = len(self.value)
         if n < min_len or (max_len is not None and n > max_len):
             bound = f"at least {min_len}" if max_len is None else f"{min_len} to {max_len}"
-            self.fail(f"a list of {bound} {what}", got=f"{n}")
+            self.fail(f"a list of {bound} {what}", got=f"{n} items" if n else "an empty list")
         return [Node(v, f"{self.path}[{i}]", self.source) for i, v in enumerate(self.value)]
 
     def string(self, *, what: str = "a string", allow_empty: bool = False) -> str:
@@ -154,8 +154,10 @@ class Node:
             self.fail("an integer")
         low = INT64_MIN if lo is None else lo
         if v < low or v > hi:
-            rng = f"≥ {low}" if hi == INT64_MAX else f"≤ {hi}" if low == INT64_MIN else f"{low}..{hi}"
-            self.fail(f"an integer {rng}")
+            wide = hi in (INT32_MAX, INT64_MAX)
+            rng = ("within int64" if lo is None and wide else f"≥ {low}" if wide else
+                   f"{low}..{hi}" if lo is not None else f"≤ {hi}")
+            self.fail(f"an integer {rng}" + (f" (at most {hi})" if wide and v > hi else ""))
         return v
 
     def number(self) -> float:
@@ -264,7 +266,8 @@ def _parse_yaml(text: str, source: str) -> object:
                     None, None, "found an unhashable key", key_node.start_mark) from None
             if duplicate:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"expected unique keys, got `{key}` twice", key_node.start_mark)
+                    "expected unique keys in every mapping", None, f"`{key}` twice",
+                    key_node.start_mark)
             out[key] = loader.construct_object(value_node, deep=True)
         return out
 
@@ -274,8 +277,12 @@ def _parse_yaml(text: str, source: str) -> object:
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = " ".join(str(err.problem or err.context or "a syntax error").split())
-        raise SpecError(f"invalid YAML{where}: expected valid YAML, got {problem}",
+        problem = " ".join(str(err.problem or "a syntax error").split())
+        problem = re.sub(r"^(but )?found ", "", problem)
+        context = " ".join(str(err.context or "").split())
+        expected = (context[len("expected "):] if context.startswith("expected ") else
+                    f"valid YAML ({context})" if context else "valid YAML")
+        raise SpecError(f"invalid YAML{where}: expected {expected}, got {problem}",
                         source=source) from err
     except yaml.YAMLError as err:
         raise SpecError(f"invalid YAML: expected valid YAML, got {' '.join(str(err).split())}",

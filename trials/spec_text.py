@@ -7,6 +7,7 @@ import shlex
 
 from trials.protocol import format_flag, format_value
 from trials.spec import (
+    DISCRETE_MIN_GAP,
     Goal,
     JobSpec,
     LocalOptions,
@@ -30,11 +31,10 @@ def summary(job: JobSpec) -> str:
     study = job.study
     lines = [f"job: {job.display_name or '(no display name)'}"]
     lines.append("metrics:")
-    for i, m in enumerate(study.metrics):
-        goal = {Goal.MAXIMIZE: "maximize", Goal.MINIMIZE: "minimize"}.get(m.goal,
-                                                                          "maximize (unset)")
-        lines.append(f"  {m.metric_id}  {goal}" + ("  (primary)" if i == 0 and
-                                                    len(study.metrics) > 1 else ""))
+    goals = [(m.metric_id, {Goal.MAXIMIZE: "maximize", Goal.MINIMIZE: "minimize"}.get(
+        m.goal, "maximize (unset)") + (" (primary)" if i == 0 and len(study.metrics) > 1 else ""))
+        for i, m in enumerate(study.metrics)]
+    lines.extend("  " + row for row in _table(goals))
     lines.append("parameters:")
     lines.extend("  " + row for row in _table(_rows(study)))
     lines.append(f"algorithm: {study.algorithm.value}")
@@ -73,20 +73,20 @@ def sample_value(p: ParameterSpec) -> Value:
 
 def sample_trial(study: StudySpec) -> list[tuple[ParameterSpec, Value]]:
     """The active parameters and their sample values, in StudySpec order."""
-    values: dict[str, Value] = {}
+    out: list[tuple[ParameterSpec, Value]] = []
 
     def visit(p: ParameterSpec) -> None:
-        values[p.parameter_id] = sample_value(p)
-        for cond in p.conditionals:
-            visit(cond.parameter)
+        value = sample_value(p)
+        out.append((p, value))
+        for cond in p.conditionals:  # only the children this value activates
+            if any(v == value if isinstance(v, str) or isinstance(value, str)
+                   else abs(float(v) - float(value)) <= DISCRETE_MIN_GAP
+                   for v in cond.parent_values):
+                visit(cond.parameter)
 
     for p in study.parameters:
         visit(p)
-    active = study.active_parameters(values)
-    chosen: dict[str, Value] = {}
-    for p in active:
-        chosen[p.parameter_id] = values[p.parameter_id]
-    return [(p, chosen[p.parameter_id]) for p in active]
+    return out
 
 
 def _rows(study: StudySpec) -> list[tuple[str, ...]]:
@@ -105,6 +105,8 @@ def _rows(study: StudySpec) -> list[tuple[str, ...]]:
 
 
 def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    if not rows:
+        return []
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
 
