@@ -67,7 +67,7 @@ class MetricSpec:
     @property
     def maximize(self) -> bool:
         """Unset goal means maximize (the API's rule)."""
-        return self.goal is not Goal.MINIMIZE
+        return self.goal != Goal.MINIMIZE
 
 
 @dataclass(**_FROZEN)

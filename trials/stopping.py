@@ -14,8 +14,9 @@ larger is better (minimized metrics are negated by the caller via ``orient``).
 - convex (``convexAutomatedStoppingSpec``): Vertex fits a convex (decelerating) curve. Ours assumes
   the gains of the last measurements keep shrinking geometrically, extrapolates to ``maxStepCount``
   (learned as the longest completed curve when unset), and stops when that prediction does not reach
-  the best final value; the prediction is returned so the caller can record it as the trial's last
-  measurement, as Vertex does.
+  the best final value. The extrapolation is calibrated on the completed curves (it adds the largest
+  under-prediction it made on them from the same x), so a curve like the best one is never stopped.
+  The prediction is returned so the caller records it as the trial's last measurement, as Vertex does.
 """
 
 from __future__ import annotations
@@ -102,6 +103,22 @@ def decay_curve_rule(current: Curve, completed: Sequence[Curve], *, min_complete
     return KEEP
 
 
+def _convex_extrapolate(points: Curve, horizon: float) -> float | None:
+    """Extrapolate the last three points to ``horizon`` assuming geometrically shrinking gains."""
+    if len(points) < 3:
+        return None
+    (x0, y0), (x1, y1), (x2, y2) = points[-3], points[-2], points[-1]
+    if any(math.isnan(v) for v in (y0, y1, y2)):
+        return None
+    g1, g2 = y1 - y0, y2 - y1
+    steps_left = max(0.0, (horizon - x2) / max(x2 - x1, 1e-12))
+    if g1 > 0 and 0 < g2 < g1:
+        ratio = g2 / g1
+        return y2 + g2 * ratio * (1 - ratio ** steps_left) / (1 - ratio)
+    # Gains not shrinking: extrapolate linearly with the recent gain, never downward.
+    return y2 + max(g2, 0.0) * steps_left
+
+
 def convex_rule(
     current: Curve,
     completed: Sequence[Curve],
@@ -118,15 +135,18 @@ def convex_rule(
     x, y = current[-1]
     if x < floor or x >= horizon or math.isnan(y):
         return KEEP
-    (x0, y0), (x1, y1), (x2, y2) = current[-3], current[-2], current[-1]
-    g1, g2 = y1 - y0, y2 - y1
-    if g1 > 0 and 0 < g2 < g1:
-        ratio = g2 / g1
-        steps_left = max(0.0, (horizon - x2) / max(x2 - x1, 1e-12))
-        predicted = y2 + g2 * ratio * (1 - ratio ** steps_left) / (1 - ratio)
-    else:
-        # Not decelerating gains: extrapolate linearly with the recent gain, but never downward.
-        predicted = y2 + max(g2, 0.0) * max(0.0, (horizon - x2) / max(x2 - x1, 1e-12))
+    predicted = _convex_extrapolate(current, horizon)
+    if predicted is None:
+        return KEEP
+    # Calibrate on the completed curves: add the largest amount by which the same extrapolation,
+    # made at the same x, under-predicted their real final value.
+    errors = []
+    for c in completed:
+        head = [p for p in c if p[0] <= x]
+        guess = _convex_extrapolate(head, horizon)
+        if guess is not None:
+            errors.append(c[-1][1] - guess)
+    predicted += max([0.0, *errors])
     best_final = max(c[-1][1] for c in completed if c)
     if predicted < best_final:
         return StopDecision(True, f"convex extrapolation to {horizon:g} predicts {predicted:.6g}, "
