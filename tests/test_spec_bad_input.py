@@ -79,6 +79,7 @@ CASES = [
     Case("json-duplicate-key", '{"studySpec": {}, "studySpec": {}}', "spec.json",
          "`studySpec` twice", "spec.json"),
     # --- unknown keys
+    Case("key-with-line-break", g() + '"label\\nx": 1\n', "label\\nx", "unknown key `label\\nx`"),
     Case("unknown-parameterID", g(**{"- parameterId: lr": "- parameterID: lr"}),
          f"{P1}.parameterID", "did you mean `parameterId`?"),
     Case("snake-case-key", g(**{"scaleType:": "scale_type:"}), f"{P1}.scale_type",

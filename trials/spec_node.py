@@ -51,6 +51,14 @@ def show(value: object) -> str:
     return f"{text} ({kind or type(value).__name__})"
 
 
+def one_line(text: str) -> str:
+    """Escape line breaks and other unprintable characters (keys may hold them) so a message
+    stays on one line."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
 def _keys(mapping: Mapping) -> str:
     names = [str(k) for k in mapping]
     return "[" + ", ".join(names[:6]) + (", ..." if len(names) > 6 else "") + "]"
@@ -77,11 +85,11 @@ class Node:
 
     def fail(self, expected: str, *, got: str | None = None) -> NoReturn:
         """Raise a one-line SpecError: ``<source>: <path>: expected …, got …``."""
-        raise SpecError(f"expected {expected}, got {got or show(self.value)}",
-                        source=self.source, path=self.path or "(top level)")
+        self.error(f"expected {expected}, got {got or show(self.value)}")
 
     def error(self, message: str) -> NoReturn:
-        raise SpecError(message, source=self.source, path=self.path or "(top level)")
+        raise SpecError(one_line(message), source=one_line(self.source),
+                        path=one_line(self.path) or "(top level)")
 
     @property
     def missing(self) -> bool:
