@@ -10,11 +10,12 @@ of controllers or workers claim them atomically and can never exceed the count.
 from __future__ import annotations
 
 import itertools
-import warnings
 import math
 import os
+import time
+import warnings
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
@@ -35,8 +36,12 @@ ATTR_PREFIX = "trials:"
 
 # --- Storage URLs ---------------------------------------------------------------------------------
 def open_storage(url: str, *, heartbeat_interval_s: int | None = None, grace_period_s: int | None = None):
-    """An Optuna storage from a URL: ``journal:PATH`` / a ``.log`` path, or any SQLAlchemy URL."""
-    if url.startswith("journal:") or url.endswith((".log", ".journal")):
+    """An Optuna storage from a URL: ``journal:PATH`` / a ``.log`` path, or any SQLAlchemy URL.
+
+    A database storage retries through connection outages once its ``outages`` is set (workers do;
+    one-shot commands such as ``describe`` fail fast instead).
+    """
+    if is_journal_url(url):
         path = url[len("journal:"):] if url.startswith("journal:") else url
         from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 
@@ -58,10 +63,141 @@ def open_storage(url: str, *, heartbeat_interval_s: int | None = None, grace_per
     else:
         engine = {"pool_pre_ping": True}
     try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine, **kwargs)
+        return RetryingRDBStorage(url, engine_kwargs=engine, **kwargs)
     except Exception as err:  # noqa: BLE001 - driver errors vary; name the URL without secrets
         raise StorageError(f"cannot open storage {redact(url)}: {type(err).__name__}: "
-                           f"{str(err).splitlines()[0] if str(err) else ''}") from err
+                           f"{scrub(_first_line(err), url)}") from None
+
+
+def is_journal_url(url: str) -> bool:
+    return url.startswith("journal:") or url.endswith((".log", ".journal"))
+
+
+def _first_line(err: BaseException) -> str:
+    cause = err
+    while cause.__cause__ is not None and not str(cause).strip():
+        cause = cause.__cause__
+    text = str(cause).strip() or str(err.__cause__ or "").strip()
+    return text.splitlines()[0] if text else ""
+
+
+def scrub(text: str, url: str | None) -> str:
+    """``text`` with the password of ``url`` (and the whole URL) replaced by its redacted form."""
+    if not url:
+        return text
+    text = text.replace(url, redact(url))
+    if "://" in url and "@" in url.split("://", 1)[1]:
+        creds = url.split("://", 1)[1].rsplit("@", 1)[0]
+        if ":" in creds:
+            password = creds.split(":", 1)[1]
+            if password:
+                text = text.replace(password, "***")
+    return text
+
+
+# --- Connection outages ---------------------------------------------------------------------------
+def is_connection_error(err: BaseException) -> bool:
+    """Whether ``err`` (or what caused it) says the database connection failed, not the query."""
+    from sqlalchemy import exc as sa_exc
+
+    seen = 0
+    cur: BaseException | None = err
+    while cur is not None and seen < 10:
+        if isinstance(cur, (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.DisconnectionError)):
+            return True
+        if isinstance(cur, sa_exc.DBAPIError) and cur.connection_invalidated:
+            return True
+        if type(cur).__name__ in ("OperationalError", "InterfaceError") and \
+                type(cur).__module__.startswith(("psycopg", "sqlite3", "pymysql", "MySQLdb")):
+            return True
+        cur = cur.__cause__ or cur.__context__
+        seen += 1
+    return False
+
+
+class Outages:
+    """Retries a database call through connection outages, with backoff, saying so once per outage.
+
+    Args:
+        notify: receives one line when an outage starts and one when it ends.
+        url: the storage URL, only to scrub its password from what ``notify`` gets.
+        first_delay_s, max_delay_s: the backoff (doubling from the first to the max).
+    """
+
+    def __init__(self, notify: Callable[[str], None], *, url: str | None = None,
+                 first_delay_s: float = 0.2, max_delay_s: float = 10.0,
+                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic):
+        self.notify = notify
+        self.url = url
+        self.first_delay_s = first_delay_s
+        self.max_delay_s = max_delay_s
+        self.sleep = sleep
+        self.clock = clock
+        self.down_since: float | None = None
+        self.n_outages = 0
+        self._depth = 0
+
+    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self._depth:  # a retried call made from inside another: the outer one retries
+            return fn(*args, **kwargs)
+        delay = self.first_delay_s
+        while True:
+            self._depth += 1
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as err:  # noqa: BLE001 - re-raised unless it is a connection error
+                if not is_connection_error(err):
+                    raise
+                if self.down_since is None:
+                    self.down_since = self.clock()
+                    self.n_outages += 1
+                    self.notify(f"database unreachable ({scrub(_first_line(err), self.url)}); "
+                                f"retrying with backoff up to {self.max_delay_s:g}s")
+                self.sleep(delay)
+                delay = min(delay * 2, self.max_delay_s)
+                continue
+            finally:
+                self._depth -= 1
+            if self.down_since is not None:
+                self.notify(f"database reachable again after {self.clock() - self.down_since:.1f}s")
+                self.down_since = None
+            return result
+
+
+_RETRIED = (
+    "create_new_study", "delete_study", "set_study_user_attr", "set_study_system_attr",
+    "get_study_id_from_name", "get_study_name_from_id", "get_study_directions",
+    "get_study_user_attrs", "get_study_system_attrs", "get_trial_user_attrs",
+    "get_trial_system_attrs", "get_all_studies", "create_new_trial", "_create_new_trial",
+    "set_trial_param", "_set_trial_param", "get_trial_param", "set_trial_state_values",
+    "set_trial_intermediate_value", "set_trial_user_attr", "set_trial_system_attr",
+    "get_trial_id_from_study_id_trial_number", "get_trial", "get_all_trials", "_get_trials",
+    "get_best_trial", "_get_best_trial_id",
+)
+
+
+class RetryingRDBStorage(optuna.storages.RDBStorage):
+    """Optuna's RDBStorage whose calls wait out connection outages when ``outages`` is set."""
+
+    outages: "Outages | None" = None
+
+
+def _retrying(name: str) -> Callable[..., Any]:
+    base = getattr(optuna.storages.RDBStorage, name)
+
+    def method(self: RetryingRDBStorage, *args: Any, **kwargs: Any) -> Any:
+        if self.outages is None:
+            return base(self, *args, **kwargs)
+        return self.outages.call(base, self, *args, **kwargs)
+
+    method.__name__ = name
+    method.__doc__ = base.__doc__
+    return method
+
+
+for _name in _RETRIED:
+    if hasattr(optuna.storages.RDBStorage, _name):
+        setattr(RetryingRDBStorage, _name, _retrying(_name))
 
 
 def redact(url: str) -> str:
@@ -194,10 +330,12 @@ def make_sampler(name: str, *, seed: int | None, n_startup: int = 10):
         return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup)
     if name == "cmaes":
         return optuna.samplers.CmaEsSampler(seed=seed, n_startup_trials=n_startup)
-    return optuna.samplers.TPESampler(
-        seed=seed, multivariate=True, group=True, constant_liar=True,
-        n_startup_trials=n_startup,
-    )
+    with warnings.catch_warnings():  # `group` is marked experimental in Optuna; it is what we want
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(
+            seed=seed, multivariate=True, group=True, constant_liar=True,
+            n_startup_trials=n_startup,
+        )
 
 
 # --- The job store --------------------------------------------------------------------------------
@@ -208,6 +346,7 @@ class Claimed:
     trial_id: str
     params: dict[str, Value]
     resumed: bool  # a RUNNING trial left by a dead controller, run again
+    resume_reason: str = ""  # why it runs again (names the dead worker), for the attempts list
 
 
 class JobStore:
@@ -301,7 +440,7 @@ class JobStore:
     def running_trials(self) -> list[FrozenTrial]:
         return self.frozen_trials((TrialState.RUNNING,))
 
-    def reclaim(self, frozen: FrozenTrial, study: StudySpec) -> Claimed:
+    def reclaim(self, frozen: FrozenTrial, study: StudySpec, reason: str = "") -> Claimed:
         """A RUNNING trial whose controller died: run it again with its stored parameters."""
         values: dict[str, Value] = {}
         for p in study.all_parameters():
@@ -313,7 +452,8 @@ class JobStore:
             trial = optuna.Trial(self.study, frozen._trial_id)
             values = suggest(trial, study)
         return Claimed(number=frozen.number, storage_id=frozen._trial_id,
-                       trial_id=str(frozen.number + 1), params=values, resumed=True)
+                       trial_id=str(frozen.number + 1), params=values, resumed=True,
+                       resume_reason=reason)
 
     def set_trial_attrs(self, storage_id: int, **values: Any) -> None:
         for k, v in values.items():
