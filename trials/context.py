@@ -203,6 +203,7 @@ class TrialContext:
         self._restored_step: int | None = None
         self._pending: "tuple[Any, int] | None" = None
         self.last_checkpoint_step: int | None = None
+        self.reports_after_stop = 0  # report() calls made once should_stop was already true
         self.on_report: "Callable[[TrialContext, int, dict[str, float]], None] | None" = None
 
     # --- identity and paths -------------------------------------------------------------------
@@ -316,6 +317,8 @@ class TrialContext:
         Raises:
             MetricsError: no metric, a non-number, or NaN/inf without ``allow_nonfinite``.
         """
+        if self._stop_reason is not None:
+            self.reports_after_stop += 1
         values = dict(metrics or {})
         values.update(more)
         self._log.maybe()

@@ -154,6 +154,7 @@ def run_objective(sandbox: TrialSandbox, objective: Callable[..., Any], Config: 
     if attempt is not None:
         sandbox.set(**{protocol.ENV_ATTEMPT: str(attempt)})
     options.setdefault("install_signals", sigterm_after_step is not None)
+    options.setdefault("tensorboard", False)  # event files are not what an objective's test checks
 
     def hook(ctx: Any) -> None:
         def on_report(ctx: Any, step: int, metrics: dict) -> None:
@@ -182,6 +183,8 @@ def run_trial(trial_env: TrialSandbox) -> Callable[..., TrialRun]:
 
     ``flags`` is a list of tokens or a mapping (formatted as the controller would). Call it again
     with ``attempt=1`` to restart the same trial (same directories, fresh hypertune file).
+    ``run_options`` are :class:`trials.context.RunOptions`; TensorBoard output is off unless
+    ``tensorboard=True``.
     """
 
     def _run(objective: Callable[..., Any], Config: type | None = None, **kwargs: Any) -> TrialRun:
@@ -360,6 +363,8 @@ class ObjectiveContract:
         run = self._run(trial_env, stop_after_step=1)
         assert run.exit_code == protocol.EXIT_STOPPED, f"expected exit 75, got {run!r}"
         assert run.steps == [run.steps[0]], f"expected one step after the stop request, got {run.steps}"
+        late = run.context.reports_after_stop
+        assert late == 0, f"the objective reported {late} more time(s) after the stop request"
         if self.expects_checkpoint:
             assert run.checkpoint_steps() and run.checkpoint_steps()[-1] == run.steps[-1], (
                 f"expected a checkpoint of step {run.steps[-1]}, got {run.checkpoint_steps()}")
@@ -368,3 +373,5 @@ class ObjectiveContract:
         run = self._run(trial_env, sigterm_after_step=1)
         assert run.exit_code == protocol.EXIT_STOPPED, f"expected exit 75 after SIGTERM, got {run!r}"
         assert len(run.steps) == 1, f"expected the loop to end after one step, got {run.steps}"
+        late = run.context.reports_after_stop
+        assert late == 0, f"the objective reported {late} more time(s) after SIGTERM"

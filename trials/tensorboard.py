@@ -47,7 +47,7 @@ class ScalarWriter:
                 writer.add_scalar(tag, value, global_step=step, walltime=timestamp)
             writer.flush()
         except ImportError as err:
-            self._disable(f"TensorBoard scalars are off: tensorboardX is not installed ({err}); "
+            self._disable(f"TensorBoard scalars are off: could not import tensorboardX ({err}); "
                           f"{INSTALL_HINT}")
         except Exception as err:  # noqa: BLE001 - TensorBoard output must never fail the trial
             self._disable(f"TensorBoard scalars are off after an error writing to {self.logdir}: "
