@@ -14,9 +14,10 @@ from trials.spec_export import duration, export_text, to_gcloud, to_rest, with_i
 from trials.spec_load import load_spec, loads_spec, parse_spec
 
 ROOT = Path(__file__).parents[1]
-ALL_SPECS = sorted((ROOT / "tests" / "data" / "specs").glob("*")) + sorted(
-    (ROOT / "search_spaces").glob("*.yaml"))
-IDS = [p.name for p in ALL_SPECS]
+ALL_SPECS = (sorted((ROOT / "tests" / "data" / "specs").glob("*"))
+             + sorted((ROOT / "search_spaces").glob("*.yaml"))
+             + sorted((ROOT / "examples").glob("*/*.yaml")))  # the examples' specs too
+IDS = [str(p.relative_to(ROOT)) for p in ALL_SPECS]
 
 
 def _without_local(job: JobSpec) -> JobSpec:

@@ -1,9 +1,4 @@
-"""Write a JobSpec back as the REST JSON body or the gcloud ``--config`` YAML (load(export(j)) == j).
-
-Both are the HyperparameterTuningJob message in camelCase with enum names; the REST body writes
-int64 fields as strings, as the API does. Unspecified enums and default values are omitted. The
-local options (``trialsLocal``) are never exported.
-"""
+"""Write a JobSpec back as the REST JSON body or the gcloud ``--config`` YAML (export -> load = id)."""
 
 from __future__ import annotations
 
@@ -41,7 +36,11 @@ _VALUE_KEYS = {ParameterType.DOUBLE: "doubleValueSpec", ParameterType.INTEGER: "
 
 
 def to_rest(job: JobSpec) -> dict:
-    """The REST JSON body of ``hyperparameterTuningJobs.create`` (int64 values as strings)."""
+    """The REST JSON body of ``hyperparameterTuningJobs.create``.
+
+    camelCase, enum names, int64 values as strings, durations as ``"3600s"``; unspecified enums
+    and default values are omitted; the local options (``trialsLocal``) are never exported.
+    """
     return _Writer(rest=True).job(job)
 
 

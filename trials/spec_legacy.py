@@ -1,13 +1,4 @@
-"""The legacy AI Platform ``hptuning_config.yaml`` (``trainingInput.hyperparameters``) form.
-
-Mapping to the Vertex job: ``params[]`` -> ``studySpec.parameters``, ``hyperparameterMetricTag`` +
-``goal`` -> the one metric, ``enableTrialEarlyStopping`` -> ``medianAutomatedStoppingSpec``,
-``pythonModule`` (+ ``masterConfig.imageUri`` as the executor image) -> a PythonPackageSpec pool,
-``masterConfig.imageUri`` alone -> a ContainerSpec pool, ``jobDir`` -> ``baseOutputDirectory``,
-``masterType`` -> ``machineType``, ``worker*``/``parameterServer*``/``evaluator*`` -> pools 1-3.
-Scale ``NONE`` is unspecified. ``region``, ``scaleTier``, ``runtimeVersion``, ``pythonVersion`` and
-the job-level ``scheduling`` are accepted and ignored.
-"""
+"""The legacy AI Platform ``hptuning_config.yaml`` (``trainingInput.hyperparameters``) form."""
 
 from __future__ import annotations
 
@@ -52,6 +43,16 @@ ALGORITHMS = {a.value: a for a in Algorithm}
 
 
 def parse_legacy(root: Node) -> JobSpec:
+    """Parse the legacy form.
+
+    Mapping to the Vertex job: ``params[]`` -> ``studySpec.parameters``, ``hyperparameterMetricTag`` +
+    ``goal`` -> the one metric, ``enableTrialEarlyStopping`` -> ``medianAutomatedStoppingSpec``,
+    ``pythonModule`` (+ ``masterConfig.imageUri`` as the executor image) -> a PythonPackageSpec pool,
+    ``masterConfig.imageUri`` alone -> a ContainerSpec pool, ``jobDir`` -> ``baseOutputDirectory``,
+    ``masterType`` -> ``machineType``, ``worker*``/``parameterServer*``/``evaluator*`` -> pools 1-3.
+    Scale ``NONE`` is unspecified. ``region``, ``scaleTier``, ``runtimeVersion``, ``pythonVersion`` and
+    the job-level ``scheduling`` are accepted and ignored.
+    """
     top = root.mapping({"trainingInput", "jobId", "labels"}, _IGNORED_TOP)
     ti = top["trainingInput"]
     f = ti.mapping(_INPUT_KEYS, _IGNORED_INPUT)

@@ -1,9 +1,4 @@
-"""Load a job spec in any of the four forms (gcloud YAML, REST JSON, legacy, short) into a JobSpec.
-
-The gcloud ``--config`` YAML and the REST JSON body are one message (``HyperparameterTuningJob`` in
-camelCase) and share this parser; int64 fields may be JSON strings. The legacy AI Platform
-``hptuning_config.yaml`` and the short search-space form live in ``spec_legacy`` / ``spec_short``.
-"""
+"""Load a job spec in any of four forms (gcloud YAML, REST JSON, legacy, short) into a JobSpec."""
 
 from __future__ import annotations
 
@@ -102,12 +97,20 @@ def load_spec(path: str | os.PathLike[str]) -> JobSpec:
 
 
 def loads_spec(text: str, *, source: str = "<string>") -> JobSpec:
-    """Parse spec text (JSON or YAML) into a JobSpec."""
+    """Parse spec text (JSON or YAML) into a JobSpec.
+
+    Raises:
+        SpecError: invalid text or spec; ``source`` names it in the message.
+    """
     return parse_spec(parse_text(text, source=source, fmt=None), source=source)
 
 
 def parse_spec(data: object, *, source: str) -> JobSpec:
-    """Validate an already-parsed document (any of the four forms) into a JobSpec."""
+    """Validate an already-parsed document (any of the four forms) into a JobSpec.
+
+    Raises:
+        SpecError: the document is invalid; the message names ``source`` and the path inside it.
+    """
     root = Node(data, "", source)
     if not isinstance(data, dict):
         root.fail(f"a mapping at the top level: {FORMS}")
@@ -133,7 +136,8 @@ def parse_spec(data: object, *, source: str) -> JobSpec:
 
 
 def parse_job(root: Node) -> JobSpec:
-    """The HyperparameterTuningJob message (gcloud YAML / REST JSON)."""
+    """The HyperparameterTuningJob message in camelCase: the gcloud ``--config`` YAML and the REST
+    JSON body share this parser; int64 fields may be JSON strings, enums names or numbers."""
     f = root.mapping(_JOB_KEYS, IGNORED_KEYS["job"])
     study = _study(f.get("studySpec") or _missing(root, "studySpec"))
     n_max, n_par, n_fail = rules.counts(

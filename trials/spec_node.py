@@ -1,8 +1,4 @@
-"""A cursor over a parsed spec document: typed reads that fail with file, path, expected and got.
-
-Also turns spec text into a document (JSON with the stdlib, YAML with ``yaml.safe_load`` imported
-lazily), reporting syntax errors with line and column and rejecting duplicate keys.
-"""
+"""A cursor over a parsed spec document: typed reads that fail with file, path, expected and got."""
 
 from __future__ import annotations
 

@@ -1,19 +1,4 @@
-"""The short search-space form (``search_spaces/*.yaml``): metrics, parameters, an optional trial job.
-
-Example::
-
-    metrics: {accuracy: maximize}
-    parameters:
-      learning_rate: {type: double, min: 0.0001, max: 0.1, scale: log}
-      optimizer:
-        type: categorical
-        values: [adam, sgd]
-        when:
-          - values: [sgd]
-            parameters:
-              momentum: {type: double, min: 0.0, max: 0.99}
-    command: [python, examples/mlp/train.py]
-"""
+"""The short search-space form (``search_spaces/*.yaml``): metrics, parameters, a trial job."""
 
 from __future__ import annotations
 
@@ -66,7 +51,22 @@ _LOCAL_KEYS = {"inject_restarts": "inject_restarts", "grace_period_s": "grace_pe
 
 
 def parse_short(root: Node) -> JobSpec:
-    """The short form. Counts default to 1 trial, 1 in parallel, 0 failures allowed."""
+    """Parse the short form. Counts default to 1 trial, 1 in parallel, 0 failures allowed.
+
+    Example::
+
+        metrics: {accuracy: maximize}
+        parameters:
+          learning_rate: {type: double, min: 0.0001, max: 0.1, scale: log}
+          optimizer:
+            type: categorical
+            values: [adam, sgd]
+            when:
+              - values: [sgd]
+                parameters:
+                  momentum: {type: double, min: 0.0, max: 0.99}
+        command: [python, examples/mlp/train.py]
+    """
     f = root.mapping(_KEYS)
     metrics_node = f.get("metrics", Node(MISSING, "metrics", root.source))
     metrics = rules.metrics(

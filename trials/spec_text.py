@@ -1,4 +1,4 @@
-"""The human summary ``trials validate`` prints: parameters, metrics, counts and a sample trial's flags."""
+"""The summary ``trials validate`` prints: parameters, metrics, counts, a sample trial's flags."""
 
 from __future__ import annotations
 
@@ -143,7 +143,8 @@ def _trial_job(job: JobSpec) -> list[str]:
 def _command(pool: WorkerPoolSpec) -> str:
     if pool.container is not None:
         c = pool.container
-        argv = shlex.join([*c.command, *c.args]) or "(the image's entrypoint)"
+        argv = shlex.join([*c.command, *c.args]) if c.command else " ".join(
+            ["(the image's entrypoint)", shlex.join(c.args)]).rstrip()
         return argv if c.image_uri == LOCAL_IMAGE_URI else f"{argv} [image {c.image_uri}]"
     k = pool.python_package
     assert k is not None
