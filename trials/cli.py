@@ -22,10 +22,26 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from trials.spec_export import export_text
-    from trials.spec_load import load_spec
+    import os
+    from dataclasses import replace
 
-    job = load_spec(args.spec)
+    from trials.spec_export import export_text
+
+    if os.path.isfile(args.spec):  # a spec file
+        from trials.spec_load import load_spec
+
+        job = load_spec(args.spec)
+    else:  # a job: the spec it stored, with its actual trial count
+        from trials import controller
+        from trials.errors import JobNotFoundError
+
+        try:
+            h = controller.open_job(args.spec, root=args.root, storage=args.storage)
+        except (JobNotFoundError, ConfigError) as err:
+            raise JobNotFoundError(f"expected a spec file or a job id, got {args.spec!r}: no such file, "
+                                   f"and {err}") from None
+        n = len(h.store.frozen_trials())
+        job = replace(h.job, max_trial_count=n) if n else h.job
     sys.stdout.write(export_text(job, args.format, image_uri=args.image_uri))
     return protocol.EXIT_OK
 
@@ -198,6 +214,23 @@ def _cmd_best(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from trials import controller, describe
+    from trials.report import write_report
+
+    h = controller.open_job(args.job, root=args.root, storage=args.storage)
+    report = write_report(h, out_dir=args.out, plots=not args.no_plots)
+    if report.top_rows:
+        print(report.top_title)
+        print(describe.format_table(report.top_header, report.top_rows))
+    else:
+        print(f"job {h.job_id}: no trial has succeeded yet")
+    for title, why in report.skipped:
+        print(f"skipped {title}: {why}")
+    print(f"report: {report.index_html}")
+    return 0
+
+
 def _job_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", default="trials-jobs", help="directory holding one folder per job (default ./trials-jobs)")
     p.add_argument("--storage", help="Optuna storage URL (default: journal file in the job folder)")
@@ -227,8 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec", help="gcloud YAML, REST JSON, legacy hptuning_config.yaml or search space")
     p.set_defaults(handler=_cmd_validate)
 
-    p = sub.add_parser("export", help="write a spec as gcloud YAML or REST JSON")
-    p.add_argument("spec")
+    p = sub.add_parser("export", help="write a spec or a job's spec as gcloud YAML or REST JSON")
+    p.add_argument("spec", metavar="JOB|SPEC", help="a spec file, or the id of a job under --root / in --storage")
+    _job_args(p)
     p.add_argument("--format", choices=("gcloud-yaml", "rest-json"), default="gcloud-yaml")
     p.add_argument("--image-uri", help="container image that replaces the local command")
     p.set_defaults(handler=_cmd_export)
@@ -274,6 +308,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job")
     _job_args(p)
     p.set_defaults(handler=_cmd_best)
+
+    p = sub.add_parser("report", help="write an HTML report with plots into the job folder")
+    p.add_argument("job")
+    _job_args(p)
+    p.add_argument("--out", metavar="DIR", help="where to write index.html and the PNGs (default <job folder>/report)")
+    p.add_argument("--no-plots", action="store_true", help="tables only, no matplotlib")
+    p.set_defaults(handler=_cmd_report)
 
     return parser
 
