@@ -231,17 +231,19 @@ def _mark_stopped(ax: Any, stopped: set[int]) -> None:
 def draw_plots(study: Any, metric_ids: Sequence[str], maximize: Sequence[bool],
                rest: Mapping[str, Any], out_dir: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """Write one PNG per plot into ``out_dir``: ([(title, path)], [(title, reason skipped)])."""
+    if not any(t["state"] == "SUCCEEDED" for t in rest.get("trials", [])):
+        return [], [("all plots", "no trial has succeeded yet: there is nothing to plot")]
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     done, skipped = [], []
-    if not any(t["state"] == "SUCCEEDED" for t in rest.get("trials", [])):
-        return [], [("all plots", "no trial has succeeded yet: there is nothing to plot")]
     for stem, title, draw in _plots(study, metric_ids, maximize, rest):
         try:
-            ax = draw()
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".* is experimental")  # Optuna's plots
+                ax = draw()
         except _Skip as why:
             skipped.append((title, str(why)))
             continue
