@@ -178,8 +178,8 @@ def test_summary_names_the_type_like_a_traceback():
 
 def test_resolve_target_module_and_file(monkeypatch):
     monkeypatch.syspath_prepend(SCRIPTS)
-    objective_fn, config_cls, spec, module_dir = resolve_target("counter_trial:objective")
-    assert objective_fn.__name__ == "objective" and config_cls.__name__ == "Config"
+    objective_fn, module, spec, module_dir = resolve_target("counter_trial:objective")
+    assert objective_fn.__name__ == "objective" and module.Config.__name__ == "Config"
     assert spec is None and module_dir == SCRIPTS
     objective_fn, _, _, _ = resolve_target(COUNTER)
     assert objective_fn.__name__ == "objective"

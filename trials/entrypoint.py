@@ -29,6 +29,7 @@ TARGET is `package.module:function`, `package.module` (function `objective`) or
   Config  a dataclass of typed hyperparameters with defaults, and/or
   SPEC    a search-space file (relative paths are resolved against the module's directory)
           whose bounds and choices the flags are checked against.
+  OPTIONS a dict of trials.main keyword options (checkpoint_format, keep_checkpoints, ...).
 The function is called as function(config, ctx) or function(ctx) (then use ctx.config).
 
 `trials-run TARGET --help` lists the objective's hyperparameters.
@@ -308,7 +309,7 @@ def main(objective: "Callable[..., Any]", Config: type | None = None, *, spec: "
 
 # --- trials-run ------------------------------------------------------------------------------------
 def resolve_target(target: str) -> "tuple[Callable[..., Any], Any, Any, str | None]":
-    """(objective, Config, SPEC, module directory) from ``module:function`` or ``file.py:function``.
+    """(objective, module, SPEC, module directory) from ``module:function`` or ``file.py:function``.
 
     Raises:
         FlagError: the module or function cannot be found (exceptions raised while the module
@@ -348,7 +349,7 @@ def resolve_target(target: str) -> "tuple[Callable[..., Any], Any, Any, str | No
     if not callable(objective):
         raise FlagError(f"module {module.__name__!r} has no function {func_name!r} (from TARGET "
                         f"{target!r})")
-    return objective, getattr(module, "Config", None), getattr(module, "SPEC", None), module_dir
+    return objective, module, getattr(module, "SPEC", None), module_dir
 
 
 def run_main(argv: "Sequence[str] | None" = None) -> int:
@@ -359,8 +360,9 @@ def run_main(argv: "Sequence[str] | None" = None) -> int:
         return protocol.EXIT_OK if args else protocol.EXIT_USAGE
     target, flags = args[0], args[1:]
     try:
-        objective, Config, spec, module_dir = resolve_target(target)
-    except FlagError as err:
+        objective, module, spec, module_dir = resolve_target(target)
+        options = RunOptions(**getattr(module, "OPTIONS", {}))
+    except (FlagError, ConfigError) as err:
         print(f"trials-run: error: {err}", file=sys.stderr)
         return protocol.EXIT_USAGE
     except Exception as err:  # noqa: BLE001 - the user's module failed to import
@@ -369,8 +371,8 @@ def run_main(argv: "Sequence[str] | None" = None) -> int:
         traceback.print_exc()
         print(_summary(err), file=sys.stderr)
         return protocol.EXIT_ERROR
-    outcome = run(objective, Config, spec=spec, argv=flags, prog=f"trials-run {target}",
-                  spec_dir=module_dir)
+    outcome = run(objective, getattr(module, "Config", None), spec=spec, argv=flags,
+                  options=options, prog=f"trials-run {target}", spec_dir=module_dir)
     return outcome.exit_code
 
 

@@ -258,7 +258,8 @@ class ObjectiveContract:
     """Checks an objective keeps the trial contract. Subclass it in a test module.
 
     Set ``objective`` (as ``staticmethod(fn)`` or plain), ``Config`` and/or ``spec``, ``metric``,
-    and ``flags`` that keep runs short (e.g. ``{"epochs": 3}``). The objective must report
+    ``flags`` that keep runs short (e.g. ``{"epochs": 3}``) and ``options`` for
+    :func:`trials.main` (e.g. a checkpoint format). The objective must report
     ``metric`` once per step with increasing steps, checkpoint through ``ctx.checkpoint``, resume
     through ``ctx.restore`` and stop between steps once ``ctx.should_stop``.
 
@@ -276,6 +277,7 @@ class ObjectiveContract:
     spec: Any = None
     metric: str = ""
     flags: "Sequence[str] | Mapping[str, Any]" = ()
+    options: "Mapping[str, Any]" = {}  # RunOptions, e.g. {"checkpoint_format": NPZ_FORMAT}
     min_steps: int = 2
     expects_model: bool = True
     expects_checkpoint: bool = True
@@ -304,7 +306,7 @@ class ObjectiveContract:
     def _run(self, sandbox: TrialSandbox, extra: Sequence[str] = (), **kwargs: Any) -> TrialRun:
         tokens = _flag_tokens(self.flags) + list(extra)
         return run_objective(sandbox, self._objective(), self.Config, spec=self.spec, flags=tokens,
-                             **kwargs)
+                             **{**self.options, **kwargs})
 
     def _ok(self, run: TrialRun) -> TrialRun:
         if run.exit_code != protocol.EXIT_OK:

@@ -2,9 +2,28 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable, Mapping
 
 INSTALL_HINT = "pip install 'trials[tensorboard]'"
+# tensorboardX imports these for s3:// and gs:// log dirs when they are installed (~220 ms for
+# google.cloud.storage, which google-cloud-aiplatform brings). The runtime only ever hands it
+# local paths (gs:// is mapped to the /gcs mount first), so they are hidden during its import.
+_REMOTE_BACKENDS = ("google.cloud.storage", "boto3")
+
+
+def import_summary_writer() -> Any:
+    """``tensorboardX.SummaryWriter``, imported without its remote-storage backends."""
+    hidden = [name for name in _REMOTE_BACKENDS if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]  # makes `import name` raise ImportError
+    try:
+        from tensorboardX import SummaryWriter
+    finally:
+        for name in hidden:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
+    return SummaryWriter
 
 
 class ScalarWriter:
@@ -31,9 +50,8 @@ class ScalarWriter:
         if self._writer is None:
             factory = self._factory
             if factory is None:
-                from tensorboardX import SummaryWriter
-
-                factory = lambda logdir: SummaryWriter(logdir=logdir)  # noqa: E731
+                summary_writer = import_summary_writer()
+                factory = lambda logdir: summary_writer(logdir=logdir)  # noqa: E731
             self._writer = factory(self.logdir)
         return self._writer
 
