@@ -66,7 +66,7 @@ C0 = f"{P2}.conditionalParameterSpecs[0]"
 CASES = [
     # --- syntax and document shape
     Case("yaml-syntax", "studySpec:\n  metrics:\n\t- a\n", "line 3, column 1",
-         "got character '\\t' that cannot start"),
+         "that cannot start any token"),
     Case("json-syntax", '{"studySpec": {', "line 1", "expected valid JSON", "spec.json"),
     Case("empty-file", "   \n", "spec.yaml", "empty file"),
     Case("top-level-list", "- a\n- b\n", "(top level)", "got a list of 2"),

@@ -255,7 +255,7 @@ def _parse_json(text: str, source: str) -> object:
 def _parse_yaml(text: str, source: str) -> object:
     import yaml
 
-    class Loader(yaml.SafeLoader):
+    class Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
         pass
 
     def construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict:
