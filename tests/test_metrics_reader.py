@@ -186,20 +186,38 @@ def test_dedupe_across_repeated_polls(paths):
     assert steps_of(reader) == [1, 2, 3] and reader.conflicts == 0
 
 
-def test_torn_read_then_full_read(paths):
+def settle(path):
+    """Backdate a file's mtime: the reader then trusts it as no longer being written."""
+    past = time.time_ns() - 10 * metrics_reader.RACY_WINDOW_NS
+    os.utime(path, ns=(past, past))
+
+
+def test_torn_read_is_left_for_the_next_poll(paths):
     fake = FakeHypertune(paths[0])
     fake.report_steps([1, 2, 3])
     full = open(paths[0]).read()
     with open(paths[0], "w") as f:
-        f.write(full[: len(full) // 2])  # what a reader sees in the middle of a rewrite
+        f.write(full[: len(full) // 2 + 10])  # what a reader sees in the middle of a rewrite
     reader = make_reader(paths)
     reader.poll()
-    assert 1 in steps_of(reader) and 3 not in steps_of(reader)
+    assert steps_of(reader) == []
     with open(paths[0], "w") as f:
         f.write(full)
     assert reader.poll() is True
     assert steps_of(reader) == [1, 2, 3] and reader.conflicts == 0
     assert all(set(m.metrics) == {"acc", "loss"} for m in reader.measurements())
+
+
+def test_settled_torn_file_is_read_up_to_its_bad_tail(paths):
+    fake = FakeHypertune(paths[0])
+    fake.report_steps([1, 2, 3])
+    full = open(paths[0]).read()
+    with open(paths[0], "w") as f:
+        f.write(full[: len(full) // 2 + 10])
+    settle(paths[0])
+    reader = make_reader(paths)
+    assert reader.poll() is True
+    assert 1 in steps_of(reader) and 3 not in steps_of(reader)
 
 
 def test_nan_value_kept(paths):
@@ -282,6 +300,26 @@ def test_file_not_yet_full_on_first_read_does_not_warn(paths):
     assert len(reader.measurements()) == 49 and reader.missing_steps_warning is None
 
 
+def test_exactly_100_reports_between_reads_is_not_a_loss(paths):
+    fake, reader = FakeHypertune(paths[0]), make_reader(paths)
+    fake.report_steps(range(30))
+    reader.poll()
+    fake.report_steps(range(30, 80))  # 100 reports: the file shares no entry with the last read
+    reader.poll()
+    assert steps_of(reader) == list(range(80)) and reader.missing_steps_warning is None
+
+
+def test_gap_inside_one_step_is_not_a_missing_step(paths):
+    fake, reader = FakeHypertune(paths[0]), make_reader(paths, metric_ids=["acc"])
+    fake.report("acc", 0.1)
+    reader.poll()
+    for i in range(150):  # no global_step: every report is step 0
+        fake.report("acc", i / 1000)
+    reader.poll()
+    (m,) = reader.measurements()
+    assert m.metrics["acc"] == 0.149 and reader.missing_steps_warning is None
+
+
 def test_full_file_overlapping_what_was_read_does_not_warn(paths):
     fake, reader = FakeHypertune(paths[0]), make_reader(paths)
     fake.report_steps(range(40))
@@ -321,13 +359,35 @@ def test_restart_keeps_old_steps_and_replaces_re_reported_ones(paths):
     assert steps_of(reader) == list(range(60)) and reader.missing_steps_warning is None
 
 
-def test_restart_without_on_restart_is_not_a_loss_either(paths):
+def test_restart_without_on_restart_is_taken_once_the_file_settles(paths):
     reader = make_reader(paths)
     FakeHypertune(paths[0]).report_steps(range(48))
     reader.poll()
     FakeHypertune(paths[0], t0=T0 + 1000).report_steps(range(48, 60))
+    # A short file that starts with an unread entry: a fresh file, or the first chunk of a rewrite
+    # after an overflow? Only a settled file tells.
+    assert reader.poll() is False and steps_of(reader) == list(range(48))
+    settle(paths[0])
+    assert reader.poll() is True
+    ms = reader.measurements()
+    assert [m.step for m in ms] == list(range(60)) and reader.missing_steps_warning is None
+    assert ms[47].attempt == 0 and ms[48].attempt == 1
+
+
+def test_short_read_after_an_overflow_waits_for_the_whole_file(paths):
+    fake, reader = FakeHypertune(paths[0]), make_reader(paths)
+    fake.report_steps(range(10))
     reader.poll()
-    assert steps_of(reader) == list(range(60)) and reader.missing_steps_warning is None
+    fake.report_steps(range(10, 110))  # overflow: the file now holds steps 60..109
+    whole = open(paths[0]).read().splitlines(keepends=True)
+    with open(paths[0], "w") as f:
+        f.writelines(whole[:70])  # a rewrite's first 8 KiB chunk ends at a line end
+    assert reader.poll() is False
+    with open(paths[0], "w") as f:
+        f.writelines(whole)
+    assert reader.poll() is True
+    assert steps_of(reader) == list(range(10)) + list(range(60, 110))
+    assert "between step 9 and step 60" in reader.missing_steps_warning
 
 
 def test_restart_that_overflows_before_the_first_read_warns(paths):
@@ -434,6 +494,7 @@ def test_garbage_and_invalid_utf8(paths):
         f.write(format_record(3, {"acc": 0.3}, T0 + 3).encode())
     with open(paths[0], "wb") as f:
         f.write(b"\x80\x81\n" + b'{"acc": "0.4", "global_step": "4", "timestamp": 9.0}\n' + b"\xff")
+    settle(paths[0])
     reader = make_reader(paths)
     reader.poll()
     assert steps_of(reader) == [1, 3, 4]
@@ -484,8 +545,7 @@ def test_jsonl_wins_per_metric_and_hypertune_fills_the_rest(paths):
 def test_unchanged_poll_does_not_open_files(paths, monkeypatch):
     FakeHypertune(paths[0]).report_steps(range(50))
     write_jsonl(paths[1], range(5))
-    past = time.time_ns() - 10 * metrics_reader.RACY_WINDOW_NS
-    os.utime(paths[0], ns=(past, past))
+    settle(paths[0])
     reader = make_reader(paths)
     reader.poll()
 
@@ -498,24 +558,24 @@ def test_unchanged_poll_does_not_open_files(paths, monkeypatch):
 
 def test_same_size_rewrite_within_the_same_mtime_is_not_missed(paths):
     # A coarse filesystem clock can give two rewrites of one size the same mtime ("racy clean").
-    fake = FakeHypertune(paths[0])
-    fake.report("acc", 0.1, 1)
+    line = '{"acc": "%s", "global_step": "%d", "timestamp": %s}\n'
+    with open(paths[0], "w") as f:
+        f.write(line % ("0.1", 1, "1000001.5") + line % ("0.1", 2, "1000002.5"))
     mtime = os.stat(paths[0]).st_mtime_ns
     reader = make_reader(paths, metric_ids=["acc"])
     reader.poll()
-    fake.queue.clear()
-    fake.report("acc", 0.2, 1)  # same size: one digit changed
+    with open(paths[0], "w") as f:  # same size, one more report of step 2
+        f.write(line % ("0.1", 1, "1000001.5") + line % ("0.2", 2, "1000003.5"))
     os.utime(paths[0], ns=(mtime, mtime))
     assert reader.poll() is True
-    assert reader.measurements()[0].metrics["acc"] == 0.2
+    assert reader.measurements()[1].metrics["acc"] == 0.2
 
 
 def test_poll_cost(paths, capsys):
     fake = FakeHypertune(paths[0])
     fake.report_steps(range(50))  # a full 100-line file
     write_jsonl(paths[1], range(5))
-    past = time.time_ns() - 10 * metrics_reader.RACY_WINDOW_NS
-    os.utime(paths[0], ns=(past, past))
+    settle(paths[0])
 
     def per_call_us(fn, n):
         samples = []

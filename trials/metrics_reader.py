@@ -172,11 +172,9 @@ class TrialMetricsReader:
 
     def on_restart(self) -> None:
         """A replica restarted: keep what was read; its new hypertune file starts fresh."""
-        # ACTIVE attempt n -> attempt n+1: the shrinking file is a new queue, not lost steps.
-        self._attempt += 1
+        self._start_attempt()
         self._ht_sig = None
         self._ht_bytes = None
-        self._ht_last_step = None
 
     def measurements(self) -> list[Measurement]:
         """Every measurement read so far, one per step, ordered by step, with ``elapsed_s`` set."""
@@ -199,13 +197,16 @@ class TrialMetricsReader:
     @property
     def missing_steps_warning(self) -> str | None:
         """Why some steps may be missing (the hypertune file's cap dropped them), or ``None``."""
-        if not self._gaps or self._jl_exists:
+        if self._jl_exists:
             return None  # metrics.jsonl is lossless: the hypertune file's losses do not matter
+        gaps = [g for g in self._gaps if not self._gap_is_harmless(*g)]
+        if not gaps:
+            return None
         shown = ", ".join(
             f"before step {after}" if before is None else f"between step {before} and step {after}"
-            for before, after in self._gaps[:_MAX_GAPS_SHOWN]
+            for before, after in gaps[:_MAX_GAPS_SHOWN]
         )
-        more = len(self._gaps) - _MAX_GAPS_SHOWN
+        more = len(gaps) - _MAX_GAPS_SHOWN
         if more > 0:
             shown += f" and {more} more gap{'s' if more > 1 else ''}"
         return (
@@ -213,6 +214,23 @@ class TrialMetricsReader:
             f"only its last {HYPERTUNE_MAX_ENTRIES} entries and the file was not read in time; "
             f"report through the trials runtime for a lossless {protocol.METRICS_LOG}"
         )
+
+    def _gap_is_harmless(self, before: int | None, after: int) -> bool:
+        """No step can be missing: the gap lies between adjacent steps that have every metric.
+
+        The cap cannot tell "exactly 100 reports since the last read" from "more than 100", so a
+        gap is only a suspicion; adjacent complete steps (or a complete step 0) clear it.
+        """
+        if not self.metric_ids:
+            return False
+        by_step = self._ht_log.by_step
+
+        def complete(step: int) -> bool:
+            return step in by_step and self.metric_ids <= by_step[step].metrics.keys()
+
+        if before is None:
+            return after == 0 and complete(0)
+        return after - before <= 1 and complete(before) and complete(after)
 
     @property
     def conflicts(self) -> int:
@@ -261,29 +279,59 @@ class TrialMetricsReader:
         self._ht_exists = True
         if data == self._ht_bytes:
             return first_seen
+        changed = self._add_hypertune(data.decode("utf-8", errors="replace"), settled=not racy)
+        if changed is None:
+            return first_seen  # torn in the middle of a rewrite: the next poll reads it whole
         self._ht_bytes = data
-        return self._add_hypertune(data.decode("utf-8", errors="replace")) or first_seen
+        return changed or first_seen
 
-    def _add_hypertune(self, text: str) -> bool:
+    def _add_hypertune(self, text: str, *, settled: bool) -> bool | None:
+        """Take in one read of the file; ``None`` if it is left for a later read to settle.
+
+        A torn read is skipped unless the file has settled (then its bad tail is garbage, not a
+        write in progress); so is a short read that could be a fresh file or a partial rewrite.
+        """
+        if not text.strip():
+            return False  # between truncation and the first write: 90 % of reads under load
         n_records = 0
-        first: list[HypertuneLine] | None = None  # the oldest record's metrics, if not read before
+        first: tuple[bool, HypertuneLine | None] | None = None  # (read before?, its first metric)
         new: list[HypertuneLine] = []
+        new_raws: list[str] = []
+        last_ok = False
         for raw in text.splitlines():
             raw = raw.strip()
+            if not raw:
+                continue
             if raw in self._ht_raw_seen:  # most lines of a rewrite were read before: skip parsing
+                first = first or (True, None)
                 n_records += 1
+                last_ok = True
                 continue
             lines = _parse_hypertune_line(raw)
+            last_ok = lines is not None
             if lines is None:
                 continue  # torn or foreign
-            if n_records == 0:
-                first = lines
+            if first is None:
+                first = (bool(lines) and self._key(lines[0]) in self._ht_seen,
+                         lines[0] if lines else None)
             n_records += 1
-            self._ht_raw_seen.add(raw)
+            new_raws.append(raw)
             new.extend(lines)
-        if first and n_records >= HYPERTUNE_MAX_ENTRIES and self._key(first[0]) not in self._ht_seen:
-            # A full file sharing no entry with what was read: reports between may have been dropped.
-            self._gaps.append((self._ht_last_step, first[0].step))
+        if not settled and not (last_ok and text.endswith("\n")):
+            return None
+        if first is not None and not first[0] and first[1] is not None:
+            # The oldest entry of this read was never read before. Every entry read so far is older
+            # (reads are prefixes of rewrites, oldest first), so reports in between may be lost.
+            if n_records >= HYPERTUNE_MAX_ENTRIES:
+                self._gaps.append((self._ht_last_step, first[1].step))  # overflowed since
+            elif self._ht_last_step is not None:
+                # Short: a new process's fresh file, or the first chunk of an overflowed file's
+                # rewrite (the library writes 8 KiB chunks at line ends). Only a settled file is
+                # surely whole; until then wait for a read that tells them apart.
+                if not settled:
+                    return None
+                self._start_attempt()  # a restart nobody told us about: a fresh file, not a loss
+        self._ht_raw_seen.update(new_raws)  # only now: a read left for later must be parsed again
         measurements: list[Measurement] = []
         changed = False
         for line in new:
@@ -299,6 +347,11 @@ class TrialMetricsReader:
                                                 timestamp=line.timestamp, attempt=self._attempt))
         self._add(self._ht_log, measurements)
         return changed
+
+    def _start_attempt(self) -> None:
+        # attempt n -> n+1: the shrinking file is a new queue, not lost steps
+        self._attempt += 1
+        self._ht_last_step = None
 
     @staticmethod
     def _key(line: HypertuneLine) -> tuple:
