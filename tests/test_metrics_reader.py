@@ -486,6 +486,14 @@ def test_jsonl_replaced_is_reread_without_duplicates(paths):
     assert steps_of(reader) == list(range(5)) and reader.conflicts == 0
 
 
+def test_jsonl_record_without_known_metrics_gives_no_measurement(paths):
+    with open(paths[1], "w") as f:
+        f.write(format_record(1, {}, T0) + format_record(2, {"other": 1.0}, T0))
+    reader = make_reader(paths)
+    assert reader.poll() is True
+    assert reader.measurements() == [] and reader.unknown_tags == {"other"}
+
+
 def test_garbage_and_invalid_utf8(paths):
     with open(paths[1], "wb") as f:
         f.write(b"\xff\xfe garbage \x00\n")

@@ -1,4 +1,4 @@
-"""The controller's tolerant reader of a trial's metrics: the hypertune file and ``metrics.jsonl``."""
+"""The controller's tolerant reader of a trial's metrics: hypertune file and ``metrics.jsonl``."""
 
 from __future__ import annotations
 
@@ -94,8 +94,8 @@ def parse_hypertune_text(text: str) -> list[HypertuneLine]:
     library writes for ``None``.
 
     Example:
-        >>> parse_hypertune_text('{"acc": "0.9", "global_step": "10", "timestamp": 5.0, "trial": "1"}')
-        [HypertuneLine(tag='acc', value=0.9, step=10, timestamp=5.0, trial='1', checkpoint_path='')]
+        >>> parse_hypertune_text('{"acc": "0.9", "global_step": "10", "timestamp": 5.0}')
+        [HypertuneLine(tag='acc', value=0.9, step=10, timestamp=5.0, trial=None, checkpoint_path='')]
     """
     out: list[HypertuneLine] = []
     for raw in text.splitlines():
@@ -128,7 +128,7 @@ class TrialMetricsReader:
         start_time: the trial's start (``time.time()``), for ``elapsed_s``.
 
     Example:
-        >>> reader = TrialMetricsReader("/nonexistent/h", "/nonexistent/m.jsonl", ["acc"], start_time=0)
+        >>> reader = TrialMetricsReader("/no/h.metrics", "/no/metrics.jsonl", ["acc"], start_time=0)
         >>> reader.poll(), reader.measurements(), reader.source
         (False, [], None)
     """
@@ -267,7 +267,7 @@ class TrialMetricsReader:
                     f.seek(st.st_size - MAX_HYPERTUNE_BYTES)
                     data = f.read(MAX_HYPERTUNE_BYTES)
                     data = data[data.find(b"\n") + 1:]  # drop the partial first line
-                else:  # a read() of just what is there: a 4 MiB buffer would cost more than the parse
+                else:  # read just what is there: a 4 MiB buffer would cost more than the parse
                     data = f.read(st.st_size + 4096)
         except OSError as err:
             self._read_error = f"cannot read {self.hypertune_path}: {err}"
@@ -413,8 +413,8 @@ class TrialMetricsReader:
                 changed = True
                 if not self.metric_ids or tag in self.metric_ids:
                     kept[tag] = value
-            if len(kept) == len(m.metrics):
-                new.append(m)
+            if kept and len(kept) == len(m.metrics):
+                new.append(m)  # the common case: nothing to filter
             elif kept:
                 new.append(Measurement(step=m.step, metrics=kept, timestamp=m.timestamp,
                                        attempt=m.attempt))
