@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence, TextIO
 
 from trials import launch, policy, protocol, stopping
+from trials.devices import DeviceAllocator, DevicePlan, replica_env
 from trials.metrics_reader import TrialMetricsReader
-from trials.process import Replica, check_memory_all, free_port, start_replica, tail_lines
+from trials.process import Replica, check_memory_all, free_port, reap_leftovers, start_replica, tail_lines
 from trials.records import Measurement
 from trials.spec import JobSpec, Scheduling
 from trials.study import Claimed, JobStore
@@ -52,6 +53,9 @@ class RunOptions:
     inject_restarts: float = 0.0  # chaos mode: SIGTERM + restart rate per trial-second
     echo: TextIO | None = None  # copy replica output here, prefixed
     seed: int | None = None
+    shared: Any = None  # trials.worker.SharedJob: one of several workers on a database job
+    join: bool = False  # a `trials worker`: Ctrl-C / SIGTERM leaves the job instead of cancelling it
+    devices: DevicePlan | None = None  # GPUs handed to replicas (None: CUDA_VISIBLE_DEVICES untouched)
 
 
 @dataclass(eq=False)
@@ -77,6 +81,8 @@ class TrialRun:
     injected: int = 0
     next_injection: float = math.inf
     restart_at: dict[str, float] = field(default_factory=dict)
+    devices: tuple[tuple[str, ...], ...] | None = None  # per replica, primary first
+    lost: bool = False  # another worker took the trial over: record nothing
     pid_records: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -114,7 +120,13 @@ class JobRunner:
         self._metric_ids = job.study.metric_ids
         self._spec_rest = store.get_meta("spec") or {}
         self._trial_job_rest = dict(self._spec_rest.get("trialJobSpec", {}))
-        self.worker_name = f"{socket.gethostname()}:{os.getpid()}"
+        self.shared = options.shared
+        self.worker_name = self.shared.me if self.shared else f"{socket.gethostname()}:{os.getpid()}"
+        self.leaving = False  # a joined worker asked to stop: its trials go back to the queue
+        self.n_started = 0
+        self._next_claim_at = 0.0
+        plan = options.devices
+        self._alloc = DeviceAllocator(plan.devices) if plan and plan.devices is not None else None
 
     # ------------------------------------------------------------------ public
     def resume_running(self) -> int:
@@ -129,7 +141,10 @@ class JobRunner:
         now_wall = time.time()
         if self.store.get_meta("start_time") is None:
             self.store.set_meta(start_time=rfc3339(now_wall))
-        self.store.set_meta(state=RUNNING, end_time=None, error=None, controller=self.worker_name)
+        if not self.opt.join:
+            self.store.set_meta(state=RUNNING, end_time=None, error=None, controller=self.worker_name)
+        elif self.store.get_meta("state") in (QUEUED, PENDING):
+            self.store.set_meta(state=RUNNING)
         self.progress("job_running", {})
         restore = self._install_signals()
         try:
@@ -150,12 +165,15 @@ class JobRunner:
             if self.cancel_requested and self.store.get_meta("state") != CANCELLING:
                 self.store.set_meta(state=CANCELLING)
                 self.progress("job_cancelling", {})
-            if not self.cancel_requested and self.job_error is None:
+            if not self.cancel_requested and self.job_error is None and not self.leaving:
                 self._fill_slots(now)
                 self.max_parallel = max(self.max_parallel, len(self.running))
+            if self.shared is not None and self.shared.beat_due():
+                self._heartbeat(now)
             for run in list(self.running.values()):
                 self._tick(run, now)
-            if not self.running and (self.cancel_requested or self.job_error or self.exhausted):
+            if not self.running and (self.cancel_requested or self.job_error or self.exhausted
+                                     or self.leaving):
                 return
             self._wait(self.opt.poll_interval_s)
 
@@ -164,8 +182,20 @@ class JobRunner:
         if self.opt.slots:
             cap = min(cap, self.opt.slots)
         while len(self.running) < cap:
+            if self._alloc is not None and not self._alloc.fits(self.opt.devices.counts):
+                return  # the next trial waits in REQUESTED until its devices are free
             if self._pending_resumed:
                 claimed = self._pending_resumed.pop(0)
+            elif self.shared is not None:
+                if now < self._next_claim_at:
+                    return
+                claimed = self.shared.claim(self.job.study, cap=self.job.parallel_trial_count)
+                if claimed is None:
+                    # Nothing claimable: wait for a free global slot or a stale trial to take over,
+                    # until no trial of the job is waiting or running anywhere.
+                    self.exhausted = self.shared.n_waiting == 0 and self.shared.n_running == 0
+                    self._next_claim_at = now + min(1.0, self.shared.heartbeat_s)
+                    return
             else:
                 claimed = self.store.claim(self.job.study)
                 if claimed is None:
@@ -177,8 +207,22 @@ class JobRunner:
         if now - self._last_state_check < STATE_CHECK_INTERVAL_S:
             return
         self._last_state_check = now
-        if self.store.get_meta("state") in (CANCELLING, CANCELLED):
+        state = self.store.get_meta("state")
+        if state in (CANCELLING, CANCELLED):
             self.cancel_requested = True
+        elif self.shared is not None and state == FAILED and self.job_error is None:
+            error = self.store.get_meta("error") or {}
+            self.job_error = error.get("message") or "another worker ended the job FAILED"
+
+    def _heartbeat(self, now: float) -> None:
+        lost = set(self.shared.beat([r.claimed.storage_id for r in self.running.values() if not r.lost]))
+        for run in self.running.values():
+            if run.claimed.storage_id in lost:
+                run.lost = True
+                self.progress("warning", {"trial_id": run.trial_id, "message": (
+                    f"trial {run.trial_id}: another worker took it over (this worker missed its "
+                    f"heartbeats); stopping it here")})
+                self._begin_stop(run, now, "lost")
 
     # ------------------------------------------------------------------ launch
     def _launch(self, claimed: Claimed, now: float) -> None:
@@ -204,10 +248,19 @@ class JobRunner:
         )
         run = TrialRun(claimed=claimed, paths=paths, launches=launches, reader=reader,
                        start_wall=time.time(), start_mono=now)
+        if self._alloc is not None:
+            run.devices = self._alloc.allocate(claimed.trial_id, self.opt.devices.counts)
         if claimed.resumed:
             # Measurements of earlier attempts stay in the trial directory and are read again.
             run.attempts = list(self._trial_attr(claimed, "attempts") or [])
-            run.attempts.append({"reason": "resumed after the controller stopped", "time": rfc3339(time.time())})
+            entry = {"reason": claimed.resume_reason or "resumed after the controller stopped",
+                     "time": rfc3339(time.time())}
+            if claimed.previous_worker:
+                entry["worker"] = claimed.previous_worker
+                self._reap_previous(claimed.previous_worker, paths.trial_dir)
+            run.attempts.append(entry)
+            reader.poll(final=True)  # what the earlier attempt reported (its processes are gone)
+            reader.on_restart()
         self._write_json(os.path.join(paths.trial_dir, protocol.ARGS_FILE), {
             "trial_id": claimed.trial_id, "parameters": claimed.params,
             "replicas": {l.name: list(l.argv) for l in launches},
@@ -223,7 +276,10 @@ class JobRunner:
                                  "worker": self.worker_name, "trial_dir": paths.trial_dir}
         if not claimed.resumed:
             attrs["start_time"] = rfc3339(run.start_wall)
+        elif self.shared is not None:
+            attrs["attempts"] = run.attempts  # visible in `describe` while the re-run goes on
         self.store.set_trial_attrs(claimed.storage_id, **attrs)
+        self.n_started += 1
         if self.opt.inject_restarts > 0:
             run.next_injection = now + self._rng.expovariate(self.opt.inject_restarts)
         self.progress("trial_started", {"trial_id": claimed.trial_id, "params": claimed.params,
@@ -232,6 +288,9 @@ class JobRunner:
     def _start(self, run: TrialRun, lau: launch.ReplicaLaunch, *, attempt: int) -> None:
         env = dict(lau.env)
         env[protocol.ENV_ATTEMPT] = str(attempt)
+        if self.opt.devices is not None:
+            group = run.devices[run.launches.index(lau)] if run.devices is not None else None
+            env.update(replica_env(group, hide=self.opt.devices.hide))
         replica = start_replica(
             list(lau.argv), env=env, cwd=self.opt.cwd,
             stdout_path=os.path.join(run.paths.trial_dir, protocol.stdout_log(lau.name)),
@@ -242,6 +301,18 @@ class JobRunner:
         run.replicas[lau.name] = replica
         run.exited.pop(lau.name, None)
         self._record_pids(run, replica)
+
+    def _reap_previous(self, previous_worker: str, trial_dir: str) -> None:
+        """A dead worker on this host may have left replicas of the trial running: stop them."""
+        if previous_worker.rsplit(":", 1)[0] != socket.gethostname():
+            return
+        try:
+            with open(os.path.join(trial_dir, "pids.json"), encoding="utf-8") as f:
+                records = json.load(f)
+        except (OSError, ValueError):
+            return
+        if records:
+            reap_leftovers(records)
 
     def _record_pids(self, run: TrialRun, replica: Replica) -> None:
         # Every replica started in this run stays listed: a resumed controller reaps their groups.
@@ -264,6 +335,8 @@ class JobRunner:
             self._begin_stop(run, now, "timeout")
         if not run.stopping and self.cancel_requested:
             self._begin_stop(run, now, "cancel")
+        if not run.stopping and self.leaving:
+            self._begin_stop(run, now, "leave")
         if not run.stopping and self.job_error is not None:
             self._begin_stop(run, now, "job_end")
         if not run.stopping and now >= run.next_injection:
@@ -355,6 +428,7 @@ class JobRunner:
                 continue
             lau = next(l for l in run.launches if l.name == name)
             if lau.is_primary:
+                run.reader.poll(final=True)  # the last reports of the attempt that ended
                 run.reader.on_restart()
             self._start(run, lau, attempt=run.restarts[name])
 
@@ -376,7 +450,8 @@ class JobRunner:
         run.stop_reason = reason
         run.restart_at.clear()
         try:  # the runtime also watches this file (for trainers that mask SIGTERM)
-            open(os.path.join(run.paths.trial_dir, protocol.STOP_FILE), "w").close()
+            if reason != "lost":  # a lost trial's directory now belongs to the worker running it
+                open(os.path.join(run.paths.trial_dir, protocol.STOP_FILE), "w").close()
         except OSError:
             pass
         for r in run.replicas.values():
@@ -447,7 +522,14 @@ class JobRunner:
     # ------------------------------------------------------------------ finalize
     def _finalize(self, run: TrialRun) -> None:
         del self.running[run.trial_id]
-        run.reader.poll()
+        if self._alloc is not None:
+            self._alloc.release(run.trial_id)
+        if self.shared is not None and (run.lost or not self.shared.owns(run.claimed.storage_id)):
+            for r in run.replicas.values():
+                r.close()
+            self.progress("trial_requeued", {"trial_id": run.trial_id, "lost": True})
+            return  # the worker that took it over records it
+        run.reader.poll(final=True)
         for r in run.replicas.values():
             r.close()
         measurements = [m.with_elapsed(run.start_wall) for m in run.reader.measurements()]
@@ -468,11 +550,13 @@ class JobRunner:
             self.progress("warning", {"trial_id": run.trial_id, "message": run.reader.missing_steps_warning})
         if run.injected:
             attrs["injected_restarts"] = run.injected
-        if run.stop_reason in ("cancel", "job_end"):
+        if run.stop_reason in ("cancel", "job_end", "leave"):
             # Not the trial's fault: it goes back to the queue and runs again on resume.
             attrs.update(state="REQUESTED", end_time=None)
             self.store.set_trial_attrs(sid, **attrs)
             self.store.requeue(sid)
+            if self.shared is not None:
+                self.shared.release(sid)
             self.progress("trial_requeued", {"trial_id": run.trial_id})
             return
         state, reason, values, final = self._outcome(run, measurements)
@@ -494,7 +578,13 @@ class JobRunner:
                 self._curves_cache = None
         else:
             self.store.fail(run.claimed.number)
-        if run.failure:
+        if self.shared is not None:
+            self.shared.release(sid)
+        if run.failure and self.shared is not None:
+            self.n_failed = self.n_succeeded = 0  # the job's failure rule counts every worker's trials
+            self.first_failure = None
+            self._count_finished()
+        elif run.failure:
             self.n_failed += 1
             self.first_failure = self.first_failure or f"Trial {run.trial_id}: {run.failure}"
             error = policy.job_failure(self.job, n_failed=self.n_failed, n_succeeded=self.n_succeeded,
@@ -508,17 +598,8 @@ class JobRunner:
         })
 
     def _outcome(self, run: TrialRun, measurements: list[Measurement]):
-        if run.failure:
-            return "INFEASIBLE", run.failure, [], None
-        final = policy.select_final(measurements, self.job.study.metrics, best=self.job.study.selects_best)
-        if final is None:
-            return "INFEASIBLE", policy.missing_metric_message(
-                self._metric_ids, run.reader.reported_tags), [], None
-        values = [final.metrics[i] for i in self._metric_ids]
-        for metric_id, v in zip(self._metric_ids, values):
-            if not math.isfinite(v):
-                return "INFEASIBLE", policy.nonfinite_message(metric_id, v), [], final
-        return "SUCCEEDED", None, values, final
+        return policy.trial_outcome(measurements, self.job.study.metrics, best=self.job.study.selects_best,
+                                    failure=run.failure, reported_tags=run.reader.reported_tags)
 
     # ------------------------------------------------------------------ job end
     def _count_finished(self) -> None:
@@ -531,6 +612,16 @@ class JobRunner:
 
     def _finish_job(self) -> str:
         now = rfc3339(time.time())
+        if self.shared is not None and self.job_error is None:
+            if self.leaving:
+                self.progress("job_left", {})
+                return self.store.get_meta("state")
+            if self.cancel_requested:
+                self.shared.requeue_stale()
+                if self.shared.others_active():
+                    return CANCELLING  # the last worker to stop sets CANCELLED
+            elif sum(self.shared.counts()):
+                return self.store.get_meta("state")  # left with trials still to run
         if self.job_error is not None:
             state, error = FAILED, {"code": 9, "message": self.job_error}
         elif self.cancel_requested:
@@ -561,6 +652,11 @@ class JobRunner:
         previous = {}
 
         def on_signal(signum, frame):
+            if self.opt.join:  # a joined worker leaves; the job goes on with the others
+                if self.leaving:
+                    self.kill_now = True
+                self.leaving = True
+                return
             if self.cancel_requested:
                 self.kill_now = True  # a second Ctrl-C: kill now
             self.cancel_requested = True

@@ -173,3 +173,25 @@ def job_failure(
             f"unset); the job stopped. First failure: {first_failure}"
         )
     return None
+
+
+def trial_outcome(
+    measurements: Sequence[Measurement],
+    metrics: Sequence[MetricSpec],
+    *,
+    best: bool,
+    failure: str | None,
+    reported_tags: Iterable[str],
+) -> tuple[str, str | None, list[float], Measurement | None]:
+    """(Vertex trial state, infeasible reason, objective values, final measurement) of a finished trial."""
+    if failure:
+        return "INFEASIBLE", failure, [], None
+    final = select_final(measurements, metrics, best=best)
+    ids = [m.metric_id for m in metrics]
+    if final is None:
+        return "INFEASIBLE", missing_metric_message(ids, reported_tags), [], None
+    values = [final.metrics[i] for i in ids]
+    for metric_id, v in zip(ids, values):
+        if not math.isfinite(v):
+            return "INFEASIBLE", nonfinite_message(metric_id, v), [], final
+    return "SUCCEEDED", None, values, final
