@@ -160,3 +160,13 @@ def test_trial_id_falls_back_to_cluster_spec(trial_env):
 def test_bad_run_options():
     with pytest.raises(ConfigError, match="checkpoint_every must be an integer >= 1"):
         RunOptions(checkpoint_every=0)
+
+
+def test_log_labels_come_from_the_env_and_cluster_spec(trial_env):
+    trial_env.set(TRIALS_REPLICA=None, CLOUD_ML_TRIAL_ID=None, TRIALS_ATTEMPT="2",
+                  CLUSTER_SPEC=json.dumps({"cluster": {"workerpool0": ["a"], "workerpool1": ["b"]},
+                                           "task": {"type": "workerpool1", "index": 0,
+                                                    "trial": "5"}}))
+    assert make_ctx()._labels() == {"trial_id": "5", "replica": "workerpool1-0", "attempt": "2"}
+    trial_env.set(CLUSTER_SPEC="{bad", CLOUD_ML_TRIAL_ID="4")
+    assert make_ctx()._labels() == {"trial_id": "4", "attempt": "2"}

@@ -137,10 +137,10 @@ class RunOptions:
 class LogSetup:
     """Installs structured logging on first need: when the program uses ``logging`` or we log."""
 
-    __slots__ = ("labels", "_undo", "_done", "installed_format")
+    __slots__ = ("_labels", "_undo", "_done", "installed_format")
 
-    def __init__(self, labels: "Mapping[str, str]"):
-        self.labels = dict(labels)
+    def __init__(self, labels: "Callable[[], Mapping[str, str]] | Mapping[str, str]"):
+        self._labels = labels
         self._undo: "Callable[[], None] | None" = None
         self._done = False
         self.installed_format: str | None = None  # set when our handler is the one in place
@@ -156,7 +156,8 @@ class LogSetup:
         except ConfigError as err:
             print(f"trials: warning: {err}; logging as json", file=sys.stderr)
             fmt = "json"
-        self._undo = logs.install(fmt=fmt, labels=self.labels)
+        labels = self._labels() if callable(self._labels) else self._labels
+        self._undo = logs.install(fmt=fmt, labels=labels)
         if self._undo is not None:
             self.installed_format = fmt
 
@@ -195,7 +196,7 @@ class TrialContext:
         self.config = config
         self.env = env
         self.options = options or RunOptions()
-        self._log = log or LogSetup(self._labels())
+        self._log = log or LogSetup(self._labels)
         self._reporter: "Reporter | None" = None
         self._store: "CheckpointStore | None" = None
         self._role: "ClusterRole | None" = None
@@ -265,7 +266,14 @@ class TrialContext:
         return self.options.all_replicas or self.role.is_primary
 
     def _labels(self) -> dict[str, str]:
-        labels = {"trial_id": self.env.trial_id or "", "replica": self.env.replica or "",
+        """Log labels: trial id, replica (``workerpool0-0``) and attempt."""
+        trial_id, replica = self.env.trial_id, self.env.replica
+        try:
+            trial_id = trial_id or self.role.trial
+            replica = replica or self.role.replica
+        except ConfigError:  # a malformed CLUSTER_SPEC fails where it is used, not in logging
+            pass
+        labels = {"trial_id": trial_id or "", "replica": replica or "",
                   "attempt": str(self.env.attempt)}
         return {k: v for k, v in labels.items() if v}
 

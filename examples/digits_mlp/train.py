@@ -21,8 +21,8 @@ import numpy as np
 import trials
 from trials.checkpoint import NPZ_FORMAT
 
-SPEC = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir,
-                    "search_spaces", "digits_mlp.yaml")
+SPEC = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
+                                    os.pardir, "search_spaces", "digits_mlp.yaml"))
 OPTIONS = {"checkpoint_format": NPZ_FORMAT}  # read by trials-run, passed to trials.main below
 N_CLASSES = 10
 
