@@ -165,10 +165,14 @@ class TrialMetricsReader:
         self._jl_exists = False
 
     # --- public API ---------------------------------------------------------------------------
-    def poll(self) -> bool:
-        """Read whatever changed since the last poll; ``True`` if anything new arrived."""
+    def poll(self, *, final: bool = False) -> bool:
+        """Read whatever changed since the last poll; ``True`` if anything new arrived.
+
+        ``final``: the writers have exited (the trial ended, or a replica is about to restart), so
+        the files are whole: a read is never left for a later one to settle.
+        """
         changed = self._poll_metrics_log()
-        return self._poll_hypertune() or changed
+        return self._poll_hypertune(final=final) or changed
 
     def on_restart(self) -> None:
         """A replica restarted: keep what was read; its new hypertune file starts fresh."""
@@ -250,7 +254,7 @@ class TrialMetricsReader:
         return self._read_error
 
     # --- hypertune file -----------------------------------------------------------------------
-    def _poll_hypertune(self) -> bool:
+    def _poll_hypertune(self, *, final: bool = False) -> bool:
         try:
             st = os.stat(self.hypertune_path)
         except FileNotFoundError:
@@ -272,7 +276,7 @@ class TrialMetricsReader:
         except OSError as err:
             self._read_error = f"cannot read {self.hypertune_path}: {err}"
             return False
-        racy = time.time_ns() - st.st_mtime_ns < RACY_WINDOW_NS
+        racy = not final and time.time_ns() - st.st_mtime_ns < RACY_WINDOW_NS
         consistent = st.st_size > MAX_HYPERTUNE_BYTES or len(data) == st.st_size
         self._ht_sig = sig if consistent and not racy else None
         first_seen = not self._ht_exists
