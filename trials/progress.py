@@ -68,10 +68,12 @@ class Progress:
             self._line("cancelling the job: stopping every replica", event, data, force=True)
         elif event == "job_done":
             if self._live_shown:
-                self.out.write("\n")
+                self.out.write("\n")  # keep the last status line; the summary starts below it
+                self.out.flush()
                 self._live_shown = False
             if self.mode == "json":
-                self._emit_json(event, data)
+                self._emit_json(event, data, f"job {data.get('state')}")
+            return
         if self.mode == "live":
             self._status()
 
@@ -79,7 +81,7 @@ class Progress:
         if self.mode == "quiet" and not force:
             return
         if self.mode == "json":
-            self._emit_json(event, data)
+            self._emit_json(event, data, text)
             return
         if self._live_shown:
             self.out.write("\r\033[K")
@@ -87,9 +89,10 @@ class Progress:
         self.out.write(f"[{time.strftime('%H:%M:%S')}] {text}\n")
         self.out.flush()
 
-    def _emit_json(self, event: str, data: dict[str, Any]) -> None:
-        record = {"severity": "WARNING" if event == "warning" else "INFO", "event": event,
-                  "timestampSeconds": int(time.time()), **data}
+    def _emit_json(self, event: str, data: dict[str, Any], message: str) -> None:
+        # Cloud Logging's special fields: `message` is the display text, `severity` the level.
+        record = {"severity": "WARNING" if event == "warning" else "INFO", "message": message,
+                  "event": event, "timestampSeconds": int(time.time()), **data}
         self.out.write(json.dumps(record, default=str) + "\n")
         self.out.flush()
 
