@@ -22,10 +22,10 @@ FULL = str(ROOT / "tests" / "data" / "specs" / "full.gcloud.yaml")
 def test_validate_prints_the_summary(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", MLP]) == 0
     out = capsys.readouterr().out
-    assert "learning_rate" in out and "[0.0001, 0.1]" in out and "log" in out
+    assert "learning_rate" in out and "[0.001, 0.5]" in out and "log" in out
     assert "accuracy  maximize" in out
     assert "max 20, parallel 2, max failed 2" in out
-    assert ("A sample trial gets: --learning_rate=0.00316 --hidden_units=32 --alpha=0.0001 "
+    assert ("A sample trial gets: --learning_rate=0.0224 --hidden_units=16 --alpha=0.0001 "
             "--batch_size=16") in out
 
 
@@ -55,16 +55,17 @@ def test_bad_spec_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_export_search_space_without_image_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["export", MLP]) == 2
+    assert main(["export", str(ROOT / "search_spaces" / "conditional.yaml")]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "--image-uri" in err
 
 
-def test_debug_shows_the_exception(tmp_path: Path) -> None:
+def test_debug_shows_the_exception(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2]")
-    with pytest.raises(SpecError):
-        main(["--debug", "validate", str(bad)])
+    assert main(["--debug", "validate", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "SpecError" in err
 
 
 def test_python_m_trials_validate_in_a_subprocess() -> None:

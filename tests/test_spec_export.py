@@ -94,7 +94,7 @@ def test_duration_format() -> None:
 
 
 def test_export_without_trial_job_needs_an_image() -> None:
-    job = load_spec(ROOT / "search_spaces" / "gbdt.yaml")
+    job = load_spec(ROOT / "search_spaces" / "conditional.yaml")
     with pytest.raises(ConfigError, match="--image-uri"):
         export_text(job, "rest-json")
     exported = json.loads(export_text(job, "rest-json", image_uri="gcr.io/p/gbdt:1"))
@@ -116,7 +116,7 @@ def test_image_uri_turns_a_local_python_module_into_a_container() -> None:
     job = load_spec(ROOT / "search_spaces" / "legacy_hptuning_config.yaml")
     pool = with_image(job, "gcr.io/p/mlp:1").trial_job.worker_pools[0]
     assert pool.python_package is None
-    assert pool.container.command == ("python3", "-m", "examples.mlp.train")
+    assert pool.container.command == ("python3", "-m", "examples.digits_mlp.train")
     assert pool.container.args == ("--epochs=20",)
     # a real executor image with packages stays a python package spec
     same = load_spec(ROOT / "tests" / "data" / "specs" / "same_job.gcloud.yaml")

@@ -181,7 +181,7 @@ trainingInput:
 def test_legacy_python_module_without_image_runs_locally() -> None:
     job = load_spec(Path(__file__).parents[1] / "search_spaces" / "legacy_hptuning_config.yaml")
     pkg = job.trial_job.worker_pools[0].python_package
-    assert pkg.executor_image_uri == LOCAL_IMAGE_URI and pkg.python_module == "examples.mlp.train"
+    assert pkg.executor_image_uri == LOCAL_IMAGE_URI and pkg.python_module == "examples.digits_mlp.train"
 
 
 def test_short_form_trial_job_env_timeout_and_local_options() -> None:
