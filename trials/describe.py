@@ -91,7 +91,7 @@ def job_to_rest(job_id: str, meta: Mapping[str, Any], trials: Sequence[Any],
     for t in trials:
         a = t.user_attrs
         extra = {k: a[k] for k in ("attempts", "stopped_early", "stop_reason", "injected_restarts",
-                                   "metrics_warning", "trial_dir", "worker") if a.get(k)}
+                                   "metrics_warning", "unknown_tags", "trial_dir", "worker") if a.get(k)}
         if extra:
             local[str(t.number + 1)] = extra
     if local:

@@ -36,6 +36,7 @@ FINAL_STATES = (SUCCEEDED, FAILED, CANCELLED)
 
 DEFAULT_GRACE_S = 10.0
 STATE_CHECK_INTERVAL_S = 1.0
+FULL_DISK_BYTES = 64 * 1024  # less free space than this under a trial directory: the disk is full
 
 
 @dataclass(kw_only=True)
@@ -118,6 +119,7 @@ class JobRunner:
         self._rng = random.Random(options.seed)
         self._wake_r: int | None = None
         self._metric_ids = job.study.metric_ids
+        self._warned_tag_sets: set[frozenset[str]] = set()
         self._spec_rest = store.get_meta("spec") or {}
         self._trial_job_rest = dict(self._spec_rest.get("trialJobSpec", {}))
         self.shared = options.shared
@@ -201,7 +203,26 @@ class JobRunner:
                 if claimed is None:
                     self.exhausted = True
                     return
-            self._launch(claimed, now)
+            try:
+                self._launch(claimed, now)
+            except OSError as err:  # e.g. the trial directory's disk is full: fail this trial only
+                self._fail_launch(claimed, now, err)
+
+    def _fail_launch(self, claimed: Claimed, now: float, err: OSError) -> None:
+        """The trial could not be prepared or started: it fails with the reason, the job goes on."""
+        run = self.running.get(claimed.trial_id)
+        if run is None:
+            paths = launch.trial_paths(self.opt.job_dir, self.opt.base_output, claimed.trial_id)
+            reader = TrialMetricsReader(os.path.join(paths.trial_dir, protocol.HYPERTUNE_FILE),
+                                        os.path.join(paths.trial_dir, protocol.METRICS_LOG),
+                                        self._metric_ids, start_time=time.time())
+            run = TrialRun(claimed=claimed, paths=paths, launches=[], reader=reader,
+                           start_wall=time.time(), start_mono=now)
+            self.running[claimed.trial_id] = run
+        run.launches = [lau for lau in run.launches if lau.name in run.replicas]  # those started
+        where = f" ({err.filename})" if getattr(err, "filename", None) else ""
+        run.failure = f"The trial could not be started: {err.strerror or err}{where}."
+        self._begin_stop(run, now, "failed")
 
     def _check_external_state(self, now: float) -> None:
         if now - self._last_state_check < STATE_CHECK_INTERVAL_S:
@@ -376,6 +397,8 @@ class JobRunner:
             if run.stopping and run.stop_reason != "failed":
                 continue
             tail = tail_lines(os.path.join(run.paths.trial_dir, protocol.stderr_log(lau.name)), 20)
+            if status and not any(line.strip() for line in tail):
+                tail = _full_disk_reason(run.paths.trial_dir)
             injected = r.stop_requested_at is not None and run.stop_reason is None
             decision = policy.classify_exit(
                 status, replica=lau.name, stop_requested=run.stopping, oom_killed=r.oom_killed,
@@ -468,9 +491,13 @@ class JobRunner:
             return
         if not run.warned_tags and run.reader.unknown_tags:
             run.warned_tags = True
-            self.progress("warning", {"trial_id": run.trial_id, "message": (
-                f"trial {run.trial_id} reports tags not in the spec: "
-                f"{', '.join(sorted(run.reader.unknown_tags))} (spec metrics: {', '.join(self._metric_ids)})")})
+            tags = frozenset(run.reader.unknown_tags)
+            if tags not in self._warned_tag_sets:  # once per trial in the record, once per job here
+                self._warned_tag_sets.add(tags)
+                self.progress("warning", {"trial_id": run.trial_id, "message": (
+                    f"trial {run.trial_id} reports tags not in the spec: {', '.join(sorted(tags))} "
+                    f"(spec metrics: {', '.join(self._metric_ids)}); other trials reporting the "
+                    f"same tags are not warned again")})
         primary = self._metric_ids[0]
         new = False
         for m in run.reader.measurements():
@@ -545,6 +572,8 @@ class JobRunner:
             "measurements": [_measurement_to_json(m) for m in measurements],
             "attempts": run.attempts, "end_time": rfc3339(time.time()),
         }
+        if run.reader.unknown_tags:
+            attrs["unknown_tags"] = sorted(run.reader.unknown_tags)
         if run.reader.missing_steps_warning:
             attrs["metrics_warning"] = run.reader.missing_steps_warning
             self.progress("warning", {"trial_id": run.trial_id, "message": run.reader.missing_steps_warning})
@@ -699,6 +728,18 @@ class JobRunner:
     def _write_json(path: str, data: Any) -> None:
         with open(path, "w", encoding="utf-8") as f:
             json.dump(data, f, indent=1, sort_keys=True, default=str)
+
+
+def _full_disk_reason(path: str) -> list[str]:
+    """A replica that failed without a word on stderr may have found its disk full: say so."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return []
+    if st.f_bavail * st.f_frsize >= FULL_DISK_BYTES:
+        return []
+    return [f"No space left on device: the filesystem of {path} is full "
+            f"({st.f_bavail * st.f_frsize} bytes free) and the replica wrote nothing to stderr"]
 
 
 def _measurement_to_json(m: Measurement) -> dict[str, Any]:
