@@ -54,18 +54,36 @@ def _progress(h, args):
                     maximize=h.job.study.metrics[0].maximize, mode=mode)
 
 
-def _run_and_report(h, args, *, resume: bool) -> int:
-    from trials import controller
+def _device_plan(job, args):
+    from trials import devices
 
+    return devices.plan(job, gpus=args.gpus, ignore_accelerators=args.ignore_accelerators)
+
+
+def _run_and_report(h, args, *, resume: bool, join: bool = False, plan=None) -> int:
+    from trials import controller
+    from trials.study import redact
+
+    plan = plan or _device_plan(h.job, args)
+    progress = _progress(h, args)
+    shared = controller.shared_job(h, stale_after_s=args.stale_after,
+                                   notify=lambda line: progress("warning", {"message": line}))
     options = controller.run_options(
         h, echo=args.echo, grace_period_s=args.grace_period, memory_limit_mb=args.memory_limit,
         inject_restarts=args.inject_restarts, slots=getattr(args, "slots", None), seed=args.seed,
+        devices=plan, shared=shared, join=join,
     )
-    progress = _progress(h, args)
     if not args.quiet and not args.json_logs:
-        print(f"job {h.job_id}: {len(h.store.frozen_trials())} trials, "
+        who = f"worker {shared.me} joined " if join else ""
+        print(f"{who}job {h.job_id}: {len(h.store.frozen_trials())} trials, "
               f"{h.job.parallel_trial_count} in parallel; folder {h.job_dir}")
-    runner = controller.run_job(h, options, progress=progress, resume=resume)
+        if shared is not None and not join:
+            print(f"more workers join with: trials worker {h.job_id} --storage {redact(h.storage_url)}")
+    runner = controller.run_job(h, options, progress=progress, resume=resume, lock=not join)
+    if join and runner.leaving:
+        print(f"worker {shared.me} left job {h.job_id} after starting {runner.n_started} trials; "
+              f"its running trials went back to the queue")
+        return protocol.EXIT_INTERRUPTED
     return _summary(h, runner, args)
 
 
@@ -81,6 +99,19 @@ def _summary(h, runner, args) -> int:
     n_early = sum(1 for t in trials if t.user_attrs.get("stopped_early"))
     if args.quiet:
         return 0 if state == "JOB_STATE_SUCCEEDED" else 1
+    if args.json_logs:  # the summary as one more JSON line: stdout stays one object per line
+        import json
+
+        get = controller.params_of(h)
+        print(json.dumps({
+            "severity": "INFO" if state == "JOB_STATE_SUCCEEDED" else "ERROR",
+            "message": f"job {h.job_id} {state}", "event": "job_summary", "job_id": h.job_id,
+            "state": state, "succeeded": n_ok, "stopped_early": n_early, "infeasible": n_bad,
+            "not_run": len(trials) - n_ok - n_bad, "error": error,
+            "best": [{"trial_id": str(t.number + 1), "values": list(t.values), "parameters": get(t)}
+                     for t in controller.best_trials(h)],
+        }, default=str))
+        return {"JOB_STATE_SUCCEEDED": 0, "JOB_STATE_CANCELLED": protocol.EXIT_INTERRUPTED}.get(state, 1)
     print(f"job {h.job_id} {state}: {n_ok} succeeded ({n_early} stopped early), {n_bad} infeasible, "
           f"{len(trials) - n_ok - n_bad} not run; at most {runner.max_parallel} in parallel")
     if runner.injected_total:
@@ -98,7 +129,7 @@ def _summary(h, runner, args) -> int:
         print(f"best trial {t.number + 1}: {metrics}  {flags}")
     if state == "JOB_STATE_SUCCEEDED":
         return 0
-    if state == "JOB_STATE_CANCELLED":
+    if state in ("JOB_STATE_CANCELLED", "JOB_STATE_CANCELLING"):  # CANCELLING: other workers still stopping
         print(f"resume it with: trials resume {h.job_id}" + (f" --root {args.root}" if args.root != "trials-jobs" else ""))
         return protocol.EXIT_INTERRUPTED
     return 1
@@ -134,12 +165,34 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
             parse_spec(to_rest(job), source="--algorithm GRID_SEARCH")  # re-validate the grid rule
     command = args.local_command
+    plan = _device_plan(job, args)  # before creating the job: a spec this machine cannot run
     h = controller.create_job(
         job, root=args.root, job_id=args.job_id, spec_path=args.spec, storage=args.storage,
         base_output_dir=args.base_output_dir, project_number=args.project_number,
         local_command=command or None, seed=args.seed, gcs_root=args.gcs_root,
     )
-    return _run_and_report(h, args, resume=False)
+    return _run_and_report(h, args, resume=False, plan=plan)
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from trials import controller
+    from trials.job import CANCELLING, FINAL_STATES
+    from trials.study import is_journal_url
+
+    if not args.storage or is_journal_url(args.storage):
+        raise ConfigError(f"trials worker: --storage must be the database URL the job was created in "
+                          f"(e.g. postgresql://user@host/db), got {args.storage!r}")
+    if args.slots is not None and args.slots < 1:
+        raise ConfigError(f"--parallel-trial-count must be >= 1, got {args.slots}")
+    h = controller.open_job(args.job, root=args.root or "trials-jobs", storage=args.storage)
+    if args.root:  # this host's folder for the trials' logs and metric files
+        h.job_dir = controller.job_dir_of(args.root, h.job_id)
+    args.root = args.root or "trials-jobs"
+    state = h.store.get_meta("state")
+    if state in FINAL_STATES or state == CANCELLING:
+        print(f"job {h.job_id} is {state}; nothing to run")
+        return 0
+    return _run_and_report(h, args, resume=False, join=True)
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
@@ -244,6 +297,11 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--echo", action="store_true", help="echo every replica's output, prefixed")
     p.add_argument("--quiet", action="store_true", help="print only warnings and the summary's exit code")
     p.add_argument("--json-logs", action="store_true", help="one JSON object per event")
+    p.add_argument("--gpus", metavar="IDS", help="GPUs to hand out, e.g. 0,1,2 (default: nvidia-smi -L)")
+    p.add_argument("--ignore-accelerators", action="store_true",
+                   help="run a spec that asks for accelerators on CPU (CUDA_VISIBLE_DEVICES='')")
+    p.add_argument("--stale-after", type=float, metavar="SECONDS",
+                   help="database jobs: a trial whose worker missed heartbeats this long is re-run (default 30)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -288,6 +346,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-trial-count", type=int, help="new total number of trials")
     _run_args(p)
     p.set_defaults(handler=_cmd_resume)
+
+    p = sub.add_parser("worker", help="join a job in a database and run its trials until it is done",
+                       usage="trials worker JOB --storage URL [--parallel-trial-count N] [options]")
+    p.add_argument("job")
+    p.add_argument("--storage", help="the job's database URL, e.g. postgresql://user@host/db")
+    p.add_argument("--root", help="this host's folder for trial logs (default: the job's folder)")
+    p.add_argument("--parallel-trial-count", type=int, dest="slots", metavar="N",
+                   help="at most N trials on this worker (the job's parallelTrialCount caps all workers)")
+    _run_args(p)
+    p.set_defaults(handler=_cmd_worker)
 
     p = sub.add_parser("describe", help="print a job (Vertex REST shape with --format json)")
     p.add_argument("job")
@@ -345,15 +413,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         return protocol.EXIT_INTERRUPTED
     except TrialsError as err:
         if args.debug:
-            raise
-        print(f"trials: error: {_one_line(str(err))}", file=sys.stderr)
+            return _traceback(args, err.exit_code)
+        print(f"trials: error: {_scrub(args, _one_line(str(err)))}", file=sys.stderr)
         return err.exit_code
     except Exception as err:  # noqa: BLE001 - the CLI's last line of defence
         if args.debug:
-            raise
-        print(f"trials: internal error: {type(err).__name__}: {_one_line(str(err))} "
+            return _traceback(args, protocol.EXIT_ERROR)
+        print(f"trials: internal error: {type(err).__name__}: {_scrub(args, _one_line(str(err)))} "
               f"(run with --debug for the traceback)", file=sys.stderr)
         return protocol.EXIT_ERROR
+
+
+def _scrub(args: argparse.Namespace, text: str) -> str:
+    """Never print a storage password, whatever the message (drivers quote URLs and DSNs)."""
+    url = getattr(args, "storage", None)
+    if not url or "@" not in url:
+        return text
+    from trials.study import scrub
+
+    return scrub(text, url)
+
+
+def _traceback(args: argparse.Namespace, code: int) -> int:
+    import traceback
+
+    sys.stderr.write(_scrub(args, traceback.format_exc()))
+    return code
 
 
 def _one_line(text: str) -> str:
