@@ -180,7 +180,8 @@ def list_jobs(root: str, storage: str | None) -> list[dict[str, Any]]:
 
 # --- run ------------------------------------------------------------------------------------------
 def run_options(h: JobHandle, *, echo: bool, grace_period_s: float | None, memory_limit_mb: int | None,
-                inject_restarts: float | None, slots: int | None, seed: int | None) -> RunOptions:
+                inject_restarts: float | None, slots: int | None, seed: int | None,
+                devices: Any = None, shared: Any = None, join: bool = False) -> RunOptions:
     meta = h.store.meta()
     local = h.job.local
     return RunOptions(
@@ -191,7 +192,31 @@ def run_options(h: JobHandle, *, echo: bool, grace_period_s: float | None, memor
         memory_limit_mb=memory_limit_mb if memory_limit_mb is not None else local.memory_limit_mb,
         inject_restarts=inject_restarts if inject_restarts is not None else local.inject_restarts,
         slots=slots, echo=sys.stdout if echo else None, seed=seed,
+        devices=devices, shared=shared, join=join,
     )
+
+
+def is_shared(h: JobHandle) -> bool:
+    """Whether the job lives in a database that several workers can share (not a journal file)."""
+    from trials.study import is_journal_url
+
+    return not is_journal_url(h.storage_url)
+
+
+def shared_job(h: JobHandle, *, stale_after_s: float | None = None, notify=None):
+    """The worker's view of a database job (leases, global cap, takeover), or None for a journal.
+
+    ``notify`` gets one line per database outage; the storage then retries through outages.
+    """
+    if not is_shared(h):
+        return None
+    from trials.study import Outages
+    from trials.worker import DEFAULT_STALE_AFTER_S, SharedJob
+
+    outages = Outages(notify or (lambda line: print(f"trials: {line}", file=sys.stderr, flush=True)),
+                      url=h.storage_url)
+    h.store.storage.outages = outages
+    return SharedJob(h.store, stale_after_s=stale_after_s or DEFAULT_STALE_AFTER_S, outages=outages)
 
 
 def run_job(h: JobHandle, options: RunOptions, *, progress=None, resume: bool = False,
@@ -202,7 +227,7 @@ def run_job(h: JobHandle, options: RunOptions, *, progress=None, resume: bool = 
         locker.acquire()
     try:
         runner = JobRunner(h.store, h.job, options, progress=progress)
-        if resume:
+        if resume and options.shared is None:  # shared jobs take over stale trials instead
             _reap_leftovers(h)
             runner.resume_running()
         runner.run()
@@ -247,6 +272,9 @@ def cancel(h: JobHandle) -> str:
     if state in FINAL_STATES:
         return state
     h.store.set_meta(state=CANCELLING)
+    shared = shared_job(h) if is_shared(h) else None
+    if shared is not None:
+        shared.requeue_stale()  # trials of dead workers: nobody else would ever stop them
     holder = _lock_holder(h.job_dir)
     if holder:
         try:

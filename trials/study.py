@@ -57,6 +57,7 @@ def open_storage(url: str, *, heartbeat_interval_s: int | None = None, grace_per
     if heartbeat_interval_s:
         kwargs["heartbeat_interval"] = heartbeat_interval_s
         kwargs["grace_period"] = grace_period_s or heartbeat_interval_s * 4
+    url = _postgres_driver(url)
     engine: dict[str, Any] = {}
     if url.startswith("sqlite"):
         engine = {"connect_args": {"timeout": 60}}
@@ -67,6 +68,21 @@ def open_storage(url: str, *, heartbeat_interval_s: int | None = None, grace_per
     except Exception as err:  # noqa: BLE001 - driver errors vary; name the URL without secrets
         raise StorageError(f"cannot open storage {redact(url)}: {type(err).__name__}: "
                            f"{scrub(_first_line(err), url)}") from None
+
+
+def _postgres_driver(url: str) -> str:
+    """``postgresql://`` means psycopg 3 to SQLAlchemy 2.1; use psycopg2 when only it is installed."""
+    import importlib.util
+
+    scheme, sep, rest = url.partition("://")
+    if scheme not in ("postgresql", "postgres"):
+        return url
+    if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2") is not None:
+        return "postgresql+psycopg2" + sep + rest
+    if importlib.util.find_spec("psycopg") is None:
+        raise ConfigError(f"--storage {redact(url)} needs a PostgreSQL driver: "
+                          f"pip install psycopg2-binary (or trials[postgres])")
+    return url
 
 
 def is_journal_url(url: str) -> bool:
@@ -347,6 +363,7 @@ class Claimed:
     params: dict[str, Value]
     resumed: bool  # a RUNNING trial left by a dead controller, run again
     resume_reason: str = ""  # why it runs again (names the dead worker), for the attempts list
+    previous_worker: str = ""  # the worker whose attempt ended without it (taken over)
 
 
 class JobStore:
@@ -431,16 +448,28 @@ class JobStore:
                     continue
             except optuna.exceptions.UpdateFinishedTrialError:
                 continue
+            self._know_trial(frozen._trial_id)
             trial = optuna.Trial(self.study, frozen._trial_id)
             params = suggest(trial, study)
             return Claimed(number=frozen.number, storage_id=frozen._trial_id,
                            trial_id=str(frozen.number + 1), params=params, resumed=False)
         return None
 
+    def _know_trial(self, trial_id: int) -> None:
+        # Optuna's cache over an RDB storage must have read a trial before params are set on it;
+        # a worker that joined an existing job has not (the creator's process knew its trials).
+        known = getattr(self.study._storage, "_trial_id_to_study_id_and_number", None)
+        if known is not None and trial_id not in known:
+            self.study._storage.get_all_trials(self._study_id, deepcopy=False)
+
     def running_trials(self) -> list[FrozenTrial]:
         return self.frozen_trials((TrialState.RUNNING,))
 
-    def reclaim(self, frozen: FrozenTrial, study: StudySpec, reason: str = "") -> Claimed:
+    def waiting_trials(self) -> list[FrozenTrial]:
+        return self.frozen_trials((TrialState.WAITING,))
+
+    def reclaim(self, frozen: FrozenTrial, study: StudySpec, reason: str = "",
+                previous_worker: str = "") -> Claimed:
         """A RUNNING trial whose controller died: run it again with its stored parameters."""
         values: dict[str, Value] = {}
         for p in study.all_parameters():
@@ -449,11 +478,12 @@ class JobStore:
                 raw = frozen.params[name]
                 values[p.parameter_id] = _mirror(p, raw) if name != p.parameter_id else raw
         if not values and study.parameters:
+            self._know_trial(frozen._trial_id)
             trial = optuna.Trial(self.study, frozen._trial_id)
             values = suggest(trial, study)
         return Claimed(number=frozen.number, storage_id=frozen._trial_id,
                        trial_id=str(frozen.number + 1), params=values, resumed=True,
-                       resume_reason=reason)
+                       resume_reason=reason, previous_worker=previous_worker)
 
     def set_trial_attrs(self, storage_id: int, **values: Any) -> None:
         for k, v in values.items():
