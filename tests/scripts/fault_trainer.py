@@ -15,7 +15,7 @@ restarted trial reports the same values again). Faults:
   no_metric    exit 0 without reporting anything
   fork         fork a child that ignores SIGTERM and sleeps (it writes its pid to child.pid)
   spawn        fork a child that sleeps (SIGTERM ends it), then behave
-  fill         write ``--fill-mb`` MiB into the trial directory (a file-size limit stops it)
+  fill         write ``--fill-mb`` MiB into the trial directory (a full disk stops it), then behave
   argv         write sys.argv[1:] as JSON to argv.json in the trial directory, then behave
 """
 import json
@@ -75,7 +75,6 @@ def main():
             for _ in range(int(flag("fill-mb", "64"))):
                 f.write(chunk)
                 f.flush()
-        return 0
     if fault in ("fork", "spawn"):
         child = os.fork()
         if child == 0:
