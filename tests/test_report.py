@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from trials import controller, report
+from trials import controller, report, report_plots
 from trials.cli import main
 from trials.spec_load import loads_spec
 
@@ -168,7 +168,7 @@ def test_mark_stopped_restyles_and_relabels_optuna_lines():
     fig, ax = plt.subplots()
     ax.plot([1, 2, 3], [3, 2, 1], label="Trial0")
     ax.plot([1, 2], [3, 2.5], label="Trial1")
-    report._mark_stopped(ax, {1})
+    report_plots.mark_stopped(ax, {1})
     lines = {ln.get_label(): ln for ln in ax.get_lines()}
     assert lines["trial 1"].get_linestyle() == "-"
     assert lines["trial 2 (stopped)"].get_linestyle() == "--"
