@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trials import controller
 from trials.cli import main
 
 pytestmark = pytest.mark.integration
