@@ -98,7 +98,7 @@ def _summary(h, runner, args) -> int:
     n_bad = sum(1 for t in trials if t.user_attrs.get("state") == "INFEASIBLE")
     n_early = sum(1 for t in trials if t.user_attrs.get("stopped_early"))
     if args.quiet:
-        return 0 if state == "JOB_STATE_SUCCEEDED" else 1
+        return {"JOB_STATE_SUCCEEDED": 0, "JOB_STATE_CANCELLED": protocol.EXIT_INTERRUPTED}.get(state, 1)
     if args.json_logs:  # the summary as one more JSON line: stdout stays one object per line
         import json
 

@@ -19,7 +19,9 @@ from trials.job import (
     CANCELLED, CANCELLING, FINAL_STATES, QUEUED, RUNNING, JobRunner, RunOptions,
 )
 from trials.spec import Algorithm, JobSpec, LocalOptions
-from trials.study import JOURNAL_FILE, JobStore, choose_sampler_name, grid, open_storage, optuna_name, redact
+from trials.study import (
+    JOURNAL_FILE, JobStore, choose_sampler_name, grid, make_sampler, open_storage, optuna_name, redact,
+)
 from trials.timefmt import rfc3339
 
 DEFAULT_ROOT = "trials-jobs"
@@ -133,9 +135,48 @@ def create_job(job: JobSpec, *, root: str, job_id: str | None, spec_path: str | 
         "cwd": os.path.abspath(cwd or os.getcwd()),
         "local": {k: getattr(job.local, k) for k in ("inject_restarts", "grace_period_s", "memory_limit_mb")},
     }
-    store = JobStore.create(open_storage(url), job_id, job, spec_to_storage(job), meta,
-                            sampler_name=sampler, seed=seed)
+
+    def build(storage_obj) -> JobStore:
+        return JobStore.create(storage_obj, job_id, job, spec_to_storage(job), meta,
+                               sampler_name=sampler, seed=seed)
+
+    if storage is None:
+        store = _create_journal_atomically(os.path.join(job_dir, JOURNAL_FILE), job_id, build)
+    else:
+        store = build(open_storage(url))
     return JobHandle(job_id=job_id, job_dir=job_dir, storage_url=url, store=store, job=job)
+
+
+def _create_journal_atomically(path: str, job_id: str, build) -> JobStore:
+    """Write a new job's journal under a temporary name, then link it into place.
+
+    A controller killed while creating a job (study, spec, trials: many journal writes) leaves no
+    half-created job that neither ``sweep`` nor ``resume`` could use: the sweep just runs again.
+    """
+    for name in os.listdir(os.path.dirname(path)):
+        m = re.fullmatch(re.escape(JOURNAL_FILE) + r"\.(\d+)\.creating(\.lock)?", name)
+        if m and not _pid_alive(int(m.group(1))):
+            os.unlink(os.path.join(os.path.dirname(path), name))  # left by a killed creation
+    tmp = f"{path}.{os.getpid()}.creating"
+    build(open_storage("journal:" + tmp))
+    try:
+        os.link(tmp, path)  # unlike rename, never replaces a job another sweep just created
+    except FileExistsError:
+        raise ConfigError(f"job {job_id!r} already exists in {os.path.dirname(path)}; use "
+                          f"`trials resume {job_id}` or choose another --job-id") from None
+    finally:
+        os.unlink(tmp)
+    return JobStore.open(open_storage("journal:" + path), job_id)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def open_job(job_id: str, *, root: str, storage: str | None) -> JobHandle:
@@ -148,16 +189,23 @@ def open_job(job_id: str, *, root: str, storage: str | None) -> JobHandle:
     meta = store.meta()
     if "spec" not in meta:
         raise StorageError(f"study {job_id!r} in {redact(url)} is not a trials job (no spec attribute)")
+    if meta.get("seed") is not None:
+        # A seeded sampler restarts its sequence in every process: go on from where the job is,
+        # or a resumed job would suggest the parameters of its first trials again.
+        n_suggested = sum(1 for t in store.frozen_trials() if t.params)
+        if n_suggested:
+            store.study.sampler = make_sampler(meta.get("sampler", "tpe"),
+                                               seed=int(meta["seed"]) + n_suggested)
     return JobHandle(job_id=job_id, job_dir=meta.get("job_dir") or job_dir, storage_url=url,
                      store=store, job=spec_from_storage(meta))
 
 
 def list_jobs(root: str, storage: str | None) -> list[dict[str, Any]]:
-    import optuna
+    from trials.study import study_summaries
 
     out = []
     if storage:
-        for s in optuna.get_all_study_summaries(open_storage(storage), include_best_trial=False):
+        for s in study_summaries(open_storage(storage)):
             attrs = s.user_attrs
             out.append({"job_id": s.study_name, "state": attrs.get("trials:state", "?"),
                         "trials": s.n_trials, "create_time": attrs.get("trials:create_time", "")})
@@ -225,6 +273,7 @@ def run_job(h: JobHandle, options: RunOptions, *, progress=None, resume: bool = 
     if locker:
         os.makedirs(h.job_dir, exist_ok=True)
         locker.acquire()
+        repair_journal(h.storage_url)
     try:
         runner = JobRunner(h.store, h.job, options, progress=progress)
         if resume and options.shared is None:  # shared jobs take over stale trials instead
@@ -235,6 +284,38 @@ def run_job(h: JobHandle, options: RunOptions, *, progress=None, resume: bool = 
     finally:
         if locker:
             locker.release()
+
+
+def repair_journal(url: str) -> None:
+    """Undo what a SIGKILLed controller can leave in a journal file: its write lock, a torn record.
+
+    Optuna waits 30 s before breaking a journal lock file whose owner died, and a record cut short
+    by the kill would glue itself to the next one. Call with the controller lock held: then no
+    other controller is alive, and the remaining writers (``trials cancel``) hold the journal lock
+    for milliseconds.
+    """
+    if url.startswith("journal:"):
+        path = url[len("journal:"):]
+    elif url.endswith((".log", ".journal")) and "://" not in url:
+        path = url
+    else:
+        return
+    try:
+        os.unlink(path + ".lock")
+    except FileNotFoundError:
+        pass
+    try:
+        with open(path, "rb+") as f:
+            size = f.seek(0, os.SEEK_END)
+            if size == 0 or (f.seek(size - 1), f.read(1))[1] == b"\n":
+                return
+            start = max(0, size - (1 << 20))
+            f.seek(start)
+            tail = f.read()
+            cut = tail.rfind(b"\n")
+            f.truncate(start + cut + 1 if cut >= 0 else (0 if start == 0 else size))
+    except FileNotFoundError:
+        return
 
 
 def _reap_leftovers(h: JobHandle) -> int:

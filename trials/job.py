@@ -80,6 +80,7 @@ class TrialRun:
     reported_steps: int = -1
     warned_tags: bool = False
     injected: int = 0
+    injected_by: dict[str, int] = field(default_factory=dict)  # replica -> injected restarts
     next_injection: float = math.inf
     restart_at: dict[str, float] = field(default_factory=dict)
     devices: tuple[tuple[str, ...], ...] | None = None  # per replica, primary first
@@ -172,11 +173,14 @@ class JobRunner:
                 self.max_parallel = max(self.max_parallel, len(self.running))
             if self.shared is not None and self.shared.beat_due():
                 self._heartbeat(now)
+            n_running = len(self.running)
             for run in list(self.running.values()):
                 self._tick(run, now)
             if not self.running and (self.cancel_requested or self.job_error or self.exhausted
                                      or self.leaving):
                 return
+            if len(self.running) < n_running and not self.exhausted:
+                continue  # a trial just finished: fill its slot now, not one poll interval later
             self._wait(self.opt.poll_interval_s)
 
     def _fill_slots(self, now: float) -> None:
@@ -220,8 +224,8 @@ class JobRunner:
                            start_wall=time.time(), start_mono=now)
             self.running[claimed.trial_id] = run
         run.launches = [lau for lau in run.launches if lau.name in run.replicas]  # those started
-        where = f" ({err.filename})" if getattr(err, "filename", None) else ""
-        run.failure = f"The trial could not be started: {err.strerror or err}{where}."
+        where = getattr(err, "filename", None) or run.paths.trial_dir
+        run.failure = f"The trial could not be started: {err.strerror or err} ({where})."
         self._begin_stop(run, now, "failed")
 
     def _check_external_state(self, now: float) -> None:
@@ -400,9 +404,11 @@ class JobRunner:
             if status and not any(line.strip() for line in tail):
                 tail = _full_disk_reason(run.paths.trial_dir)
             injected = r.stop_requested_at is not None and run.stop_reason is None
+            # Injected maintenance restarts do not use up the budget for crashes.
+            n_crash_restarts = run.restarts.get(lau.name, 0) - run.injected_by.get(lau.name, 0)
             decision = policy.classify_exit(
                 status, replica=lau.name, stop_requested=run.stopping, oom_killed=r.oom_killed,
-                restarts_so_far=run.restarts.get(lau.name, 0), stderr_tail=tail,
+                restarts_so_far=0 if injected else n_crash_restarts, stderr_tail=tail,
             )
             if injected and decision.kind in (policy.ExitKind.STOPPED, policy.ExitKind.RESTARTABLE,
                                               policy.ExitKind.SUCCEEDED):
@@ -433,6 +439,8 @@ class JobRunner:
             if r.poll() is None:
                 r.begin_stop(now)  # restartJobOnWorkerRestart: the whole trial restarts
             run.restarts[name] = run.restarts.get(name, 0) + 1
+            if why.startswith("injected"):
+                run.injected_by[name] = run.injected_by.get(name, 0) + 1
             run.restart_at[name] = now
         self.progress("replica_restart", {"trial_id": run.trial_id, "replica": lau.name,
                                           "why": why, "restarts": run.restarts[lau.name]})
@@ -453,7 +461,12 @@ class JobRunner:
             if lau.is_primary:
                 run.reader.poll(final=True)  # the last reports of the attempt that ended
                 run.reader.on_restart()
-            self._start(run, lau, attempt=run.restarts[name])
+            try:
+                self._start(run, lau, attempt=run.restarts[name])
+            except OSError as err:  # e.g. a full disk: the trial fails, the job goes on
+                where = getattr(err, "filename", None) or run.paths.trial_dir
+                run.failure = f"The replica {name} could not be restarted: {err.strerror or err} ({where})."
+                self._begin_stop(run, now, "failed")
 
     def _inject_restart(self, run: TrialRun, now: float) -> None:
         live = [l for l in run.launches if run.replicas[l.name].poll() is None and l.name not in run.restart_at]
@@ -538,7 +551,8 @@ class JobRunner:
         spec = self.job.study.stopping
         assert spec is not None
         current = self._curve(run.reader.measurements(), run.start_wall)
-        decision = stopping.decide(spec, current, self._completed_curves())
+        decision = stopping.decide(spec, current, self._completed_curves(),
+                                   maximize=self.job.study.metrics[0].maximize)
         if decision.stop:
             run.stopped_early = True
             run.stop_detail = decision.reason

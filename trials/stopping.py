@@ -50,6 +50,11 @@ def orient(value: float, maximize: bool) -> float:
     return value if maximize else -value
 
 
+def _show(value: float, maximize: bool) -> str:
+    """A value for a message, back in the metric's own sign."""
+    return f"{orient(value, maximize):.6g}"
+
+
 def running_average_at(curve: Curve, x: float) -> float | None:
     """Mean of the curve's values with x' <= x (None when the curve has none yet)."""
     xs = [p[0] for p in curve]
@@ -66,7 +71,8 @@ def value_at(curve: Curve, x: float) -> float | None:
     return curve[n - 1][1] if n else None
 
 
-def median_rule(current: Curve, completed: Sequence[Curve], *, min_completed: int = MIN_COMPLETED) -> StopDecision:
+def median_rule(current: Curve, completed: Sequence[Curve], *, min_completed: int = MIN_COMPLETED,
+                maximize: bool = True) -> StopDecision:
     if len(completed) < min_completed or len(current) < MIN_POINTS:
         return KEEP
     x = current[-1][0]
@@ -76,12 +82,15 @@ def median_rule(current: Curve, completed: Sequence[Curve], *, min_completed: in
     median = statistics.median(averages)
     best = max((v for _, v in current if not math.isnan(v)), default=-math.inf)
     if best < median:
-        return StopDecision(True, f"best value {best:.6g} is below the median running average "
-                                  f"{median:.6g} of {len(averages)} completed trials at {x:g}")
+        worse = "below" if maximize else "above"
+        return StopDecision(True, f"best value {_show(best, maximize)} is {worse} the median running "
+                                  f"average {_show(median, maximize)} of {len(averages)} completed "
+                                  f"trials at {x:g}")
     return KEEP
 
 
-def decay_curve_rule(current: Curve, completed: Sequence[Curve], *, min_completed: int = MIN_COMPLETED) -> StopDecision:
+def decay_curve_rule(current: Curve, completed: Sequence[Curve], *, min_completed: int = MIN_COMPLETED,
+                     maximize: bool = True) -> StopDecision:
     if len(completed) < min_completed or len(current) < MIN_POINTS:
         return KEEP
     x, y = current[-1]
@@ -99,7 +108,8 @@ def decay_curve_rule(current: Curve, completed: Sequence[Curve], *, min_complete
     optimistic = y + max(gains)
     if optimistic < best_final:
         return StopDecision(True, f"even the largest remaining gain seen ({max(gains):.6g}) would "
-                                  f"end at {optimistic:.6g}, below the best {best_final:.6g}")
+                                  f"end at {_show(optimistic, maximize)}, worse than the best "
+                                  f"{_show(best_final, maximize)}")
     return KEEP
 
 
@@ -126,6 +136,7 @@ def convex_rule(
     max_step: float | None,
     min_step: float | None,
     min_measurements: int | None,
+    maximize: bool = True,
 ) -> StopDecision:
     need = min_measurements if min_measurements is not None else 5
     if len(completed) <= need or len(current) < max(need, 3):
@@ -149,19 +160,21 @@ def convex_rule(
     predicted += max([0.0, *errors])
     best_final = max(c[-1][1] for c in completed if c)
     if predicted < best_final:
-        return StopDecision(True, f"convex extrapolation to {horizon:g} predicts {predicted:.6g}, "
-                                  f"below the best {best_final:.6g}",
+        return StopDecision(True, f"convex extrapolation to {horizon:g} predicts "
+                                  f"{_show(predicted, maximize)}, worse than the best "
+                                  f"{_show(best_final, maximize)}",
                             predicted_final=predicted, predicted_x=horizon)
     return KEEP
 
 
-def decide(spec: StoppingSpec, current: Curve, completed: Sequence[Curve]) -> StopDecision:
-    """Apply the stopping spec's rule to one running trial."""
+def decide(spec: StoppingSpec, current: Curve, completed: Sequence[Curve], *,
+           maximize: bool = True) -> StopDecision:
+    """Apply the stopping spec's rule to one running trial (``maximize`` only words the reason)."""
     if spec.kind is StoppingKind.MEDIAN:
-        return median_rule(current, completed)
+        return median_rule(current, completed, maximize=maximize)
     if spec.kind is StoppingKind.DECAY_CURVE:
-        return decay_curve_rule(current, completed)
+        return decay_curve_rule(current, completed, maximize=maximize)
     return convex_rule(
         current, completed, max_step=spec.max_step_count, min_step=spec.min_step_count,
-        min_measurements=spec.min_measurement_count,
+        min_measurements=spec.min_measurement_count, maximize=maximize,
     )

@@ -97,6 +97,23 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else ""
 
 
+def _root_line(err: BaseException) -> str:
+    """The driver's own words (``DBAPIError.orig``), not the wrappers' (Optuna's, SQLAlchemy's)."""
+    chain, cur = [], err
+    while cur is not None and len(chain) < 10:
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    for e in chain:
+        orig = getattr(e, "orig", None)
+        if orig is not None and str(orig).strip():
+            return str(orig).strip().splitlines()[0].strip()
+    for e in reversed(chain):
+        text = str(e).strip()
+        if len(text) > 3:
+            return text.splitlines()[0].strip()
+    return type(chain[-1]).__name__
+
+
 def scrub(text: str, url: str | None) -> str:
     """``text`` with the password of ``url`` (and the whole URL) replaced by its redacted form."""
     if not url:
@@ -167,7 +184,7 @@ class Outages:
                 if self.down_since is None:
                     self.down_since = self.clock()
                     self.n_outages += 1
-                    self.notify(f"database unreachable ({scrub(_first_line(err), self.url)}); "
+                    self.notify(f"database unreachable ({scrub(_root_line(err), self.url)}); "
                                 f"retrying with backoff up to {self.max_delay_s:g}s")
                 self.sleep(delay)
                 delay = min(delay * 2, self.max_delay_s)
@@ -214,6 +231,16 @@ def _retrying(name: str) -> Callable[..., Any]:
 for _name in _RETRIED:
     if hasattr(optuna.storages.RDBStorage, _name):
         setattr(RetryingRDBStorage, _name, _retrying(_name))
+
+
+def study_summaries(storage) -> list:
+    """Every study in a storage (``trials list --storage``)."""
+    return optuna.get_all_study_summaries(storage, include_best_trial=False)
+
+
+def in_memory_storage():
+    """Optuna's in-memory storage (``trials.tune``'s default)."""
+    return optuna.storages.InMemoryStorage()
 
 
 def redact(url: str) -> str:

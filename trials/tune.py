@@ -75,9 +75,7 @@ def tune(
     from trials.describe import trial_to_rest
     from trials.job import measurement_to_json
     from trials.metrics_reader import TrialMetricsReader
-    from trials.study import JobStore, choose_sampler_name, open_storage, optuna_name
-
-    import optuna
+    from trials.study import JobStore, choose_sampler_name, in_memory_storage, open_storage, optuna_name
 
     if not isinstance(spec, JobSpec):
         from trials.spec_load import load_spec
@@ -88,7 +86,7 @@ def tune(
     job_dir = os.path.abspath(directory or tempfile.mkdtemp(prefix="trials-tune-"))
     os.makedirs(job_dir, exist_ok=True)
     study_spec = job.study
-    store_backend = open_storage(storage) if storage else optuna.storages.InMemoryStorage()
+    store_backend = open_storage(storage) if storage else in_memory_storage()
     from trials.spec_export import to_rest
 
     store = JobStore.create(store_backend, job_id, job, to_rest(job) if job.trial_job else {},
@@ -122,7 +120,8 @@ def tune(
             store.report(claimed.storage_id, step, value)
             state["curve"].append((float(step), stopping.orient(value, primary.maximize)))
             if study_spec.stopping is not None and not state["stopped"]:
-                decision = stopping.decide(study_spec.stopping, state["curve"], completed)
+                decision = stopping.decide(study_spec.stopping, state["curve"], completed,
+                                           maximize=primary.maximize)
                 if decision.stop:
                     state["stopped"], state["detail"] = True, decision.reason
                     ctx.request_stop("early stopping")  # ACTIVE -> STOPPING
