@@ -56,9 +56,9 @@ class Jobs:
         env["PYTHONUNBUFFERED"] = "1"
         return env
 
-    def cli(self, *args: str, timeout: float = 60.0, preexec=None) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "trials", *args], cwd=self.root, env=self.env(),
-                              capture_output=True, text=True, timeout=timeout, preexec_fn=preexec)
+    def cli(self, *args: str, timeout: float = 60.0, cwd: Path | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "trials", *args], cwd=cwd or self.root,
+                              env=self.env(), capture_output=True, text=True, timeout=timeout)
 
     def start(self, *args: str) -> subprocess.Popen:
         proc = subprocess.Popen([sys.executable, "-m", "trials", *args], cwd=self.root,

@@ -17,6 +17,7 @@ restarted trial reports the same values again). Faults:
   spawn        fork a child that sleeps (SIGTERM ends it), then behave
   fill         write ``--fill-mb`` MiB into the trial directory (a full disk stops it), then behave
   argv         write sys.argv[1:] as JSON to argv.json in the trial directory, then behave
+  drift        behave, but every restart reports values 0.01 higher (not restart-consistent)
 """
 import json
 import os
@@ -105,6 +106,8 @@ def main():
             os._exit(139)
         time.sleep(sleep_s)
         value = (x - 0.3) ** 2 + 1.0 / (step + 1)
+        if fault == "drift":
+            value += 0.01 * attempt
         if fault == "nan" and step == epochs:
             value = float("nan")
         ht.report_hyperparameter_tuning_metric(hyperparameter_metric_tag=tag, metric_value=value,

@@ -1,0 +1,70 @@
+"""Chaos mode: injected maintenance restarts (SIGTERM + restart, same trial id and env)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import TRAINER
+
+pytestmark = [pytest.mark.faults]
+
+REPO = Path(__file__).resolve().parents[2]
+DIGITS_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
+SUMMARY = re.compile(r"chaos: (\d+) restarts injected; measurements (consistent|INCONSISTENT)")
+
+
+def run_digits(jobs, job_id: str, spec: Path, *opts: str):
+    """The digits example job (3 trials, 2 in parallel) run from the repository root."""
+    out = jobs.cli("sweep", str(spec), "--root", str(jobs.root / "trials-jobs"), "--job-id", job_id,
+                   "--max-trial-count", "3", "--grace-period", "5", *opts, cwd=REPO, timeout=120)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr
+    return out
+
+
+def check_restart_consistent(jobs, job_id: str, stdout: str) -> int:
+    match = SUMMARY.search(stdout)
+    assert match, stdout[-2000:]
+    n_injected = int(match.group(1))
+    assert match.group(2) == "consistent"
+    study = jobs.optuna_study(job_id)
+    assert [t.user_attrs["state"] for t in study.trials] == ["SUCCEEDED"] * len(study.trials)
+    assert sum(t.user_attrs.get("injected_restarts", 0) for t in study.trials) == n_injected
+    for t in study.trials:
+        steps = [m["step"] for m in t.user_attrs["measurements"]]
+        n_steps = 10 if not t.user_attrs.get("stopped_early") else len(steps)
+        assert steps == list(range(1, n_steps + 1)), (t.number + 1, steps)  # none lost, none twice
+        # Each injection ended an attempt: exit 75 (the runtime stopped between epochs), 143 (SIGTERM
+        # came before its handler was set) or 0 (the trial was finishing anyway: no restart needed).
+        stops = [a["exitStatus"] for a in t.user_attrs["attempts"] if a.get("exitStatus")]
+        assert set(stops) <= {75, 143}, t.user_attrs["attempts"]
+        assert len(stops) in (t.user_attrs.get("injected_restarts", 0),
+                              t.user_attrs.get("injected_restarts", 0) - 1), t.user_attrs["attempts"]
+    return n_injected
+
+
+def test_inject_restarts_on_the_digits_example(jobs) -> None:
+    job_id = jobs.job_id("chaos")
+    out = run_digits(jobs, job_id, DIGITS_SPEC, "--inject-restarts", "1.5", "--seed", "3")
+    assert check_restart_consistent(jobs, job_id, out.stdout) > 0
+
+
+def test_inject_restarts_from_the_spec_local_options(jobs) -> None:
+    spec = jobs.root / "digits_chaos.yaml"
+    spec.write_text(DIGITS_SPEC.read_text() + "local: {inject_restarts: 1.0}\n")
+    job_id = jobs.job_id("chaosspec")
+    out = run_digits(jobs, job_id, spec, "--seed", "3")
+    assert check_restart_consistent(jobs, job_id, out.stdout) > 0
+
+
+def test_a_trainer_that_is_not_restart_consistent_is_called_out(jobs) -> None:
+    job_id = jobs.job_id("drift")
+    out = jobs.sweep(jobs.spec(n=2, parallel=2), job_id, "--fault=drift", "--epochs=20", "--sleep=0.05",
+                     opts=["--inject-restarts", "2", "--seed", "1"])
+    match = SUMMARY.search(out.stdout)
+    assert match and int(match.group(1)) > 0, out.stdout[-2000:]
+    assert "measurements INCONSISTENT" in out.stdout
+    assert re.search(r"INCONSISTENT: \d+ steps reported twice with different values", out.stdout)
