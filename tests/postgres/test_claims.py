@@ -1,0 +1,41 @@
+"""Claims under real concurrency on PostgreSQL: each trial once, never over the job-wide cap."""
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import create_job
+
+CLAIMER = str(Path(__file__).resolve().parent / "claimer.py")
+
+
+def race(tmp_path, url, job_id, mode, cap, n=4):
+    start_at = time.time() + 2.5  # every process connected and waiting by then
+    procs = [subprocess.Popen([sys.executable, CLAIMER, url, job_id, mode, str(cap), str(start_at)],
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(n)]
+    outs = [p.communicate(timeout=60) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _out, err in outs]
+    return [json.loads(out) for out, _err in outs]
+
+
+def test_waiting_to_running_claim_is_atomic(tmp_path, pg_url, job_id):
+    create_job(tmp_path, pg_url, job_id, points=24, parallel=24)
+    got = race(tmp_path, pg_url, job_id, "raw", cap=0)
+    ids = [c["id"] for per in got for c in per]
+    assert sorted(ids, key=int) == [str(i) for i in range(1, 25)]  # all claimed, none twice
+    xs = [c["params"]["x"] for per in got for c in per]
+    assert len(set(xs)) == 24  # every grid point once
+    assert sum(1 for per in got if per) >= 2  # the processes really competed
+
+
+def test_global_cap_holds_when_workers_claim_at_once(tmp_path, pg_url, job_id):
+    create_job(tmp_path, pg_url, job_id, points=12, parallel=3)
+    got = race(tmp_path, pg_url, job_id, "shared", cap=3)
+    assert sum(len(per) for per in got) == 3
+    from trials import controller
+
+    h = controller.open_job(job_id, root="unused", storage=pg_url)
+    assert len(h.store.running_trials()) == 3

@@ -1,0 +1,125 @@
+"""Database blinks and secrets: a worker waits out an outage, and never prints a password."""
+
+import socket
+import threading
+import time
+from urllib.parse import urlsplit
+
+import pytest
+
+from conftest import create_job, events, finish, output, start_worker, trials_cli, wait_for
+
+SECRET = "pw-s3cret-42"
+
+
+class CuttableProxy:
+    """A TCP proxy on 127.0.0.1 to the test server that can drop every connection for a while."""
+
+    def __init__(self, target_host, target_port):
+        self.target = (target_host, target_port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.down = threading.Event()
+        self.conns = []
+        self.lock = threading.Lock()
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.down.is_set():
+                client.close()  # the server "is gone": the driver sees the connection closed
+                continue
+            upstream = socket.create_connection(self.target)
+            with self.lock:
+                self.conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src, dst):
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def cut(self, seconds):
+        self.down.set()
+        with self.lock:
+            conns, self.conns = self.conns, []
+        for s in conns:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+                s.close()
+            except OSError:
+                pass
+        time.sleep(seconds)
+        self.down.clear()
+
+    def close(self):
+        self.closed = True
+        self.listener.close()
+        self.cut(0)
+
+
+@pytest.fixture
+def proxied_url(pg_url):
+    parts = urlsplit(pg_url)
+    proxy = CuttableProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
+    user = parts.username or "postgres"
+    yield proxy, f"{parts.scheme}://{user}:{SECRET}@127.0.0.1:{proxy.port}{parts.path}"
+    proxy.close()
+
+
+def test_worker_waits_out_a_database_outage_and_fails_nothing(tmp_path, proxied_url, job_id):
+    proxy, url = proxied_url  # trust auth ignores the password: it is only there to be hidden
+    create_job(tmp_path, url, job_id, points=2, parallel=1, epochs=14, sleep=0.25)
+    worker = start_worker(tmp_path, url, job_id, name="w")
+    wait_for(lambda: any(e["event"] == "epoch" and e["epoch"] >= 2 for e in events(tmp_path)), 20,
+             "the first trial to report")
+    proxy.cut(3.0)
+    assert finish([worker], timeout_s=40) == [0], output(tmp_path, "w")
+    text = output(tmp_path, "w")
+    assert text.count("database unreachable") == 1, text  # one line per outage
+    assert text.count("database reachable again") == 1, text
+    assert SECRET not in text
+    from trials import controller
+
+    h = controller.open_job(job_id, root="unused", storage=url)
+    trials = h.store.frozen_trials()
+    assert h.store.get_meta("state") == "JOB_STATE_SUCCEEDED"
+    assert [t.user_attrs["state"] for t in trials] == ["SUCCEEDED", "SUCCEEDED"]
+    attempts = [a for t in trials for a in t.user_attrs["attempts"]]
+    assert [a.get("exitStatus") for a in attempts] == [0, 0], attempts  # one clean run each, no re-run
+
+
+def test_no_message_path_prints_the_password(tmp_path, pg_url):
+    parts = urlsplit(pg_url)
+    good = f"{parts.scheme}://{parts.username or 'postgres'}:{SECRET}@{parts.hostname}:{parts.port or 5432}{parts.path}"
+    with socket.socket() as s:  # a port where nothing listens
+        s.bind(("127.0.0.1", 0))
+        dead_port = s.getsockname()[1]
+    dead = f"{parts.scheme}://{parts.username or 'postgres'}:{SECRET}@127.0.0.1:{dead_port}{parts.path}"
+    runs = [
+        trials_cli(tmp_path, "describe", "no-such-job", "--storage", good),
+        trials_cli(tmp_path, "list", "--storage", dead),
+        trials_cli(tmp_path, "--debug", "list", "--storage", dead),
+        trials_cli(tmp_path, "worker", "no-such-job", "--storage", dead),
+        trials_cli(tmp_path, "cancel", "no-such-job", "--storage", "postgresql://u:" + SECRET + "@/x?host=/nonexistent"),
+    ]
+    for run in runs:
+        assert run.returncode != 0, run
+        assert run.stderr.strip(), run
+        assert SECRET not in run.stdout + run.stderr, run
+    assert "***" in runs[1].stderr and "Traceback" in runs[2].stderr

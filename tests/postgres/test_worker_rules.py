@@ -1,0 +1,91 @@
+"""The pure parts of scale-out: staleness, heartbeat rate, outage retries, password scrubbing."""
+
+import pytest
+from sqlalchemy import exc as sa_exc
+
+from trials.study import Outages, is_connection_error, redact, scrub
+from trials.worker import Lease, heartbeat_interval, is_stale, takeover_reason
+
+
+def lease(hb, owner="h:1"):
+    return Lease(trial_id=3, owner=owner, heartbeat=hb, generation=1)
+
+
+def test_staleness_uses_one_clock_and_the_grace():
+    assert not is_stale(lease(100.0), db_now=129.9, stale_after_s=30, unleased_for_s=0)
+    assert is_stale(lease(100.0), db_now=130.0, stale_after_s=30, unleased_for_s=0)
+    assert not is_stale(None, db_now=0, stale_after_s=30, unleased_for_s=29)
+    assert is_stale(None, db_now=0, stale_after_s=30, unleased_for_s=30)
+    reason = takeover_reason(lease(100.0, "hostA:42"), db_now=135.5, me="hostB:7")
+    assert "hostA:42" in reason and "35.5s" in reason and "hostB:7" in reason
+
+
+def test_heartbeat_interval_is_a_sixth_of_the_grace_within_bounds():
+    assert heartbeat_interval(30) == 5.0
+    assert heartbeat_interval(3) == 0.5
+    assert heartbeat_interval(0.5) == 0.2
+    assert heartbeat_interval(600) == 5.0
+
+
+def blink(n_failures, err_factory):
+    calls = {"n": 0}
+
+    def fn(x):
+        calls["n"] += 1
+        if calls["n"] <= n_failures:
+            raise err_factory()
+        return x * 2
+
+    return fn, calls
+
+
+def op_error():
+    orig = Exception("server closed the connection unexpectedly\n\tThis probably means")
+    try:
+        raise sa_exc.OperationalError("SELECT 1", {}, orig)
+    except sa_exc.OperationalError as inner:
+        try:
+            raise RuntimeError("An exception is raised during the commit.") from inner
+        except RuntimeError as outer:
+            return outer
+
+
+def test_outages_retry_with_backoff_and_say_so_once_per_outage():
+    lines, sleeps, now = [], [], [0.0]
+
+    def sleep(s):
+        sleeps.append(s)
+        now[0] += s
+
+    o = Outages(lines.append, first_delay_s=0.5, max_delay_s=2.0, sleep=sleep, clock=lambda: now[0])
+    fn, calls = blink(5, op_error)
+    assert o.call(fn, 21) == 42 and calls["n"] == 6
+    assert sleeps == [0.5, 1.0, 2.0, 2.0, 2.0]
+    assert len(lines) == 2 and lines[0].startswith("database unreachable (server closed the connection")
+    assert lines[1] == "database reachable again after 7.5s"
+    fn, calls = blink(1, op_error)
+    o.call(fn, 1)
+    assert len(lines) == 4 and o.n_outages == 2
+
+
+def test_outages_do_not_swallow_other_errors():
+    o = Outages(lambda line: pytest.fail(line), sleep=lambda s: pytest.fail("slept"))
+    fn, _ = blink(1, lambda: sa_exc.IntegrityError("INSERT", {}, Exception("duplicate key")))
+    with pytest.raises(sa_exc.IntegrityError):
+        o.call(fn, 1)
+    assert is_connection_error(op_error())
+    assert not is_connection_error(ValueError("x"))
+
+
+def test_scrub_and_redact_hide_the_password_everywhere():
+    url = "postgresql://bob:hunter2@db.example:5432/jobs"
+    assert redact(url) == "postgresql://bob:***@db.example:5432/jobs"
+    assert redact("postgresql://bob@db/jobs") == "postgresql://bob@db/jobs"
+    text = f"cannot reach {url}; dsn password=hunter2 user=bob"
+    assert "hunter2" not in scrub(text, url) and "bob:***@" in scrub(text, url)
+    assert scrub("plain", None) == "plain"
+    o_lines = []
+    o = Outages(o_lines.append, url=url, sleep=lambda s: None)
+    fn, _ = blink(1, lambda: sa_exc.OperationalError("x", {}, Exception("auth failed for hunter2")))
+    o.call(fn, 1)
+    assert "hunter2" not in " ".join(o_lines)
