@@ -214,6 +214,22 @@ class RetryingRDBStorage(optuna.storages.RDBStorage):
 
     outages: "Outages | None" = None
 
+    def set_trial_user_attrs(self, trial_id: int, attrs: Mapping[str, Any]) -> None:
+        """Several user attributes of one trial in one transaction: one commit, not one per key."""
+        from optuna.storages._rdb import models
+        from optuna.storages._rdb.storage import _create_scoped_session
+
+        def run() -> None:
+            with _create_scoped_session(self.scoped_session, True) as session:
+                for key, value in attrs.items():
+                    self._set_trial_attr_without_commit(
+                        session, models.TrialUserAttributeModel, trial_id, key, value)
+
+        if self.outages is None:
+            run()
+        else:
+            self.outages.call(run)
+
 
 def _retrying(name: str) -> Callable[..., Any]:
     base = getattr(optuna.storages.RDBStorage, name)
@@ -513,6 +529,10 @@ class JobStore:
                        resume_reason=reason, previous_worker=previous_worker)
 
     def set_trial_attrs(self, storage_id: int, **values: Any) -> None:
+        batch = getattr(self.storage, "set_trial_user_attrs", None)
+        if batch is not None:  # a database: one transaction
+            batch(storage_id, values)
+            return
         for k, v in values.items():
             self.storage.set_trial_user_attr(storage_id, k, v)
 

@@ -152,15 +152,15 @@ class SharedJob:
             if taken is not None:
                 return taken
             self.n_running = len(running)
-            self.n_waiting = len(self.store.waiting_trials())
-            if len(running) >= cap or self.n_waiting == 0:
+            self.n_waiting = -1  # unknown: only counted when nothing could be claimed
+            if len(running) >= cap:
                 return None
             claimed = self.store.claim(study)
             if claimed is None:
+                self.n_waiting = 0
                 return None
             self._acquire(claimed.storage_id)
             self.n_running += 1
-            self.n_waiting -= 1
         if not locked and len(self.store.running_trials()) > cap:
             self.release(claimed.storage_id)  # over the cap after all: give it back
             self.store.requeue(claimed.storage_id)

@@ -84,7 +84,7 @@ def proxied_url(pg_url):
 
 def test_worker_waits_out_a_database_outage_and_fails_nothing(tmp_path, proxied_url, job_id):
     proxy, url = proxied_url  # trust auth ignores the password: it is only there to be hidden
-    create_job(tmp_path, url, job_id, points=2, parallel=1, epochs=14, sleep=0.25)
+    create_job(tmp_path, url, job_id, points=2, parallel=1, epochs=10, sleep=0.2)
     worker = start_worker(tmp_path, url, job_id, name="w")
     wait_for(lambda: any(e["event"] == "epoch" and e["epoch"] >= 2 for e in events(tmp_path)), 20,
              "the first trial to report")
