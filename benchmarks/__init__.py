@@ -1,0 +1,1 @@
+"""Benchmarks of the trial runtime and the controller: ``python -m benchmarks [PART] [--quick]``."""
