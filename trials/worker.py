@@ -12,6 +12,7 @@ parameters. Owners renew with ``owner = me``, so a worker that lost its lease le
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import time
 from dataclasses import dataclass
@@ -46,8 +47,6 @@ class Lease:
 
 
 def worker_name() -> str:
-    import os
-
     return f"{socket.gethostname()}:{os.getpid()}"
 
 

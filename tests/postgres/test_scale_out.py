@@ -100,3 +100,23 @@ def test_cancel_from_another_process_stops_every_worker(tmp_path, pg_url, job_id
     assert not [e for e in events(tmp_path) if e["event"] == "end"]  # stopped, not run to the end
     listed = trials_cli(tmp_path, "list", "--storage", pg_url)
     assert job_id in listed.stdout and "JOB_STATE_CANCELLED" in listed.stdout
+
+
+def test_sigterm_makes_a_worker_leave_without_cancelling_the_job(tmp_path, pg_url, job_id):
+    create_job(tmp_path, pg_url, job_id, points=3, parallel=2, epochs=30, sleep=0.1)
+    a = start_worker(tmp_path, pg_url, job_id, name="a")
+    wait_for(lambda: len({e["trial"] for e in events(tmp_path) if e["event"] == "epoch"}) == 2, 20,
+             "worker a to run two trials")
+    a.send_signal(signal.SIGTERM)
+    assert finish([a]) == [130], output(tmp_path, "a")
+    assert "left job" in output(tmp_path, "a")
+    h = open_job(tmp_path, pg_url, job_id)
+    assert h.store.get_meta("state") == "JOB_STATE_RUNNING"  # the job goes on without it
+    assert not h.store.running_trials()
+    b = start_worker(tmp_path, pg_url, job_id, name="b")
+    assert finish([b]) == [0], output(tmp_path, "b")
+    h = open_job(tmp_path, pg_url, job_id)
+    assert h.store.get_meta("state") == "JOB_STATE_SUCCEEDED"
+    assert sorted(t.user_attrs["state"] for t in h.store.frozen_trials()) == ["SUCCEEDED"] * 3
+    restarts = [e for e in events(tmp_path) if e["event"] == "start" and e["from_epoch"] > 0]
+    assert len(restarts) == 2  # the two interrupted trials went on from their checkpoints
