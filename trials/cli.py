@@ -289,10 +289,33 @@ def _job_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--storage", help="Optuna storage URL (default: journal file in the job folder)")
 
 
+def _non_negative(text: str) -> float:
+    """An argparse type: a finite number >= 0 (NaN, inf or a negative rate would hang or mislead)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
 def _run_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--grace-period", type=float, metavar="SECONDS", help="SIGTERM -> SIGKILL grace (default 10)")
-    p.add_argument("--memory-limit", type=int, metavar="MB", help="per-replica memory limit; over it the replica is OOM-killed")
-    p.add_argument("--inject-restarts", type=float, metavar="RATE", help="chaos mode: SIGTERM+restart replicas at RATE per trial-second")
+    p.add_argument("--grace-period", type=_non_negative, metavar="SECONDS", help="SIGTERM -> SIGKILL grace (default 10)")
+    p.add_argument("--memory-limit", type=_positive_int, metavar="MB", help="per-replica memory limit; over it the replica is OOM-killed")
+    p.add_argument("--inject-restarts", type=_non_negative, metavar="RATE", help="chaos mode: SIGTERM+restart replicas at RATE per trial-second")
     p.add_argument("--seed", type=int, help="sampler and chaos seed")
     p.add_argument("--echo", action="store_true", help="echo every replica's output, prefixed")
     p.add_argument("--quiet", action="store_true", help="print only warnings and the summary's exit code")

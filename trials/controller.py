@@ -46,7 +46,10 @@ def default_job_id(job: JobSpec, spec_path: str | None) -> str:
 
 
 def job_dir_of(root: str, job_id: str) -> str:
-    protocol.check_job_id(job_id)
+    try:
+        protocol.check_job_id(job_id)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     path = os.path.abspath(os.path.join(root, job_id))
     if os.path.dirname(path) != os.path.abspath(root):
         raise ConfigError(f"--job-id {job_id!r} would leave the job root {root!r}")
@@ -58,6 +61,13 @@ def storage_url_for(job_dir: str, storage: str | None) -> str:
 
 
 def resolve_base_output(job: JobSpec, base_output_dir: str | None, job_dir: str) -> str:
+    prefix = job.trial_job.base_output_directory if job.trial_job else None
+    for value, source in ((base_output_dir, "--base-output-dir"), (prefix, "outputUriPrefix")):
+        if value and protocol.is_gcs_uri(value):
+            try:
+                protocol.local_path(value, "/")  # gs:// never maps outside the /gcs root
+            except ValueError as err:
+                raise ConfigError(f"{source}: {err}") from None
     if base_output_dir:
         return os.path.abspath(base_output_dir) if not protocol.is_gcs_uri(base_output_dir) else base_output_dir
     prefix = job.trial_job.base_output_directory if job.trial_job else None
@@ -112,12 +122,15 @@ def create_job(job: JobSpec, *, root: str, job_id: str | None, spec_path: str | 
                storage: str | None, base_output_dir: str | None, project_number: str | None,
                local_command: Sequence[str] | None, cwd: str | None = None,
                seed: int | None = None, gcs_root: str | None = None) -> JobHandle:
-    job_id = job_id or default_job_id(job, spec_path)
+    job_id = default_job_id(job, spec_path) if job_id is None else job_id
     job_dir = job_dir_of(root, job_id)
     if storage is None and os.path.exists(os.path.join(job_dir, JOURNAL_FILE)):
         raise ConfigError(f"job {job_id!r} already exists in {job_dir}; use `trials resume {job_id}` "
                           f"or choose another --job-id")
-    os.makedirs(job_dir, exist_ok=True)
+    try:
+        os.makedirs(job_dir, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"cannot create the job folder {job_dir}: {err.strerror or err}") from None
     if job.trial_job is None and not local_command:
         raise ConfigError(f"{spec_path or 'the spec'} has no trialJobSpec and no command: give the "
                           f"trial command after --, e.g. trials sweep SPEC -- python train.py")

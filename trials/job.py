@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence, TextIO
 
 from trials import launch, policy, protocol, stopping
 from trials.devices import DeviceAllocator, DevicePlan, replica_env
+from trials.errors import ConfigError
 from trials.metrics_reader import TrialMetricsReader
 from trials.process import Replica, check_memory_all, free_port, reap_leftovers, start_replica, tail_lines
 from trials.records import Measurement
@@ -209,10 +210,10 @@ class JobRunner:
                     return
             try:
                 self._launch(claimed, now)
-            except OSError as err:  # e.g. the trial directory's disk is full: fail this trial only
+            except (OSError, ConfigError) as err:  # a full disk, a missing command: the trial fails
                 self._fail_launch(claimed, now, err)
 
-    def _fail_launch(self, claimed: Claimed, now: float, err: OSError) -> None:
+    def _fail_launch(self, claimed: Claimed, now: float, err: OSError | ConfigError) -> None:
         """The trial could not be prepared or started: it fails with the reason, the job goes on."""
         run = self.running.get(claimed.trial_id)
         if run is None:
@@ -224,8 +225,7 @@ class JobRunner:
                            start_wall=time.time(), start_mono=now)
             self.running[claimed.trial_id] = run
         run.launches = [lau for lau in run.launches if lau.name in run.replicas]  # those started
-        where = getattr(err, "filename", None) or run.paths.trial_dir
-        run.failure = f"The trial could not be started: {err.strerror or err} ({where})."
+        run.failure = f"The trial could not be started: {_os_error_text(err, run.paths.trial_dir)}."
         self._begin_stop(run, now, "failed")
 
     def _check_external_state(self, now: float) -> None:
@@ -463,9 +463,9 @@ class JobRunner:
                 run.reader.on_restart()
             try:
                 self._start(run, lau, attempt=run.restarts[name])
-            except OSError as err:  # e.g. a full disk: the trial fails, the job goes on
-                where = getattr(err, "filename", None) or run.paths.trial_dir
-                run.failure = f"The replica {name} could not be restarted: {err.strerror or err} ({where})."
+            except (OSError, ConfigError) as err:  # e.g. a full disk: the trial fails, the job goes on
+                run.failure = (f"The replica {name} could not be restarted: "
+                               f"{_os_error_text(err, run.paths.trial_dir)}.")
                 self._begin_stop(run, now, "failed")
 
     def _inject_restart(self, run: TrialRun, now: float) -> None:
@@ -742,6 +742,12 @@ class JobRunner:
     def _write_json(path: str, data: Any) -> None:
         with open(path, "w", encoding="utf-8") as f:
             json.dump(data, f, indent=1, sort_keys=True, default=str)
+
+
+def _os_error_text(err: OSError | ConfigError, trial_dir: str) -> str:
+    if not isinstance(err, OSError):
+        return str(err).rstrip(".")
+    return f"{err.strerror or err} ({getattr(err, 'filename', None) or trial_dir})"
 
 
 def _full_disk_reason(path: str) -> list[str]:

@@ -140,7 +140,7 @@ JOB_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 def check_job_id(job_id: str) -> str:
     """Job ids become directory names: letters, digits, ``_ . -``, no leading dot, ≤ 128 chars."""
-    if not JOB_ID_PATTERN.match(job_id) or job_id in (".", ".."):
+    if not JOB_ID_PATTERN.fullmatch(job_id) or job_id in (".", ".."):  # `$` would allow "x\n"
         raise ValueError(
             f"a job id must be 1-128 letters, digits, '_', '.', '-' starting with a letter or "
             f"digit, got {job_id!r}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -114,17 +115,20 @@ def parse_spec(data: object, *, source: str) -> JobSpec:
     root = Node(data, "", source)
     if not isinstance(data, dict):
         root.fail(f"a mapping at the top level: {FORMS}")
+    _reject_nul(data, source)
     keys = set(data)
     if "trainingInput" in keys:
         from trials.spec_legacy import parse_legacy
 
-        return parse_legacy(root)
+        return _runnable(parse_legacy(root), source, "trainingInput.jobDir",
+                         "trainingInput.hyperparameters.params")
     if keys & {"studySpec", "trialJobSpec"}:
-        return parse_job(root)
+        return _runnable(parse_job(root), source,
+                         "trialJobSpec.baseOutputDirectory.outputUriPrefix", "studySpec.parameters")
     if keys & {"metrics", "parameters"}:
         from trials.spec_short import parse_short
 
-        return parse_short(root)
+        return _runnable(parse_short(root), source, "base_output_dir", "parameters")
     for key in keys:
         hint = suggest(str(key), ("studySpec", "trialJobSpec", "trainingInput", "metrics",
                                   "parameters"))
@@ -133,6 +137,45 @@ def parse_spec(data: object, *, source: str) -> JobSpec:
                 f"unknown top-level key `{key}`; did you mean `{hint}`? (expected {FORMS}; "
                 f"got `{key}`)")
     root.fail(FORMS, got=f"top-level keys {sorted(map(str, keys))}" if keys else "an empty mapping")
+
+
+def _reject_nul(data: object, source: str) -> None:
+    """No key or string may hold a NUL character: no argv or environment can carry one."""
+    stack: list[tuple[object, str]] = [(data, "")]
+    seen: set[int] = set()  # YAML aliases share containers: visit each once
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, str):
+            if "\0" in value:
+                Node(value, path, source).fail("text without NUL characters (no argv or "
+                                               "environment variable can carry one)")
+        elif isinstance(value, (dict, list)) and id(value) not in seen:
+            seen.add(id(value))
+            if isinstance(value, dict):
+                for key, item in value.items():
+                    stack.append((key, path))
+                    stack.append((item, f"{path}.{key}" if path else str(key)))
+            else:
+                stack.extend((item, f"{path}[{i}]") for i, item in enumerate(value))
+
+
+def _runnable(job: JobSpec, source: str, output_path: str, params_path: str) -> JobSpec:
+    """Checks every form shares: an output URI that stays in /gcs, sampleable double ranges."""
+    from trials.protocol import is_gcs_uri, local_path
+
+    base = job.trial_job.base_output_directory if job.trial_job else None
+    if base and is_gcs_uri(base):
+        try:
+            local_path(base, "/")
+        except ValueError:
+            Node(base, output_path, source).fail(
+                "gs://BUCKET/path with a bucket and no '..' segment (it maps into the /gcs mount)")
+    for p in job.study.all_parameters():
+        if p.type is ParameterType.DOUBLE and not math.isfinite(p.max_value - p.min_value):
+            Node(p.parameter_id, params_path, source).fail(
+                f"a range whose width is a finite number for parameter {p.parameter_id!r}",
+                got=f"[{p.min_value!r}, {p.max_value!r}] (the width overflows)")
+    return job
 
 
 def parse_job(root: Node) -> JobSpec:
