@@ -375,7 +375,7 @@ def cancel(h: JobHandle) -> str:
             os.kill(holder, signal.SIGTERM)
         except (ProcessLookupError, PermissionError):
             pass
-    elif state in (QUEUED, RUNNING) and not h.store.running_trials():
+    elif state in (QUEUED, RUNNING, CANCELLING) and not h.store.running_trials():
         h.store.set_meta(state=CANCELLED, end_time=rfc3339(time.time()),
                          error={"code": 1, "message": "The job was cancelled."})
         return CANCELLED
