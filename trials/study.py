@@ -214,6 +214,21 @@ class RetryingRDBStorage(optuna.storages.RDBStorage):
 
     outages: "Outages | None" = None
 
+    def waiting_trial_ids(self, study_id: int, *, limit: int) -> list[tuple[int, int]]:
+        """(number, trial id) of the first ``limit`` WAITING trials: one light query."""
+        from optuna.storages._rdb import models
+        from optuna.storages._rdb.storage import _create_scoped_session
+
+        def run() -> list[tuple[int, int]]:
+            with _create_scoped_session(self.scoped_session) as session:
+                rows = (session.query(models.TrialModel.number, models.TrialModel.trial_id)
+                        .filter(models.TrialModel.study_id == study_id,
+                                models.TrialModel.state == TrialState.WAITING)
+                        .order_by(models.TrialModel.number).limit(limit).all())
+                return [(int(n), int(i)) for n, i in rows]
+
+        return run() if self.outages is None else self.outages.call(run)
+
     def set_trial_user_attrs(self, trial_id: int, attrs: Mapping[str, Any]) -> None:
         """Several user attributes of one trial in one transaction: one commit, not one per key."""
         from optuna.storages._rdb import models
@@ -485,18 +500,25 @@ class JobStore:
 
     def claim(self, study: StudySpec) -> Claimed | None:
         """Atomically move one WAITING trial to RUNNING and suggest its parameters."""
-        for frozen in self.frozen_trials((TrialState.WAITING,)):
-            try:
-                if not self.storage.set_trial_state_values(frozen._trial_id, state=TrialState.RUNNING):
+        lookup = getattr(self.storage, "waiting_trial_ids", None)
+        while True:
+            if lookup is not None:  # a database: ids only, a few at a time, not every trial whole
+                candidates = lookup(self._study_id, limit=8)
+            else:
+                candidates = [(t.number, t._trial_id) for t in self.frozen_trials((TrialState.WAITING,))]
+            for number, storage_id in candidates:
+                try:
+                    if not self.storage.set_trial_state_values(storage_id, state=TrialState.RUNNING):
+                        continue
+                except optuna.exceptions.UpdateFinishedTrialError:
                     continue
-            except optuna.exceptions.UpdateFinishedTrialError:
-                continue
-            self._know_trial(frozen._trial_id)
-            trial = optuna.Trial(self.study, frozen._trial_id)
-            params = suggest(trial, study)
-            return Claimed(number=frozen.number, storage_id=frozen._trial_id,
-                           trial_id=str(frozen.number + 1), params=params, resumed=False)
-        return None
+                self._know_trial(storage_id)
+                trial = optuna.Trial(self.study, storage_id)
+                params = suggest(trial, study)
+                return Claimed(number=number, storage_id=storage_id,
+                               trial_id=str(number + 1), params=params, resumed=False)
+            if lookup is None or not candidates:
+                return None  # (a database: all 8 taken by others meanwhile, look again)
 
     def _know_trial(self, trial_id: int) -> None:
         # Optuna's cache over an RDB storage must have read a trial before params are set on it;
