@@ -55,8 +55,11 @@ def _progress(h, args):
 
 
 def _device_plan(job, args):
+    """Check the worker options (before a sweep creates its job) and plan the GPUs."""
     from trials import devices
 
+    if args.stale_after is not None and not args.stale_after > 0:
+        raise ConfigError(f"--stale-after must be > 0 seconds, got {args.stale_after}")
     return devices.plan(job, gpus=args.gpus, ignore_accelerators=args.ignore_accelerators)
 
 
