@@ -6,7 +6,8 @@
   of workers), and 1, 2 or 4 ``trials worker`` processes with one trial slot each, all started at
   once; trials/minute = N / wall time from the first worker's start to the last worker's exit
   (worker start-up, imports and job end included). Each trial is a CPU busy loop of ``--work-ms``
-  and one hypertune report. The machine's core count bounds the speed-up.
+  and one hypertune report. The machine's cores bound the speed-up, so each row also shows the floor:
+  the same trial processes on as many lanes with no controller and no storage.
 - storage cost per trial, in process, without trial processes: the calls the job loop makes for one
   trial (claim, start attributes, three intermediate values, final attributes, complete; on
   PostgreSQL also the lease, the ownership check and its release), timed on the journal file (the
@@ -98,6 +99,32 @@ def throughput(url: str, n_workers: int, n_trials: int, work_ms: float) -> float
         return n_trials / wall * 60
 
 
+def floor_rate(n_lanes: int, n_trials: int, work_ms: float) -> float:
+    """Trials/minute of the same trial processes on ``n_lanes`` lanes with no controller at all."""
+    import threading
+
+    env = {**os.environ, "BENCH_WORK_MS": str(work_ms), "CLOUD_ML_TRIAL_ID": "0"}
+    env.pop("BENCH_TIMES", None)
+    todo = list(range(n_trials))
+    lock = threading.Lock()
+
+    def lane() -> None:
+        while True:
+            with lock:
+                if not todo:
+                    return
+                todo.pop()
+            subprocess.run([sys.executable, "-c", TRIAL, "--x=0.5"], env=env, check=True)
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=lane) for _ in range(n_lanes)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return n_trials / (time.monotonic() - t0) * 60
+
+
 # --- storage cost per trial, in process -------------------------------------------------------------
 def storage_cycle_ms(storage: str | None, n: int) -> float:
     from trials.job import FINAL_STATES  # noqa: F401 - the controller modules, imported once
@@ -167,10 +194,14 @@ def main(argv: list[str] | None = None) -> int:
     from trials.study import redact
 
     print(f"scale-out on {redact(a.url)}; {os.cpu_count()} CPU cores; trial = {a.work_ms:g} ms CPU + one report")
+    print(f"  (floor: the same trial processes on N lanes, no controller, no storage; load average "
+          f"{os.getloadavg()[0]:.1f} at start)")
     rates = {}
     for n in (1, 2, 4):
         rates[n] = throughput(a.url, n, n_trials, a.work_ms)
-        print(f"  {n} worker(s): {rates[n]:6.1f} trials/min  ({n_trials} trials, x{rates[n] / rates[1]:.2f} vs 1 worker)")
+        floor = floor_rate(n, n_trials, a.work_ms)
+        print(f"  {n} worker(s): {rates[n]:6.1f} trials/min  ({n_trials} trials, x{rates[n] / rates[1]:.2f} vs 1 worker;"
+              f" floor {floor:.1f}/min, {rates[n] / floor:.0%} of it)")
     journal_ms = storage_cycle_ms(None, n_cycle)
     pg_ms = storage_cycle_ms(a.url, n_cycle)
     print(f"storage calls per trial (median of {n_cycle}): journal {journal_ms:.1f} ms, "
