@@ -6,7 +6,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import create_job
+from pg_helpers import create_job
 
 CLAIMER = str(Path(__file__).resolve().parent / "claimer.py")
 

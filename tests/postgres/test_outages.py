@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from conftest import create_job, events, finish, output, start_worker, trials_cli, wait_for
+from pg_helpers import create_job, events, finish, output, start_worker, trials_cli, wait_for
 
 SECRET = "pw-s3cret-42"
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import create_job, events, finish, output, start_worker, trials_cli, wait_for
+from pg_helpers import create_job, events, finish, output, start_worker, trials_cli, wait_for
 
 
 def open_job(tmp_path, url, job_id):

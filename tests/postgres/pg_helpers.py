@@ -1,0 +1,91 @@
+"""Helpers for the PostgreSQL tests: specs, jobs created in the database, workers, their events."""
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TRAINER = str(Path(__file__).resolve().parent / "pg_trainer.py")
+
+
+def write_spec(path, *, events, points=4, parallel=2, epochs=4, sleep=0.1, accelerators=0):
+    values = ", ".join(f"{0.1 * (i + 1):.1f}" for i in range(points))
+    machine = "{machineType: n1-standard-4" + (
+        f", acceleratorType: NVIDIA_TESLA_T4, acceleratorCount: {accelerators}" if accelerators else "") + "}"
+    args = json.dumps([f"--events={events}", f"--epochs={epochs}", f"--sleep={sleep}"])
+    path.write_text("\n".join([
+        "studySpec:",
+        "  metrics: [{metricId: score, goal: MAXIMIZE}]",
+        f"  parameters: [{{parameterId: x, discreteValueSpec: {{values: [{values}]}}}}]",
+        "  algorithm: GRID_SEARCH",
+        f"maxTrialCount: {points}",
+        f"parallelTrialCount: {parallel}",
+        "trialJobSpec:",
+        "  workerPoolSpecs:",
+        f"  - {{machineSpec: {machine}, replicaCount: 1, containerSpec: "
+        f"{{imageUri: local, command: [python, {json.dumps(TRAINER)}], args: {args}}}}}",
+    ]) + "\n")
+    return path
+
+
+def create_job(tmp_path, url, job_id, **spec):
+    """Create the job in PostgreSQL without running it (workers join afterwards)."""
+    from trials import controller
+    from trials.spec_load import load_spec
+
+    spec_path = write_spec(tmp_path / "job.yaml", events=tmp_path / "events.jsonl", **spec)
+    h = controller.create_job(load_spec(str(spec_path)), root=str(tmp_path / "jobs"), job_id=job_id,
+                              spec_path=str(spec_path), storage=url, base_output_dir=None,
+                              project_number=None, local_command=None, cwd=str(tmp_path))
+    return h
+
+
+def start_worker(tmp_path, url, job_id, *extra, name="w"):
+    out = open(tmp_path / f"{name}.out", "w")
+    return subprocess.Popen(
+        [sys.executable, "-m", "trials", "worker", job_id, "--storage", url, "--grace-period", "2",
+         "--root", str(tmp_path / "jobs"), *extra],
+        cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, text=True,
+    )
+
+
+def trials_cli(tmp_path, *argv, timeout=30):
+    return subprocess.run([sys.executable, "-m", "trials", *argv], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def events(tmp_path):
+    path = tmp_path / "events.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def wait_for(predicate, timeout_s, what):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def finish(procs, timeout_s=40):
+    """Wait for worker processes; kill leftovers so a failing test leaves nothing behind."""
+    deadline = time.monotonic() + timeout_s
+    codes = []
+    try:
+        for p in procs:
+            codes.append(p.wait(timeout=max(0.1, deadline - time.monotonic())))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return codes
+
+
+def output(tmp_path, name):
+    return (tmp_path / f"{name}.out").read_text()
