@@ -346,7 +346,14 @@ def _reap_leftovers(h: JobHandle) -> int:
     return reap_leftovers(records) if records else 0
 
 
+def _repair_if_idle(h: JobHandle) -> None:
+    """Before writing without the controller lock: repair the journal if no controller runs."""
+    if _lock_holder(h.job_dir) is None:
+        repair_journal(h.storage_url)
+
+
 def extend(h: JobHandle, max_trial_count: int) -> int:
+    _repair_if_idle(h)
     n = len(h.store.frozen_trials())
     if max_trial_count <= n:
         raise ConfigError(f"--max-trial-count must be more than the job's {n} trials to add any, "
@@ -365,6 +372,7 @@ def cancel(h: JobHandle) -> str:
     state = h.store.get_meta("state")
     if state in FINAL_STATES:
         return state
+    _repair_if_idle(h)
     h.store.set_meta(state=CANCELLING)
     shared = shared_job(h) if is_shared(h) else None
     if shared is not None:
