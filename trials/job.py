@@ -740,8 +740,12 @@ class JobRunner:
 
     @staticmethod
     def _write_json(path: str, data: Any) -> None:
-        with open(path, "w", encoding="utf-8") as f:
+        # Whole or not at all: a controller killed mid-write must not leave a torn pids.json
+        # (its replicas' children would never be reaped) or args.json.
+        tmp = f"{path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
             json.dump(data, f, indent=1, sort_keys=True, default=str)
+        os.replace(tmp, path)
 
 
 def _os_error_text(err: OSError | ConfigError, trial_dir: str) -> str:
