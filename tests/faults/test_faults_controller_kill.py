@@ -59,13 +59,13 @@ def test_sigkill_at_20_random_points_then_resume(jobs) -> None:
     job_id = jobs.job_id("kill")
     spec = jobs.spec(n=N_TRIALS, parallel=2, params=PARAMS)
     sweep = ("sweep", spec, "--job-id", job_id, "--grace-period", "0.3", "--seed", "7", "--quiet",
-             "--", "python", TRAINER, "--epochs=3", "--sleep=0.12")
+             "--", "python", TRAINER, "--epochs=3", "--sleep=0.15")
     proc = jobs.start(*sweep)
     snapshots: list[dict[int, dict[str, Any]]] = []
     n_killed = 0
     done_at_kill = []
     for _ in range(N_KILLS):
-        time.sleep(rng.uniform(0.2, 2.2))
+        time.sleep(rng.uniform(0.1, 1.2))
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             n_killed += 1
