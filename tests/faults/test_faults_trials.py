@@ -204,3 +204,15 @@ def test_full_disk_in_trial_directories_fails_those_trials_only(jobs, tmp_path: 
     assert trials[1]["state"] == "INFEASIBLE"
     assert "No space left on device: the filesystem of" in trials[1]["infeasibleReason"]
     assert trials[2]["state"] == "SUCCEEDED"
+
+
+def test_a_missing_trial_command_fails_the_trial_and_ends_the_job_cleanly(jobs) -> None:
+    job_id = jobs.job_id("nocmd")
+    out = jobs.cli("sweep", jobs.spec(n=2), "--job-id", job_id, "--", "/nonexistent/train")
+    assert out.returncode == 1, out.stderr
+    assert "Traceback" not in out.stderr
+    rest = jobs.describe(job_id)
+    assert rest["state"] == "JOB_STATE_FAILED"  # not left RUNNING without a controller
+    reason = rest["trials"][0]["infeasibleReason"]
+    assert reason.startswith("The trial could not be started: replica workerpool0-0: command "
+                             "'/nonexistent/train' was not found"), reason
