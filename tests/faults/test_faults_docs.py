@@ -19,8 +19,6 @@ def _test_names(path: Path) -> set[str]:
     return {node.name for node in tree.body if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")}
 
 
-
-
 def test_the_reliability_table_matches_the_tests() -> None:
     cited = set(re.findall(r"`((?:faults|hostile)/test_\w+\.py)::(test_\w+)`", DOC.read_text()))
     assert cited
