@@ -1,17 +1,20 @@
-"""Claims trials of a job as fast as it can from a start instant; prints what it got as JSON."""
+"""Claims trials of a job as fast as it can once GO_FILE exists; prints what it got as JSON."""
 
 import json
+import os
 import sys
 import time
 
 from trials import controller
 from trials.worker import SharedJob
 
-url, job_id, mode, cap, start_at = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
+url, job_id, mode, cap, go_file = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 h = controller.open_job(job_id, root="unused", storage=url)
 shared = SharedJob(h.store, stale_after_s=60)
 h.store.frozen_trials()  # connect before the start
-time.sleep(max(0.0, start_at - time.time()))
+open(f"{go_file}.ready.{os.getpid()}", "w").close()
+while not os.path.exists(go_file):
+    time.sleep(0.002)
 got = []
 while True:
     if mode == "raw":  # the bare atomic WAITING -> RUNNING claim, no lock

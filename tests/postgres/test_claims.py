@@ -12,11 +12,21 @@ CLAIMER = str(Path(__file__).resolve().parent / "claimer.py")
 
 
 def race(tmp_path, url, job_id, mode, cap, n=4):
-    start_at = time.time() + 2.5  # every process connected and waiting by then
-    procs = [subprocess.Popen([sys.executable, CLAIMER, url, job_id, mode, str(cap), str(start_at)],
+    go = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, CLAIMER, url, job_id, mode, str(cap), str(go)],
                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(n)]
-    outs = [p.communicate(timeout=60) for p in procs]
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("go.ready.*"))) < n:  # every process connected and waiting
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "claimers did not start"
+            time.sleep(0.01)
+        go.touch()
+        outs = [p.communicate(timeout=60) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
     assert all(p.returncode == 0 for p in procs), [err for _out, err in outs]
     return [json.loads(out) for out, _err in outs]
 
