@@ -127,7 +127,6 @@ def floor_rate(n_lanes: int, n_trials: int, work_ms: float) -> float:
 
 # --- storage cost per trial, in process -------------------------------------------------------------
 def storage_cycle_ms(storage: str | None, n: int) -> float:
-    from trials.job import FINAL_STATES  # noqa: F401 - the controller modules, imported once
     from trials.timefmt import rfc3339
 
     with tempfile.TemporaryDirectory(prefix="scale-out-") as workdir:

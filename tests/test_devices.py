@@ -11,7 +11,7 @@ import pytest
 from trials import devices
 from trials.devices import DeviceAllocator, DevicePlan, parse_gpus_flag, parse_nvidia_smi, plan, replica_env
 from trials.errors import ConfigError
-from trials.spec import MachineSpec, TrialJobSpec, WorkerPoolSpec
+from trials.spec import MachineSpec
 
 SMI = """GPU 0: Tesla T4 (UUID: GPU-aaaa)
 GPU 1: Tesla T4 (UUID: GPU-bbbb)

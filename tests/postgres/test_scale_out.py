@@ -5,8 +5,6 @@ import signal
 import socket
 import time
 
-import pytest
-
 from pg_helpers import create_job, events, finish, output, start_worker, trials_cli, wait_for
 
 
