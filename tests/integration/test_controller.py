@@ -264,3 +264,58 @@ def test_grid_search_visits_every_point_once(tmp_path):
     job = describe(tmp_path, "g")
     points = [tuple((p["parameterId"], p["value"]) for p in t["parameters"]) for t in job["trials"]]
     assert len(points) == 6 == len(set(points))
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("sklearn") is None,
+                    reason="the digits example reads the data bundled with scikit-learn")
+def test_the_examples_trainer_parallel_with_pruning(tmp_path):
+    """Issue 4's acceptance run: the runtime example, 2 parallel trials, median early stopping."""
+    from trials.timefmt import parse_rfc3339
+
+    run = subprocess.run(
+        [sys.executable, "-m", "trials", "sweep", "search_spaces/digits_mlp.yaml", "--root", str(tmp_path),
+         "--job-id", "ex", "--max-trial-count", "8", "--seed", "5", "--project-number", "7"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stdout + run.stderr
+    out = subprocess.run([sys.executable, "-m", "trials", "describe", "ex", "--root", str(tmp_path),
+                          "--format", "json"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    job = json.loads(out)
+    assert job["state"] == "JOB_STATE_SUCCEEDED"
+    assert job["studySpec"]["medianAutomatedStoppingSpec"] is not None
+    trials = job["trials"]
+    assert [t["id"] for t in trials] == [str(i) for i in range(1, 9)]
+    assert all(t["state"] == "SUCCEEDED" for t in trials)
+    stopped = job.get("trialsLocal", {})
+    n_stopped = sum(1 for t in trials if stopped.get(t["id"], {}).get("stopped_early"))
+    for t in trials:
+        steps = [int(m["stepCount"]) for m in t["measurements"]]
+        assert steps == list(range(1, len(steps) + 1))  # one measurement per epoch, in order
+        assert {m["metricId"] for m in t["measurements"][0]["metrics"]} == {"accuracy"}
+        full = len(steps) == 10
+        assert full or stopped[t["id"]]["stopped_early"]
+        assert t["finalMeasurement"] == t["measurements"][-1]  # LAST (selection unset)
+    # parallelism: 2 trials overlapped at some point, never 3
+    spans = [(parse_rfc3339(t["startTime"]), parse_rfc3339(t["endTime"])) for t in trials]
+    overlap = max(sum(1 for s, e in spans if s <= t0 < e) for t0, _ in spans)
+    assert overlap == 2
+    # the env each trial got and the directory layout
+    job_dir = tmp_path / "ex"
+    env = json.loads((job_dir / "2" / "env.json").read_text())["workerpool0-0"]
+    assert env["CLOUD_ML_TRIAL_ID"] == "2" and env["CLOUD_ML_JOB_ID"] == "ex"
+    assert env["CLOUD_ML_PROJECT_ID"] == "7"
+    assert env["AIP_CHECKPOINT_DIR"] == f"{job_dir}/2/checkpoints/"
+    args = json.loads((job_dir / "2" / "args.json").read_text())
+    argv = args["replicas"]["workerpool0-0"]
+    assert argv[1] == "examples/digits_mlp/train.py"
+    assert [a.split("=")[0] for a in argv[2:]] == ["--learning_rate", "--hidden_units", "--alpha", "--batch_size"]
+    assert not any(a.endswith(".0") for a in argv[2:])  # integral values print as 64, not 64.0
+    for name in ("metrics.jsonl", "hypertune.metrics"):
+        assert (job_dir / "2" / name).stat().st_size > 0
+    assert (job_dir / "2" / "workerpool0-0.stdout.log").exists()
+    assert (job_dir / "2" / "workerpool0-0.stderr.log").exists()
+    assert list((job_dir / "2" / "checkpoints").iterdir())
+    assert list((job_dir / "2" / "model").iterdir()) or stopped.get("2", {}).get("stopped_early")
+    print(f"{n_stopped} of 8 trials stopped early")
