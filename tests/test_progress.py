@@ -132,3 +132,23 @@ def test_sweep_output_plain_live_quiet_and_json(tmp_path):
     assert records[-1]["state"] == "JOB_STATE_SUCCEEDED" and records[-1]["succeeded"] == 2
     assert records[-1]["best"][0]["parameters"].keys() == {"learning_rate", "l2", "batch_size"}
     assert sum(r["event"] == "trial_done" for r in records) == 2
+
+
+def test_a_closed_output_does_not_stop_the_job():
+    from trials.progress import Progress
+
+    class Closed:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def isatty(self):
+            return False
+
+    progress = Progress(total=2, metric_ids=("a",), maximize=True, out=Closed(), mode="plain")
+    progress("trial_started", {"trial_id": "1", "params": {"x": 1}})  # must not raise
+    progress("trial_done", {"trial_id": "1", "state": "SUCCEEDED", "values": [0.5], "steps": 3,
+                            "seconds": 0.1, "params": {}})
+    assert progress.mode == "quiet" and progress.done == 1

@@ -29,6 +29,15 @@ class Progress:
         self.warnings: list[str] = []
 
     def __call__(self, event: str, data: dict[str, Any]) -> None:
+        try:
+            self._handle(event, data)
+        except (BrokenPipeError, OSError):
+            # Output closed (`trials sweep … | head`): the job must go on, silently.
+            self.mode = "quiet"
+            self._live_shown = False
+            self.out = _Discard()
+
+    def _handle(self, event: str, data: dict[str, Any]) -> None:
         if event == "trial_started":
             self.running += 1
             what = "resumed" if data.get("resumed") else "started"
@@ -107,3 +116,16 @@ class Progress:
                        f"{self.failed} failed{best}{eta}")
         self.out.flush()
         self._live_shown = True
+
+
+class _Discard:
+    """Where progress goes once its stream is closed."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
