@@ -126,10 +126,13 @@ def _summary(h, runner, args) -> int:
         print(f"error: {error.get('message')}")
     best = controller.best_trials(h)
     get = controller.params_of(h)
+    pareto = len(h.job.study.metrics) > 1
+    if pareto and best:
+        print(f"Pareto front ({len(best)} trials, {', '.join(h.job.study.metric_ids)}):")
     for t in best:
         metrics = ", ".join(f"{m}={v:.6g}" for m, v in zip(h.job.study.metric_ids, t.values))
         flags = " ".join(format_flag(k, v) for k, v in get(t).items())
-        print(f"best trial {t.number + 1}: {metrics}  {flags}")
+        print(f"{'  trial' if pareto else 'best trial'} {t.number + 1}: {metrics}  {flags}")
     if state == "JOB_STATE_SUCCEEDED":
         return 0
     if state in ("JOB_STATE_CANCELLED", "JOB_STATE_CANCELLING"):  # CANCELLING: other workers still stopping
