@@ -270,6 +270,8 @@ def run(*, quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
     for rep in range(sizes.repeats):
         order = modes if rep % 2 == 0 else list(reversed(modes))  # interleave against drift
         for mode, slots in order:
+            if mode == "naive" and rep >= max(1, sizes.repeats - 1):
+                continue  # the slowest mode, one repeat fewer: keeps the whole run within budget
             raw[f"{mode}{slots}"].append(run_mode(mode, sizes, slots))
     with tempfile.TemporaryDirectory(prefix="bench-prof-") as tmp:
         prof_sizes = Sizes(**{**json.loads(_sizes_json(sizes)), "n_trials": sizes.profile_trials})
@@ -310,16 +312,22 @@ def summarize(raw: dict[str, list[dict[str, Any]]], sizes: Sizes) -> dict[str, A
             "sweep_minus_floor_ms_per_trial": sweep["overhead_ms_per_trial"] - floor["overhead_ms_per_trial"],
             "sweep_over_floor_wall": sweep["wall_s"] / floor["wall_s"],
             "naive_over_sweep_overhead": naive["overhead_ms_per_trial"] / sweep["overhead_ms_per_trial"],
+            # the most any controller could reach against the naive loop: a controller costing nothing
+            "naive_over_floor_overhead": naive["overhead_ms_per_trial"] / floor["overhead_ms_per_trial"],
             "naive_over_sweep_wall": naive["wall_s"] / sweep["wall_s"],
             "steady_sweep_minus_floor_ms_per_trial": sweep["steady_overhead_ms_per_trial"] - floor["steady_overhead_ms_per_trial"],
         }
     speedup = {m: rows[f"{m}1"]["wall_s"] / rows[f"{m}2"]["wall_s"] for m in ("floor", "naive", "sweep")}
-    goals = {
-        "issue8_overhead_le_1.15x_floor (2 slots)": g[2]["sweep_over_floor_overhead"] <= 1.15,
-        "issue8_speedup_ge_1.9 (sweep, 2 slots)": speedup["sweep"] >= 1.9,
-        "issue4_within_10ms_of_floor (2 slots)": g[2]["sweep_minus_floor_ms_per_trial"] <= 10,
-        "issue4_ge_2x_faster_than_naive (overhead, 2 slots)": g[2]["naive_over_sweep_overhead"] >= 2,
-    }
+    # On a shared 2-core machine even the floor falls short of x2: the sweep against the floor's own speedup.
+    speedup["sweep_over_floor"] = speedup["sweep"] / speedup["floor"]
+    goals = {}
+    for slots in (1, 2):
+        goals[f"sweep overhead <= 1.15x the floor's, {slots} slot(s) (issue 8)"] = g[slots]["sweep_over_floor_overhead"] <= 1.15
+        goals[f"sweep overhead within 10 ms/trial of the floor's, {slots} slot(s) (issue 4)"] = \
+            g[slots]["sweep_minus_floor_ms_per_trial"] <= 10
+    goals["sweep 2-slot speedup >= 1.9 (issue 8)"] = speedup["sweep"] >= 1.9
+    goals["sweep 2-slot speedup >= 0.95x the floor's own speedup (same run)"] = speedup["sweep_over_floor"] >= 0.95
+    goals["sweep overhead >= 2x lower than the naive loop's, 2 slots (issue 4)"] = g[2]["naive_over_sweep_overhead"] >= 2
     return {"modes": rows, "ratios": {str(k): v for k, v in g.items()}, "speedup_2_slots": speedup, "goals": goals}
 
 
@@ -330,18 +338,21 @@ def render(summary: dict[str, Any], breakdown: dict[str, dict[str, float]], size
                      r["gap_ms"] if r["slots"] == 1 else float("nan")])
     text = report.table(
         f"Controller overhead: {sizes.n_trials} trials x {sizes.epochs} epochs x {sizes.work_ms:g} ms CPU "
-        f"(median of {sizes.repeats})",
+        f"(median of {sizes.repeats}; naive {max(1, sizes.repeats - 1)})",
         ["mode", "slots", "wall s", "overhead ms/trial", "steady ms/trial", "gap between trials ms"], rows)
     ratio_rows = []
     for slots, g in summary["ratios"].items():
         ratio_rows.append([slots, g["sweep_over_floor_overhead"], g["sweep_minus_floor_ms_per_trial"],
-                           g["sweep_over_floor_wall"], g["naive_over_sweep_overhead"], g["naive_over_sweep_wall"]])
+                           g["sweep_over_floor_wall"], g["naive_over_sweep_overhead"],
+                           g["naive_over_floor_overhead"], g["naive_over_sweep_wall"]])
     text += "\n" + report.table("Ratios (same run)", ["slots", "sweep/floor overhead", "sweep-floor ms/trial",
-                                                      "sweep/floor wall", "naive/sweep overhead", "naive/sweep wall"],
+                                                      "sweep/floor wall", "naive/sweep overhead",
+                                                      "naive/floor overhead (ceiling)", "naive/sweep wall"],
                                 ratio_rows)
     sp = summary["speedup_2_slots"]
-    text += "\n" + report.table("2-slot speedup (wall 1 slot / wall 2 slots)", ["floor", "naive", "sweep"],
-                                [[sp["floor"], sp["naive"], sp["sweep"]]])
+    text += "\n" + report.table("2-slot speedup (wall 1 slot / wall 2 slots)",
+                                ["floor", "naive", "sweep", "sweep / floor"],
+                                [[sp["floor"], sp["naive"], sp["sweep"], sp["sweep_over_floor"]]])
     s1, n1 = summary["modes"]["sweep1"], summary["modes"]["naive1"]
     parts = [["sweep: trial exit -> finalized", s1.get("exit_to_finalized_ms")],
              ["sweep: finalized -> next launch", s1.get("finalized_to_launch_ms")],
@@ -356,6 +367,19 @@ def render(summary: dict[str, Any], breakdown: dict[str, dict[str, float]], size
     text += "\n" + report.table("Goals", ["goal", "status"],
                                 [[k, report.verdict(v)] for k, v in summary["goals"].items()])
     return text
+
+
+def rerender(path: str) -> dict[str, Any]:
+    """Recompute the summary of a results file from its raw runs (after a change to the summary)."""
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    sizes = Sizes(**data["sizes"])
+    data["summary"] = summarize(data["raw"], sizes)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1, default=str)
+        f.write("\n")
+    print(render(data["summary"], data["profile_ms_per_trial"], sizes))
+    return data
 
 
 if __name__ == "__main__":

@@ -199,4 +199,9 @@ def render(summary: dict[str, Any], samplers: list[str], budgets: Sequence[int],
         ["problem", "trials"] + samplers + ["best", "default - best", "seed noise (IQR)", "default within noise"],
         rows)
     text += f"\n{gp_note}.\n"
+    if "tpe" in samplers and all(c["samplers"]["default"]["median"] == c["samplers"]["tpe"]["median"]
+                                 for c in summary["cells"].values()):
+        text += ("The default and plain Optuna TPE are the same sampler here: Optuna 5's TPESampler already "
+                 "defaults to multivariate + constant liar for one objective, and group=True only matters "
+                 "for conditional spaces.\n")
     return text
