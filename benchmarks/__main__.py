@@ -78,9 +78,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("parts", nargs="*", choices=[*PARTS, []], metavar="PART",
                         help=f"any of {', '.join(PARTS)} (default: all)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one repeat: a smoke run for CI")
-    parser.add_argument("--out", help="directory for the <part>.json results (default benchmarks/results)")
+    parser.add_argument("--out", help="directory for the <part>.json results (default benchmarks/results; "
+                        "with --quick a new temporary directory)")
     parser.add_argument("--debug", action="store_true", help="stop at the first failing part with its traceback")
     args = parser.parse_args(argv)
+    if args.quick and not args.out:
+        import tempfile
+
+        args.out = tempfile.mkdtemp(prefix="benchmarks-quick-")  # never overwrite the results of record
     parts = args.parts or list(PARTS)
     failed = []
     t0 = time.perf_counter()

@@ -112,3 +112,15 @@ def test_digits_learning_curve_learns():
     params = {"learning_rate": 0.1, "hidden": 32, "batch_size": 64, "weight_decay": 1e-5, "momentum": 0.9}
     curve = list(digits.train(params, epochs=3, seed=0))
     assert len(curve) == 3 and curve[-1] > 0.8
+
+
+@pytest.mark.integration
+def test_runner_writes_a_part_result_and_rejects_unknown_parts(tmp_path, capsys):
+    from benchmarks.__main__ import main
+
+    assert main(["stopping", "--quick", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "stopping.json").read_text())
+    assert set(data["summary"]["variants"]) == set(es.VARIANTS)
+    assert "Early stopping" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["no-such-part"])
