@@ -469,7 +469,9 @@ class JobRunner:
                 self._begin_stop(run, now, "failed")
 
     def _inject_restart(self, run: TrialRun, now: float) -> None:
-        live = [l for l in run.launches if run.replicas[l.name].poll() is None and l.name not in run.restart_at]
+        live = [l for l in run.launches if run.replicas[l.name].poll() is None
+                and run.replicas[l.name].stop_requested_at is None  # already told to stop: not twice
+                and l.name not in run.restart_at]
         run.next_injection = now + self._rng.expovariate(self.opt.inject_restarts)
         if not live:
             return
