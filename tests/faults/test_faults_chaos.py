@@ -68,3 +68,17 @@ def test_a_trainer_that_is_not_restart_consistent_is_called_out(jobs) -> None:
     assert match and int(match.group(1)) > 0, out.stdout[-2000:]
     assert "measurements INCONSISTENT" in out.stdout
     assert re.search(r"INCONSISTENT: \d+ steps reported twice with different values", out.stdout)
+
+
+def test_a_replica_that_is_stopping_is_not_injected_again(jobs) -> None:
+    job_id = jobs.job_id("slowstop")
+    # Seed 28 injects into both trials in their first 0.15 s; each stop then takes 1 s, during
+    # which more injections come due (rate 1/s): they must not count as more restarts.
+    out = jobs.sweep(jobs.spec(n=2, parallel=2), job_id, "--fault=slowstop", "--stop-s=1",
+                     "--epochs=5", "--sleep=0.1", opts=["--inject-restarts", "1", "--seed", "28"])
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr
+    assert SUMMARY.search(out.stdout), out.stdout[-2000:]
+    for t in jobs.optuna_study(job_id).trials:
+        stops = [a for a in t.user_attrs["attempts"] if a.get("exitStatus")]
+        # one injection per stop; at most one more landing while the last attempt was exiting 0
+        assert t.user_attrs.get("injected_restarts", 0) - len(stops) in (0, 1), t.user_attrs["attempts"]

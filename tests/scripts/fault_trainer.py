@@ -18,6 +18,7 @@ restarted trial reports the same values again). Faults:
   fill         write ``--fill-mb`` MiB into the trial directory (a full disk stops it), then behave
   argv         write sys.argv[1:] as JSON to argv.json in the trial directory, then behave
   drift        behave, but every restart reports values 0.01 higher (not restart-consistent)
+  slowstop     behave, but take ``--stop-s`` seconds to stop on SIGTERM, then exit 75
 """
 import json
 import os
@@ -47,6 +48,14 @@ def main():
     trial_dir = os.environ.get("TRIALS_TRIAL_DIR") or os.path.dirname(os.environ["CLOUD_ML_HP_METRIC_FILE"])
     metric_file = os.environ["CLOUD_ML_HP_METRIC_FILE"]
     rng = random.Random(f"{trial_id}:{attempt}")
+    if fault == "slowstop":
+        stop_s = float(flag("stop-s", "0.3"))
+
+        def stop(signum, frame):
+            time.sleep(stop_s)
+            os._exit(75)
+
+        signal.signal(signal.SIGTERM, stop)
 
     if fault == "argv":
         with open(os.path.join(trial_dir, "argv.json"), "w", encoding="utf-8") as f:
