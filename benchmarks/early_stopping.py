@@ -27,7 +27,7 @@ EPOCHS = 20
 N_TRIALS = 40
 STOPPING_VARIANTS = ("median", "decay_curve", "convex")
 PRUNER_VARIANTS = ("successive_halving", "hyperband")
-CANDIDATE_VARIANTS = ("median_same_step", "median_1pt", "median_1pt_2done")
+CANDIDATE_VARIANTS = ("median_same_step", "median_2pt_3done")
 VARIANTS = ("none",) + STOPPING_VARIANTS + PRUNER_VARIANTS + CANDIDATE_VARIANTS
 DEFAULT_RULE = "median"  # Vertex's medianAutomatedStoppingSpec: the rule most jobs use
 MAX_LOSS_POINTS = 0.5
@@ -39,16 +39,15 @@ def candidate_rule(name: str):
 
     - median_same_step: Optuna's MedianPruner semantics: the trial's best value so far against the
       median of the completed trials' values *at the same step* (not their running averages);
-    - median_1pt: Vertex's rule (best so far against the median running average) allowed from the
-      trial's first measurement (``MIN_POINTS`` 1 instead of 2);
-    - median_1pt_2done: the same, once 2 trials have completed (``MIN_COMPLETED`` 2 instead of 3).
+    - median_2pt_3done: Vertex's rule with the earlier, more cautious defaults (a trial needs 2
+      measurements and 3 trials must have completed; now 1 and 2).
     """
     import statistics
 
     from trials import stopping
 
-    min_completed = 2 if name == "median_1pt_2done" else stopping.MIN_COMPLETED
-    min_points = stopping.MIN_POINTS if name == "median_same_step" else 1
+    min_completed = 3 if name == "median_2pt_3done" else stopping.MIN_COMPLETED
+    min_points = 2 if name == "median_2pt_3done" else stopping.MIN_POINTS
 
     def decide(spec, current, completed):
         if len(completed) < min_completed or len(current) < min_points:

@@ -12,8 +12,9 @@ GOOD = [curve([0.5, 0.7, 0.8, 0.85, 0.9]), curve([0.4, 0.6, 0.75, 0.8, 0.88]), c
 
 
 def test_median_needs_completed_trials_and_points():
-    assert not stopping.median_rule(curve([0.1, 0.1]), GOOD[:2]).stop
-    assert not stopping.median_rule(curve([0.1]), GOOD).stop
+    assert not stopping.median_rule(curve([0.1, 0.1]), GOOD[:1]).stop  # one completed trial: too few
+    assert not stopping.median_rule([], GOOD).stop
+    assert stopping.median_rule(curve([0.1]), GOOD[:2]).stop  # 2 completed, 1 point: enough
 
 
 def test_median_stops_a_trial_below_the_median_running_average():

@@ -31,8 +31,11 @@ from trials.spec import StoppingKind, StoppingSpec
 
 Curve = Sequence[tuple[float, float]]  # (x, value), x increasing
 
-MIN_COMPLETED = 3  # completed curves needed before any rule may stop a trial
-MIN_POINTS = 2  # measurements of the running trial needed before any rule may stop it
+# Measured in benchmarks/early_stopping.py (numpy MLP on digits, 40 trials x 5 seeds): requiring 3
+# completed trials and 2 points saved 18 % of epochs; 2 and 1 save ~47 % at no median loss. Vertex's
+# median rule states no minimum at all.
+MIN_COMPLETED = 2  # completed curves needed before any rule may stop a trial
+MIN_POINTS = 1  # measurements of the running trial needed before any rule may stop it
 
 
 @dataclass(frozen=True, slots=True)
