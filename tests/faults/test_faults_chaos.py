@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import pytest
-
-from conftest import TRAINER
 
 pytestmark = [pytest.mark.faults]
 

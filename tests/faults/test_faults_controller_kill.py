@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conftest import TRAINER, wait_no_processes
+from faultkit import TRAINER, wait_no_processes
 
 pytestmark = [pytest.mark.faults]
 

@@ -6,9 +6,8 @@ import time
 
 import pytest
 
-from conftest import TRAINER
-
 pytestmark = [pytest.mark.faults]
+
 
 def test_resume_breaks_a_stale_journal_lock_and_drops_a_torn_record(jobs) -> None:
     job_id = jobs.job_id("torn")

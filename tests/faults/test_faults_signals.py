@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import TRAINER, wait_no_processes
+from faultkit import TRAINER, wait_no_processes
 
 pytestmark = [pytest.mark.faults]
 

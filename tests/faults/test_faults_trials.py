@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SCRIPTS, TRAINER, processes_of, wait_no_processes
+from faultkit import SCRIPTS, TRAINER, processes_of, wait_no_processes
 
 pytestmark = [pytest.mark.faults]
 
