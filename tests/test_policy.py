@@ -108,3 +108,11 @@ def test_missing_metric_message_names_reported_tags():
 @pytest.mark.parametrize("s,text", [(12.5, "12.5s"), (3600, "3600s"), (0.000001, "0.000001s")])
 def test_duration(s, text):
     assert policy.format_duration(s) == text
+
+
+@pytest.mark.parametrize("steps,lost", [
+    ([1, 2, 3, 4], 0), ([1, 2, 3, 5], 1), ([1, 2, 6, 7, 8], 3), ([10, 20, 30, 35], 0),
+    ([10, 20, 40, 50, 60], 1), ([], 0), ([3], 0), ([1, 1, 2], 0),
+])
+def test_missing_steps_by_usual_stride(steps, lost):
+    assert policy.missing_steps(steps) == lost

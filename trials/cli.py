@@ -117,10 +117,14 @@ def _summary(h, runner, args) -> int:
         return {"JOB_STATE_SUCCEEDED": 0, "JOB_STATE_CANCELLED": protocol.EXIT_INTERRUPTED}.get(state, 1)
     print(f"job {h.job_id} {state}: {n_ok} succeeded ({n_early} stopped early), {n_bad} infeasible, "
           f"{len(trials) - n_ok - n_bad} not run; at most {runner.max_parallel} in parallel")
-    if runner.injected_total:
+    if runner.opt.inject_restarts > 0:
+        problems = []
+        if runner.conflicts_total:
+            problems.append(f"{runner.conflicts_total} steps reported twice with different values")
+        if runner.lost_steps_total:
+            problems.append(f"{runner.lost_steps_total} steps lost")
         verdict = ("consistent: no step lost or reported twice with different values"
-                   if runner.conflicts_total == 0 else
-                   f"INCONSISTENT: {runner.conflicts_total} steps reported twice with different values")
+                   if not problems else "INCONSISTENT: " + ", ".join(problems))
         print(f"chaos: {runner.injected_total} restarts injected; measurements {verdict}")
     if error:
         print(f"error: {error.get('message')}")

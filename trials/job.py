@@ -115,6 +115,7 @@ class JobRunner:
         self.max_parallel = 0
         self.injected_total = 0
         self.conflicts_total = 0
+        self.lost_steps_total = 0  # chaos mode: gaps in the step sequence of restarted trials
         self._curves_cache: list[list[tuple[float, float]]] | None = None
         self._last_state_check = 0.0
         self._pending_resumed: list[Claimed] = []
@@ -583,6 +584,8 @@ class JobRunner:
             measurements.append(Measurement(step=int(x), metrics={primary.metric_id: value},
                                             elapsed_s=measurements[-1].elapsed_s))
         self.conflicts_total += run.reader.conflicts
+        if run.injected:
+            self.lost_steps_total += policy.missing_steps([m.step for m in measurements])
         sid = run.claimed.storage_id
         attrs: dict[str, Any] = {
             "measurements": [_measurement_to_json(m) for m in measurements],

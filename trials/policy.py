@@ -195,3 +195,16 @@ def trial_outcome(
         if not math.isfinite(v):
             return "INFEASIBLE", nonfinite_message(metric_id, v), [], final
     return "SUCCEEDED", None, values, final
+
+
+def missing_steps(steps: Sequence[int]) -> int:
+    """How many steps a trial's sequence lacks, judged by its usual stride (the most common gap).
+
+    ``[1, 2, 3, 5]`` lacks 1; ``[10, 20, 30, 35]`` (a last, shorter step) lacks none.
+    """
+    ordered = sorted(set(steps))
+    gaps = [b - a for a, b in zip(ordered, ordered[1:])]
+    if not gaps:
+        return 0
+    stride = max(set(gaps), key=lambda g: (gaps.count(g), -g))
+    return sum(g // stride - 1 for g in gaps if g > stride)

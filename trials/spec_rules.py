@@ -283,7 +283,7 @@ def local_options(node: Node, keys: dict[str, str]) -> LocalOptions:
     inject = by_field["inject_restarts"]
     rate = 0.0 if inject is None else inject.number()
     if not 0.0 <= rate <= 1.0:
-        inject.fail("a probability between 0 and 1")
+        inject.fail("a rate of injected restarts per trial-second between 0 and 1")
     grace = by_field["grace_period_s"]
     memory = by_field["memory_limit_mb"]
     return LocalOptions(
