@@ -28,7 +28,7 @@ KINDS = ("int", "float", "str", "bool", "choice")
 class Param:
     """One flag: its name, value kind, default, allowed choices and (optionally) its spec."""
 
-    __slots__ = ("name", "kind", "default", "choices", "optional", "spec", "parent", "help")
+    __slots__ = ("name", "kind", "default", "choices", "optional", "spec", "parent", "help", "branches")
 
     def __init__(self, name: str, kind: str, *, default: Any = _MISSING, choices: tuple = (),
                  optional: bool = False, spec: "ParameterSpec | None" = None,
@@ -37,6 +37,9 @@ class Param:
             raise ConfigError(f"flag kind must be one of {KINDS}, got {kind!r} for {name!r}")
         self.name, self.kind, self.default, self.choices = name, kind, default, choices
         self.optional, self.spec, self.parent, self.help = optional, spec, parent, help
+        # A conditional id may appear under several parents (disjoint conditions): each
+        # (spec, parent) is one branch; the branch whose parent is selected checks the value.
+        self.branches: list[tuple[ParameterSpec | None, tuple[str, tuple] | None]] = [(spec, parent)]
 
     @property
     def required(self) -> bool:
@@ -207,10 +210,18 @@ def params_from_spec(study: "StudySpec") -> list[Param]:
     """One Param per spec parameter (conditional children included, default None when inactive)."""
     out: list[Param] = []
 
+    by_name: dict[str, Param] = {}
+
     def visit(p: "ParameterSpec", parent: "tuple[str, tuple] | None") -> None:
         default = None if parent else spec_default(p)
-        out.append(Param(p.parameter_id, _spec_kind(p), default=default, spec=p,
-                         optional=parent is not None, parent=parent))
+        known = by_name.get(p.parameter_id)
+        if known is not None and parent is not None and known.parent is not None:
+            known.branches.append((p, parent))  # the same id under another parent value
+        else:
+            param = Param(p.parameter_id, _spec_kind(p), default=default, spec=p,
+                          optional=parent is not None, parent=parent)
+            by_name[p.parameter_id] = param
+            out.append(param)
         for cond in p.conditionals:
             visit(cond.parameter, (p.parameter_id, cond.parent_values))
 
@@ -242,7 +253,7 @@ def build_params(config_cls: type | None = None, study: "StudySpec | None" = Non
                 f"spec parameter {sp.name!r}{where} has no field in {config_cls.__name__}; "
                 f"expected one of its fields {sorted(by_name)} or a new field"
             )
-        field.spec, field.parent = sp.spec, sp.parent
+        field.spec, field.parent, field.branches = sp.spec, sp.parent, list(sp.branches)
         if sp.parent is not None and field.required:
             raise ConfigError(
                 f"{config_cls.__name__}.{sp.name} is conditional{where} and may be absent: "
@@ -293,11 +304,14 @@ def convert(param: Param, text: str, source: str | None = None) -> Any:
         value = _to_choice(param, text, flag)
     else:
         value = text
-    if param.spec is not None and not param.spec.contains(getattr(value, "value", value)):
+    specs = [spec for spec, _ in param.branches if spec is not None]
+    raw = getattr(value, "value", value)
+    if specs and not any(spec.contains(raw) for spec in specs):
         where = f" ({source})" if source else ""
+        ranges = " or ".join(spec.describe_range() for spec in specs)
         raise FlagError(
             f"{flag}={text} is outside the search space: `{param.name}` must be in "
-            f"{param.spec.describe_range()}{where}"
+            f"{ranges}{where}"
         )
     return value
 
@@ -378,21 +392,32 @@ def _parent_selects(parent_value: Any, parent_values: tuple) -> bool:
 
 def _check_conditionals(params: Sequence[Param], values: dict[str, Any], given: Mapping[str, Any],
                         source: str | None) -> None:
+    where = f" ({source})" if source else ""
     for p in params:  # spec order: a parent comes before its children
         if p.parent is None:
             continue
-        parent_name, parent_values = p.parent
-        active = _parent_selects(values.get(parent_name), parent_values)
+        active = [(spec, parent) for spec, parent in p.branches
+                  if _parent_selects(values.get(parent[0]), parent[1])]
         if not active and p.name in given:
-            where = f" ({source})" if source else ""
-            allowed = ", ".join(_choice_text(v) for v in parent_values)
-            raise FlagError(
-                f"--{p.name} applies only when --{parent_name} is one of {{{allowed}}}{where}, "
-                f"got --{parent_name}={_choice_text(values.get(parent_name))}"
-            )
-        if active and p.name not in given and values[p.name] is None and p.spec is not None:
-            values[p.name] = spec_default(p.spec)
-        if not active and p.name not in given and p.spec is not None and p.default is None:
+            options = " or ".join(
+                f"--{parent[0]} is one of {{{', '.join(_choice_text(v) for v in parent[1])}}}"
+                for _, parent in p.branches)
+            got = ", ".join(f"--{name}={_choice_text(values.get(name))}"
+                            for name in dict.fromkeys(parent[0] for _, parent in p.branches))
+            raise FlagError(f"--{p.name} applies only when {options}{where}, got {got}")
+        if active:
+            spec = active[0][0]
+            if p.name in given and spec is not None and len(p.branches) > 1:
+                raw = getattr(values[p.name], "value", values[p.name])
+                if not spec.contains(raw):
+                    parent_name = active[0][1][0]
+                    raise FlagError(
+                        f"--{p.name}={given[p.name]} is outside the search space: `{p.name}` must be "
+                        f"in {spec.describe_range()} when --{parent_name}="
+                        f"{_choice_text(values.get(parent_name))}{where}")
+            if p.name not in given and values[p.name] is None and spec is not None:
+                values[p.name] = spec_default(spec)
+        elif p.name not in given and p.spec is not None and p.default is None:
             values[p.name] = None
 
 

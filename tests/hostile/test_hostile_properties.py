@@ -173,12 +173,16 @@ def test_flag_parser_random_argv_raises_only_flag_errors(argv: list[str], which:
         assert set(values) == {p.name for p in params}
 
 
-@pytest.mark.xfail(strict=True, reason="flags.py: a parameter id under two conditional branches "
-                   "(full.gcloud.yaml's `width`) gives argparse two --width options")
 def test_flag_parser_takes_an_id_that_appears_under_two_parents() -> None:
     params = build_params(study=load_spec(SPECS / "full.gcloud.yaml").study)
-    values = parse_flags(["--depth=1", "--width=8"], params)
-    assert values["width"] == 8
+    assert [p.name for p in params].count("width") == 1  # one --width flag, two branches
+    assert parse_flags(["--depth=1", "--width=8"], params)["width"] == 8
+    assert parse_flags(["--depth=4", "--width=64"], params)["width"] == 64
+    assert parse_flags(["--depth=4"], params)["width"] in (32, 64, 128)  # the active branch's default
+    with pytest.raises(FlagError, match="when --depth=1"):
+        parse_flags(["--depth=1", "--width=64"], params)  # valid only under the other branch
+    with pytest.raises(FlagError, match="outside the search space"):
+        parse_flags(["--depth=1", "--width=7"], params)
 
 
 # --- the metrics readers -----------------------------------------------------------------------
