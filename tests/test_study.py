@@ -118,3 +118,20 @@ def test_sampler_rule():
     default = StudySpec(metrics=GRID_STUDY.metrics, parameters=GRID_STUDY.parameters)
     assert st.choose_sampler_name(default, n_trials=5) in ("tpe", "gp")
     assert st.choose_sampler_name(default, n_trials=5) == "tpe"  # conditional space: always TPE
+
+
+def test_one_id_under_two_parents_gets_two_optuna_names(tmp_path):
+    w_small = ParameterSpec(parameter_id="w", type=ParameterType.DISCRETE, values=(8.0, 16.0))
+    w_big = ParameterSpec(parameter_id="w", type=ParameterType.DISCRETE, values=(32.0, 64.0))
+    n = ParameterSpec(parameter_id="n", type=ParameterType.INTEGER, min_value=1, max_value=4, conditionals=(
+        ConditionalParameterSpec(parent_values=(1, 2), parameter=w_small),
+        ConditionalParameterSpec(parent_values=(3, 4), parameter=w_big)))
+    study = StudySpec(metrics=(MetricSpec(metric_id="a"),), parameters=(n,), algorithm=Algorithm.RANDOM_SEARCH)
+    assert st.optuna_names(study) == {n: "n", w_small: "w", w_big: "w#2"}
+    store, job = _store(study, 30, tmp_path)
+    for _ in range(30):  # Optuna would refuse two value spaces under one name
+        c = store.claim(job.study)
+        assert c.params["w"] in ((8, 16) if c.params["n"] <= 2 else (32, 64))
+        store.complete(c.number, [0.0])
+    frozen = store.frozen_trials()[0]
+    assert st.values_from_optuna(study, frozen.params) == store.reclaim(frozen, study).params

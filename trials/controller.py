@@ -20,7 +20,7 @@ from trials.job import (
 )
 from trials.spec import Algorithm, JobSpec, LocalOptions
 from trials.study import (
-    JOURNAL_FILE, JobStore, choose_sampler_name, grid, make_sampler, open_storage, optuna_name, redact,
+    JOURNAL_FILE, JobStore, choose_sampler_name, grid, make_sampler, open_storage, redact, values_from_optuna,
 )
 from trials.timefmt import rfc3339
 
@@ -410,18 +410,10 @@ def _lock_holder(job_dir: str) -> int | None:
 
 # --- describe -------------------------------------------------------------------------------------
 def params_of(h: JobHandle):
-    specs = h.job.study.all_parameters()
+    study = h.job.study
 
     def get(t) -> dict[str, Any]:
-        out = {}
-        for p in specs:
-            name = optuna_name(p)
-            if name in t.params:
-                raw = t.params[name]
-                if name != p.parameter_id:
-                    raw = p.min_value + p.max_value - raw
-                out[p.parameter_id] = raw
-        return out
+        return values_from_optuna(study, t.params)
 
     return get
 

@@ -9,6 +9,7 @@ of controllers or workers claim them atomically and can never exceed the count.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import os
@@ -297,10 +298,43 @@ def distribution(p: ParameterSpec):
     return CategoricalDistribution(list(p.values))
 
 
-def optuna_name(p: ParameterSpec) -> str:
-    if p.scale_type is ScaleType.UNIT_REVERSE_LOG_SCALE and p.type in (ParameterType.DOUBLE, ParameterType.INTEGER):
-        return p.parameter_id + REVERSE_LOG_SUFFIX
-    return p.parameter_id
+def _mirrored(p: ParameterSpec) -> bool:
+    return (p.scale_type is ScaleType.UNIT_REVERSE_LOG_SCALE
+            and p.type in (ParameterType.DOUBLE, ParameterType.INTEGER))
+
+
+@functools.lru_cache(maxsize=64)
+def optuna_names(study: StudySpec) -> dict[ParameterSpec, str]:
+    """The Optuna parameter name of each spec parameter.
+
+    Normally the parameterId; ``<id>:reverse_log`` for a mirrored reverse-log parameter; and
+    ``<id>#2``, ``<id>#3`` … for further conditional branches that reuse an id with another range
+    (Optuna refuses two value spaces under one name).
+    """
+    names: dict[ParameterSpec, str] = {}
+    seen: dict[str, int] = {}
+    for p in study.all_parameters():
+        if p in names:
+            continue
+        k = seen.get(p.parameter_id, 0) + 1
+        seen[p.parameter_id] = k
+        base = p.parameter_id if k == 1 else f"{p.parameter_id}#{k}"
+        names[p] = base + (REVERSE_LOG_SUFFIX if _mirrored(p) else "")
+    return names
+
+
+def optuna_name(p: ParameterSpec, study: StudySpec) -> str:
+    return optuna_names(study)[p]
+
+
+def values_from_optuna(study: StudySpec, params: Mapping[str, Any]) -> dict[str, Value]:
+    """A trial's parameter values (by parameterId) from its Optuna params."""
+    values: dict[str, Value] = {}
+    for p, name in optuna_names(study).items():
+        if name in params:
+            raw = params[name]
+            values[p.parameter_id] = _mirror(p, raw) if _mirrored(p) else raw
+    return values
 
 
 def _num(v: Value) -> Value:
@@ -320,8 +354,8 @@ def suggest(trial: "optuna.Trial", study: StudySpec) -> dict[str, Value]:
     values: dict[str, Value] = {}
 
     def visit(p: ParameterSpec) -> None:
-        raw = trial._suggest(optuna_name(p), distribution(p))
-        value = _mirror(p, raw) if optuna_name(p) != p.parameter_id else raw
+        raw = trial._suggest(optuna_name(p, study), distribution(p))
+        value = _mirror(p, raw) if _mirrored(p) else raw
         values[p.parameter_id] = value
         for cond in p.conditionals:
             if _matches(value, cond.parent_values):
@@ -365,10 +399,10 @@ def grid(study: StudySpec) -> list[dict[str, Value]]:
 def fixed_params(study: StudySpec, point: Mapping[str, Value]) -> dict[str, Any]:
     """Grid point -> Optuna fixed params (names and mirrored values as the distributions expect)."""
     out = {}
-    for p in study.all_parameters():
+    for p in study.active_parameters(point):  # the branch each conditional id is under here
         if p.parameter_id in point:
             v = point[p.parameter_id]
-            out[optuna_name(p)] = _mirror(p, v) if optuna_name(p) != p.parameter_id else v
+            out[optuna_name(p, study)] = _mirror(p, v) if _mirrored(p) else v
     return out
 
 
@@ -536,12 +570,7 @@ class JobStore:
     def reclaim(self, frozen: FrozenTrial, study: StudySpec, reason: str = "",
                 previous_worker: str = "") -> Claimed:
         """A RUNNING trial whose controller died: run it again with its stored parameters."""
-        values: dict[str, Value] = {}
-        for p in study.all_parameters():
-            name = optuna_name(p)
-            if name in frozen.params:
-                raw = frozen.params[name]
-                values[p.parameter_id] = _mirror(p, raw) if name != p.parameter_id else raw
+        values = values_from_optuna(study, frozen.params)
         if not values and study.parameters:
             self._know_trial(frozen._trial_id)
             trial = optuna.Trial(self.study, frozen._trial_id)

@@ -75,7 +75,9 @@ def tune(
     from trials.describe import trial_to_rest
     from trials.job import measurement_to_json
     from trials.metrics_reader import TrialMetricsReader
-    from trials.study import JobStore, choose_sampler_name, in_memory_storage, open_storage, optuna_name
+    from trials.study import (
+        JobStore, choose_sampler_name, in_memory_storage, open_storage, values_from_optuna,
+    )
 
     if not isinstance(spec, JobSpec):
         from trials.spec_load import load_spec
@@ -170,10 +172,7 @@ def tune(
             job_error = policy.job_failure(job, n_failed=n_failed, n_succeeded=n_succeeded,
                                            first_failure=first_failure)
         frozen = store.storage.get_trial(claimed.storage_id)
-        params = {}
-        for p in study_spec.all_parameters():
-            if optuna_name(p) in frozen.params and p.parameter_id in claimed.params:
-                params[p.parameter_id] = claimed.params[p.parameter_id]
+        params = values_from_optuna(study_spec, frozen.params)
         rest = trial_to_rest(frozen, params, study_spec.metric_ids)
         results.append(rest)
         if on_trial is not None:
