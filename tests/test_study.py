@@ -135,3 +135,20 @@ def test_one_id_under_two_parents_gets_two_optuna_names(tmp_path):
         store.complete(c.number, [0.0])
     frozen = store.frozen_trials()[0]
     assert st.values_from_optuna(study, frozen.params) == store.reclaim(frozen, study).params
+
+
+def test_batched_journal_writes_read_back_like_the_public_api(tmp_path):
+    study = StudySpec(metrics=(MetricSpec(metric_id="a"),), parameters=(CAT,))
+    store, job = _store(study, 1, tmp_path)
+    c = store.claim(job.study)
+    store.report_many(c.storage_id, [(1, 0.5), (2, float("nan")), (3, 0.75)])
+    store.set_trial_attrs(c.storage_id, state="SUCCEEDED", measurements=[{"step": 1}], n=3)
+    store.complete(c.number, [0.75])
+    # a fresh process's view: plain Optuna on the journal file
+    from optuna.storages.journal import JournalFileBackend
+
+    reopened = optuna.load_study(study_name="job", storage=optuna.storages.JournalStorage(
+        JournalFileBackend(f"{tmp_path}/j.log")))
+    (t,) = reopened.trials
+    assert t.intermediate_values == {1: 0.5, 3: 0.75}  # NaN is not an intermediate value
+    assert t.user_attrs == {"state": "SUCCEEDED", "measurements": [{"step": 1}], "n": 3}

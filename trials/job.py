@@ -37,6 +37,7 @@ FINAL_STATES = (SUCCEEDED, FAILED, CANCELLED)
 
 DEFAULT_GRACE_S = 10.0
 STATE_CHECK_INTERVAL_S = 1.0
+METRICS_POLL_S = 0.25  # metric reads of a running trial when no stopping rule needs every step
 FULL_DISK_BYTES = 64 * 1024  # less free space than this under a trial directory: the disk is full
 
 
@@ -87,6 +88,7 @@ class TrialRun:
     devices: tuple[tuple[str, ...], ...] | None = None  # per replica, primary first
     lost: bool = False  # another worker took the trial over: record nothing
     pid_records: list[dict[str, Any]] = field(default_factory=list)
+    next_metrics_poll: float = 0.0
 
     @property
     def trial_id(self) -> str:
@@ -352,7 +354,7 @@ class JobRunner:
                 r.send_signal_group(signal.SIGKILL)
         if self.opt.memory_limit_mb:
             check_memory_all(r for r in run.replicas.values() if r.poll() is None)
-        self._poll_metrics(run)
+        self._poll_metrics(run, now)
         self._check_exits(run, now)
         self._maybe_restart_later(run, now)
         timeout = (self.job.trial_job.scheduling if self.job.trial_job else Scheduling()).timeout_s
@@ -502,7 +504,13 @@ class JobRunner:
                                          "detail": run.stop_detail or run.failure or ""})
 
     # ------------------------------------------------------------------ metrics and stopping
-    def _poll_metrics(self, run: TrialRun) -> None:
+    def _poll_metrics(self, run: TrialRun, now: float) -> None:
+        # Without a stopping rule nothing is decided on the way: read at most every
+        # METRICS_POLL_S (the final read at exit gets the rest); with one, read every tick.
+        if self.job.study.stopping is None:
+            if now < run.next_metrics_poll:
+                return
+            run.next_metrics_poll = now + METRICS_POLL_S
         if not run.reader.poll():
             return
         if not run.warned_tags and run.reader.unknown_tags:
@@ -514,15 +522,19 @@ class JobRunner:
                     f"trial {run.trial_id} reports tags not in the spec: {', '.join(sorted(tags))} "
                     f"(spec metrics: {', '.join(self._metric_ids)}); other trials reporting the "
                     f"same tags are not warned again")})
-        primary = self._metric_ids[0]
-        new = False
-        for m in run.reader.measurements():
-            if m.step > run.reported_steps and primary in m.metrics:
-                self.store.report(run.claimed.storage_id, m.step, m.metrics[primary])
-                run.reported_steps = m.step
-                new = True
-        if new and self.job.study.stopping is not None and not run.stopping:
+        if self._report_new(run) and self.job.study.stopping is not None and not run.stopping:
             self._check_stopping(run)
+
+    def _report_new(self, run: TrialRun) -> bool:
+        """Record the primary metric of steps not yet in the storage (Optuna intermediate values)."""
+        primary = self._metric_ids[0]
+        items = [(m.step, m.metrics[primary]) for m in run.reader.measurements()
+                 if m.step > run.reported_steps and primary in m.metrics]
+        if not items:
+            return False
+        self.store.report_many(run.claimed.storage_id, items)
+        run.reported_steps = items[-1][0]
+        return True
 
     def _curve(self, measurements: Sequence[Measurement], start: float | None = None) -> list[tuple[float, float]]:
         spec = self.job.study.stopping
@@ -574,6 +586,7 @@ class JobRunner:
             self.progress("trial_requeued", {"trial_id": run.trial_id, "lost": True})
             return  # the worker that took it over records it
         run.reader.poll(final=True)
+        self._report_new(run)
         for r in run.replicas.values():
             r.close()
         measurements = [m.with_elapsed(run.start_wall) for m in run.reader.measurements()]

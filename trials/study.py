@@ -265,6 +265,39 @@ for _name in _RETRIED:
         setattr(RetryingRDBStorage, _name, _retrying(_name))
 
 
+try:  # the journal's operation codes, to batch several operations in one write
+    from optuna.storages.journal._storage import JournalOperation as _JournalOperation
+
+    _JOURNAL_INTERMEDIATE = int(_JournalOperation.SET_TRIAL_INTERMEDIATE_VALUE)
+    _JOURNAL_USER_ATTR = int(_JournalOperation.SET_TRIAL_USER_ATTR)
+except (ImportError, AttributeError):  # another Optuna layout: use the public setters
+    _JOURNAL_INTERMEDIATE = _JOURNAL_USER_ATTR = -1
+
+
+def _journal_append(storage, records: Sequence[tuple[int, dict[str, Any]]]) -> bool:
+    """Write several journal operations with one lock, one write and one fsync.
+
+    Optuna's JournalStorage writes (and fsyncs) each operation alone; its backend takes a list.
+    This reaches into the storage's internals (the same two steps each public setter takes), so it
+    is used only when they are exactly there; otherwise the caller falls back to the public API.
+    Measured on the controller benchmark: ~27 journal writes per trial, each 0.5-1 ms.
+    """
+    if not records:
+        return True
+    if type(storage) is not optuna.storages.JournalStorage or _JOURNAL_USER_ATTR < 0:
+        return False
+    lock = getattr(storage, "_thread_lock", None)
+    replay = getattr(storage, "_replay_result", None)
+    backend = getattr(storage, "_backend", None)
+    if lock is None or replay is None or backend is None:
+        return False
+    with lock:
+        worker_id = replay.worker_id
+        backend.append_logs([{"op_code": op, "worker_id": worker_id, **fields} for op, fields in records])
+        storage._sync_with_backend()
+    return True
+
+
 def study_summaries(storage) -> list:
     """Every study in a storage (``trials list --storage``)."""
     return optuna.get_all_study_summaries(storage, include_best_trial=False)
@@ -584,12 +617,25 @@ class JobStore:
         if batch is not None:  # a database: one transaction
             batch(storage_id, values)
             return
+        if _journal_append(self.storage, [
+                (_JOURNAL_USER_ATTR, {"trial_id": storage_id, "user_attr": {k: v}})
+                for k, v in values.items()]):
+            return
         for k, v in values.items():
             self.storage.set_trial_user_attr(storage_id, k, v)
 
     def report(self, storage_id: int, step: int, value: float) -> None:
-        if math.isfinite(value):
-            self.storage.set_trial_intermediate_value(storage_id, step, value)
+        self.report_many(storage_id, [(step, value)])
+
+    def report_many(self, storage_id: int, items: Sequence[tuple[int, float]]) -> None:
+        """Intermediate values of several steps (one journal write on the default storage)."""
+        items = [(step, float(v)) for step, v in items if math.isfinite(v)]
+        if _journal_append(self.storage, [
+                (_JOURNAL_INTERMEDIATE, {"trial_id": storage_id, "step": step, "intermediate_value": v})
+                for step, v in items]):
+            return
+        for step, v in items:
+            self.storage.set_trial_intermediate_value(storage_id, step, v)
 
     def complete(self, number: int, values: Sequence[float]) -> None:
         self.study.tell(number, list(values), skip_if_finished=True)
