@@ -80,14 +80,14 @@ def process_start_time(pid: int) -> int | None:
 
 def group_alive(pgid: int) -> bool:
     """Whether any process of group ``pgid`` is still running (zombies do not count)."""
-    if _has_proc():
-        return bool(_group_members([pgid])[pgid])
     try:
-        os.killpg(pgid, 0)
+        os.killpg(pgid, 0)  # one syscall: usually the group is simply gone
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
+    if _has_proc():  # something answers: make sure it is not only zombies
+        return bool(_group_members([pgid])[pgid])
     return True
 
 
