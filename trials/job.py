@@ -513,6 +513,11 @@ class JobRunner:
             run.next_metrics_poll = now + METRICS_POLL_S
         if not run.reader.poll():
             return
+        self._warn_unknown_tags(run)
+        if self._report_new(run) and self.job.study.stopping is not None and not run.stopping:
+            self._check_stopping(run)
+
+    def _warn_unknown_tags(self, run: TrialRun) -> None:
         if not run.warned_tags and run.reader.unknown_tags:
             run.warned_tags = True
             tags = frozenset(run.reader.unknown_tags)
@@ -522,8 +527,6 @@ class JobRunner:
                     f"trial {run.trial_id} reports tags not in the spec: {', '.join(sorted(tags))} "
                     f"(spec metrics: {', '.join(self._metric_ids)}); other trials reporting the "
                     f"same tags are not warned again")})
-        if self._report_new(run) and self.job.study.stopping is not None and not run.stopping:
-            self._check_stopping(run)
 
     def _report_new(self, run: TrialRun) -> bool:
         """Record the primary metric of steps not yet in the storage (Optuna intermediate values)."""
@@ -586,6 +589,7 @@ class JobRunner:
             self.progress("trial_requeued", {"trial_id": run.trial_id, "lost": True})
             return  # the worker that took it over records it
         run.reader.poll(final=True)
+        self._warn_unknown_tags(run)
         self._report_new(run)
         for r in run.replicas.values():
             r.close()
