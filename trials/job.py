@@ -523,10 +523,17 @@ class JobRunner:
             tags = frozenset(run.reader.unknown_tags)
             if tags not in self._warned_tag_sets:  # once per trial in the record, once per job here
                 self._warned_tag_sets.add(tags)
-                self.progress("warning", {"trial_id": run.trial_id, "message": (
-                    f"trial {run.trial_id} reports tags not in the spec: {', '.join(sorted(tags))} "
-                    f"(spec metrics: {', '.join(self._metric_ids)}); other trials reporting the "
-                    f"same tags are not warned again")})
+                names = ", ".join(sorted(tags))
+                if self._metric_ids[0] in run.reader.reported_tags:
+                    # reported beside the objective: deliberate extra metrics, kept but not tuned
+                    self.progress("note", {"trial_id": run.trial_id, "message": (
+                        f"trial {run.trial_id} also reports {names}, not in the spec (spec metrics: "
+                        f"{', '.join(self._metric_ids)}): recorded in metrics.jsonl, not tuned")})
+                else:
+                    self.progress("warning", {"trial_id": run.trial_id, "message": (
+                        f"trial {run.trial_id} reports tags not in the spec: {names} "
+                        f"(spec metrics: {', '.join(self._metric_ids)}); other trials reporting the "
+                        f"same tags are not warned again")})
 
     def _report_new(self, run: TrialRun) -> bool:
         """Record the primary metric of steps not yet in the storage (Optuna intermediate values)."""

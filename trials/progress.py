@@ -59,6 +59,8 @@ class Progress:
             early = " (stopped early)" if data.get("stopped_early") else ""
             self._line(f"trial {data['trial_id']} {data['state']}{early} after {data['steps']} steps, "
                        f"{data['seconds']:.1f}s: {result}", event, data)
+        elif event == "note":
+            self._line(f"note: {data['message']}", event, data)
         elif event == "warning":
             self.warnings.append(data["message"])
             self._line(f"warning: {data['message']}", event, data, force=True)
