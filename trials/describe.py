@@ -7,7 +7,6 @@ import io
 import math
 from typing import Any, Mapping, Sequence
 
-from trials.spec import JobSpec
 from trials.timefmt import duration
 
 STATE_NAMES = {"REQUESTED", "ACTIVE", "STOPPING", "SUCCEEDED", "INFEASIBLE"}

@@ -11,7 +11,7 @@ import signal
 import sys
 
 from trials import protocol
-from trials.context import DEFAULT_METRIC, LogSetup, RunOptions, TrialContext, TrialEnv
+from trials.context import DEFAULT_METRIC, RunOptions, TrialContext, TrialEnv
 from trials.errors import ConfigError, FlagError, TrialsError
 from trials.flags import build_params, format_help, make_config, parse_flags, wants_help
 

@@ -10,11 +10,8 @@ import json
 import math
 import os
 import random
-import select
 import signal
 import socket
-import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence, TextIO
@@ -24,10 +21,11 @@ from trials.devices import DeviceAllocator, DevicePlan, replica_env
 from trials.errors import ConfigError
 from trials.metrics_reader import TrialMetricsReader
 from trials.process import Replica, check_memory_all, free_port, reap_leftovers, start_replica, tail_lines
-from trials.records import Measurement
+from trials.records import Measurement, measurement_from_dict, measurement_to_dict
 from trials.spec import JobSpec, Scheduling
 from trials.study import Claimed, JobStore
 from trials.timefmt import rfc3339
+from trials.wakeup import LoopSignals
 
 # Vertex job states
 QUEUED, PENDING, RUNNING = "JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING"
@@ -122,7 +120,7 @@ class JobRunner:
         self._last_state_check = 0.0
         self._pending_resumed: list[Claimed] = []
         self._rng = random.Random(options.seed)
-        self._wake_r: int | None = None
+        self._signals = LoopSignals()
         self._metric_ids = job.study.metric_ids
         self._warned_tag_sets: set[frozenset[str]] = set()
         self._spec_rest = store.get_meta("spec") or {}
@@ -565,7 +563,7 @@ class JobRunner:
             for t in self.store.completed_curves():
                 if t.user_attrs.get("stopped_early"):
                     continue
-                ms = [_measurement_from_json(d) for d in t.user_attrs.get("measurements", [])]
+                ms = [measurement_from_dict(d) for d in t.user_attrs.get("measurements", [])]
                 curve = self._curve(ms)
                 if curve:
                     curves.append(curve)
@@ -612,7 +610,7 @@ class JobRunner:
             self.lost_steps_total += policy.missing_steps([m.step for m in measurements])
         sid = run.claimed.storage_id
         attrs: dict[str, Any] = {
-            "measurements": [_measurement_to_json(m) for m in measurements],
+            "measurements": [measurement_to_dict(m) for m in measurements],
             "attempts": run.attempts, "end_time": rfc3339(time.time()),
         }
         if run.reader.unknown_tags:
@@ -633,7 +631,7 @@ class JobRunner:
             return
         state, reason, values, final = self._outcome(run, measurements)
         if final is not None:
-            attrs["final_measurement"] = _measurement_to_json(final)
+            attrs["final_measurement"] = measurement_to_dict(final)
         attrs["state"] = state
         if reason:
             attrs["infeasible_reason"] = reason
@@ -719,11 +717,7 @@ class JobRunner:
 
     # ------------------------------------------------------------------ signals and waiting
     def _install_signals(self) -> Callable[[], None]:
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-        previous = {}
-
-        def on_signal(signum, frame):
+        def on_stop(signum: int) -> None:
             if self.opt.join:  # a joined worker leaves; the job goes on with the others
                 if self.leaving:
                     self.kill_now = True
@@ -733,35 +727,10 @@ class JobRunner:
                 self.kill_now = True  # a second Ctrl-C: kill now
             self.cancel_requested = True
 
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, on_signal)
-        r, w = os.pipe()
-        os.set_blocking(r, False)
-        os.set_blocking(w, False)
-        self._wake_r = r
-        old_wakeup = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
-        previous[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, lambda s, f: None)
-
-        def restore() -> None:
-            signal.set_wakeup_fd(old_wakeup)
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            os.close(r)
-            os.close(w)
-            self._wake_r = None
-
-        return restore
+        return self._signals.install(on_stop)
 
     def _wait(self, timeout: float) -> None:
-        if self._wake_r is None:
-            time.sleep(timeout)
-            return
-        try:
-            ready, _, _ = select.select([self._wake_r], [], [], timeout)
-            if ready:
-                os.read(self._wake_r, 4096)
-        except InterruptedError:
-            pass
+        self._signals.wait(timeout)
 
     # ------------------------------------------------------------------ helpers
     def _trial_attr(self, claimed: Claimed, key: str) -> Any:
@@ -793,20 +762,3 @@ def _full_disk_reason(path: str) -> list[str]:
         return []
     return [f"No space left on device: the filesystem of {path} is full "
             f"({st.f_bavail * st.f_frsize} bytes free) and the replica wrote nothing to stderr"]
-
-
-def _measurement_to_json(m: Measurement) -> dict[str, Any]:
-    return {
-        "step": m.step,
-        "elapsed_s": m.elapsed_s,
-        "metrics": {k: (v if math.isfinite(v) else repr(v)) for k, v in m.metrics.items()},
-    }
-
-
-def _measurement_from_json(d: dict[str, Any]) -> Measurement:
-    return Measurement(step=int(d["step"]), elapsed_s=d.get("elapsed_s"),
-                       metrics={k: float(v) for k, v in d["metrics"].items()})
-
-
-measurement_from_json = _measurement_from_json
-measurement_to_json = _measurement_to_json

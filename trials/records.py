@@ -159,3 +159,17 @@ def _same(a: float, b: float) -> bool:
     if math.isnan(a) and math.isnan(b):
         return True
     return a == b or math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
+
+
+def measurement_to_dict(m: Measurement) -> dict:
+    """A measurement as the controller stores it in a trial's attributes (NaN/inf as strings)."""
+    return {
+        "step": m.step,
+        "elapsed_s": m.elapsed_s,
+        "metrics": {k: (v if math.isfinite(v) else repr(v)) for k, v in m.metrics.items()},
+    }
+
+
+def measurement_from_dict(d: Mapping) -> Measurement:
+    return Measurement(step=int(d["step"]), elapsed_s=d.get("elapsed_s"),
+                       metrics={k: float(v) for k, v in d["metrics"].items()})

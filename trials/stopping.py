@@ -120,7 +120,7 @@ def _convex_extrapolate(points: Curve, horizon: float) -> float | None:
     """Extrapolate the last three points to ``horizon`` assuming geometrically shrinking gains."""
     if len(points) < 3:
         return None
-    (x0, y0), (x1, y1), (x2, y2) = points[-3], points[-2], points[-1]
+    (_, y0), (x1, y1), (x2, y2) = points[-3], points[-2], points[-1]
     if any(math.isnan(v) for v in (y0, y1, y2)):
         return None
     g1, g2 = y1 - y0, y2 - y1

@@ -73,7 +73,7 @@ def tune(
     from trials import entrypoint
     from trials.context import RunOptions
     from trials.describe import trial_to_rest
-    from trials.job import measurement_to_json
+    from trials.records import measurement_to_dict
     from trials.metrics_reader import TrialMetricsReader
     from trials.study import (
         JobStore, choose_sampler_name, in_memory_storage, open_storage, values_from_optuna,
@@ -149,9 +149,9 @@ def tune(
             measurements, study_spec.metrics, best=study_spec.selects_best, failure=failure,
             reported_tags=reader.reported_tags)
         attrs: dict[str, Any] = {"state": trial_state, "end_time": _rfc(time.time()),
-                                 "measurements": [measurement_to_json(m) for m in measurements]}
+                                 "measurements": [measurement_to_dict(m) for m in measurements]}
         if final is not None:
-            attrs["final_measurement"] = measurement_to_json(final)
+            attrs["final_measurement"] = measurement_to_dict(final)
         if reason:
             attrs["infeasible_reason"] = reason
         if failure:
