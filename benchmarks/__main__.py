@@ -7,7 +7,7 @@ import importlib
 import inspect
 import sys
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 # part name -> module (each has ``run(*, quick, out_dir)`` writing results/<part>.json)
 PARTS = {
@@ -65,7 +65,7 @@ def run_part(name: str, *, quick: bool, out_dir: str | None) -> dict:
         accepted = inspect.signature(run).parameters
         kwargs = {k: v for k, v in (("quick", quick), ("out_dir", out_dir)) if k in accepted}
         return run(**kwargs) or {}
-    main = getattr(module, "main")  # a script-style module: main(argv) -> int
+    main = module.main  # a script-style module: main(argv) -> int
     argv = (["--quick"] if quick else []) + (["--out", out_dir] if out_dir else [])
     code = main(argv)
     if code:

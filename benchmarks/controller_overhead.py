@@ -74,7 +74,7 @@ def read_times(path: str) -> dict[str, tuple[float, float]]:
 
 def _gaps(times: dict[str, tuple[float, float]]) -> list[float]:
     rows = sorted(times.values())
-    return [b[0] - a[1] for a, b in zip(rows, rows[1:])]
+    return [b[0] - a[1] for a, b in zip(rows, rows[1:], strict=False)]
 
 
 # --- the modes run as child processes ---------------------------------------------------------------
@@ -138,7 +138,7 @@ def naive_loop(sizes: Sizes, slots: int, workdir: str) -> dict[str, Any]:
             t3 = time.perf_counter()
             study.tell(trial, value)
             t4 = time.perf_counter()
-            for key, d in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+            for key, d in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=False):
                 parts[key].append(d)
 
     threads = [threading.Thread(target=lane) for _ in range(slots)]
@@ -211,7 +211,7 @@ def run_mode(mode: str, sizes: Sizes, slots: int, *, profile: str | None = None)
 
 def _sweep_latencies(root: str, job_id: str, times: dict[str, tuple[float, float]]) -> dict[str, Any]:
     """From the journal: launch -> trial start, trial end -> finalized, finalized -> next launch."""
-    from trials import controller
+    from trials.controller import jobs as controller
     from trials.timefmt import parse_rfc3339
 
     h = controller.open_job(job_id, root=root, storage=None)
@@ -224,7 +224,7 @@ def _sweep_latencies(root: str, job_id: str, times: dict[str, tuple[float, float
     rows.sort()
     child_start = [t0 - launch for launch, t0, _, _ in rows]
     exit_to_final = [final - end for _, _, end, final in rows]
-    between = [b[0] - a[3] for a, b in zip(rows, rows[1:])]
+    between = [b[0] - a[3] for a, b in zip(rows, rows[1:], strict=False)]
     return {"child_start_s": child_start, "exit_to_finalized_s": exit_to_final, "finalized_to_launch_s": between}
 
 

@@ -5,7 +5,7 @@ digits data, validation accuracy after each epoch). Each variant runs one slot, 
 default sampler (``make_sampler("tpe")``, same seed per variant), over the same seeds:
 
 - none: every trial trains all epochs;
-- median / decay_curve / convex: after each epoch ``trials.stopping.decide`` sees the trial's curve
+- median / decay_curve / convex: after each epoch ``trials.controller.stopping.decide`` sees the trial's curve
   and the curves of the trials that ran to completion, exactly as the job loop's ``_check_stopping``
   does; a stopped trial ends SUCCEEDED with its last measurement (convex: the predicted one) and is
   told to the sampler as such, and its curve is not used by later decisions (as in ``JobRunner``);
@@ -18,7 +18,8 @@ default sampler (``make_sampler("tpe")``, same seed per variant), over the same 
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from benchmarks import report
 
@@ -44,7 +45,7 @@ def candidate_rule(name: str):
     """
     import statistics
 
-    from trials import stopping
+    from trials.controller import stopping
 
     min_completed = 3 if name == "median_2pt_3done" else stopping.MIN_COMPLETED
     min_points = 2 if name == "median_2pt_3done" else stopping.MIN_POINTS
@@ -65,7 +66,14 @@ def candidate_rule(name: str):
 
 def study_spec(stopping: str | None):
     from trials.spec import (
-        Goal, MetricSpec, ParameterSpec, ParameterType, ScaleType, StoppingKind, StoppingSpec, StudySpec,
+        Goal,
+        MetricSpec,
+        ParameterSpec,
+        ParameterType,
+        ScaleType,
+        StoppingKind,
+        StoppingSpec,
+        StudySpec,
     )
 
     def double(name: str, lo: float, hi: float, log: bool = False) -> ParameterSpec:
@@ -94,7 +102,7 @@ def run_variant(variant: str, seed: int, n_trials: int, epochs: int) -> dict[str
     import optuna
 
     from benchmarks.trainers import digits
-    from trials import stopping
+    from trials.controller import stopping
     from trials.study import make_sampler, suggest
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -8,7 +8,8 @@ import platform
 import statistics
 import sys
 import time
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 PYTHON = sys.executable
@@ -68,10 +69,10 @@ def table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> s
     cells = [[_cell(v) for v in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(header)]
     lines = [f"### {title}", "",
-             "| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |",
+             "| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)) + " |",
              "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
     for r in cells:
-        lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
+        lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -189,7 +189,7 @@ def render(summary: dict[str, Any], sweep: dict[str, Any], floor: dict[str, Any]
     rows = [
         [f"sweep, {sweep['n_trials']} trials, 2 slots", sweep["first_s_per_trial"] * 1000,
          sweep["last_s_per_trial"] * 1000, summary["sweep_last_over_first"], sweep["rss_end_mib"], sweep["wall_s"]],
-        [f"  controller CPU per trial", sweep["first_cpu_s_per_trial"] * 1000, sweep["last_cpu_s_per_trial"] * 1000,
+        ["  controller CPU per trial", sweep["first_cpu_s_per_trial"] * 1000, sweep["last_cpu_s_per_trial"] * 1000,
          summary["sweep_cpu_last_over_first"], float("nan"), float("nan")],
         [f"floor (ideal), {floor['n_trials']} trials, 2 lanes, before / after",
          floor.get("before_s_per_trial", floor["s_per_trial"]) * 1000,
@@ -215,4 +215,4 @@ if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "inprocess":
         print(json.dumps(inprocess_job(int(sys.argv[2]))))
         sys.exit(0)
-    sys.exit(f"usage: python -m benchmarks.scale inprocess N (the part runs from python -m benchmarks scale)")
+    sys.exit("usage: python -m benchmarks.scale inprocess N (the part runs from python -m benchmarks scale)")

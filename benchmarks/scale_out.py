@@ -63,8 +63,8 @@ def spec_dict(n_trials: int, parallel: int, work_ms: float, times: str) -> dict:
 
 
 def create(workdir: str, storage: str | None, job_id: str, spec: dict):
-    from trials import controller
-    from trials.spec_load import parse_spec
+    from trials.controller import jobs as controller
+    from trials.spec.load import parse_spec
 
     job = parse_spec(spec, source="<benchmark>")
     return controller.create_job(job, root=os.path.join(workdir, "jobs"), job_id=job_id, spec_path=None,
@@ -132,7 +132,7 @@ def storage_cycle_ms(storage: str | None, n: int) -> float:
     with tempfile.TemporaryDirectory(prefix="scale-out-") as workdir:
         job_id = f"bench-{uuid.uuid4().hex[:10]}"
         h = create(workdir, storage, job_id, spec_dict(n, n, 0, os.path.join(workdir, "t")))
-        from trials import controller
+        from trials.controller import jobs as controller
 
         shared = controller.shared_job(h, stale_after_s=30)
         store, study = h.store, h.job.study
@@ -177,7 +177,7 @@ def lane_gap_s(url: str | None, n_trials: int) -> float:
         subprocess.run(cmd, cwd=workdir, check=True, stdout=subprocess.DEVNULL, timeout=600)
         with open(times, encoding="utf-8") as f:
             starts = sorted(float(line.split()[1]) for line in f.read().splitlines())
-        return statistics.median(b - a for a, b in zip(starts, starts[1:]))
+        return statistics.median(b - a for a, b in zip(starts, starts[1:], strict=False))
 
 
 def main(argv: list[str] | None = None) -> int:

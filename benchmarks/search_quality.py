@@ -14,8 +14,9 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from benchmarks import report
 
@@ -38,8 +39,8 @@ _H_ALPHA = (1.0, 1.2, 3.0, 3.2)
 
 def hartmann6(x: Sequence[float]) -> float:
     total = 0.0
-    for alpha, a, p in zip(_H_ALPHA, _H_A, _H_P):
-        total += alpha * math.exp(-sum(ai * (xi - pi * 1e-4) ** 2 for ai, xi, pi in zip(a, x, p)))
+    for alpha, a, p in zip(_H_ALPHA, _H_A, _H_P, strict=False):
+        total += alpha * math.exp(-sum(ai * (xi - pi * 1e-4) ** 2 for ai, xi, pi in zip(a, x, p, strict=False)))
     return -total
 
 

@@ -47,7 +47,7 @@ def commands(workdir: str) -> list[tuple[str, list[str], bool]]:
     return [
         ("python -c pass", [py, "-c", "pass"], False),
         ('python -c "import hypertune"', [py, "-c", "import hypertune"], False),
-        ("python -m trials.entrypoint --help", [py, "-m", "trials.entrypoint", "--help"], True),
+        ("python -m trials.runtime.entrypoint --help", [py, "-m", "trials.runtime.entrypoint", "--help"], True),
         ("trials-run <noop trial>", [run, NOOP], True),
         ("trials-run <one report, no TensorBoard>", [run, report_once], False),
     ]

@@ -1,46 +1,164 @@
-"""The three roles import in one direction; only the Optuna adapter imports optuna."""
+"""The layout shows the three roles, imports go one way, and only the Optuna adapter imports optuna.
+
+Every import counts, the ones inside functions too: a function-level import is still a dependency.
+"""
+
+from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parent.parent / "trials"
-VOCABULARY = {"errors", "protocol", "records", "spec", "timefmt", "spec_load", "spec_node", "spec_rules",
-              "spec_short", "spec_legacy", "spec_export", "spec_text"}
-RUNTIME = {"flags", "reporting", "checkpoint", "context", "cluster", "logs", "tensorboard",
-           "entrypoint", "pytest_plugin"}
-OPTUNA_ALLOWED = {"study", "report_plots"}  # the adapter, and the plots that are Optuna's own
+
+VOCABULARY = {f"trials.{m}" for m in ("errors", "files", "protocol", "records", "timefmt")}
+ENTRY = {"trials", "trials.__main__", "trials.cli", "trials.pytest_plugin"}
+# role -> the roles it may import (itself included); the arrows point one way
+ALLOWED = {
+    "vocabulary": {"vocabulary"},
+    "spec": {"vocabulary", "spec"},
+    "runtime": {"vocabulary", "spec", "runtime"},
+    "study": {"vocabulary", "spec", "study"},
+    "controller": {"vocabulary", "spec", "runtime", "study", "controller"},
+    "entry": {"vocabulary", "spec", "runtime", "study", "controller", "entry"},
+}
+HEAVY = ("optuna", "sqlalchemy", "yaml", "numpy")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def role(module: str) -> str:
+    if module in VOCABULARY:
+        return "vocabulary"
+    if module in ENTRY:
+        return "entry"
+    parts = module.split(".")
+    if len(parts) >= 2 and parts[1] in ("spec", "runtime", "study", "controller"):
+        return parts[1]
+    raise AssertionError(f"{module} belongs to no role: put it in a subpackage or the vocabulary")
 
 
 def imports(module: str) -> set[str]:
-    tree = ast.parse((PACKAGE / f"{module}.py").read_text())
-    names = set()
+    """Every module this one imports, anywhere in its body, resolved to a module of ours or a top name."""
+    tree = ast.parse(MODULES[module].read_text())
+    names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
-            if node.module == "trials":
-                names.update(f"trials.{a.name}" for a in node.names)
+            for a in node.names:
+                if f"{node.module}.{a.name}" in MODULES:
+                    names.add(f"{node.module}.{a.name}")
     return names
 
 
-def all_modules() -> list[str]:
-    return sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__"))
+def ours(module: str) -> set[str]:
+    found = set()
+    for name in imports(module):
+        # "trials.spec.model" is ours; so is "trials.spec" (the package's __init__)
+        while name and name not in MODULES:
+            name = name.rpartition(".")[0]
+        if name and name != module:
+            found.add(name)
+    return found
 
 
-def test_only_the_adapter_imports_optuna():
-    offenders = [m for m in all_modules() if m not in OPTUNA_ALLOWED
-                 and any(n == "optuna" or n.startswith("optuna.") for n in imports(m))]
+def test_every_module_has_a_role():
+    for module in MODULES:
+        role(module)
+
+
+def test_no_flat_prefixes_stand_in_for_a_package():
+    assert not list(PACKAGE.glob("spec_*.py"))
+    flat = sorted(m for m in MODULES if m.count(".") == 1 and m not in VOCABULARY | ENTRY)
+    assert flat == [f"trials.{p}" for p in ("controller", "runtime", "spec", "study")]
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_point_one_way(module):
+    mine = role(module)
+    wrong = sorted(m for m in ours(module) if role(m) not in ALLOWED[mine] and m != "trials")
+    assert wrong == [], f"{module} ({mine}) imports {wrong}"
+
+
+def test_only_the_adapter_subpackage_imports_optuna():
+    offenders = sorted(m for m in MODULES if role(m) != "study"
+                       and any(n == "optuna" or n.startswith("optuna.") for n in imports(m)))
     assert offenders == []
 
 
-def test_vocabulary_and_runtime_never_import_the_controller():
-    allowed = {f"trials.{m}" for m in VOCABULARY | RUNTIME} | {"trials"}
-    for module in sorted(VOCABULARY | RUNTIME):
-        if not (PACKAGE / f"{module}.py").exists():
-            continue
-        ours = {n for n in imports(module) if n.startswith("trials")}
-        assert ours <= allowed, (module, sorted(ours - allowed))
-    for module in sorted(VOCABULARY):
-        ours = {n for n in imports(module) if n.startswith("trials")}
-        assert ours <= {f"trials.{m}" for m in VOCABULARY} | {"trials"}, (module, ours)
+def _cycles() -> list[list[str]]:
+    graph = {m: sorted(ours(m) - {"trials"}) for m in MODULES}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for m in graph:
+        if m not in index:
+            visit(m)
+    return found
+
+
+def test_no_import_cycles_function_level_imports_included():
+    # A package's __init__ that re-exports a submodule is not a cycle of behaviour, but we keep
+    # even those out: each strongly connected component must be a single module.
+    assert _cycles() == []
+
+
+def test_a_cycle_is_found_when_there_is_one(monkeypatch):
+    fake = {"trials.a": {"trials.b"}, "trials.b": {"trials.a"}}
+    monkeypatch.setattr(sys.modules[__name__], "MODULES", {**MODULES, "trials.a": None, "trials.b": None})
+    monkeypatch.setattr(sys.modules[__name__], "ours", lambda m: fake.get(m, set()))
+    assert ["trials.a", "trials.b"] in _cycles()
+
+
+START_UP = """
+import sys
+import trials
+import trials.runtime.entrypoint, trials.runtime.context, trials.runtime.reporting
+import trials.runtime.checkpoint, trials.runtime.flags, trials.runtime.logs
+import trials.pytest_plugin
+trials.main, trials.TrialContext
+print(" ".join(m for m in {heavy!r} if m in sys.modules))
+"""
+
+
+def test_the_trial_start_up_path_loads_nothing_heavy():
+    out = subprocess.run([sys.executable, "-c", START_UP.format(heavy=HEAVY)],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""

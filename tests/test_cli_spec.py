@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 from trials.cli import main
-from trials.errors import SpecError
-from trials.spec_load import loads_spec
-from trials.spec_text import sample_trial, sample_value, summary
+from trials.spec.load import loads_spec
+from trials.spec.text import sample_trial, sample_value, summary
 
 ROOT = Path(__file__).parents[1]
 MLP = str(ROOT / "search_spaces" / "mlp.yaml")
@@ -79,9 +78,9 @@ def test_python_m_trials_validate_in_a_subprocess() -> None:
 
 
 def test_import_trials_loads_no_heavy_modules() -> None:
-    code = ("import sys, trials, trials.spec, trials.protocol, trials.spec_load, "
-            "trials.spec_export, trials.spec_text\n"
-            "trials.spec_load.parse_spec({'metrics': {'m': 'maximize'}, 'parameters': "
+    code = ("import sys, trials, trials.spec, trials.protocol, trials.spec.load, "
+            "trials.spec.export, trials.spec.text\n"
+            "trials.spec.load.parse_spec({'metrics': {'m': 'maximize'}, 'parameters': "
             "{'x': {'type': 'integer', 'min': 1, 'max': 2}}}, source='x')\n"
             "print(sorted(m for m in ('optuna', 'yaml', 'numpy', 'sqlalchemy') "
             "if m in sys.modules))")

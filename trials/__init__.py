@@ -13,10 +13,10 @@ if TYPE_CHECKING:  # pragma: no cover - typing costs ~4 ms of every trial's star
 __version__ = "0.1.0"
 
 _LAZY = {
-    "main": ("trials.entrypoint", "main"),
-    "TrialContext": ("trials.context", "TrialContext"),
-    "tune": ("trials.tune", "tune"),
-    "load_spec": ("trials.spec_load", "load_spec"),
+    "main": ("trials.runtime.entrypoint", "main"),
+    "TrialContext": ("trials.runtime.context", "TrialContext"),
+    "tune": ("trials.controller.tune", "tune"),
+    "load_spec": ("trials.spec.load", "load_spec"),
     "TrialsError": ("trials.errors", "TrialsError"),
     "ConfigError": ("trials.errors", "ConfigError"),
 }

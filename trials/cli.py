@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from trials import protocol
 from trials.errors import ConfigError, TrialsError
@@ -13,8 +13,8 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from trials.spec_load import load_spec
-    from trials.spec_text import summary
+    from trials.spec.load import load_spec
+    from trials.spec.text import summary
 
     job = load_spec(args.spec)
     print(summary(job))
@@ -25,14 +25,14 @@ def _cmd_export(args: argparse.Namespace) -> int:
     import os
     from dataclasses import replace
 
-    from trials.spec_export import export_text
+    from trials.spec.export import export_text
 
     if os.path.isfile(args.spec):  # a spec file
-        from trials.spec_load import load_spec
+        from trials.spec.load import load_spec
 
         job = load_spec(args.spec)
     else:  # a job: the spec it stored, with its actual trial count
-        from trials import controller
+        from trials.controller import jobs as controller
         from trials.errors import JobNotFoundError
 
         try:
@@ -47,7 +47,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _progress(h, args):
-    from trials.progress import Progress
+    from trials.controller.progress import Progress
 
     mode = "quiet" if args.quiet else ("json" if args.json_logs else None)
     return Progress(total=len(h.store.frozen_trials()), metric_ids=h.job.study.metric_ids,
@@ -56,7 +56,7 @@ def _progress(h, args):
 
 def _device_plan(job, args):
     """Check the worker options (before a sweep creates its job) and plan the GPUs."""
-    from trials import devices
+    from trials.controller import devices
 
     if args.stale_after is not None and not args.stale_after > 0:
         raise ConfigError(f"--stale-after must be > 0 seconds, got {args.stale_after}")
@@ -64,7 +64,7 @@ def _device_plan(job, args):
 
 
 def _run_and_report(h, args, *, resume: bool, join: bool = False, plan=None) -> int:
-    from trials import controller
+    from trials.controller import jobs as controller
     from trials.study import redact
 
     plan = plan or _device_plan(h.job, args)
@@ -91,7 +91,7 @@ def _run_and_report(h, args, *, resume: bool, join: bool = False, plan=None) -> 
 
 
 def _summary(h, runner, args) -> int:
-    from trials import controller
+    from trials.controller import jobs as controller
     from trials.protocol import format_flag
 
     state = h.store.get_meta("state")
@@ -134,7 +134,7 @@ def _summary(h, runner, args) -> int:
     if pareto and best:
         print(f"Pareto front ({len(best)} trials, {', '.join(h.job.study.metric_ids)}):")
     for t in best:
-        metrics = ", ".join(f"{m}={v:.6g}" for m, v in zip(h.job.study.metric_ids, t.values))
+        metrics = ", ".join(f"{m}={v:.6g}" for m, v in zip(h.job.study.metric_ids, t.values, strict=False))
         flags = " ".join(format_flag(k, v) for k, v in get(t).items())
         print(f"{'  trial' if pareto else 'best trial'} {t.number + 1}: {metrics}  {flags}")
     if state == "JOB_STATE_SUCCEEDED":
@@ -148,9 +148,9 @@ def _summary(h, runner, args) -> int:
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from trials import controller
+    from trials.controller import jobs as controller
     from trials.spec import Algorithm
-    from trials.spec_load import load_spec
+    from trials.spec.load import load_spec
 
     job = load_spec(args.spec)
     overrides = {}
@@ -170,8 +170,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         algo = Algorithm[args.algorithm]
         job = replace(job, study=replace(job.study, algorithm=algo))
         if algo is Algorithm.GRID_SEARCH:
-            from trials.spec_load import parse_spec
-            from trials.spec_export import to_rest
+            from trials.spec.export import to_rest
+            from trials.spec.load import parse_spec
 
             parse_spec(to_rest(job), source="--algorithm GRID_SEARCH")  # re-validate the grid rule
     command = args.local_command
@@ -185,8 +185,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
-    from trials import controller
-    from trials.job import CANCELLING, FINAL_STATES
+    from trials.controller import jobs as controller
+    from trials.controller.job import CANCELLING, FINAL_STATES
     from trials.study import is_journal_url
 
     if not args.storage or is_journal_url(args.storage):
@@ -206,7 +206,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
-    from trials import controller
+    from trials.controller import jobs as controller
 
     h = controller.open_job(args.job, root=args.root, storage=args.storage)
     if args.max_trial_count is not None:
@@ -218,7 +218,8 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 def _cmd_describe(args: argparse.Namespace) -> int:
     import json
 
-    from trials import controller, describe
+    from trials.controller import describe
+    from trials.controller import jobs as controller
 
     h = controller.open_job(args.job, root=args.root, storage=args.storage)
     rest = controller.describe(h)
@@ -237,7 +238,8 @@ def _cmd_describe(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from trials import controller, describe
+    from trials.controller import describe
+    from trials.controller import jobs as controller
 
     jobs = controller.list_jobs(args.root, args.storage)
     if not jobs:
@@ -249,7 +251,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_cancel(args: argparse.Namespace) -> int:
-    from trials import controller
+    from trials.controller import jobs as controller
 
     h = controller.open_job(args.job, root=args.root, storage=args.storage)
     state = controller.cancel(h)
@@ -258,7 +260,7 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def _cmd_best(args: argparse.Namespace) -> int:
-    from trials import controller
+    from trials.controller import jobs as controller
     from trials.protocol import format_flag, local_path
 
     h = controller.open_job(args.job, root=args.root, storage=args.storage)
@@ -269,7 +271,7 @@ def _cmd_best(args: argparse.Namespace) -> int:
     get = controller.params_of(h)
     meta = h.store.meta()
     for t in best:
-        metrics = ", ".join(f"{m}={v:.6g}" for m, v in zip(h.job.study.metric_ids, t.values))
+        metrics = ", ".join(f"{m}={v:.6g}" for m, v in zip(h.job.study.metric_ids, t.values, strict=False))
         print(f"trial {t.number + 1}: {metrics}")
         print("  flags: " + " ".join(format_flag(k, v) for k, v in get(t).items()))
         base = meta["base_output"].rstrip("/") + f"/{t.number + 1}/model/"
@@ -278,8 +280,9 @@ def _cmd_best(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from trials import controller, describe
-    from trials.report import write_report
+    from trials.controller import describe
+    from trials.controller import jobs as controller
+    from trials.controller.report import write_report
 
     h = controller.open_job(args.job, root=args.root, storage=args.storage)
     report = write_report(h, out_dir=args.out, plots=not args.no_plots)

@@ -17,7 +17,8 @@ from __future__ import annotations
 import os
 import random
 import signal
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import pytest
 
@@ -80,7 +81,7 @@ class TrialSandbox:
                 self._monkeypatch.setenv(name, str(value))
                 self.env[name] = str(value)
 
-    def local(self) -> "TrialSandbox":
+    def local(self) -> TrialSandbox:
         """Remove every tuning variable: the objective runs as ``python train.py`` would."""
         keep = {protocol.ENV_OUTPUT_ROOT, protocol.ENV_LOG_FORMAT}
         self.set(**{name: None for name in list(self.env) if name not in keep})
@@ -96,7 +97,7 @@ class TrialRun:
     """The result of :func:`run_trial`: exit code, measurements read back from the files, paths."""
 
     def __init__(self, outcome: Any):
-        from trials.reporting import read_hypertune_file, read_metrics_log
+        from trials.runtime.reporting import read_hypertune_file, read_metrics_log
 
         self.outcome = outcome
         self.exit_code: int = outcome.exit_code
@@ -137,19 +138,19 @@ class TrialRun:
         return f"TrialRun(exit_code={self.exit_code}, steps={self.steps}, error={self.error!r})"
 
 
-def _flag_tokens(flags: "Sequence[str] | Mapping[str, Any]") -> list[str]:
+def _flag_tokens(flags: Sequence[str] | Mapping[str, Any]) -> list[str]:
     if isinstance(flags, Mapping):
         return [protocol.format_flag(k, v) for k, v in flags.items()]
     return [str(f) for f in flags]
 
 
 def run_objective(sandbox: TrialSandbox, objective: Callable[..., Any], Config: type | None = None,
-                  *, spec: Any = None, flags: "Sequence[str] | Mapping[str, Any]" = (),
+                  *, spec: Any = None, flags: Sequence[str] | Mapping[str, Any] = (),
                   stop_after_step: int | None = None, sigterm_after_step: int | None = None,
                   attempt: int | None = None, **options: Any) -> TrialRun:
     """Run ``objective`` in this process as a trial in ``sandbox`` (see :func:`run_trial`)."""
-    from trials.context import RunOptions
-    from trials.entrypoint import run
+    from trials.runtime.context import RunOptions
+    from trials.runtime.entrypoint import run
 
     if attempt is not None:
         sandbox.set(**{protocol.ENV_ATTEMPT: str(attempt)})
@@ -183,7 +184,7 @@ def run_trial(trial_env: TrialSandbox) -> Callable[..., TrialRun]:
 
     ``flags`` is a list of tokens or a mapping (formatted as the controller would). Call it again
     with ``attempt=1`` to restart the same trial (same directories, fresh hypertune file).
-    ``run_options`` are :class:`trials.context.RunOptions`; TensorBoard output is off unless
+    ``run_options`` are :class:`trials.runtime.context.RunOptions`; TensorBoard output is off unless
     ``tensorboard=True``.
     """
 
@@ -276,8 +277,8 @@ class ObjectiveContract:
     Config: Any = None
     spec: Any = None
     metric: str = ""
-    flags: "Sequence[str] | Mapping[str, Any]" = ()
-    options: "Mapping[str, Any]" = {}  # RunOptions, e.g. {"checkpoint_format": NPZ_FORMAT}
+    flags: Sequence[str] | Mapping[str, Any] = ()
+    options: Mapping[str, Any] = {}  # RunOptions, e.g. {"checkpoint_format": NPZ_FORMAT}
     min_steps: int = 2
     expects_model: bool = True
     expects_checkpoint: bool = True
@@ -298,7 +299,7 @@ class ObjectiveContract:
         if self.spec is None:
             return None
         if isinstance(self.spec, (str, os.PathLike)):
-            from trials.spec_load import load_spec
+            from trials.spec.load import load_spec
 
             return load_spec(os.fspath(self.spec)).study
         return getattr(self.spec, "study", self.spec)
@@ -317,7 +318,7 @@ class ObjectiveContract:
         study = self._study()
         if study is None:
             pytest.skip("no spec: set `spec` to check every search-space parameter is accepted")
-        from trials.flags import build_params, parse_flags
+        from trials.runtime.flags import build_params, parse_flags
 
         params = build_params(self.Config, study, str(self.spec))
         for tokens in sample_flag_sets(study):

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import math
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover - typing costs ~2 ms on the trial start path
-    from typing import Iterable, Mapping
+    from collections.abc import Iterable, Mapping
 
 
 class Measurement:
@@ -50,7 +51,7 @@ class Measurement:
         return (f"Measurement(step={self.step!r}, metrics={dict(self.metrics)!r}, "
                 f"timestamp={self.timestamp!r}, elapsed_s={self.elapsed_s!r}, attempt={self.attempt!r})")
 
-    def with_elapsed(self, start_time: float) -> "Measurement":
+    def with_elapsed(self, start_time: float) -> Measurement:
         if self.timestamp is None:
             return self
         return Measurement(

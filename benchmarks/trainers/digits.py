@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from typing import Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 
@@ -69,7 +69,7 @@ def train(params: Mapping[str, float], *, epochs: int, seed: int = 0) -> Iterato
                 g_logits = (p - yb) / len(idx)
                 g_h = (g_logits @ w2.T) * (h > 0)
                 grads = [xb.T @ g_h + decay * w1, g_h.sum(0), h.T @ g_logits + decay * w2, g_logits.sum(0)]
-                for w, v, g in zip(weights, velocity, grads):
+                for w, v, g in zip(weights, velocity, grads, strict=False):
                     v *= momentum
                     v -= lr * g
                     w += v

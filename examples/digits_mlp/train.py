@@ -19,7 +19,7 @@ import os
 import numpy as np
 
 import trials
-from trials.checkpoint import NPZ_FORMAT
+from trials.runtime.checkpoint import NPZ_FORMAT
 
 SPEC = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
                                     os.pardir, "search_spaces", "digits_mlp.yaml"))

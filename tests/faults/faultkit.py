@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -9,8 +10,9 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 TRAINER = str(SCRIPTS / "fault_trainer.py")
@@ -90,10 +92,8 @@ class Jobs:
                 proc.kill()
                 proc.wait()
         for pid in processes_of(self.tag):
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
 
 
 def processes_of(marker: str) -> list[int]:

@@ -10,7 +10,6 @@ import time
 from typing import Any
 
 import pytest
-
 from faultkit import TRAINER, wait_no_processes
 
 pytestmark = [pytest.mark.faults]

@@ -6,7 +6,6 @@ import signal
 import time
 
 import pytest
-
 from faultkit import TRAINER, wait_no_processes
 
 pytestmark = [pytest.mark.faults]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -10,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from faultkit import SCRIPTS, TRAINER, processes_of, wait_no_processes
 
 pytestmark = [pytest.mark.faults]
@@ -188,10 +188,8 @@ def test_full_disk_in_trial_directories_fails_those_trials_only(jobs, tmp_path: 
             m.mkdir(parents=True)
             subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(m)], check=True)
         with open(mounts[0] / "prefill", "wb") as f:  # trial 1: full before it starts
-            try:
+            with contextlib.suppress(OSError):
                 f.write(b"\0" * 2**20)
-            except OSError:
-                pass
         out = jobs.sweep(spec, job_id, "--fault=fill", "--fill-mb=1")  # trial 2: fills its disk
         assert out.returncode == 0, out.stderr
         trials = jobs.describe(job_id)["trials"]

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from trials import launch, protocol
-from trials.controller import job_dir_of
+from trials import protocol
+from trials.controller import launch
+from trials.controller.jobs import job_dir_of
 from trials.errors import ConfigError
 
 TRAINER = str(Path(__file__).resolve().parent.parent / "scripts" / "fault_trainer.py")

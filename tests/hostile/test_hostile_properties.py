@@ -12,18 +12,18 @@ import enum
 import json
 import math
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 import pytest
 import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from trials.controller.metrics_reader import TrialMetricsReader, parse_hypertune_text
 from trials.errors import FlagError, TrialsError
-from trials.flags import build_params, parse_flags
-from trials.metrics_reader import TrialMetricsReader, parse_hypertune_text
 from trials.records import parse_records
-from trials.spec_load import load_spec, loads_spec, parse_spec
+from trials.runtime.flags import build_params, parse_flags
+from trials.spec.load import load_spec, loads_spec, parse_spec
 
 SPECS = Path(__file__).resolve().parent.parent / "data" / "specs"
 FIXTURES = {p.name: yaml.safe_load(p.read_text()) if p.suffix != ".json" else json.loads(p.read_text())
@@ -139,7 +139,7 @@ class Config:
     name: str = "run"
     use_bn: bool = False
     optimizer: Literal["adam", "sgd"] = "adam"
-    momentum: Optional[float] = None
+    momentum: float | None = None
     color: Color = Color.RED
     batch_size: int = 32
 

@@ -1,4 +1,4 @@
-"""trials.process with real children: exit statuses, stopping, groups, echo, memory, orphans."""
+"""trials.controller.process with real children: exit statuses, stopping, groups, echo, memory, orphans."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from trials.errors import ConfigError
-from trials.process import (
+from trials.controller.process import (
     check_memory_all,
     group_alive,
     parse_proc_stat,
@@ -24,6 +23,7 @@ from trials.process import (
     start_replica,
     tail_lines,
 )
+from trials.errors import ConfigError
 
 pytestmark = [
     pytest.mark.integration,

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from trials import protocol
-from trials.checkpoint import CheckpointStore
 from trials.records import parse_records
+from trials.runtime.checkpoint import CheckpointStore
 
 pytestmark = pytest.mark.integration
 
@@ -150,11 +150,11 @@ def test_trials_run_console_script(tmp_path):
 HEAVY = ("optuna", "sqlalchemy", "yaml", "numpy")
 IMPORT_PROBE = f"""
 import sys, os
-import trials, trials.entrypoint, trials.context, trials.pytest_plugin
+import trials, trials.runtime.entrypoint, trials.runtime.context, trials.pytest_plugin
 sys.path.insert(0, {SCRIPTS!r})
 import noop_trial, counter_trial
-from trials.context import RunOptions
-from trials.entrypoint import run
+from trials.runtime.context import RunOptions
+from trials.runtime.entrypoint import run
 assert run(noop_trial.objective, argv=[]).exit_code == 0
 assert run(counter_trial.objective, counter_trial.Config, argv=["--epochs=2"],
            options=RunOptions(tensorboard=False)).exit_code == 0

@@ -5,8 +5,8 @@ import os
 import sys
 import time
 
-from trials import controller
-from trials.worker import SharedJob
+from trials.controller import jobs as controller
+from trials.controller.worker import SharedJob
 
 url, job_id, mode, cap, go_file = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 h = controller.open_job(job_id, root="unused", storage=url)

@@ -31,8 +31,8 @@ def write_spec(path, *, events, points=4, parallel=2, epochs=4, sleep=0.1, accel
 
 def create_job(tmp_path, url, job_id, **spec):
     """Create the job in PostgreSQL without running it (workers join afterwards)."""
-    from trials import controller
-    from trials.spec_load import load_spec
+    from trials.controller import jobs as controller
+    from trials.spec.load import load_spec
 
     spec_path = write_spec(tmp_path / "job.yaml", events=tmp_path / "events.jsonl", **spec)
     h = controller.create_job(load_spec(str(spec_path)), root=str(tmp_path / "jobs"), job_id=job_id,

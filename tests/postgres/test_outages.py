@@ -1,12 +1,12 @@
 """Database blinks and secrets: a worker waits out an outage, and never prints a password."""
 
+import contextlib
 import socket
 import threading
 import time
 from urllib.parse import urlsplit
 
 import pytest
-
 from pg_helpers import create_job, events, finish, output, start_worker, trials_cli, wait_for
 
 SECRET = "pw-s3cret-42"
@@ -49,10 +49,8 @@ class CuttableProxy:
             pass
         finally:
             for s in (src, dst):
-                try:
+                with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
     def cut(self, seconds):
         self.down.set()
@@ -94,7 +92,7 @@ def test_worker_waits_out_a_database_outage_and_fails_nothing(tmp_path, proxied_
     assert text.count("database unreachable") == 1, text  # one line per outage
     assert text.count("database reachable again") == 1, text
     assert SECRET not in text
-    from trials import controller
+    from trials.controller import jobs as controller
 
     h = controller.open_job(job_id, root="unused", storage=url)
     trials = h.store.frozen_trials()

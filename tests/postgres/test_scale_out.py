@@ -9,7 +9,7 @@ from pg_helpers import create_job, events, finish, output, start_worker, trials_
 
 
 def open_job(tmp_path, url, job_id):
-    from trials import controller
+    from trials.controller import jobs as controller
 
     return controller.open_job(job_id, root=str(tmp_path / "jobs"), storage=url)
 

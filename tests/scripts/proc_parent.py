@@ -3,7 +3,7 @@ import os
 import sys
 import time
 
-from trials.process import start_replica
+from trials.controller.process import start_replica
 
 script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "proc_sleep.py")
 replica = start_replica(

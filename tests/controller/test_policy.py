@@ -1,0 +1,118 @@
+"""Pure decisions of the job loop: exit classification, messages, final measurement, job failure."""
+
+import math
+
+import pytest
+
+from trials.controller import policy
+from trials.controller.policy import ExitKind, classify_exit
+from trials.records import Measurement
+from trials.spec import Goal, JobSpec, MetricSpec, ParameterSpec, ParameterType, StudySpec
+
+
+def decide(status, **kw):
+    args = dict(replica="workerpool0-0", stop_requested=False, oom_killed=False, restarts_so_far=0)
+    args.update(kw)
+    return classify_exit(status, **args)
+
+
+@pytest.mark.parametrize("status,kind", [
+    (0, ExitKind.SUCCEEDED),
+    (1, ExitKind.PERMANENT),  # an exception in user code
+    (2, ExitKind.PERMANENT),  # bad flags
+    (3, ExitKind.RESTARTABLE),
+    (134, ExitKind.RESTARTABLE),  # SIGABRT in a custom container: transient
+    (139, ExitKind.RESTARTABLE),  # SIGSEGV: transient
+    (137, ExitKind.RESTARTABLE),  # SIGKILL not by the memory watchdog (e.g. VM maintenance)
+    (75, ExitKind.RESTARTABLE),  # stopped on request, but nobody asked: restart
+])
+def test_exit_classification(status, kind):
+    assert decide(status).kind is kind
+
+
+def test_oom_wins_over_everything():
+    d = decide(137, oom_killed=True, stop_requested=True)
+    assert d.kind is ExitKind.OOM
+    assert d.message == "The replica workerpool0-0 ran out of memory and exited with a non-zero status of 137."
+
+
+def test_requested_stop_is_not_a_failure():
+    assert decide(143, stop_requested=True).kind is ExitKind.STOPPED
+
+
+def test_restart_budget_is_five_then_permanent():
+    assert decide(3, restarts_so_far=4).kind is ExitKind.RESTARTABLE
+    d = decide(3, restarts_so_far=5)
+    assert d.kind is ExitKind.PERMANENT
+    assert d.message.startswith("The replica workerpool0-0 exited with a non-zero status of 3. Termination reason: Error.")
+    assert "restarted 5 times" in d.message
+
+
+def test_exit_message_quotes_the_exception_and_tail():
+    tail = ["Traceback (most recent call last):", '  File "t.py", line 1', "ValueError: bad lr", ""]
+    msg = policy.exit_message("workerpool1-0", 1, tail)
+    assert msg.startswith("The replica workerpool1-0 exited with a non-zero status of 1. "
+                          "Termination reason: ValueError: bad lr.")
+    assert "Last stderr lines:" in msg and "\n" not in msg
+
+
+def test_signal_reason_without_stderr():
+    assert "SIGSEGV" in policy.exit_message("workerpool0-0", 139, [])
+
+
+def m(step, **metrics):
+    return Measurement(step=step, metrics=metrics)
+
+
+def test_select_final_last_and_best_by_goal():
+    ms = [m(1, acc=0.5), m(2, acc=0.9), m(3, acc=0.7)]
+    maximize = [MetricSpec(metric_id="acc", goal=Goal.GOAL_TYPE_UNSPECIFIED)]
+    minimize = [MetricSpec(metric_id="acc", goal=Goal.MINIMIZE)]
+    assert policy.select_final(ms, maximize, best=False).step == 3
+    assert policy.select_final(ms, maximize, best=True).step == 2  # unset goal = maximize
+    assert policy.select_final(ms, minimize, best=True).step == 1
+
+
+def test_select_final_needs_every_objective_metric():
+    metrics = [MetricSpec(metric_id="a"), MetricSpec(metric_id="b")]
+    ms = [m(1, a=1.0, b=2.0), m(2, a=3.0)]
+    assert policy.select_final(ms, metrics, best=False).step == 1
+    assert policy.select_final([m(1, c=1.0)], metrics, best=False) is None
+
+
+def test_select_best_ignores_nan():
+    ms = [m(1, acc=0.5), m(2, acc=math.nan)]
+    assert policy.select_final(ms, [MetricSpec(metric_id="acc")], best=True).step == 1
+
+
+def _job(max_failed):
+    study = StudySpec(metrics=(MetricSpec(metric_id="a"),),
+                      parameters=(ParameterSpec(parameter_id="x", type=ParameterType.DOUBLE, min_value=0, max_value=1),))
+    return JobSpec(study=study, max_trial_count=10, max_failed_trial_count=max_failed)
+
+
+def test_job_failure_rules():
+    assert policy.job_failure(_job(0), n_failed=1, n_succeeded=0, first_failure="x") is not None
+    assert policy.job_failure(_job(0), n_failed=1, n_succeeded=1, first_failure="x") is None
+    assert policy.job_failure(_job(0), n_failed=3, n_succeeded=2, first_failure="x") is not None
+    assert policy.job_failure(_job(2), n_failed=1, n_succeeded=0, first_failure="x") is None
+    msg = policy.job_failure(_job(2), n_failed=2, n_succeeded=0, first_failure="Trial 1: boom")
+    assert "maxFailedTrialCount=2" in msg and "Trial 1: boom" in msg
+
+
+def test_missing_metric_message_names_reported_tags():
+    msg = policy.missing_metric_message(["accuracy"], {"acc", "loss"})
+    assert "accuracy" in msg and "acc, loss" in msg
+
+
+@pytest.mark.parametrize("s,text", [(12.5, "12.5s"), (3600, "3600s"), (0.000001, "0.000001s")])
+def test_duration(s, text):
+    assert policy.format_duration(s) == text
+
+
+@pytest.mark.parametrize("steps,lost", [
+    ([1, 2, 3, 4], 0), ([1, 2, 3, 5], 1), ([1, 2, 6, 7, 8], 3), ([10, 20, 30, 35], 0),
+    ([10, 20, 40, 50, 60], 1), ([], 0), ([3], 0), ([1, 1, 2], 0),
+])
+def test_missing_steps_by_usual_stride(steps, lost):
+    assert policy.missing_steps(steps) == lost

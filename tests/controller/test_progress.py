@@ -1,0 +1,154 @@
+"""trials/progress.py and `trials sweep` output: live on a terminal, plain lines otherwise, --quiet, --json-logs."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trials.controller.progress import Progress
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "examples" / "argparse_hypertune" / "config.yaml"
+TRAIN = ROOT / "examples" / "argparse_hypertune" / "train.py"
+ESCAPES = ("\r", "\033")
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def _events(p: Progress) -> None:
+    p("trial_started", {"trial_id": "1", "params": {"lr": 0.1, "units": 64}})
+    p("warning", {"trial_id": "1", "message": "trial 1 reports tags not in the spec: loss"})
+    p("trial_stopping", {"trial_id": "1", "reason": "early", "detail": "below the median"})
+    p("trial_done", {"trial_id": "1", "state": "SUCCEEDED", "values": [0.25], "stopped_early": True,
+                     "steps": 3, "seconds": 1.25, "params": {"lr": 0.1}})
+    p("trial_done", {"trial_id": "2", "state": "INFEASIBLE", "values": [], "reason": "exit 1",
+                     "steps": 0, "seconds": 0.5, "params": {}})
+    p("job_done", {"state": "JOB_STATE_SUCCEEDED", "error": None})
+
+
+def _progress(out, mode=None) -> Progress:
+    p = Progress(total=2, metric_ids=("loss",), maximize=False, out=out, mode=mode)
+    p.running = 1  # trial 2 was started before (not replayed here)
+    return p
+
+
+def test_plain_lines_when_stdout_is_not_a_terminal():
+    out = io.StringIO()
+    p = _progress(out)
+    assert p.mode == "plain"
+    _events(p)
+    lines = out.getvalue().splitlines()
+    assert not any(c in out.getvalue() for c in ESCAPES)
+    assert [ln[11:] for ln in lines] == [
+        "trial 1 started: lr=0.1 units=64",
+        "warning: trial 1 reports tags not in the spec: loss",
+        "trial 1 stopping (early): below the median",
+        "trial 1 SUCCEEDED (stopped early) after 3 steps, 1.2s: loss=0.25",
+        "trial 2 INFEASIBLE after 0 steps, 0.5s: exit 1",
+    ]
+    assert all(ln.startswith("[") and ln[9:11] == "] " for ln in lines)  # [HH:MM:SS]
+
+
+def test_live_status_on_a_terminal_ends_with_a_newline_before_the_summary():
+    out = Terminal()
+    p = _progress(out)
+    assert p.mode == "live"
+    _events(p)
+    text = out.getvalue()
+    assert "\r\033[K2/2 done, 0 running, 1 failed, best loss=0.25 (trial 1)" in text
+    assert text.endswith("\n")  # the summary printed next starts on its own line
+    assert text.count("2/2 done") == 1
+
+
+def test_quiet_prints_only_warnings():
+    out = io.StringIO()
+    _events(_progress(out, "quiet"))
+    assert [ln[11:] for ln in out.getvalue().splitlines()] == [
+        "warning: trial 1 reports tags not in the spec: loss"]
+
+
+def test_json_logs_are_one_cloud_logging_object_per_line():
+    out = io.StringIO()
+    _events(_progress(out, "json"))
+    records = [json.loads(ln) for ln in out.getvalue().splitlines()]
+    assert [r["event"] for r in records] == ["trial_started", "warning", "trial_stopping", "trial_done",
+                                             "trial_done", "job_done"]
+    assert [r["severity"] for r in records][:2] == ["INFO", "WARNING"]
+    assert records[0]["message"] == "trial 1 started: lr=0.1 units=64"
+    assert records[3]["values"] == [0.25] and records[3]["stopped_early"] is True
+    assert all(isinstance(r["timestampSeconds"], int) for r in records)
+
+
+def _sweep(tmp_path, *flags, tty=False):
+    argv = [sys.executable, "-m", "trials", "sweep", str(CONFIG), "--root", str(tmp_path), "--job-id", "p",
+            "--max-trial-count", "2", *flags, "--", sys.executable, str(TRAIN), "--epochs=2"]
+    if not tty:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        return done.returncode, done.stdout
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(argv, stdout=follower, stderr=follower)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    return proc.wait(timeout=60), b"".join(chunks).decode()
+
+
+@pytest.mark.integration
+def test_sweep_output_plain_live_quiet_and_json(tmp_path):
+    code, out = _sweep(tmp_path / "plain")
+    assert code == 0 and not any(c in out for c in ESCAPES)
+    assert out.splitlines()[0].startswith("job p: 2 trials")
+    assert "job p JOB_STATE_SUCCEEDED: 2 succeeded" in out
+
+    code, out = _sweep(tmp_path / "live", tty=True)
+    assert code == 0 and "\r\033[K" in out
+    summary = next(ln for ln in out.splitlines() if "JOB_STATE_SUCCEEDED" in ln)
+    assert summary.startswith("job p JOB_STATE_SUCCEEDED")  # not glued to the status line
+
+    code, out = _sweep(tmp_path / "quiet", "--quiet")
+    assert code == 0 and out == ""
+
+    code, out = _sweep(tmp_path / "json", "--json-logs")
+    records = [json.loads(ln) for ln in out.splitlines()]
+    assert code == 0 and records[-1]["event"] == "job_summary"
+    assert records[-1]["state"] == "JOB_STATE_SUCCEEDED" and records[-1]["succeeded"] == 2
+    assert records[-1]["best"][0]["parameters"].keys() == {"learning_rate", "l2", "batch_size"}
+    assert sum(r["event"] == "trial_done" for r in records) == 2
+
+
+def test_a_closed_output_does_not_stop_the_job():
+    from trials.controller.progress import Progress
+
+    class Closed:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def isatty(self):
+            return False
+
+    progress = Progress(total=2, metric_ids=("a",), maximize=True, out=Closed(), mode="plain")
+    progress("trial_started", {"trial_id": "1", "params": {"x": 1}})  # must not raise
+    progress("trial_done", {"trial_id": "1", "state": "SUCCEEDED", "values": [0.5], "steps": 3,
+                            "seconds": 0.1, "params": {}})
+    assert progress.mode == "quiet" and progress.done == 1

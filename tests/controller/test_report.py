@@ -1,0 +1,215 @@
+"""trials/report.py: top-trials ranking, tables, the HTML page, plots and the `trials report` command."""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import sys
+
+import pytest
+
+from trials.cli import main
+from trials.controller import jobs as controller
+from trials.controller import report, report_plots
+from trials.spec.load import loads_spec
+
+SINGLE = """
+display_name: rep
+metrics: {loss: minimize}
+parameters:
+  lr: {type: double, min: 0.001, max: 1.0, scale: log}
+  width: {type: discrete, values: [8, 16, 32]}
+max_trial_count: 6
+parallel_trial_count: 1
+"""
+MULTI = """
+metrics: {acc: maximize, size: minimize}
+parameters:
+  lr: {type: double, min: 0.001, max: 1.0, scale: log}
+  width: {type: discrete, values: [8, 16, 32]}
+max_trial_count: 5
+"""
+
+
+def _rest_trial(tid, state, metrics=None, reason=None):
+    t = {"id": str(tid), "state": state, "parameters": [{"parameterId": "lr", "value": 0.1 * tid}]}
+    if metrics:
+        t["finalMeasurement"] = {"stepCount": "3", "metrics": [{"metricId": k, "value": v}
+                                                               for k, v in metrics.items()]}
+    if reason:
+        t["infeasibleReason"] = reason
+    return t
+
+
+def test_top_trials_single_metric_sorts_by_goal_and_skips_unfinished():
+    rest = {"trials": [_rest_trial(1, "SUCCEEDED", {"loss": 0.5}), _rest_trial(2, "INFEASIBLE", reason="x"),
+                       _rest_trial(3, "SUCCEEDED", {"loss": 0.2}), _rest_trial(4, "ACTIVE")]}
+    title, top = report.top_trials(rest, ["loss"], [False])
+    assert [t["id"] for t in top] == ["3", "1"]
+    assert title == "Top 2 trials by loss"
+    _, top = report.top_trials(rest, ["loss"], [True])
+    assert [t["id"] for t in top] == ["1", "3"]
+    _, top = report.top_trials(rest, ["loss"], [False], n=1)
+    assert [t["id"] for t in top] == ["3"]
+
+
+def test_top_trials_several_metrics_is_the_pareto_front():
+    rest = {"trials": [_rest_trial(1, "SUCCEEDED", {"acc": 0.9, "size": 100}),
+                       _rest_trial(2, "SUCCEEDED", {"acc": 0.8, "size": 10}),
+                       _rest_trial(3, "SUCCEEDED", {"acc": 0.7, "size": 50}),  # dominated by 2
+                       _rest_trial(4, "SUCCEEDED", {"acc": 0.9, "size": 100})]}  # ties 1: kept
+    title, top = report.top_trials(rest, ["acc", "size"], [True, False])
+    assert [t["id"] for t in top] == ["1", "4", "2"]
+    assert title.startswith("Pareto-optimal")
+
+
+def test_table_marks_stopped_trials_and_drops_an_empty_reason_column():
+    rest = {"trials": [_rest_trial(1, "SUCCEEDED", {"loss": 0.5}), _rest_trial(2, "SUCCEEDED", {"loss": 0.4})],
+            "trialsLocal": {"2": {"stopped_early": True}}}
+    header, body = report.table(rest, rest["trials"], ["loss"])
+    assert header == ["trial", "state", "loss", "lr", "steps"]
+    assert body[1][1] == "SUCCEEDED (stopped early)" and body[0][1] == "SUCCEEDED"
+    bad = {"trials": [_rest_trial(1, "INFEASIBLE", reason="boom")]}
+    header, body = report.table(bad, bad["trials"], ["loss"])
+    assert header[-1] == "reason" and body[0][-1] == "boom"
+
+
+def test_counts_and_attempts_text():
+    rest = {"maxTrialCount": 5, "trials": [_rest_trial(1, "SUCCEEDED", {"loss": 1}), _rest_trial(2, "INFEASIBLE"),
+                                           _rest_trial(3, "ACTIVE")],
+            "trialsLocal": {"1": {"stopped_early": True}}}
+    assert report.counts(rest) == {"succeeded": 1, "stopped early": 1, "infeasible": 1, "active": 1, "not run": 2}
+    text = report.attempts_text([{"replica": "workerpool0-0", "exitStatus": 1},
+                                 {"replica": "workerpool0-0", "exitStatus": 137, "oomKilled": True}])
+    assert text == "workerpool0-0: exit 1; workerpool0-0: exit 137 (out of memory)"
+
+
+def test_render_html_escapes_inlines_images_and_says_when_nothing_completed():
+    rest = {"state": "JOB_STATE_FAILED", "maxTrialCount": 2, "error": {"message": "2 trials failed <b>"},
+            "trials": [_rest_trial(1, "INFEASIBLE", reason="exit <1> & died")]}
+    page = report.render_html(job_id="j<1>", rest=rest, metric_ids=["loss"], maximize=[False],
+                              images=[("History", b"\x89PNG fake")], skipped=[("Importances", "needs 2")],
+                              plots_note=None, job_dir="/x", sampler="tpe")
+    assert "j&lt;1&gt;" in page and "<b>" not in page.replace("<b>Importances</b>", "")
+    assert "exit &lt;1&gt; &amp; died" in page
+    assert "No completed trial" in page
+    assert "data:image/png;base64," + base64.b64encode(b"\x89PNG fake").decode() in page
+    assert "Importances</b>: skipped, needs 2." in page
+    assert not re.search(r"""(src|href)=['"]?(http|//)""", page)  # nothing fetched from outside
+
+
+def _fake_job(tmp_path, text=SINGLE, *, outcomes):
+    """A job in a real journal storage, finished without processes: one outcome per trial.
+
+    outcome: ("ok", [values per step], stopped_early) | ("fail", reason) | None (never run).
+    """
+    job = loads_spec(text, source="test.yaml")
+    h = controller.create_job(job, root=str(tmp_path / "jobs"), job_id="rep", spec_path=None, storage=None,
+                              base_output_dir=None, project_number=None, local_command=["python", "x.py"],
+                              seed=1)
+    metric_ids = job.study.metric_ids
+    for outcome in outcomes:
+        if outcome is None:
+            continue
+        c = h.store.claim(job.study)
+        attrs = {"state": "ACTIVE", "start_time": "2026-01-01T00:00:00.000000Z",
+                 "end_time": "2026-01-01T00:00:01.000000Z"}
+        if outcome[0] == "ok":
+            curve, stopped = outcome[1], outcome[2]
+            ms = [{"step": s + 1, "elapsed_s": 0.1 * s,
+                   "metrics": {m: (v if i == 0 else v * 10) for i, m in enumerate(metric_ids)}}
+                  for s, v in enumerate(curve)]
+            for m in ms:
+                h.store.report(c.storage_id, m["step"], m["metrics"][metric_ids[0]])
+            attrs.update(state="SUCCEEDED", measurements=ms, final_measurement=ms[-1],
+                         attempts=[{"replica": "workerpool0-0", "exitStatus": 0}])
+            if stopped:
+                attrs.update(stopped_early=True, stop_reason="below the median")
+            h.store.set_trial_attrs(c.storage_id, **attrs)
+            h.store.complete(c.number, [ms[-1]["metrics"][m] for m in metric_ids])
+        else:
+            attrs.update(state="INFEASIBLE", infeasible_reason=outcome[1], failed=True,
+                         attempts=[{"replica": "workerpool0-0", "exitStatus": 1}])
+            h.store.set_trial_attrs(c.storage_id, **attrs)
+            h.store.fail(c.number)
+    h.store.set_meta(state="JOB_STATE_SUCCEEDED")
+    return controller.open_job("rep", root=str(tmp_path / "jobs"), storage=None)
+
+
+def test_report_of_a_job_with_no_completed_trial(tmp_path, capsys):
+    h = _fake_job(tmp_path, outcomes=[("fail", "The replica workerpool0-0 exited with a non-zero status of 1.")])
+    r = report.write_report(h)
+    assert r.images == () and r.top_rows == ()
+    assert r.skipped == (("all plots", "no trial has succeeded yet: there is nothing to plot"),)
+    page = open(r.index_html, encoding="utf-8").read()
+    assert "No completed trial" in page and "non-zero status of 1" in page
+    assert main(["report", "rep", "--root", str(tmp_path / "jobs")]) == 0
+    out = capsys.readouterr().out
+    assert "no trial has succeeded yet" in out and r.index_html in out
+
+
+def test_report_without_matplotlib_is_tables_only_and_says_so(tmp_path, monkeypatch):
+    h = _fake_job(tmp_path, outcomes=[("ok", [0.5, 0.4], False), ("ok", [0.6, 0.3], False)])
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    r = report.write_report(h)
+    assert r.images == ()
+    page = open(r.index_html, encoding="utf-8").read()
+    assert "matplotlib is not installed" in page and "pip install" in page
+    assert "Top 2 trials by loss" in page
+
+
+def test_mark_stopped_restyles_and_relabels_optuna_lines():
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot([1, 2, 3], [3, 2, 1], label="Trial0")
+    ax.plot([1, 2], [3, 2.5], label="Trial1")
+    report_plots.mark_stopped(ax, {1})
+    lines = {ln.get_label(): ln for ln in ax.get_lines()}
+    assert lines["trial 1"].get_linestyle() == "-"
+    assert lines["trial 2 (stopped)"].get_linestyle() == "--"
+    ends = [ln for ln in ax.get_lines() if ln.get_marker() == "X"]
+    assert len(ends) == 1 and list(ends[0].get_xdata()) == [2]  # the stop point is marked
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["trial 1", "trial 2 (stopped)", "stopped early"]
+    plt.close(fig)
+
+
+def test_report_with_plots_single_metric(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    _fake_job(tmp_path, outcomes=[("ok", [0.9, 0.5, 0.3], False), ("ok", [0.8, 0.7], True),
+                                      ("ok", [0.7, 0.4, 0.2], False), ("fail", "boom"), None, None])
+    assert main(["report", "rep", "--root", str(tmp_path / "jobs")]) == 0
+    out = capsys.readouterr().out
+    folder = tmp_path / "jobs" / "rep" / "report"
+    names = sorted(os.listdir(folder))
+    assert names == ["index.html", "intermediate_values.png", "optimization_history.png",
+                     "parallel_coordinate.png", "param_importances.png"]
+    for name in names:
+        assert (folder / name).stat().st_size > 1000
+    assert (folder / "optimization_history.png").read_bytes().startswith(b"\x89PNG")
+    page = (folder / "index.html").read_text()
+    assert page.count("data:image/png;base64,") == 4
+    assert "Stopped early" in page and "below the median" in page and "boom" in page
+    # the terminal table: best first, Vertex trial ids
+    table_lines = out.splitlines()[2:5]
+    assert [ln.split()[0] for ln in table_lines] == ["3", "1", "2"]
+    assert "SUCCEEDED (stopped early)" in table_lines[2]
+    assert out.strip().endswith(f"report: {folder / 'index.html'}")
+
+
+def test_report_with_plots_several_metrics_has_a_pareto_front_and_skips_importances(tmp_path):
+    pytest.importorskip("matplotlib")
+    one_param = MULTI.replace("  width: {type: discrete, values: [8, 16, 32]}\n", "")
+    h = _fake_job(tmp_path, one_param, outcomes=[("ok", [0.5, 0.6], False), ("ok", [0.7, 0.8], False)])
+    r = report.write_report(h)
+    assert sorted(os.path.basename(p) for p in r.images) == [
+        "intermediate_values.png", "optimization_history.png", "parallel_coordinate.png", "pareto_front.png"]
+    assert r.skipped == (("Parameter importances", "needs at least 2 succeeded trials and more than 1 "
+                          "parameter; this job has 2 succeeded trials and 1 parameter"),)
+    assert r.top_title == "Pareto-optimal trials (acc, size)"

@@ -1,0 +1,1 @@
+"""The local HyperparameterTuningJob: the job loop and what it drives."""

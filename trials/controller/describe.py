@@ -1,0 +1,143 @@
+"""The job as Vertex's REST JSON (camelCase, enum names, int64 as strings) and as a table/CSV."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from trials.timefmt import duration
+
+STATE_NAMES = {"REQUESTED", "ACTIVE", "STOPPING", "SUCCEEDED", "INFEASIBLE"}
+
+
+def _value(v: Any) -> Any:
+    if isinstance(v, float) and v.is_integer() and abs(v) < 2**53:
+        return v
+    return v
+
+
+def _measurement(d: Mapping[str, Any], order: Sequence[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {"stepCount": str(int(d["step"]))}
+    if d.get("elapsed_s") is not None:
+        out["elapsedDuration"] = duration(float(d["elapsed_s"]))
+    metrics = d.get("metrics", {})
+    keys = [k for k in order if k in metrics] + sorted(k for k in metrics if k not in order)
+    out["metrics"] = [{"metricId": k, "value": _num(metrics[k])} for k in keys]
+    return out
+
+
+def _num(v: Any) -> Any:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return v
+    return f if math.isfinite(f) else repr(f)  # JSON has no NaN; write it as a string
+
+
+def trial_state(t: Any) -> str:
+    """The Vertex trial state of an Optuna FrozenTrial (duck-typed: no optuna import here)."""
+    state = t.user_attrs.get("state")
+    if state in STATE_NAMES:
+        return state
+    name = getattr(t.state, "name", str(t.state))
+    return {"COMPLETE": "SUCCEEDED", "FAIL": "INFEASIBLE", "RUNNING": "ACTIVE", "PRUNED": "SUCCEEDED"}.get(name, "REQUESTED")
+
+
+def trial_to_rest(t: Any, params: Mapping[str, Any], metric_ids: Sequence[str]) -> dict[str, Any]:
+    attrs = t.user_attrs
+    state = trial_state(t)
+    out: dict[str, Any] = {"id": str(t.number + 1), "state": state}
+    out["parameters"] = [{"parameterId": k, "value": v} for k, v in params.items()]
+    measurements = attrs.get("measurements")
+    if measurements is None and t.intermediate_values:
+        measurements = [{"step": s, "metrics": {metric_ids[0]: v}} for s, v in sorted(t.intermediate_values.items())]
+    if attrs.get("final_measurement") and state == "SUCCEEDED":
+        out["finalMeasurement"] = _measurement(attrs["final_measurement"], metric_ids)
+    if measurements:
+        out["measurements"] = [_measurement(m, metric_ids) for m in measurements]
+    if attrs.get("start_time"):
+        out["startTime"] = attrs["start_time"]
+    if attrs.get("end_time") and state in ("SUCCEEDED", "INFEASIBLE"):
+        out["endTime"] = attrs["end_time"]
+    if state == "INFEASIBLE" and attrs.get("infeasible_reason"):
+        out["infeasibleReason"] = attrs["infeasible_reason"]
+    return out
+
+
+def job_to_rest(job_id: str, meta: Mapping[str, Any], trials: Sequence[Any],
+                params_of: Any, metric_ids: Sequence[str]) -> dict[str, Any]:
+    """The HyperparameterTuningJob resource. ``params_of(trial) -> {parameterId: value}``."""
+    spec = dict(meta.get("spec") or {})
+    project = meta.get("project_number") or "000000000000"
+    out: dict[str, Any] = {"name": f"projects/{project}/locations/local/hyperparameterTuningJobs/{job_id}"}
+    out["displayName"] = spec.get("displayName") or job_id
+    for key in ("studySpec", "maxTrialCount", "parallelTrialCount", "maxFailedTrialCount", "trialJobSpec", "labels"):
+        if key in spec:
+            out[key] = spec[key]
+    out["maxTrialCount"] = len(trials) if trials else spec.get("maxTrialCount", 1)
+    out["trials"] = [trial_to_rest(t, params_of(t), metric_ids) for t in trials
+                     if trial_state(t) != "REQUESTED" or t.user_attrs.get("start_time")]
+    out["state"] = meta.get("state") or "JOB_STATE_QUEUED"
+    for key, name in (("create_time", "createTime"), ("start_time", "startTime"),
+                      ("end_time", "endTime"), ("update_time", "updateTime")):
+        if meta.get(key):
+            out[name] = meta[key]
+    if meta.get("error"):
+        out["error"] = meta["error"]
+    local = {}
+    for t in trials:
+        a = t.user_attrs
+        extra = {k: a[k] for k in ("attempts", "stopped_early", "stop_reason", "injected_restarts",
+                                   "metrics_warning", "unknown_tags", "trial_dir", "worker") if a.get(k)}
+        if extra:
+            local[str(t.number + 1)] = extra
+    if local:
+        out["trialsLocal"] = local  # not a Vertex field: attempts, early stops, where files are
+    return out
+
+
+def rows(rest: Mapping[str, Any], metric_ids: Sequence[str]) -> tuple[list[str], list[list[str]]]:
+    """A table of trials: id, state, final metrics, parameters, steps, reason."""
+    param_ids: list[str] = []
+    for t in rest.get("trials", []):
+        for p in t.get("parameters", []):
+            if p["parameterId"] not in param_ids:
+                param_ids.append(p["parameterId"])
+    header = ["trial", "state", *metric_ids, *param_ids, "steps", "reason"]
+    body = []
+    for t in rest.get("trials", []):
+        final = {m["metricId"]: m["value"] for m in t.get("finalMeasurement", {}).get("metrics", [])}
+        params = {p["parameterId"]: p["value"] for p in t.get("parameters", [])}
+        body.append([
+            t["id"], t["state"], *[_fmt(final.get(m)) for m in metric_ids],
+            *[_fmt(params.get(p)) for p in param_ids], str(len(t.get("measurements", []))),
+            t.get("infeasibleReason", "")[:80],
+        ])
+    return header, body
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def format_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *body, strict=False)] if body else [len(h) for h in header]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths, strict=False)).rstrip()]
+    for row in body:
+        lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)).rstrip())
+    return "\n".join(lines)
+
+
+def format_csv(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(header)
+    writer.writerows(body)
+    return buf.getvalue()

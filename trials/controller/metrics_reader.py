@@ -1,0 +1,452 @@
+"""The controller's tolerant reader of a trial's metrics: hypertune file and ``metrics.jsonl``."""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from trials import protocol
+from trials.records import Measurement, MeasurementLog, parse_records
+
+HYPERTUNE_MAX_ENTRIES = 100  # cloudml-hypertune keeps only its last 100 reports (deque maxlen=100)
+HYPERTUNE_RESERVED_KEYS = frozenset({"checkpoint_path", "global_step", "timestamp", "trial"})
+MAX_HYPERTUNE_BYTES = 4 * 1024 * 1024  # a real file is ~15 KB; of anything larger read only the tail
+MAX_LINE_BYTES = 1024 * 1024  # a metrics.jsonl line longer than this is garbage, not a torn line
+# A file whose mtime is this recent may be rewritten within the same timestamp granule with the same
+# size (the "racy clean" problem), so its stat signature is not trusted until it is older.
+RACY_WINDOW_NS = 1_000_000_000
+_MAX_GAPS_SHOWN = 5
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HypertuneLine:
+    """One metric of one line of a cloudml-hypertune file (a line may in theory hold several)."""
+
+    tag: str
+    value: float
+    step: int
+    timestamp: float | None = None
+    trial: str | None = None
+    checkpoint_path: str = ""
+
+
+def _parse_float(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        return float(value)
+    except (ValueError, OverflowError):
+        return None
+
+
+def _parse_step(value: object) -> int | None:
+    """``"10"`` -> 10; the library writes "0" for None, so a missing step is 0; else None if bad."""
+    if value is None:
+        return 0
+    number = _parse_float(value)
+    if number is None or not math.isfinite(number) or number < 0 or not number.is_integer():
+        return None
+    return int(number)
+
+
+def _parse_hypertune_line(raw: str) -> list[HypertuneLine] | None:
+    """The metrics of one stripped line; ``None`` unless it is a JSON object (torn, foreign)."""
+    if not raw.startswith("{"):
+        return None
+    try:
+        record = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    step = _parse_step(record.get("global_step"))
+    if step is None:
+        return []
+    timestamp = _parse_float(record.get("timestamp"))
+    if timestamp is not None and not math.isfinite(timestamp):
+        timestamp = None
+    trial = record.get("trial")
+    trial = None if trial is None else str(trial)
+    checkpoint = record.get("checkpoint_path")
+    checkpoint = checkpoint if isinstance(checkpoint, str) else ""
+    out = []
+    for tag, raw_value in record.items():
+        if tag in HYPERTUNE_RESERVED_KEYS:
+            continue
+        value = _parse_float(raw_value)
+        if value is not None:
+            out.append(HypertuneLine(tag=tag, value=value, step=step, timestamp=timestamp,
+                                     trial=trial, checkpoint_path=checkpoint))
+    return out
+
+
+def parse_hypertune_text(text: str) -> list[HypertuneLine]:
+    """Parse a cloudml-hypertune metrics file; never raises.
+
+    Skips torn, non-JSON and non-object lines, values that do not parse as a float, and negative or
+    non-integral steps; keeps every tag (filtering is the caller's business). Values are strings in
+    the file (``"0.9"``, ``"nan"``) and become floats; a missing ``global_step`` is step 0, as the
+    library writes for ``None``.
+
+    Example:
+        >>> parse_hypertune_text('{"acc": "0.9", "global_step": "10", "timestamp": 5.0}')
+        [HypertuneLine(tag='acc', value=0.9, step=10, timestamp=5.0, trial=None, checkpoint_path='')]
+    """
+    out: list[HypertuneLine] = []
+    for raw in text.splitlines():
+        out.extend(_parse_hypertune_line(raw.strip()) or ())
+    return out
+
+
+def _entry_key(tag: str, step: int, timestamp: float | None, value: float) -> tuple:
+    # Without a timestamp two reports of one step are told apart by their value only.
+    if timestamp is None:
+        return (tag, step, None, "nan" if math.isnan(value) else value)
+    return (tag, step, timestamp)
+
+
+class TrialMetricsReader:
+    """Reads one trial's metrics while it runs, tolerating the hypertune file's quirks.
+
+    The hypertune file is rewritten whole on every report (readers often see it empty or torn), keeps
+    only the last 100 reports, and starts afresh when a replica restarts; ``metrics.jsonl`` (written
+    by the trials runtime) is append-only and lossless. The reader polls both cheaply (a ``stat``
+    when nothing changed), dedupes by (tag, step, timestamp), groups the metrics of one step into one
+    :class:`Measurement`, keeps what it read before a restart, prefers ``metrics.jsonl`` per metric
+    of a step, and says when the hypertune file dropped steps. It never raises on file content.
+
+    Args:
+        hypertune_path: the primary replica's ``CLOUD_ML_HP_METRIC_FILE``.
+        metrics_log_path: the trial's ``metrics.jsonl`` (it may never exist).
+        metric_ids: the spec's metric ids; other tags are only listed in ``unknown_tags``. Empty
+            means keep every tag.
+        start_time: the trial's start (``time.time()``), for ``elapsed_s``.
+
+    Example:
+        >>> reader = TrialMetricsReader("/no/h.metrics", "/no/metrics.jsonl", ["acc"], start_time=0)
+        >>> reader.poll(), reader.measurements(), reader.source
+        (False, [], None)
+    """
+
+    def __init__(self, hypertune_path: str | os.PathLike, metrics_log_path: str | os.PathLike,
+                 metric_ids: Iterable[str], *, start_time: float):
+        self.hypertune_path = os.fspath(hypertune_path)
+        self.metrics_log_path = os.fspath(metrics_log_path)
+        self.metric_ids = frozenset(metric_ids)
+        self.start_time = float(start_time)
+        self._attempt = 0
+        self._reported: set[str] = set()
+        self._read_error: str | None = None
+        self._cache: list[Measurement] = []
+        self._merged: dict[int, Measurement] = {}
+        self._order: list[int] = []  # the steps of _merged, sorted
+        self._dirty: set[int] = set()  # steps changed in a log since the last merge
+        # hypertune file state
+        self._ht_log = MeasurementLog()
+        self._ht_seen: set[tuple] = set()
+        self._ht_raw_seen: set[str] = set()
+        self._ht_sig: tuple | None = None
+        self._ht_bytes: bytes | None = None
+        self._ht_exists = False
+        self._ht_last_step: int | None = None  # newest step read in the current attempt
+        self._gaps: list[tuple[int | None, int]] = []  # (last step read before, first step after)
+        # metrics.jsonl state
+        self._jl_log = MeasurementLog()
+        self._jl_seen: set[tuple] = set()
+        self._jl_sig: tuple | None = None
+        self._jl_ino: int | None = None
+        self._jl_offset = 0  # just after the last complete line consumed
+        self._jl_skip_partial = False  # inside an over-long line: drop bytes up to the next newline
+        self._jl_exists = False
+
+    # --- public API ---------------------------------------------------------------------------
+    def poll(self, *, final: bool = False) -> bool:
+        """Read whatever changed since the last poll; ``True`` if anything new arrived.
+
+        ``final``: the writers have exited (the trial ended, or a replica is about to restart), so
+        the files are whole: a read is never left for a later one to settle.
+        """
+        changed = self._poll_metrics_log()
+        return self._poll_hypertune(final=final) or changed
+
+    def on_restart(self) -> None:
+        """A replica restarted: keep what was read; its new hypertune file starts fresh."""
+        self._start_attempt()
+        self._ht_sig = None
+        self._ht_bytes = None
+
+    def measurements(self) -> list[Measurement]:
+        """Every measurement read so far, one per step, ordered by step, with ``elapsed_s`` set."""
+        if self._dirty:
+            self._merge()
+        return list(self._cache)
+
+    @property
+    def reported_tags(self) -> set[str]:
+        """Every metric tag the trial reported, known or not."""
+        return set(self._reported)
+
+    @property
+    def unknown_tags(self) -> set[str]:
+        """Reported tags that are not among ``metric_ids`` (the controller warns once per trial)."""
+        if not self.metric_ids:
+            return set()
+        return self._reported - self.metric_ids
+
+    @property
+    def missing_steps_warning(self) -> str | None:
+        """Why some steps may be missing (the hypertune file's cap dropped them), or ``None``."""
+        if self._jl_exists:
+            return None  # metrics.jsonl is lossless: the hypertune file's losses do not matter
+        gaps = [g for g in self._gaps if not self._gap_is_harmless(*g)]
+        if not gaps:
+            return None
+        shown = ", ".join(
+            f"before step {after}" if before is None else f"between step {before} and step {after}"
+            for before, after in gaps[:_MAX_GAPS_SHOWN]
+        )
+        more = len(gaps) - _MAX_GAPS_SHOWN
+        if more > 0:
+            shown += f" and {more} more gap{'s' if more > 1 else ''}"
+        return (
+            f"reports may be missing from {self.hypertune_path} ({shown}): cloudml-hypertune keeps "
+            f"only its last {HYPERTUNE_MAX_ENTRIES} entries and the file was not read in time; "
+            f"report through the trials runtime for a lossless {protocol.METRICS_LOG}"
+        )
+
+    def _gap_is_harmless(self, before: int | None, after: int) -> bool:
+        """No step can be missing: the gap lies between adjacent steps that have every metric.
+
+        The cap cannot tell "exactly 100 reports since the last read" from "more than 100", so a
+        gap is only a suspicion; adjacent complete steps (or a complete step 0) clear it.
+        """
+        if not self.metric_ids:
+            return False
+        by_step = self._ht_log.by_step
+
+        def complete(step: int) -> bool:
+            return step in by_step and self.metric_ids <= by_step[step].metrics.keys()
+
+        if before is None:
+            return after == 0 and complete(0)
+        return after - before <= 1 and complete(before) and complete(after)
+
+    @property
+    def conflicts(self) -> int:
+        """Metric values reported twice for one step with different values (preferred source)."""
+        return self._jl_log.conflicts if self._jl_exists else self._ht_log.conflicts
+
+    @property
+    def source(self) -> str | None:
+        """``"metrics.jsonl"``, ``"hypertune"``, or ``None`` while neither file was seen."""
+        if self._jl_exists:
+            return protocol.METRICS_LOG
+        return "hypertune" if self._ht_exists else None
+
+    @property
+    def read_error(self) -> str | None:
+        """The last error reading a file (e.g. permission denied), or ``None``; polling goes on."""
+        return self._read_error
+
+    # --- hypertune file -----------------------------------------------------------------------
+    def _poll_hypertune(self, *, final: bool = False) -> bool:
+        try:
+            st = os.stat(self.hypertune_path)
+        except FileNotFoundError:
+            return False
+        except OSError as err:
+            self._read_error = f"cannot stat {self.hypertune_path}: {err}"
+            return False
+        sig = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if sig == self._ht_sig:
+            return False  # unchanged: the common, cheap case
+        try:
+            with open(self.hypertune_path, "rb") as f:
+                if st.st_size > MAX_HYPERTUNE_BYTES:
+                    f.seek(st.st_size - MAX_HYPERTUNE_BYTES)
+                    data = f.read(MAX_HYPERTUNE_BYTES)
+                    data = data[data.find(b"\n") + 1:]  # drop the partial first line
+                else:  # read just what is there: a 4 MiB buffer would cost more than the parse
+                    data = f.read(st.st_size + 4096)
+        except OSError as err:
+            self._read_error = f"cannot read {self.hypertune_path}: {err}"
+            return False
+        racy = not final and time.time_ns() - st.st_mtime_ns < RACY_WINDOW_NS
+        consistent = st.st_size > MAX_HYPERTUNE_BYTES or len(data) == st.st_size
+        self._ht_sig = sig if consistent and not racy else None
+        first_seen = not self._ht_exists
+        self._ht_exists = True
+        if data == self._ht_bytes:
+            return first_seen
+        changed = self._add_hypertune(data.decode("utf-8", errors="replace"), settled=not racy)
+        if changed is None:
+            return first_seen  # torn in the middle of a rewrite: the next poll reads it whole
+        self._ht_bytes = data
+        return changed or first_seen
+
+    def _add_hypertune(self, text: str, *, settled: bool) -> bool | None:
+        """Take in one read of the file; ``None`` if it is left for a later read to settle.
+
+        A torn read is skipped unless the file has settled (then its bad tail is garbage, not a
+        write in progress); so is a short read that could be a fresh file or a partial rewrite.
+        """
+        if not text.strip():
+            return False  # between truncation and the first write: 90 % of reads under load
+        n_records = 0
+        first: tuple[bool, HypertuneLine | None] | None = None  # (read before?, its first metric)
+        new: list[HypertuneLine] = []
+        new_raws: list[str] = []
+        last_ok = False
+        for raw in text.splitlines():
+            raw = raw.strip()
+            if not raw:
+                continue
+            if raw in self._ht_raw_seen:  # most lines of a rewrite were read before: skip parsing
+                first = first or (True, None)
+                n_records += 1
+                last_ok = True
+                continue
+            lines = _parse_hypertune_line(raw)
+            last_ok = lines is not None
+            if lines is None:
+                continue  # torn or foreign
+            if first is None:
+                first = (bool(lines) and self._key(lines[0]) in self._ht_seen,
+                         lines[0] if lines else None)
+            n_records += 1
+            new_raws.append(raw)
+            new.extend(lines)
+        if not settled and not (last_ok and text.endswith("\n")):
+            return None
+        if first is not None and not first[0] and first[1] is not None:
+            # The oldest entry of this read was never read before. Every entry read so far is older
+            # (reads are prefixes of rewrites, oldest first), so reports in between may be lost.
+            if n_records >= HYPERTUNE_MAX_ENTRIES:
+                self._gaps.append((self._ht_last_step, first[1].step))  # overflowed since
+            elif self._ht_last_step is not None:
+                # Short: a new process's fresh file, or the first chunk of an overflowed file's
+                # rewrite (the library writes 8 KiB chunks at line ends). Only a settled file is
+                # surely whole; until then wait for a read that tells them apart.
+                if not settled:
+                    return None
+                self._start_attempt()  # a restart nobody told us about: a fresh file, not a loss
+        self._ht_raw_seen.update(new_raws)  # only now: a read left for later must be parsed again
+        measurements: list[Measurement] = []
+        changed = False
+        for line in new:
+            key = self._key(line)
+            if key in self._ht_seen:
+                continue
+            self._ht_seen.add(key)
+            self._reported.add(line.tag)
+            self._ht_last_step = line.step  # the file is oldest first: the last new line is newest
+            changed = True
+            if not self.metric_ids or line.tag in self.metric_ids:
+                measurements.append(Measurement(step=line.step, metrics={line.tag: line.value},
+                                                timestamp=line.timestamp, attempt=self._attempt))
+        self._add(self._ht_log, measurements)
+        return changed
+
+    def _start_attempt(self) -> None:
+        # attempt n -> n+1: the shrinking file is a new queue, not lost steps
+        self._attempt += 1
+        self._ht_last_step = None
+
+    @staticmethod
+    def _key(line: HypertuneLine) -> tuple:
+        return _entry_key(line.tag, line.step, line.timestamp, line.value)
+
+    # --- metrics.jsonl ------------------------------------------------------------------------
+    def _poll_metrics_log(self) -> bool:
+        try:
+            st = os.stat(self.metrics_log_path)
+        except FileNotFoundError:
+            return False
+        except OSError as err:
+            self._read_error = f"cannot stat {self.metrics_log_path}: {err}"
+            return False
+        if (st.st_ino, st.st_size) == self._jl_sig:
+            return False  # append-only: no new byte means no new line
+        if st.st_ino != self._jl_ino or st.st_size < self._jl_offset:
+            # replaced or truncated: read it again from the start (entries already read are kept)
+            self._jl_ino, self._jl_offset, self._jl_skip_partial = st.st_ino, 0, False
+        try:
+            with open(self.metrics_log_path, "rb") as f:
+                f.seek(self._jl_offset)
+                data = f.read()
+        except OSError as err:
+            self._read_error = f"cannot read {self.metrics_log_path}: {err}"
+            return False
+        first_seen = not self._jl_exists
+        self._jl_exists = True
+        self._jl_sig = (st.st_ino, self._jl_offset + len(data))
+        start = 0
+        if self._jl_skip_partial:
+            newline = data.find(b"\n")
+            if newline < 0:
+                self._jl_offset += len(data)
+                return first_seen
+            start, self._jl_skip_partial = newline + 1, False
+        end = data.rfind(b"\n") + 1  # a torn last line stays unread until its newline arrives
+        if end <= start:
+            end = start
+        if len(data) - end > MAX_LINE_BYTES:
+            # no newline for over a MiB: garbage, not a torn line; skip it instead of re-reading it
+            self._jl_skip_partial = True
+            end = len(data)
+        text = data[start:end].decode("utf-8", errors="replace")
+        self._jl_offset += end
+        return self._add_metrics_log(parse_records(text)) or first_seen
+
+    def _add_metrics_log(self, records: list[Measurement]) -> bool:
+        new: list[Measurement] = []
+        changed = False
+        for m in records:
+            kept = {}
+            for tag, value in m.metrics.items():
+                key = _entry_key(tag, m.step, m.timestamp, value) + (m.attempt,)
+                if key in self._jl_seen:
+                    continue
+                self._jl_seen.add(key)
+                self._reported.add(tag)
+                changed = True
+                if not self.metric_ids or tag in self.metric_ids:
+                    kept[tag] = value
+            if kept and len(kept) == len(m.metrics):
+                new.append(m)  # the common case: nothing to filter
+            elif kept:
+                new.append(Measurement(step=m.step, metrics=kept, timestamp=m.timestamp,
+                                       attempt=m.attempt))
+        self._add(self._jl_log, new)
+        return changed
+
+    # --- merge ----------------------------------------------------------------------------------
+    def _add(self, log: MeasurementLog, measurements: list[Measurement]) -> None:
+        log.add(measurements)
+        self._dirty.update(m.step for m in measurements)
+
+    def _merge(self) -> None:
+        """Rebuild the changed steps; metrics.jsonl wins per metric, the hypertune file fills in."""
+        jl, ht = self._jl_log.by_step, self._ht_log.by_step
+        for step in sorted(self._dirty):
+            j, h = jl.get(step), ht.get(step)
+            if j is None or h is None:
+                m = j if h is None else h
+            elif h.metrics.keys() <= j.metrics.keys():
+                m = j
+            else:
+                m = Measurement(step=step, metrics={**h.metrics, **j.metrics},
+                                timestamp=j.timestamp, attempt=j.attempt)
+            if step not in self._merged:
+                if self._order and step < self._order[-1]:
+                    bisect.insort(self._order, step)
+                else:
+                    self._order.append(step)
+            self._merged[step] = m.with_elapsed(self.start_time)
+        self._dirty.clear()
+        self._cache = [self._merged[s] for s in self._order]

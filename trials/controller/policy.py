@@ -1,0 +1,210 @@
+"""Pure decisions of the job loop: classify a replica's exit, pick the next action, word the errors."""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from trials import protocol
+from trials.records import Measurement
+from trials.spec import JobSpec, MetricSpec
+
+MAX_RESTARTS_PER_REPLICA = 5  # Vertex: "up to 5 restarts per worker"
+PERMANENT_EXIT_CODES = frozenset({protocol.EXIT_ERROR, protocol.EXIT_USAGE})
+TRANSIENT_SIGNAL_CODES = frozenset({6, 134, 11, 139})  # SIGABRT, SIGSEGV (custom containers: 128+n)
+
+
+class ExitKind(str, enum.Enum):
+    SUCCEEDED = "succeeded"
+    STOPPED = "stopped"  # we asked it to stop (early stopping, cancel, job end)
+    PERMANENT = "permanent"  # user code error: the trial fails
+    OOM = "oom"  # killed for memory: the trial fails
+    RESTARTABLE = "restartable"  # restart the replica (same trial id, same env)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExitDecision:
+    kind: ExitKind
+    status: int
+    message: str | None = None  # Vertex-style error text when the trial fails
+
+
+def classify_exit(
+    status: int,
+    *,
+    replica: str,
+    stop_requested: bool,
+    oom_killed: bool,
+    restarts_so_far: int,
+    stderr_tail: Sequence[str] = (),
+    max_restarts: int = MAX_RESTARTS_PER_REPLICA,
+) -> ExitDecision:
+    """Decide what a replica's exit means. ``status`` is Vertex-style (128+signal for signals)."""
+    if status == 0:
+        return ExitDecision(kind=ExitKind.SUCCEEDED, status=0)
+    if oom_killed:
+        return ExitDecision(kind=ExitKind.OOM, status=status, message=oom_message(replica, status))
+    if stop_requested:
+        return ExitDecision(kind=ExitKind.STOPPED, status=status)
+    if status in PERMANENT_EXIT_CODES:
+        return ExitDecision(
+            kind=ExitKind.PERMANENT, status=status,
+            message=exit_message(replica, status, stderr_tail),
+        )
+    if restarts_so_far >= max_restarts:
+        return ExitDecision(
+            kind=ExitKind.PERMANENT, status=status,
+            message=exit_message(replica, status, stderr_tail)
+            + f" The replica was restarted {restarts_so_far} times (the limit) and failed again.",
+        )
+    return ExitDecision(kind=ExitKind.RESTARTABLE, status=status)
+
+
+def termination_reason(status: int, stderr_tail: Sequence[str]) -> str:
+    """Vertex's REASON: the last meaningful stderr line (the exception), else a signal name."""
+    for line in reversed([line.strip() for line in stderr_tail]):
+        if line:
+            return line
+    if status > 128:
+        import signal
+
+        try:
+            return f"Killed by signal {signal.Signals(status - 128).name}"
+        except ValueError:
+            pass
+    return "Error"
+
+
+def exit_message(replica: str, status: int, stderr_tail: Sequence[str] = ()) -> str:
+    """``The replica workerpool0-0 exited with a non-zero status of 1. Termination reason: …``"""
+    reason = termination_reason(status, stderr_tail)
+    message = (
+        f"The replica {replica} exited with a non-zero status of {status}. "
+        f"Termination reason: {reason.rstrip('.')}."
+    )
+    tail = [line.strip() for line in stderr_tail if line.strip()][-3:]
+    if len(tail) > 1:
+        message += " Last stderr lines: " + " | ".join(tail)
+    return message
+
+
+def oom_message(replica: str, status: int) -> str:
+    return f"The replica {replica} ran out of memory and exited with a non-zero status of {status}."
+
+
+def timeout_message(timeout_s: float) -> str:
+    return (
+        f"The trial exceeded its maximum running time of {format_duration(timeout_s)} "
+        f"(trialJobSpec.scheduling.timeout) and was stopped."
+    )
+
+
+def missing_metric_message(metric_ids: Iterable[str], reported: Iterable[str]) -> str:
+    missing = ", ".join(metric_ids)
+    got = sorted(reported)
+    seen = ", ".join(got) if got else "no metrics at all"
+    return (
+        f"The trial finished without reporting the objective metric {missing}; it reported {seen}. "
+        f"Report it with hypertune's report_hyperparameter_tuning_metric("
+        f"hyperparameter_metric_tag=...)."
+    )
+
+
+def nonfinite_message(metric_id: str, value: float) -> str:
+    return f"The objective metric {metric_id} has the non-finite final value {value!r}."
+
+
+def format_duration(seconds: float) -> str:
+    """Protobuf Duration JSON: ``"12.5s"``, ``"3600s"``."""
+    text = f"{seconds:.9f}".rstrip("0").rstrip(".")
+    return f"{text}s"
+
+
+# --- Final measurement ----------------------------------------------------------------------------
+def select_final(
+    measurements: Sequence[Measurement], metrics: Sequence[MetricSpec], *, best: bool
+) -> Measurement | None:
+    """The final measurement: LAST (unset) or BEST by the first metric's goal.
+
+    Only measurements carrying every objective metric qualify.
+    """
+    ids = [m.metric_id for m in metrics]
+    usable = [m for m in measurements if all(i in m.metrics for i in ids)]
+    if not usable:
+        return None
+    if not best:
+        return usable[-1]
+    primary = metrics[0]
+
+    def key(m: Measurement) -> float:
+        v = m.metrics[primary.metric_id]
+        if math.isnan(v):
+            return -math.inf
+        return v if primary.maximize else -v
+
+    return max(usable, key=key)
+
+
+# --- Job-level failure rule -----------------------------------------------------------------------
+def job_failure(
+    job: JobSpec, *, n_failed: int, n_succeeded: int, first_failure: str | None
+) -> str | None:
+    """Return the job's error message when failed trials end the job, else None.
+
+    ``maxFailedTrialCount`` > 0: the job fails when that many trials failed. 0 (unset): as on Vertex,
+    the job fails when the first trial fails; after a success it fails when failures reach 3 and
+    outnumber successes (Vertex says only "too many in count or ratio"; this rule is ours).
+    """
+    limit = job.max_failed_trial_count
+    if limit > 0:
+        if n_failed >= limit:
+            return (
+                f"{n_failed} trials failed, reaching maxFailedTrialCount={limit}; the job stopped. "
+                f"First failure: {first_failure}"
+            )
+        return None
+    if n_failed and n_succeeded == 0:
+        return f"The first trial failed, so the job stopped (maxFailedTrialCount unset). {first_failure}"
+    if n_failed >= 3 and n_failed > n_succeeded:
+        return (
+            f"{n_failed} trials failed against {n_succeeded} that succeeded (maxFailedTrialCount "
+            f"unset); the job stopped. First failure: {first_failure}"
+        )
+    return None
+
+
+def trial_outcome(
+    measurements: Sequence[Measurement],
+    metrics: Sequence[MetricSpec],
+    *,
+    best: bool,
+    failure: str | None,
+    reported_tags: Iterable[str],
+) -> tuple[str, str | None, list[float], Measurement | None]:
+    """(Vertex trial state, infeasible reason, objective values, final measurement) of a finished trial."""
+    if failure:
+        return "INFEASIBLE", failure, [], None
+    final = select_final(measurements, metrics, best=best)
+    ids = [m.metric_id for m in metrics]
+    if final is None:
+        return "INFEASIBLE", missing_metric_message(ids, reported_tags), [], None
+    values = [final.metrics[i] for i in ids]
+    for metric_id, v in zip(ids, values, strict=False):
+        if not math.isfinite(v):
+            return "INFEASIBLE", nonfinite_message(metric_id, v), [], final
+    return "SUCCEEDED", None, values, final
+
+
+def missing_steps(steps: Sequence[int]) -> int:
+    """How many steps a trial's sequence lacks, judged by its usual stride (the most common gap).
+
+    ``[1, 2, 3, 5]`` lacks 1; ``[10, 20, 30, 35]`` (a last, shorter step) lacks none.
+    """
+    ordered = sorted(set(steps))
+    gaps = [b - a for a, b in zip(ordered, ordered[1:], strict=False)]
+    if not gaps:
+        return 0
+    stride = max(set(gaps), key=lambda g: (gaps.count(g), -g))
+    return sum(g // stride - 1 for g in gaps if g > stride)

@@ -1,0 +1,237 @@
+"""The job report: a self-contained HTML page and Optuna's matplotlib plots in ``<job>/report/``."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import html
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from trials.controller import describe
+from trials.controller.report_plots import PLOT_STEMS, draw_plots, matplotlib_available
+
+REPORT_DIR = "report"
+INDEX_FILE = "index.html"
+TOP_N = 10
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Report:
+    """What ``write_report`` wrote: the page, its PNGs, the plots it skipped and why, the top table."""
+
+    index_html: str
+    images: tuple[str, ...]
+    skipped: tuple[tuple[str, str], ...]
+    top_title: str
+    top_header: tuple[str, ...]
+    top_rows: tuple[tuple[str, ...], ...]
+
+
+# --- pure: which trials, which tables ------------------------------------------------------------
+def final_values(trial: Mapping[str, Any]) -> dict[str, float]:
+    """``{metricId: value}`` of a REST trial's final measurement (empty when it has none)."""
+    out = {}
+    for m in trial.get("finalMeasurement", {}).get("metrics", []):
+        try:
+            out[m["metricId"]] = float(m["value"])
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+def top_trials(rest: Mapping[str, Any], metric_ids: Sequence[str], maximize: Sequence[bool],
+               *, n: int = TOP_N) -> tuple[str, list[dict[str, Any]]]:
+    """(title, trials): the best ``n`` succeeded trials by the metric, or the Pareto front.
+
+    One metric: sorted best first. Several metrics: the non-dominated trials, best primary first.
+    """
+    done = [t for t in rest.get("trials", [])
+            if t["state"] == "SUCCEEDED" and all(m in final_values(t) for m in metric_ids)]
+    signs = [1.0 if mx else -1.0 for mx in maximize]
+
+    def key(t):  # larger is better, per metric
+        v = final_values(t)
+        return [s * v[m] for s, m in zip(signs, metric_ids, strict=False)]
+
+    done.sort(key=lambda t: (-key(t)[0], int(t["id"])))
+    if len(metric_ids) == 1:
+        return f"Top {min(n, len(done))} trials by {metric_ids[0]}", done[:n]
+    keys = {t["id"]: key(t) for t in done}
+    front = [t for t in done if not any(_dominates(keys[o["id"]], keys[t["id"]]) for o in done)]
+    return f"Pareto-optimal trials ({', '.join(metric_ids)})", front[:n]
+
+
+def _dominates(a: Sequence[float], b: Sequence[float]) -> bool:
+    return all(x >= y for x, y in zip(a, b, strict=False)) and any(x > y for x, y in zip(a, b, strict=False))
+
+
+def table(rest: Mapping[str, Any], trials: Sequence[Mapping[str, Any]],
+          metric_ids: Sequence[str]) -> tuple[list[str], list[list[str]]]:
+    """``describe.rows`` for a subset of trials, without the reason column when it is empty."""
+    header, body = describe.rows({**rest, "trials": list(trials)}, metric_ids)
+    local = rest.get("trialsLocal", {})
+    for row in body:
+        if local.get(row[0], {}).get("stopped_early"):
+            row[1] += " (stopped early)"
+    if body and all(not row[-1] for row in body):
+        header, body = header[:-1], [row[:-1] for row in body]
+    return header, body
+
+
+def counts(rest: Mapping[str, Any]) -> dict[str, int]:
+    local = rest.get("trialsLocal", {})
+    states = [t["state"] for t in rest.get("trials", [])]
+    return {
+        "succeeded": states.count("SUCCEEDED"),
+        "stopped early": sum(1 for t in rest.get("trials", [])
+                             if local.get(t["id"], {}).get("stopped_early")),
+        "infeasible": states.count("INFEASIBLE"),
+        "active": states.count("ACTIVE") + states.count("STOPPING"),
+        "not run": int(rest.get("maxTrialCount", 0)) - len(states),
+    }
+
+
+# --- the page ------------------------------------------------------------------------------------
+_CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:75em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:.9em}
+td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:top}
+th{background:#f2f2f2}.note{color:#555}.bad{color:#b00}img{max-width:100%;border:1px solid #ddd}
+dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}dt{font-weight:bold}"""
+
+
+def _table_html(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
+                   for row in body)
+    return f"<table><tr>{head}</tr>{rows}</table>"
+
+
+def render_html(*, job_id: str, rest: Mapping[str, Any], metric_ids: Sequence[str],
+                maximize: Sequence[bool], images: Sequence[tuple[str, bytes]],
+                skipped: Sequence[tuple[str, str]], plots_note: str | None, job_dir: str,
+                sampler: str | None) -> str:
+    """The whole page as one string: images are inlined as base64 data URIs."""
+    e = html.escape
+    n = counts(rest)
+    goals = ", ".join(f"{m} ({'maximize' if mx else 'minimize'})" for m, mx in zip(metric_ids, maximize, strict=False))
+    study = rest.get("studySpec", {})
+    summary = {
+        "state": rest.get("state", ""), "metrics": goals,
+        "trials": f"{len(rest.get('trials', []))} of {rest.get('maxTrialCount')} run: "
+                  + ", ".join(f"{v} {k}" for k, v in n.items() if v),
+        "parallel trials": str(rest.get("parallelTrialCount", 1)),
+        "algorithm": f"{study.get('algorithm', 'ALGORITHM_UNSPECIFIED')}"
+                     + (f" (Optuna sampler: {sampler})" if sampler else ""),
+        "created": rest.get("createTime", ""), "started": rest.get("startTime", ""),
+        "ended": rest.get("endTime", ""), "folder": job_dir,
+    }
+    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>trials report: {e(job_id)}"
+             f"</title><style>{_CSS}</style></head><body><h1>Tuning job {e(job_id)}</h1><dl>"]
+    parts += [f"<dt>{e(k)}</dt><dd>{e(str(v))}</dd>" for k, v in summary.items() if v]
+    parts.append("</dl>")
+    if rest.get("error"):
+        parts.append(f"<p class='bad'>Job error: {e(str(rest['error'].get('message', '')))}</p>")
+    title, top = top_trials(rest, metric_ids, maximize)
+    if top:
+        parts.append(f"<h2>{e(title)}</h2>" + _table_html(*table(rest, top, metric_ids)))
+    else:
+        parts.append("<h2>No completed trial</h2><p class='bad'>No trial of this job has succeeded "
+                     "yet, so there is no best trial and nothing to plot.</p>")
+    parts.append("<h2>Plots</h2>")
+    if plots_note:
+        parts.append(f"<p class='note'>{e(plots_note)}</p>")
+    for name, png in images:
+        data = base64.b64encode(png).decode("ascii")
+        parts.append(f"<h3>{e(name)}</h3><img alt='{e(name)}' src='data:image/png;base64,{data}'>")
+    for name, why in skipped:
+        parts.append(f"<p class='note'><b>{e(name)}</b>: skipped, {e(why)}.</p>")
+    parts.append(_failures_html(rest))
+    parts.append(_stopped_html(rest))
+    parts.append("<h2>All trials</h2>" + _table_html(*describe.rows(rest, metric_ids)))
+    parts.append("</body></html>\n")
+    return "".join(parts)
+
+
+def _failures_html(rest: Mapping[str, Any]) -> str:
+    bad = [t for t in rest.get("trials", []) if t["state"] == "INFEASIBLE"]
+    if not bad:
+        return "<h2>Failures</h2><p>No trial failed or was infeasible.</p>"
+    local = rest.get("trialsLocal", {})
+    body = [[t["id"], t.get("infeasibleReason", ""), attempts_text(local.get(t["id"], {}).get("attempts"))]
+            for t in bad]
+    return "<h2>Failures and infeasible trials</h2>" + _table_html(["trial", "reason", "replica exits"], body)
+
+
+def attempts_text(attempts: Any) -> str:
+    """``workerpool0-0: exit 1`` per recorded replica exit (Vertex-style: 128 + signal)."""
+    out = []
+    for a in attempts or []:
+        status = a.get("exitStatus")
+        out.append(f"{a.get('replica', '?')}: exit {status}" + (" (out of memory)" if a.get("oomKilled") else ""))
+    return "; ".join(out)
+
+
+def _stopped_html(rest: Mapping[str, Any]) -> str:
+    local = rest.get("trialsLocal", {})
+    body = [[k, str(v.get("stop_reason", ""))] for k, v in sorted(local.items(), key=lambda kv: int(kv[0]))
+            if v.get("stopped_early")]
+    if not body:
+        return ""
+    return "<h2>Stopped early</h2>" + _table_html(["trial", "why"], body)
+
+
+# --- effects -------------------------------------------------------------------------------------
+def write_report(h: Any, *, out_dir: str | None = None, plots: bool = True) -> Report:
+    """Write ``index.html`` and the PNGs for the job behind handle ``h`` (``controller.open_job``).
+
+    Args:
+        h: the job handle; its storage is read, never written.
+        out_dir: where to write (default ``<job folder>/report``).
+        plots: draw the plots (needs matplotlib; without it the page has tables only and says so).
+
+    Returns:
+        The paths written, the plots skipped with their reasons, and the top-trials table.
+    """
+    from trials.controller import jobs as controller
+
+    out_dir = out_dir or os.path.join(h.job_dir, REPORT_DIR)
+    os.makedirs(out_dir, exist_ok=True)
+    rest = controller.describe(h)
+    metric_ids = list(h.job.study.metric_ids)
+    maximize = [m.maximize for m in h.job.study.metrics]
+    for stem in PLOT_STEMS:  # a plot that no longer applies must not linger
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(out_dir, stem + ".png"))
+    note = None
+    drawn: list[tuple[str, str]] = []
+    skipped: list[tuple[str, str]] = []
+    if not plots:
+        note = "Plots were not requested (--no-plots): tables only."
+    elif not matplotlib_available():
+        note = "matplotlib is not installed, so this report has tables only: pip install 'trials[report]'."
+    else:
+        drawn, skipped = draw_plots(h.store.study, metric_ids, maximize, rest, out_dir)
+    reverse = [p.parameter_id for p in h.job.study.all_parameters() if p.scale_type.name == "UNIT_REVERSE_LOG_SCALE"
+               and p.type.name in ("DOUBLE", "INTEGER")]
+    if reverse and drawn:
+        note = (f"Parameters on UNIT_REVERSE_LOG_SCALE ({', '.join(reverse)}) appear in the plots as "
+                f"<name>:reverse_log, the mirrored value min + max - value that Optuna samples.")
+    images = []
+    for title, path in drawn:
+        with open(path, "rb") as f:
+            images.append((title, f.read()))
+    page = render_html(job_id=h.job_id, rest=rest, metric_ids=metric_ids, maximize=maximize,
+                       images=images, skipped=skipped, plots_note=note, job_dir=h.job_dir,
+                       sampler=h.store.get_meta("sampler"))
+    index = os.path.join(out_dir, INDEX_FILE)
+    tmp = index + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(page)
+    os.replace(tmp, index)
+    title, top = top_trials(rest, metric_ids, maximize)
+    header, body = table(rest, top, metric_ids)
+    return Report(index_html=index, images=tuple(p for _, p in drawn), skipped=tuple(skipped),
+                  top_title=title, top_header=tuple(header), top_rows=tuple(tuple(r) for r in body))

@@ -1,0 +1,60 @@
+"""How the job loop sleeps and hears signals: SIGINT/SIGTERM handlers, and a SIGCHLD wake-up.
+
+A replica's exit wakes the loop at once (SIGCHLD → the wake-up fd → ``select``) instead of after
+a poll interval, so a finished trial's slot is refilled without delay. Outside the main thread
+(where Python cannot install handlers) the loop just sleeps.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import threading
+import time
+from collections.abc import Callable
+
+
+class LoopSignals:
+    """Install with ``install(on_stop)``; ``wait(timeout)`` sleeps until a child exits or time is up."""
+
+    def __init__(self) -> None:
+        self._wake_r: int | None = None
+
+    def install(self, on_stop: Callable[[int], None]) -> Callable[[], None]:
+        """Route SIGINT/SIGTERM to ``on_stop(signum)`` and SIGCHLD to the wake-up fd.
+
+        Returns the function that restores the previous handlers.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        previous = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda signum, frame: on_stop(signum))
+        r, w = os.pipe()
+        os.set_blocking(r, False)
+        os.set_blocking(w, False)
+        self._wake_r = r
+        old_wakeup = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        previous[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, lambda s, f: None)
+
+        def restore() -> None:
+            signal.set_wakeup_fd(old_wakeup)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            os.close(r)
+            os.close(w)
+            self._wake_r = None
+
+        return restore
+
+    def wait(self, timeout: float) -> None:
+        if self._wake_r is None:
+            time.sleep(timeout)
+            return
+        try:
+            ready, _, _ = select.select([self._wake_r], [], [], timeout)
+            if ready:
+                os.read(self._wake_r, 4096)
+        except InterruptedError:
+            pass

@@ -1,0 +1,183 @@
+"""Pure early-stopping rules for the three automated stopping specs.
+
+Each rule looks at one running trial's curve (x, y) of the primary metric and the curves of the
+trials that ran to completion, and says whether to stop the running trial now. The x-axis is the
+step count, or the elapsed seconds when ``useElapsedDuration`` is set. Values are oriented so that
+larger is better (minimized metrics are negated by the caller via ``orient``).
+
+- median (``medianAutomatedStoppingSpec``): Vertex's rule. Stop when the trial's best value so far is
+  strictly below the median of the completed trials' *running averages* at the same x.
+- decay curve (``decayCurveStoppingSpec``): Vertex fits a GP to predict the final value. Our honest
+  equivalent is curve matching: the trial's predicted final value is its current value plus the
+  largest gain any completed trial made from the same x to its end; stop when even that optimistic
+  prediction does not reach the best final value so far.
+- convex (``convexAutomatedStoppingSpec``): Vertex fits a convex (decelerating) curve. Ours assumes
+  the gains of the last measurements keep shrinking geometrically, extrapolates to ``maxStepCount``
+  (learned as the longest completed curve when unset), and stops when that prediction does not reach
+  the best final value. The extrapolation is calibrated on the completed curves (it adds the largest
+  under-prediction it made on them from the same x), so a curve like the best one is never stopped.
+  The prediction is returned so the caller records it as the trial's last measurement, as Vertex does.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from trials.spec import StoppingKind, StoppingSpec
+
+Curve = Sequence[tuple[float, float]]  # (x, value), x increasing
+
+# Measured in benchmarks/early_stopping.py (numpy MLP on digits, 40 trials x 5 seeds): requiring 3
+# completed trials and 2 points saved 18 % of epochs; 2 and 1 save ~47 % at no median loss. Vertex's
+# median rule states no minimum at all.
+MIN_COMPLETED = 2  # completed curves needed before any rule may stop a trial
+MIN_POINTS = 1  # measurements of the running trial needed before any rule may stop it
+
+
+@dataclass(frozen=True, slots=True)
+class StopDecision:
+    stop: bool
+    reason: str = ""
+    predicted_final: float | None = None  # convex rule: the extrapolated value (oriented)
+    predicted_x: float | None = None
+
+
+KEEP = StopDecision(False)
+
+
+def orient(value: float, maximize: bool) -> float:
+    return value if maximize else -value
+
+
+def _show(value: float, maximize: bool) -> str:
+    """A value for a message, back in the metric's own sign."""
+    return f"{orient(value, maximize):.6g}"
+
+
+def running_average_at(curve: Curve, x: float) -> float | None:
+    """Mean of the curve's values with x' <= x (None when the curve has none yet)."""
+    xs = [p[0] for p in curve]
+    n = bisect.bisect_right(xs, x)
+    if n == 0:
+        return None
+    values = [p[1] for p in curve[:n] if not math.isnan(p[1])]
+    return statistics.fmean(values) if values else None
+
+
+def value_at(curve: Curve, x: float) -> float | None:
+    xs = [p[0] for p in curve]
+    n = bisect.bisect_right(xs, x)
+    return curve[n - 1][1] if n else None
+
+
+def median_rule(current: Curve, completed: Sequence[Curve], *, min_completed: int = MIN_COMPLETED,
+                maximize: bool = True) -> StopDecision:
+    if len(completed) < min_completed or len(current) < MIN_POINTS:
+        return KEEP
+    x = current[-1][0]
+    averages = [a for a in (running_average_at(c, x) for c in completed) if a is not None]
+    if len(averages) < min_completed:
+        return KEEP
+    median = statistics.median(averages)
+    best = max((v for _, v in current if not math.isnan(v)), default=-math.inf)
+    if best < median:
+        worse = "below" if maximize else "above"
+        return StopDecision(True, f"best value {_show(best, maximize)} is {worse} the median running "
+                                  f"average {_show(median, maximize)} of {len(averages)} completed "
+                                  f"trials at {x:g}")
+    return KEEP
+
+
+def decay_curve_rule(current: Curve, completed: Sequence[Curve], *, min_completed: int = MIN_COMPLETED,
+                     maximize: bool = True) -> StopDecision:
+    if len(completed) < min_completed or len(current) < MIN_POINTS:
+        return KEEP
+    x, y = current[-1]
+    if math.isnan(y):
+        return KEEP
+    best_final = max(c[-1][1] for c in completed if c)
+    gains = []
+    for c in completed:
+        at = value_at(c, x)
+        if at is None or c[-1][0] <= x:
+            continue
+        gains.append(max(v for xx, v in c if xx >= x) - at)
+    if len(gains) < min_completed:
+        return KEEP
+    optimistic = y + max(gains)
+    if optimistic < best_final:
+        return StopDecision(True, f"even the largest remaining gain seen ({max(gains):.6g}) would "
+                                  f"end at {_show(optimistic, maximize)}, worse than the best "
+                                  f"{_show(best_final, maximize)}")
+    return KEEP
+
+
+def _convex_extrapolate(points: Curve, horizon: float) -> float | None:
+    """Extrapolate the last three points to ``horizon`` assuming geometrically shrinking gains."""
+    if len(points) < 3:
+        return None
+    (_, y0), (x1, y1), (x2, y2) = points[-3], points[-2], points[-1]
+    if any(math.isnan(v) for v in (y0, y1, y2)):
+        return None
+    g1, g2 = y1 - y0, y2 - y1
+    steps_left = max(0.0, (horizon - x2) / max(x2 - x1, 1e-12))
+    if g1 > 0 and 0 < g2 < g1:
+        ratio = g2 / g1
+        return y2 + g2 * ratio * (1 - ratio ** steps_left) / (1 - ratio)
+    # Gains not shrinking: extrapolate linearly with the recent gain, never downward.
+    return y2 + max(g2, 0.0) * steps_left
+
+
+def convex_rule(
+    current: Curve,
+    completed: Sequence[Curve],
+    *,
+    max_step: float | None,
+    min_step: float | None,
+    min_measurements: int | None,
+    maximize: bool = True,
+) -> StopDecision:
+    need = min_measurements if min_measurements is not None else 5
+    if len(completed) <= need or len(current) < max(need, 3):
+        return KEEP
+    horizon = max_step if max_step else max(c[-1][0] for c in completed if c)
+    floor = min_step if min_step is not None else horizon / 10
+    x, y = current[-1]
+    if x < floor or x >= horizon or math.isnan(y):
+        return KEEP
+    predicted = _convex_extrapolate(current, horizon)
+    if predicted is None:
+        return KEEP
+    # Calibrate on the completed curves: add the largest amount by which the same extrapolation,
+    # made at the same x, under-predicted their real final value.
+    errors = []
+    for c in completed:
+        head = [p for p in c if p[0] <= x]
+        guess = _convex_extrapolate(head, horizon)
+        if guess is not None:
+            errors.append(c[-1][1] - guess)
+    predicted += max([0.0, *errors])
+    best_final = max(c[-1][1] for c in completed if c)
+    if predicted < best_final:
+        return StopDecision(True, f"convex extrapolation to {horizon:g} predicts "
+                                  f"{_show(predicted, maximize)}, worse than the best "
+                                  f"{_show(best_final, maximize)}",
+                            predicted_final=predicted, predicted_x=horizon)
+    return KEEP
+
+
+def decide(spec: StoppingSpec, current: Curve, completed: Sequence[Curve], *,
+           maximize: bool = True) -> StopDecision:
+    """Apply the stopping spec's rule to one running trial (``maximize`` only words the reason)."""
+    if spec.kind is StoppingKind.MEDIAN:
+        return median_rule(current, completed, maximize=maximize)
+    if spec.kind is StoppingKind.DECAY_CURVE:
+        return decay_curve_rule(current, completed, maximize=maximize)
+    return convex_rule(
+        current, completed, max_step=spec.max_step_count, min_step=spec.min_step_count,
+        min_measurements=spec.min_measurement_count, maximize=maximize,
+    )

@@ -1,0 +1,300 @@
+"""Many workers on one job in a database: trial leases, heartbeats, a global cap, stale takeover.
+
+Every RUNNING trial has a lease row ``(trial, owner, heartbeat, generation)`` in the table
+``trials_leases`` of the job's own database; heartbeats and staleness use the database's clock, so
+hosts need not agree on the time. A worker claims under a per-job lock (a PostgreSQL advisory lock;
+elsewhere an optimistic re-check), so the job's ``parallelTrialCount`` holds across workers. A
+lease whose heartbeat is older than ``stale_after_s`` belongs to a dead worker: another worker
+takes it over with a compare-and-set on the generation and runs the trial again, same id and
+parameters. Owners renew with ``owner = me``, so a worker that lost its lease learns it at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import exc as sa_exc
+from sqlalchemy import text
+
+from trials.spec import StudySpec
+from trials.study import Claimed, JobStore, Outages
+
+LEASE_TABLE = "trials_leases"
+DEFAULT_STALE_AFTER_S = 30.0
+ADVISORY_LOCK_CLASS = 0x7472  # "tr": first key of pg_advisory_xact_lock(class, study_id)
+
+_NOW_SQL = {
+    "postgresql": "EXTRACT(EPOCH FROM CLOCK_TIMESTAMP())",
+    "sqlite": "((julianday('now') - 2440587.5) * 86400.0)",
+    "mysql": "UNIX_TIMESTAMP(NOW(6))",
+}
+_CREATE = (f"CREATE TABLE IF NOT EXISTS {LEASE_TABLE} (trial_id INTEGER PRIMARY KEY, "
+           f"study_id INTEGER NOT NULL, owner VARCHAR(255) NOT NULL, "
+           f"heartbeat DOUBLE PRECISION NOT NULL, generation INTEGER NOT NULL)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Lease:
+    trial_id: int  # the storage's trial id
+    owner: str
+    heartbeat: float  # database clock, seconds since the epoch
+    generation: int
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def heartbeat_interval(stale_after_s: float) -> float:
+    """Six beats per grace period, between 0.2 s and 5 s."""
+    return min(5.0, max(0.2, stale_after_s / 6))
+
+
+def is_stale(lease: Lease | None, *, db_now: float, stale_after_s: float,
+             unleased_for_s: float) -> bool:
+    """A lease not renewed for ``stale_after_s``; a RUNNING trial nobody leased for as long."""
+    if lease is None:
+        return unleased_for_s >= stale_after_s
+    return db_now - lease.heartbeat >= stale_after_s
+
+
+def takeover_reason(lease: Lease | None, *, db_now: float, me: str) -> str:
+    if lease is None:
+        return f"no worker held the trial; re-run by {me}"
+    return (f"worker {lease.owner} stopped heartbeating ({db_now - lease.heartbeat:.1f}s since its "
+            f"last heartbeat); re-run by {me}")
+
+
+class SharedJob:
+    """One worker's view of a job shared with other workers through a database storage.
+
+    Args:
+        store: the job, opened on a database storage (``store.storage.engine`` is used).
+        stale_after_s: a trial whose lease was not renewed this long is taken over.
+        outages: retries calls through connection outages (None: fail at once).
+    """
+
+    def __init__(self, store: JobStore, *, stale_after_s: float = DEFAULT_STALE_AFTER_S,
+                 me: str | None = None, outages: Outages | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        if stale_after_s <= 0:
+            raise ValueError(f"stale_after_s must be > 0, got {stale_after_s}")
+        self.store = store
+        self.engine = store.storage.engine
+        self.study_id = store._study_id
+        self.me = me or worker_name()
+        self.stale_after_s = stale_after_s
+        self.heartbeat_s = heartbeat_interval(stale_after_s)
+        self.outages = outages
+        self.clock = clock
+        self.n_waiting = 0
+        self.n_running = 0  # in the whole job, at the last claim attempt
+        self._unleased: dict[int, float] = {}
+        self._last_beat = -float("inf")
+        self._now_sql = _NOW_SQL.get(self.engine.dialect.name)
+        self._call(self._create_table)
+
+    # -- plumbing
+    def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return self.outages.call(fn, *args) if self.outages else fn(*args)
+
+    def _create_table(self) -> None:
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(text(_CREATE))
+        except (sa_exc.IntegrityError, sa_exc.ProgrammingError):
+            # Two workers creating it at once (PostgreSQL's catalog race): it exists now.
+            with self.engine.begin() as conn:
+                conn.execute(text(f"SELECT 1 FROM {LEASE_TABLE} WHERE 1 = 0"))
+
+    def _now(self, conn: Any) -> float:
+        if self._now_sql is None:
+            return time.time()
+        return float(conn.execute(text(f"SELECT {self._now_sql}")).scalar_one())
+
+    @contextlib.contextmanager
+    def _claim_lock(self) -> Iterator[bool]:
+        """Serialize count + claim per job across workers; yields whether it is a real lock."""
+        if self.engine.dialect.name != "postgresql":
+            yield False
+            return
+        with self.engine.begin() as conn:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:a, :b)"),
+                         {"a": ADVISORY_LOCK_CLASS, "b": self.study_id})
+            yield True  # released when this transaction ends, or when its connection dies
+
+    def leases(self, trial_ids: Sequence[int]) -> dict[int, Lease]:
+        if not trial_ids:
+            return {}
+        with self.engine.begin() as conn:
+            rows = conn.execute(text(
+                f"SELECT trial_id, owner, heartbeat, generation FROM {LEASE_TABLE} "
+                f"WHERE study_id = :s"), {"s": self.study_id}).all()
+        wanted = set(trial_ids)
+        return {r[0]: Lease(trial_id=r[0], owner=r[1], heartbeat=float(r[2]), generation=r[3])
+                for r in rows if r[0] in wanted}
+
+    # -- claiming
+    def claim(self, study: StudySpec, *, cap: int) -> Claimed | None:
+        """A stale trial to take over, else a WAITING trial if the job runs fewer than ``cap``."""
+        return self._call(self._claim, study, cap)
+
+    def _claim(self, study: StudySpec, cap: int) -> Claimed | None:
+        with self._claim_lock() as locked:
+            running = self.store.running_trials()
+            taken = self._take_over_one(running, study)
+            if taken is not None:
+                return taken
+            self.n_running = len(running)
+            self.n_waiting = -1  # unknown: only counted when nothing could be claimed
+            if len(running) >= cap:
+                return None
+            claimed = self.store.claim(study)
+            if claimed is None:
+                self.n_waiting = 0
+                return None
+            self._acquire(claimed.storage_id)
+            self.n_running += 1
+        if not locked and len(self.store.running_trials()) > cap:
+            self.release(claimed.storage_id)  # over the cap after all: give it back
+            self.store.requeue(claimed.storage_id)
+            return None
+        return claimed
+
+    def _take_over_one(self, running: Sequence[Any], study: StudySpec) -> Claimed | None:
+        leases = self.leases([t._trial_id for t in running])
+        now_mono = self.clock()
+        for tid in list(self._unleased):
+            if tid not in {t._trial_id for t in running} or tid in leases:
+                del self._unleased[tid]
+        with self.engine.begin() as conn:
+            db_now = self._now(conn)
+        for t in running:
+            lease = leases.get(t._trial_id)
+            if lease is not None and lease.owner == self.me:
+                continue
+            if lease is None:
+                self._unleased.setdefault(t._trial_id, now_mono)
+            unleased_for = now_mono - self._unleased.get(t._trial_id, now_mono)
+            if not is_stale(lease, db_now=db_now, stale_after_s=self.stale_after_s,
+                            unleased_for_s=unleased_for):
+                continue
+            if self._take(t._trial_id, lease):
+                reason = takeover_reason(lease, db_now=db_now, me=self.me)
+                return self.store.reclaim(t, study, reason=reason,
+                                          previous_worker=lease.owner if lease else "")
+        return None
+
+    def _take(self, trial_id: int, lease: Lease | None) -> bool:
+        """Compare-and-set: only one worker wins a stale trial."""
+        if lease is None:
+            try:
+                with self.engine.begin() as conn:
+                    conn.execute(text(
+                        f"INSERT INTO {LEASE_TABLE} (trial_id, study_id, owner, heartbeat, generation) "
+                        f"VALUES (:t, :s, :o, {self._now_sql or ':now'}, 1)"),
+                        {"t": trial_id, "s": self.study_id, "o": self.me, "now": time.time()})
+            except sa_exc.IntegrityError:
+                return False  # another worker inserted first
+            return True
+        with self.engine.begin() as conn:
+            result = conn.execute(text(
+                f"UPDATE {LEASE_TABLE} SET owner = :o, heartbeat = {self._now_sql or ':now'}, "
+                f"generation = generation + 1 WHERE trial_id = :t AND generation = :g AND owner = :old"),
+                {"o": self.me, "t": trial_id, "g": lease.generation, "old": lease.owner, "now": time.time()})
+            return result.rowcount == 1
+
+    def _acquire(self, trial_id: int) -> None:
+        """Lease a trial this worker just claimed (WAITING -> RUNNING made it ours alone)."""
+        now = self._now_sql or ":now"
+        with self.engine.begin() as conn:
+            result = conn.execute(text(
+                f"UPDATE {LEASE_TABLE} SET owner = :o, heartbeat = {now}, generation = generation + 1 "
+                f"WHERE trial_id = :t"), {"o": self.me, "t": trial_id, "now": time.time()})
+            if result.rowcount == 0:
+                conn.execute(text(
+                    f"INSERT INTO {LEASE_TABLE} (trial_id, study_id, owner, heartbeat, generation) "
+                    f"VALUES (:t, :s, :o, {now}, 1)"),
+                    {"t": trial_id, "s": self.study_id, "o": self.me, "now": time.time()})
+
+    # -- while running
+    def beat_due(self) -> bool:
+        return self.clock() - self._last_beat >= self.heartbeat_s
+
+    def beat(self, trial_ids: Sequence[int]) -> list[int]:
+        """Renew this worker's leases; returns the trials it no longer owns (taken over)."""
+        self._last_beat = self.clock()
+        if not trial_ids:
+            return []
+        return self._call(self._beat, list(trial_ids))
+
+    def _beat(self, trial_ids: list[int]) -> list[int]:
+        lost = []
+        with self.engine.begin() as conn:
+            for tid in trial_ids:
+                result = conn.execute(text(
+                    f"UPDATE {LEASE_TABLE} SET heartbeat = {self._now_sql or ':now'} "
+                    f"WHERE trial_id = :t AND owner = :o"), {"t": tid, "o": self.me, "now": time.time()})
+                if result.rowcount == 0:
+                    lost.append(tid)
+        return lost
+
+    def owns(self, trial_id: int) -> bool:
+        lease = self._call(self.leases, [trial_id]).get(trial_id)
+        return lease is not None and lease.owner == self.me
+
+    def release(self, trial_id: int) -> None:
+        """Drop this worker's lease (the trial finished or went back to the queue)."""
+        def run() -> None:
+            with self.engine.begin() as conn:
+                conn.execute(text(f"DELETE FROM {LEASE_TABLE} WHERE trial_id = :t AND owner = :o"),
+                             {"t": trial_id, "o": self.me})
+        self._call(run)
+
+    # -- job level
+    def counts(self) -> tuple[int, int]:
+        """(WAITING, RUNNING) trials of the whole job."""
+        def run() -> tuple[int, int]:
+            return (len(self.store.waiting_trials()), len(self.store.running_trials()))
+        return self._call(run)
+
+    def others_active(self) -> int:
+        """RUNNING trials held by other workers whose leases are fresh."""
+        def run() -> int:
+            running = self.store.running_trials()
+            leases = self.leases([t._trial_id for t in running])
+            with self.engine.begin() as conn:
+                db_now = self._now(conn)
+            return sum(1 for t in running
+                       if (lease := leases.get(t._trial_id)) is not None and lease.owner != self.me
+                       and not is_stale(lease, db_now=db_now, stale_after_s=self.stale_after_s,
+                                        unleased_for_s=0.0))
+        return self._call(run)
+
+    def requeue_stale(self) -> int:
+        """On cancel: send dead workers' trials back to the queue so the job can end."""
+        def run() -> int:
+            running = self.store.running_trials()
+            leases = self.leases([t._trial_id for t in running])
+            with self.engine.begin() as conn:
+                db_now = self._now(conn)
+            n = 0
+            for t in running:
+                lease = leases.get(t._trial_id)
+                if lease is None or lease.owner == self.me:
+                    continue
+                if is_stale(lease, db_now=db_now, stale_after_s=self.stale_after_s, unleased_for_s=0.0) \
+                        and self._take(t._trial_id, lease):
+                    self.store.set_trial_attrs(t._trial_id, state="REQUESTED")
+                    self.store.requeue(t._trial_id)
+                    self.release(t._trial_id)
+                    n += 1
+            return n
+        return self._call(run)
+

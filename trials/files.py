@@ -1,0 +1,131 @@
+"""Files in places a trainer can write: never follow a link, never block on a FIFO, never read unbounded.
+
+A trial folder is hostile ground (DESIGN.md §3.13): whatever the controller writes, appends or reads
+there may have been replaced by a symlink, a FIFO, a device or a directory. Every such access goes
+through this module. Only the last path component is checked: the folders above it are the
+controller's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+class NotRegularFileError(OSError):
+    """The path is a symlink, FIFO, device, socket or directory where a regular file was expected."""
+
+
+def kind_of(mode: int) -> str:
+    """A short human name for a file type (for messages)."""
+    for test, name in ((stat.S_ISLNK, "a symlink"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "a regular file" if stat.S_ISREG(mode) else "not a regular file"
+
+
+def open_regular(path: str | os.PathLike[str], flags: int, mode: int = 0o644) -> int:
+    """``os.open`` that refuses a symlink as the last component and anything but a regular file.
+
+    Opening never blocks (a FIFO is opened non-blocking, then refused); the descriptor returned is
+    blocking again and close-on-exec.
+
+    Raises:
+        NotRegularFileError: the path is a symlink or not a regular file (nothing was written).
+        OSError: as ``os.open`` (missing file, permissions, disk full).
+    """
+    try:
+        fd = os.open(path, flags | _NOFOLLOW | _NONBLOCK | _CLOEXEC, mode)
+    except OSError as err:
+        if err.errno == errno.ELOOP:  # O_NOFOLLOW on a symlink
+            raise NotRegularFileError(errno.ELOOP, "refusing to follow a symlink", os.fspath(path)) from None
+        if err.errno == errno.ENXIO:  # a FIFO opened for writing with no reader
+            raise NotRegularFileError(errno.ENXIO, "refusing a FIFO", os.fspath(path)) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFileError(errno.EINVAL, f"refusing {kind_of(st.st_mode)}", os.fspath(path))
+        if _NONBLOCK:
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path: str | os.PathLike[str], *, max_bytes: int, offset: int = 0) -> bytes:
+    """Read at most ``max_bytes`` of a regular file from ``offset``, refusing links and FIFOs."""
+    fd = open_regular(path, os.O_RDONLY)
+    try:
+        if offset:
+            os.lseek(fd, offset, os.SEEK_SET)
+        chunks: list[bytes] = []
+        left = max_bytes
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def append_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o644) -> None:
+    """Append to a regular file (created if missing), refusing links and FIFOs."""
+    fd = open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
+def open_append(path: str | os.PathLike[str], *, mode: int = 0o644) -> int:
+    """A descriptor appending to a regular file (created if missing), e.g. a replica's stdout log."""
+    return open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
+
+
+def write_atomic(path: str | os.PathLike[str], data: bytes, *, fsync: bool = False, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``data`` all at once: readers see the old or the new file, never a part.
+
+    The temporary file is created exclusively (never through a planted link) and renamed over
+    ``path``; a symlink at ``path`` is replaced, not followed.
+    """
+    path = os.fspath(path)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, mode)
+    except FileExistsError:  # a leftover of a killed writer with our pid, or a planted entry
+        os.unlink(tmp)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, mode)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str, *, fsync: bool = False) -> None:
+    """:func:`write_atomic` for text (UTF-8)."""
+    write_atomic(path, text.encode("utf-8"), fsync=fsync)

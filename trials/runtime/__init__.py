@@ -1,0 +1,1 @@
+"""What runs inside a trial: flags, context, reporting, checkpoints, logs."""

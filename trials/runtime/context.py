@@ -1,0 +1,449 @@
+"""The trial context an objective receives: config, report, should_stop, checkpoint/restore, paths.
+
+On the trial's start-up path: imports only the standard library's light modules; reporting,
+checkpoints, the cluster role and logging load on first use. The descriptors here are slotted
+classes, not dataclasses, for the same reason (``dataclasses`` costs ~10 ms to import).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from trials import protocol
+from trials.errors import CheckpointError, ConfigError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable, Iterator, Mapping
+    from typing import Any
+
+    from trials.runtime.checkpoint import CheckpointFormat, CheckpointStore
+    from trials.runtime.cluster import ClusterRole
+    from trials.runtime.reporting import Reporter
+
+DEFAULT_OUTPUT_ROOT = "trials-output"
+DEFAULT_METRIC = "training/hptuning/metric"  # hypertune's tag when none is given
+FIRST_STEP = 1
+_TUNING_VARS = (*protocol.VERTEX_ENV_VARS, protocol.ENV_TRIAL_DIR)
+
+
+class TrialEnv:
+    """Where a trial's inputs and outputs are, resolved once from the environment.
+
+    Inside a tuning job every path comes from its variable (``gs://`` mapped to the local mount);
+    a path whose variable is unset falls back under the trial directory. Outside one (no Vertex
+    or ``TRIALS_TRIAL_DIR`` variable) everything goes under
+    ``$TRIALS_OUTPUT_ROOT/<run id>/`` (default ``./trials-output``).
+    """
+
+    __slots__ = ("environ", "is_local", "trial_id", "job_id", "project_number", "attempt",
+                 "metric_file", "trial_dir", "model_dir", "checkpoint_dir", "tensorboard_dir",
+                 "stop_file", "gcs_root", "output_dir", "replica")
+
+    def __init__(self, environ: Mapping[str, str] | None = None, *, now: float | None = None):
+        env = dict(os.environ if environ is None else environ)
+        self.environ = env
+        self.is_local = not any(env.get(name) for name in _TUNING_VARS)
+        self.trial_id = env.get(protocol.ENV_TRIAL_ID) or None
+        self.job_id = env.get(protocol.ENV_JOB_ID) or None
+        self.project_number = env.get(protocol.ENV_PROJECT_ID) or None
+        self.replica = env.get(protocol.ENV_REPLICA) or None
+        self.gcs_root = env.get(protocol.ENV_GCS_ROOT) or None
+        self.stop_file = env.get(protocol.ENV_STOP_FILE) or None
+        attempt = env.get(protocol.ENV_ATTEMPT, "0") or "0"
+        if not attempt.isdigit():
+            raise ConfigError(f"${protocol.ENV_ATTEMPT} must be an integer >= 0, got {attempt!r}")
+        self.attempt = int(attempt)
+
+        root = env.get(protocol.ENV_OUTPUT_ROOT) or DEFAULT_OUTPUT_ROOT
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() if now is None else now))
+        run_id = f"trial-{self.trial_id}" if self.trial_id else f"{stamp}-{os.getpid()}"
+        self.output_dir = os.path.abspath(os.path.join(root, run_id))
+        trial_dir = env.get(protocol.ENV_TRIAL_DIR)
+        self.trial_dir = os.path.abspath(self._map(trial_dir)) if trial_dir else self.output_dir
+        base = self.trial_dir
+        self.model_dir = self._dir(protocol.ENV_MODEL_DIR, base, "model")
+        self.checkpoint_dir = self._dir(protocol.ENV_CHECKPOINT_DIR, base, "checkpoints")
+        self.tensorboard_dir = self._dir(protocol.ENV_TENSORBOARD_LOG_DIR, base, "logs")
+
+        metric_file = env.get(protocol.ENV_METRIC_FILE)
+        if metric_file is not None and not os.path.dirname(metric_file):
+            raise ConfigError(
+                f"${protocol.ENV_METRIC_FILE} must be a path with a directory (cloudml-hypertune "
+                f"cannot create ''), got {metric_file!r}"
+            )
+        if metric_file:
+            self.metric_file = os.path.abspath(metric_file)
+        elif self.is_local:
+            self.metric_file = os.path.join(self.trial_dir, protocol.HYPERTUNE_FILE)
+        else:
+            self.metric_file = "/tmp/hypertune/output.metrics"  # the library's default, as on Vertex
+
+    def _map(self, path: str) -> str:
+        try:
+            return protocol.local_path(path, self.gcs_root)
+        except ValueError as err:
+            raise ConfigError(f"{err} (a trial path)") from err
+
+    def _dir(self, var: str, base: str, name: str) -> str:
+        value = self.environ.get(var)
+        if value:
+            try:
+                return os.path.abspath(protocol.local_path(value, self.gcs_root))
+            except ValueError as err:
+                raise ConfigError(f"${var}: {err}") from err
+        return os.path.join(base, name)
+
+    @property
+    def metrics_log(self) -> str:
+        return os.path.join(self.trial_dir, protocol.METRICS_LOG)
+
+    def make_dirs(self) -> None:
+        for path in (self.trial_dir, self.model_dir, self.checkpoint_dir, self.tensorboard_dir):
+            os.makedirs(path, exist_ok=True)
+
+
+class RunOptions:
+    """How the runtime treats an objective (the keyword arguments of :func:`trials.main`).
+
+    Args:
+        metric: the tag for a bare number returned by the objective (default: the spec's only
+            metric, else ``$CLOUD_ML_HP_METRIC_TAG``, else hypertune's default tag).
+        keep_checkpoints: how many checkpoints to keep.
+        checkpoint_format: a :class:`trials.runtime.checkpoint.CheckpointFormat` (default JSON).
+        checkpoint_every: write every N-th ``checkpoint`` call's step (the latest is always
+            written when the trial stops or ends).
+        all_replicas: report metrics and write checkpoints from every replica, not only the primary.
+        tensorboard: also write each report as TensorBoard scalars.
+        install_signals: handle SIGTERM (only possible in the main thread).
+    """
+
+    __slots__ = ("metric", "keep_checkpoints", "checkpoint_format", "checkpoint_every",
+                 "all_replicas", "tensorboard", "install_signals")
+
+    def __init__(self, *, metric: str | None = None, keep_checkpoints: int = 3,
+                 checkpoint_format: CheckpointFormat | None = None, checkpoint_every: int = 1,
+                 all_replicas: bool = False, tensorboard: bool = True, install_signals: bool = True):
+        if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) \
+                or checkpoint_every < 1:
+            raise ConfigError(f"checkpoint_every must be an integer >= 1, got {checkpoint_every!r}")
+        self.metric, self.keep_checkpoints = metric, keep_checkpoints
+        self.checkpoint_format, self.checkpoint_every = checkpoint_format, checkpoint_every
+        self.all_replicas, self.tensorboard = all_replicas, tensorboard
+        self.install_signals = install_signals
+
+
+class LogSetup:
+    """Installs structured logging on first need: when the program uses ``logging`` or we log."""
+
+    __slots__ = ("_labels", "_undo", "_done", "installed_format")
+
+    def __init__(self, labels: Callable[[], Mapping[str, str]] | Mapping[str, str]):
+        self._labels = labels
+        self._undo: Callable[[], None] | None = None
+        self._done = False
+        self.installed_format: str | None = None  # set when our handler is the one in place
+
+    def ensure(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        from trials.runtime import logs
+
+        try:
+            fmt = logs.choose_format()
+        except ConfigError as err:
+            print(f"trials: warning: {err}; logging as json", file=sys.stderr)
+            fmt = "json"
+        labels = self._labels() if callable(self._labels) else self._labels
+        self._undo = logs.install(fmt=fmt, labels=labels)
+        if self._undo is not None:
+            self.installed_format = fmt
+
+    def maybe(self) -> None:
+        """Install if the program has imported logging (costs nothing when it has not)."""
+        if not self._done and "logging" in sys.modules:
+            self.ensure()
+
+    def logger(self):
+        self.ensure()
+        import logging
+
+        return logging.getLogger("trials")
+
+    def undo(self) -> None:
+        undo, self._undo = self._undo, None
+        self._done, self.installed_format = False, None
+        if undo is not None:
+            undo()
+
+
+class TrialContext:
+    """What an objective gets besides its config.
+
+    Example:
+        >>> def objective(config, ctx):  # doctest: +SKIP
+        ...     state = ctx.restore() or {"w": 0.0}
+        ...     for step in ctx.steps(config.epochs):       # resumes after the checkpointed step
+        ...         state["w"] += config.learning_rate
+        ...         ctx.report(step, accuracy=state["w"])   # hypertune + metrics.jsonl
+        ...         ctx.checkpoint(state, step)              # atomic, keeps the last 3
+    """
+
+    def __init__(self, *, config: Any, env: TrialEnv, options: RunOptions | None = None,
+                 log: LogSetup | None = None):
+        self.config = config
+        self.env = env
+        self.options = options or RunOptions()
+        self._log = log or LogSetup(self._labels)
+        self._reporter: Reporter | None = None
+        self._store: CheckpointStore | None = None
+        self._role: ClusterRole | None = None
+        self._stop_reason: str | None = None
+        self._restored_step: int | None = None
+        self._pending: tuple[Any, int] | None = None
+        self.last_checkpoint_step: int | None = None
+        self.reports_after_stop = 0  # report() calls made once should_stop was already true
+        self.on_report: Callable[[TrialContext, int, dict[str, float]], None] | None = None
+
+    # --- identity and paths -------------------------------------------------------------------
+    @property
+    def trial_id(self) -> str | None:
+        return self.env.trial_id or self.role.trial
+
+    @property
+    def job_id(self) -> str | None:
+        return self.env.job_id
+
+    @property
+    def project_number(self) -> str | None:
+        """``$CLOUD_ML_PROJECT_ID``: Vertex puts the project *number* there; never inferred."""
+        return self.env.project_number
+
+    @property
+    def attempt(self) -> int:
+        return self.env.attempt
+
+    @property
+    def is_local(self) -> bool:
+        return self.env.is_local
+
+    @property
+    def model_dir(self) -> str:
+        return self.env.model_dir
+
+    @property
+    def checkpoint_dir(self) -> str:
+        return self.env.checkpoint_dir
+
+    @property
+    def tensorboard_dir(self) -> str:
+        return self.env.tensorboard_dir
+
+    @property
+    def trial_dir(self) -> str:
+        return self.env.trial_dir
+
+    def local_path(self, path: str) -> str:
+        """``gs://bucket/x`` -> ``/gcs/bucket/x`` (the root is ``$TRIALS_GCS_ROOT`` locally)."""
+        return protocol.local_path(path, self.env.gcs_root)
+
+    @property
+    def role(self) -> ClusterRole:
+        if self._role is None:
+            from trials.runtime.cluster import read_cluster_role
+
+            self._role = read_cluster_role(self.env.environ)
+        return self._role
+
+    @property
+    def is_primary(self) -> bool:
+        return self.role.is_primary
+
+    @property
+    def _writes(self) -> bool:
+        return self.options.all_replicas or self.role.is_primary
+
+    def _labels(self) -> dict[str, str]:
+        """Log labels: trial id, replica (``workerpool0-0``) and attempt."""
+        trial_id, replica = self.env.trial_id, self.env.replica
+        try:
+            trial_id = trial_id or self.role.trial
+            replica = replica or self.role.replica
+        except ConfigError:  # a malformed CLUSTER_SPEC fails where it is used, not in logging
+            pass
+        labels = {"trial_id": trial_id or "", "replica": replica or "",
+                  "attempt": str(self.env.attempt)}
+        return {k: v for k, v in labels.items() if v}
+
+    @property
+    def logger(self):
+        """The ``trials`` logger, with structured logging installed."""
+        return self._log.logger()
+
+    # --- reporting ------------------------------------------------------------------------------
+    @property
+    def reporter(self) -> Reporter:
+        if self._reporter is None:
+            from trials.runtime.reporting import Reporter
+
+            scalars = None
+            if self.options.tensorboard and self._writes:
+                from trials.runtime.tensorboard import ScalarWriter
+
+                scalars = ScalarWriter(self.tensorboard_dir, warn=self._warn)
+            self._reporter = Reporter(metrics_log=self.env.metrics_log,
+                                      metric_file=self.env.metric_file, attempt=self.attempt,
+                                      scalars=scalars, on_skip=self._skipped)
+        return self._reporter
+
+    def _warn(self, message: str) -> None:
+        self._log.logger().warning(message)
+
+    def _skipped(self, step: int, last: int) -> None:
+        self._log.logger().info("step %d not reported again: step %d was already reported", step, last)
+
+    def report(self, step: int, metrics: Mapping[str, float] | None = None, /, *,
+               allow_nonfinite: bool = False, **more: float) -> bool:
+        """Report the metrics of one step (call once per epoch, steps increasing).
+
+        Each metric goes through ``hypertune.HyperTune().report_hyperparameter_tuning_metric``
+        and the step is appended to ``metrics.jsonl``. A step at or below the last reported one
+        (for instance after a restart) is skipped. Non-primary replicas report nothing unless
+        ``all_replicas`` was set.
+
+        Args:
+            step: the step (epoch) number, an integer >= 0.
+            metrics: metrics as a mapping (for names that are not identifiers, e.g. ``val/loss``).
+            allow_nonfinite: report NaN/inf instead of raising; the trial then becomes infeasible.
+            **more: metrics as keyword arguments, e.g. ``accuracy=0.9``.
+
+        Returns:
+            True if the step was written.
+
+        Raises:
+            MetricsError: no metric, a non-number, or NaN/inf without ``allow_nonfinite``.
+        """
+        if self._stop_reason is not None:
+            self.reports_after_stop += 1
+        values = dict(metrics or {})
+        values.update(more)
+        self._log.maybe()
+        from trials.runtime.reporting import check_metrics, check_step
+
+        step = check_step(step)
+        checked = check_metrics(values, allow_nonfinite=allow_nonfinite)
+        if not self._writes:
+            return False
+        written = self.reporter.report(step, checked, allow_nonfinite=allow_nonfinite)
+        if written and self.on_report is not None:
+            self.on_report(self, step, checked)
+        return written
+
+    @property
+    def last_step(self) -> int | None:
+        """The last step reported (by this or an earlier attempt) or restored; None before any."""
+        reported = self.reporter.last_step if self._writes else None
+        steps = [s for s in (reported, self._restored_step, self.last_checkpoint_step) if s is not None]
+        return max(steps) if steps else None
+
+    # --- stopping -----------------------------------------------------------------------------
+    @property
+    def should_stop(self) -> bool:
+        """True after SIGTERM, :meth:`request_stop`, or once ``$TRIALS_STOP_FILE`` exists."""
+        if self._stop_reason is None and self.env.stop_file and os.path.exists(self.env.stop_file):
+            self._stop_reason = "stop file"
+        return self._stop_reason is not None
+
+    @property
+    def stop_reason(self) -> str | None:
+        return self._stop_reason if self.should_stop else None
+
+    def request_stop(self, reason: str = "request_stop") -> None:
+        """Ask the objective to stop after the current step (what SIGTERM does)."""
+        if self._stop_reason is None:
+            self._stop_reason = reason
+
+    def steps(self, last: int) -> Iterator[int]:
+        """``start_step .. last`` inclusive, ending early (between steps) once :attr:`should_stop`."""
+        step = self.start_step
+        while step <= last and not self.should_stop:
+            yield step
+            step += 1
+
+    # --- checkpoints --------------------------------------------------------------------------
+    @property
+    def store(self) -> CheckpointStore:
+        if self._store is None:
+            from trials.runtime.checkpoint import JSON_FORMAT, CheckpointStore
+
+            self._store = CheckpointStore(self.checkpoint_dir, keep=self.options.keep_checkpoints,
+                                          fmt=self.options.checkpoint_format or JSON_FORMAT,
+                                          warn=self._warn)
+        return self._store
+
+    def checkpoint(self, state: Any, step: int | None = None) -> str | None:
+        """Save ``state`` as the checkpoint of ``step`` (default: the last reported step).
+
+        The write is atomic (temp file, fsync, rename, fsync of the directory); the newest
+        ``keep_checkpoints`` are kept. With ``checkpoint_every`` N > 1 only every N-th step is
+        written, and the latest state is written when the trial stops or ends.
+
+        Returns:
+            The checkpoint's path, or None if it was deferred or this replica does not write.
+        """
+        if step is None:
+            step = self.reporter.last_step if self._writes else None
+            if step is None:
+                raise CheckpointError("checkpoint() needs a step: pass step=… or report() first")
+        if not self._writes:
+            return None
+        every = self.options.checkpoint_every
+        if every > 1 and step % every != 0 and not self.should_stop:
+            self._pending = (state, step)
+            return None
+        self._pending = None
+        path = self.store.save(state, step)
+        self.last_checkpoint_step = step
+        return path
+
+    def flush_checkpoint(self) -> str | None:
+        """Write a deferred checkpoint, if any (the runtime calls this when the objective ends)."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return None
+        path = self.store.save(*pending)
+        self.last_checkpoint_step = pending[1]
+        return path
+
+    def restore(self, default: Any = None) -> Any:
+        """The newest readable checkpoint's state, or ``default`` when there is none.
+
+        Afterwards :attr:`start_step` is the step after the checkpoint's, so a loop over
+        ``ctx.steps(n)`` continues where the previous attempt stopped.
+        """
+        found = self.store.load_latest()
+        if found is None:
+            return default
+        step, state = found
+        self._restored_step = step
+        self._log.maybe()
+        if "logging" in sys.modules:
+            self._log.logger().info("restored checkpoint of step %d from %s", step,
+                                    self.checkpoint_dir)
+        return state
+
+    @property
+    def restored_step(self) -> int | None:
+        return self._restored_step
+
+    @property
+    def start_step(self) -> int:
+        """The first step to run: one after the restored checkpoint's, else 1."""
+        return FIRST_STEP if self._restored_step is None else self._restored_step + 1
+
+    def close(self) -> None:
+        if self._reporter is not None:
+            self._reporter.close()
