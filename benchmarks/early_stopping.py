@@ -103,7 +103,8 @@ def run_variant(variant: str, seed: int, n_trials: int, epochs: int) -> dict[str
 
     from benchmarks.trainers import digits
     from trials.controller import stopping
-    from trials.study import make_sampler, suggest
+    from trials.study.samplers import make_sampler
+    from trials.study.space import suggest
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     digits.load_digits()

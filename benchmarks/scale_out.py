@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     n_trials = 8 if a.quick else a.trials
     n_cycle = 15 if a.quick else 40
     n_lane = 8 if a.quick else 20
-    from trials.study import redact
+    from trials.storage_url import redact
 
     print(f"scale-out on {redact(a.url)}; {os.cpu_count()} CPU cores; trial = {a.work_ms:g} ms CPU + one report")
     print(f"  (floor: the same trial processes on N lanes, no controller, no storage; load average "

@@ -1,8 +1,8 @@
 """Part 3: simple regret of the default algorithm against random, plain TPE, CMA-ES (and GP) on test functions.
 
-Runs in-process through Optuna with the samplers the controller builds (``trials.study``): the
+Runs in-process through Optuna with the samplers the controller builds (``trials.study.samplers``): the
 default is ``choose_sampler_name`` + ``make_sampler``, exactly what ALGORITHM_UNSPECIFIED uses, and
-parameters are suggested through ``trials.study.suggest`` from a StudySpec as in a job. Trials run
+parameters are suggested through ``trials.study.space.suggest`` from a StudySpec as in a job. Trials run
 one after the other (one slot). Each run goes to the largest budget; the regret at a smaller budget
 is read from the same run's first trials (none of these samplers knows the budget). Simple regret =
 true value of the incumbent minus the optimum; for the noisy function the incumbent is chosen by the
@@ -80,7 +80,7 @@ def sampler_names() -> list[str]:
     """default, random, tpe (plain Optuna), cmaes and gp, each only when its package is installed."""
     import importlib.util
 
-    from trials.study import gp_available
+    from trials.study.samplers import gp_available
 
     cmaes = ["cmaes"] if importlib.util.find_spec("cmaes") is not None else []
     return ["default", "random", "tpe"] + cmaes + (["gp"] if gp_available() else [])
@@ -98,7 +98,7 @@ def missing_note(samplers: list[str]) -> str:
 def build_sampler(name: str, spec, n_trials: int, seed: int):
     import optuna
 
-    from trials.study import choose_sampler_name, make_sampler
+    from trials.study.samplers import choose_sampler_name, make_sampler
 
     if name == "default":
         return make_sampler(choose_sampler_name(spec, n_trials=n_trials), seed=seed)
@@ -111,7 +111,7 @@ def one_run(problem_name: str, sampler: str, seed: int, n_trials: int) -> dict[s
     """Best-so-far true value after each trial of one (problem, sampler, seed) run."""
     import optuna
 
-    from trials.study import suggest
+    from trials.study.space import suggest
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     problem = next(p for p in PROBLEMS if p.name == problem_name)

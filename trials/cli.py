@@ -65,7 +65,7 @@ def _device_plan(job, args):
 
 def _run_and_report(h, args, *, resume: bool, join: bool = False, plan=None) -> int:
     from trials.controller import jobs as controller
-    from trials.study import redact
+    from trials.storage_url import redact
 
     plan = plan or _device_plan(h.job, args)
     progress = _progress(h, args)
@@ -187,7 +187,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def _cmd_worker(args: argparse.Namespace) -> int:
     from trials.controller import jobs as controller
     from trials.controller.job import CANCELLING, FINAL_STATES
-    from trials.study import is_journal_url
+    from trials.storage_url import is_journal_url
 
     if not args.storage or is_journal_url(args.storage):
         raise ConfigError(f"trials worker: --storage must be the database URL the job was created in "
@@ -465,7 +465,7 @@ def _scrub(args: argparse.Namespace, text: str) -> str:
     url = getattr(args, "storage", None)
     if not url or "@" not in url:
         return text
-    from trials.study import scrub
+    from trials.storage_url import scrub
 
     return scrub(text, url)
 

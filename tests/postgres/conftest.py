@@ -28,7 +28,7 @@ def pg_url():
     try:
         psycopg2.connect(dsn, connect_timeout=3).close()
     except psycopg2.OperationalError:
-        from trials.study import redact
+        from trials.storage_url import redact
 
         pytest.skip(f"no PostgreSQL server answers at {redact(url)}; set {URL_ENV} to one")
     return url

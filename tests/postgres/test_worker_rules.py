@@ -4,7 +4,8 @@ import pytest
 from sqlalchemy import exc as sa_exc
 
 from trials.controller.worker import Lease, heartbeat_interval, is_stale, takeover_reason
-from trials.study import Outages, is_connection_error, redact, scrub
+from trials.outages import Outages, is_connection_error
+from trials.storage_url import redact, scrub
 
 
 def lease(hb, owner="h:1"):

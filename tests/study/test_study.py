@@ -4,7 +4,6 @@
 import optuna
 import pytest
 
-from trials import study as st
 from trials.errors import ConfigError
 from trials.spec import (
     Algorithm,
@@ -17,6 +16,10 @@ from trials.spec import (
     ScaleType,
     StudySpec,
 )
+from trials.storage_url import redact
+from trials.study import samplers, space
+from trials.study.storage import open_storage
+from trials.study.store import JobStore
 
 CAT = ParameterSpec(parameter_id="opt", type=ParameterType.CATEGORICAL, values=("adam", "sgd"), conditionals=(
     ConditionalParameterSpec(parent_values=("sgd",), parameter=ParameterSpec(
@@ -26,7 +29,7 @@ GRID_STUDY = StudySpec(metrics=(MetricSpec(metric_id="a"),), algorithm=Algorithm
 
 
 def test_grid_expands_conditionals_under_matching_parents_only():
-    points = st.grid(GRID_STUDY)
+    points = space.grid(GRID_STUDY)
     assert len(points) == 3 * (1 + 2)
     assert {"n": 1, "opt": "adam"} in points
     assert {"n": 2, "opt": "sgd", "momentum": 0.9} in points
@@ -35,9 +38,9 @@ def test_grid_expands_conditionals_under_matching_parents_only():
 
 def _store(study, n, tmp_path, url=None):
     job = JobSpec(study=study, max_trial_count=n)
-    storage = st.open_storage(url or f"journal:{tmp_path}/j.log")
-    name = st.choose_sampler_name(study, n_trials=n)
-    return st.JobStore.create(storage, "job", job, {"spec": 1}, {"state": "Q"}, sampler_name=name, seed=1), job
+    storage = open_storage(url or f"journal:{tmp_path}/j.log")
+    name = samplers.choose_sampler_name(study, n_trials=n)
+    return JobStore.create(storage, "job", job, {"spec": 1}, {"state": "Q"}, sampler_name=name, seed=1), job
 
 
 def test_grid_job_creates_at_most_the_grid_and_claims_each_point_once(tmp_path):
@@ -111,19 +114,19 @@ def test_multi_metric_study_has_one_direction_per_metric(tmp_path):
 def test_sqlite_storage_and_redaction(tmp_path):
     store, job = _store(GRID_STUDY, 2, tmp_path, url=f"sqlite:///{tmp_path}/x.db")
     assert store.claim(job.study) is not None
-    assert st.redact("postgresql://bob:secret@db/x") == "postgresql://bob:***@db/x"
-    assert "secret" not in st.redact("postgresql://bob:secret@db/x")
+    assert redact("postgresql://bob:secret@db/x") == "postgresql://bob:***@db/x"
+    assert "secret" not in redact("postgresql://bob:secret@db/x")
     with pytest.raises(ConfigError):
-        st.open_storage("not a url")
+        open_storage("not a url")
 
 
 def test_sampler_rule():
-    assert st.choose_sampler_name(GRID_STUDY, n_trials=5) == "grid"
+    assert samplers.choose_sampler_name(GRID_STUDY, n_trials=5) == "grid"
     rnd = StudySpec(metrics=GRID_STUDY.metrics, parameters=GRID_STUDY.parameters, algorithm=Algorithm.RANDOM_SEARCH)
-    assert st.choose_sampler_name(rnd, n_trials=5) == "random"
+    assert samplers.choose_sampler_name(rnd, n_trials=5) == "random"
     default = StudySpec(metrics=GRID_STUDY.metrics, parameters=GRID_STUDY.parameters)
-    assert st.choose_sampler_name(default, n_trials=5) in ("tpe", "gp")
-    assert st.choose_sampler_name(default, n_trials=5) == "tpe"  # conditional space: always TPE
+    assert samplers.choose_sampler_name(default, n_trials=5) in ("tpe", "gp")
+    assert samplers.choose_sampler_name(default, n_trials=5) == "tpe"  # conditional space: always TPE
 
 
 def test_one_id_under_two_parents_gets_two_optuna_names(tmp_path):
@@ -133,14 +136,14 @@ def test_one_id_under_two_parents_gets_two_optuna_names(tmp_path):
         ConditionalParameterSpec(parent_values=(1, 2), parameter=w_small),
         ConditionalParameterSpec(parent_values=(3, 4), parameter=w_big)))
     study = StudySpec(metrics=(MetricSpec(metric_id="a"),), parameters=(n,), algorithm=Algorithm.RANDOM_SEARCH)
-    assert st.optuna_names(study) == {n: "n", w_small: "w", w_big: "w#2"}
+    assert space.optuna_names(study) == {n: "n", w_small: "w", w_big: "w#2"}
     store, job = _store(study, 30, tmp_path)
     for _ in range(30):  # Optuna would refuse two value spaces under one name
         c = store.claim(job.study)
         assert c.params["w"] in ((8, 16) if c.params["n"] <= 2 else (32, 64))
         store.complete(c.number, [0.0])
     frozen = store.frozen_trials()[0]
-    assert st.values_from_optuna(study, frozen.params) == store.reclaim(frozen, study).params
+    assert space.values_from_optuna(study, frozen.params) == store.reclaim(frozen, study).params
 
 
 def test_batched_journal_writes_read_back_like_the_public_api(tmp_path):
@@ -158,3 +161,35 @@ def test_batched_journal_writes_read_back_like_the_public_api(tmp_path):
     (t,) = reopened.trials
     assert t.intermediate_values == {1: 0.5, 3: 0.75}  # NaN is not an intermediate value
     assert t.user_attrs == {"state": "SUCCEEDED", "measurements": [{"step": 1}], "n": 3}
+
+
+NO_SIDE_EFFECTS = """
+import logging, warnings
+import optuna
+level, filters = optuna.logging.get_verbosity(), list(warnings.filters)
+import trials.study, trials.study.storage, trials.study.journal, trials.study.space
+import trials.study.samplers, trials.study.store
+assert optuna.logging.get_verbosity() == level, "optuna's log level changed at import"
+assert warnings.filters == filters, "warning filters changed at import"
+trials.study.storage.in_memory_storage()
+assert optuna.logging.get_verbosity() == optuna.logging.WARNING
+print("ok")
+"""
+
+
+def test_importing_the_adapter_configures_nothing_opening_a_storage_quiets_optuna():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", NO_SIDE_EFFECTS], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_storage_url_and_outage_modules_do_not_import_optuna():
+    import subprocess
+    import sys
+
+    code = "import sys, trials.storage_url, trials.outages; print('optuna' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

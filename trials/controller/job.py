@@ -26,7 +26,7 @@ from trials.controller.signals import LoopSignals
 from trials.errors import ConfigError
 from trials.records import Measurement, measurement_from_dict, measurement_to_dict
 from trials.spec import JobSpec, Scheduling
-from trials.study import Claimed, JobStore
+from trials.study.store import Claimed, JobStore
 from trials.timefmt import rfc3339
 
 # Vertex job states

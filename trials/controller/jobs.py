@@ -27,16 +27,11 @@ from trials.controller.job import (
 )
 from trials.errors import ConfigError, JobNotFoundError, StorageError
 from trials.spec import Algorithm, JobSpec, LocalOptions
-from trials.study import (
-    JOURNAL_FILE,
-    JobStore,
-    choose_sampler_name,
-    grid,
-    make_sampler,
-    open_storage,
-    redact,
-    values_from_optuna,
-)
+from trials.storage_url import JOURNAL_FILE, redact
+from trials.study.samplers import choose_sampler_name, make_sampler
+from trials.study.space import grid, values_from_optuna
+from trials.study.storage import open_storage
+from trials.study.store import JobStore
 from trials.timefmt import rfc3339
 
 DEFAULT_ROOT = "trials-jobs"
@@ -229,7 +224,7 @@ def open_job(job_id: str, *, root: str, storage: str | None) -> JobHandle:
 
 
 def list_jobs(root: str, storage: str | None) -> list[dict[str, Any]]:
-    from trials.study import study_summaries
+    from trials.study.storage import study_summaries
 
     out = []
     if storage:
@@ -274,7 +269,7 @@ def run_options(h: JobHandle, *, echo: bool, grace_period_s: float | None, memor
 
 def is_shared(h: JobHandle) -> bool:
     """Whether the job lives in a database that several workers can share (not a journal file)."""
-    from trials.study import is_journal_url
+    from trials.storage_url import is_journal_url
 
     return not is_journal_url(h.storage_url)
 
@@ -287,7 +282,7 @@ def shared_job(h: JobHandle, *, stale_after_s: float | None = None, notify=None)
     if not is_shared(h):
         return None
     from trials.controller.worker import DEFAULT_STALE_AFTER_S, SharedJob
-    from trials.study import Outages
+    from trials.outages import Outages
 
     outages = Outages(notify or (lambda line: print(f"trials: {line}", file=sys.stderr, flush=True)),
                       url=h.storage_url)

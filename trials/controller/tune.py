@@ -77,13 +77,10 @@ def tune(
     from trials.records import measurement_to_dict
     from trials.runtime import entrypoint
     from trials.runtime.context import RunOptions
-    from trials.study import (
-        JobStore,
-        choose_sampler_name,
-        in_memory_storage,
-        open_storage,
-        values_from_optuna,
-    )
+    from trials.study.samplers import choose_sampler_name
+    from trials.study.space import values_from_optuna
+    from trials.study.storage import in_memory_storage, open_storage
+    from trials.study.store import JobStore
 
     if not isinstance(spec, JobSpec):
         from trials.spec.load import load_spec

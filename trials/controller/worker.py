@@ -22,8 +22,9 @@ from typing import Any
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 
+from trials.outages import Outages
 from trials.spec import StudySpec
-from trials.study import Claimed, JobStore, Outages
+from trials.study.store import Claimed, JobStore
 
 LEASE_TABLE = "trials_leases"
 DEFAULT_STALE_AFTER_S = 30.0

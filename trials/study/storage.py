@@ -1,0 +1,151 @@
+"""Opening an Optuna storage from a URL; the database storage that waits out connection outages."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import optuna
+from optuna.storages import BaseStorage
+from optuna.study import StudySummary
+from optuna.trial import TrialState
+
+from trials.errors import ConfigError, StorageError
+from trials.outages import Outages
+from trials.storage_url import first_line, is_journal_url, journal_path, redact, scrub
+
+
+@functools.cache
+def quiet_optuna() -> None:
+    """Optuna logs each trial at INFO and flags arguments we choose on purpose as experimental:
+    keep its log to warnings and drop those notes. Called when a storage is opened, not at import."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+
+def open_storage(url: str, *, heartbeat_interval_s: int | None = None,
+                 grace_period_s: int | None = None) -> BaseStorage:
+    """An Optuna storage from a URL: ``journal:PATH`` / a ``.log`` path, or any SQLAlchemy URL.
+
+    A database storage retries through connection outages once its ``outages`` is set (workers do;
+    one-shot commands such as ``describe`` fail fast instead).
+    """
+    quiet_optuna()
+    if is_journal_url(url):
+        from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
+
+        path = journal_path(url)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        backend = JournalFileBackend(path, lock_obj=JournalFileOpenLock(path))
+        return optuna.storages.JournalStorage(backend)
+    if "://" not in url:
+        raise ConfigError(
+            f"--storage: expected journal:PATH, a .log file or a database URL such as "
+            f"sqlite:///jobs.db or postgresql://host/db, got {redact(url)!r}"
+        )
+    kwargs: dict[str, Any] = {}
+    if heartbeat_interval_s:
+        kwargs["heartbeat_interval"] = heartbeat_interval_s
+        kwargs["grace_period"] = grace_period_s or heartbeat_interval_s * 4
+    url = _postgres_driver(url)
+    engine: dict[str, Any] = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    try:
+        return RetryingRDBStorage(url, engine_kwargs=engine, **kwargs)
+    except Exception as err:  # noqa: BLE001 - driver errors vary; name the URL without secrets
+        raise StorageError(f"cannot open storage {redact(url)}: {type(err).__name__}: "
+                           f"{scrub(first_line(err), url)}") from None
+
+
+def _postgres_driver(url: str) -> str:
+    """``postgresql://`` means psycopg 3 to SQLAlchemy 2.1; use psycopg2 when only it is installed."""
+    scheme, sep, rest = url.partition("://")
+    if scheme not in ("postgresql", "postgres"):
+        return url
+    if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2") is not None:
+        return "postgresql+psycopg2" + sep + rest
+    if importlib.util.find_spec("psycopg") is None:
+        raise ConfigError(f"--storage {redact(url)} needs a PostgreSQL driver: "
+                          f"pip install psycopg2-binary (or trials[postgres])")
+    return url
+
+
+def study_summaries(storage: BaseStorage) -> list[StudySummary]:
+    """Every study in a storage (``trials list --storage``)."""
+    return optuna.get_all_study_summaries(storage, include_best_trial=False)
+
+
+def in_memory_storage() -> BaseStorage:
+    """Optuna's in-memory storage (``trials.tune``'s default)."""
+    quiet_optuna()
+    return optuna.storages.InMemoryStorage()
+
+
+_RETRIED = (
+    "create_new_study", "delete_study", "set_study_user_attr", "set_study_system_attr",
+    "get_study_id_from_name", "get_study_name_from_id", "get_study_directions",
+    "get_study_user_attrs", "get_study_system_attrs", "get_trial_user_attrs",
+    "get_trial_system_attrs", "get_all_studies", "create_new_trial", "_create_new_trial",
+    "set_trial_param", "_set_trial_param", "get_trial_param", "set_trial_state_values",
+    "set_trial_intermediate_value", "set_trial_user_attr", "set_trial_system_attr",
+    "get_trial_id_from_study_id_trial_number", "get_trial", "get_all_trials", "_get_trials",
+    "get_best_trial", "_get_best_trial_id",
+)
+
+
+class RetryingRDBStorage(optuna.storages.RDBStorage):
+    """Optuna's RDBStorage whose calls wait out connection outages when ``outages`` is set."""
+
+    outages: Outages | None = None
+
+    def waiting_trial_ids(self, study_id: int, *, limit: int) -> list[tuple[int, int]]:
+        """(number, trial id) of the first ``limit`` WAITING trials: one light query."""
+        from optuna.storages._rdb import models
+        from optuna.storages._rdb.storage import _create_scoped_session
+
+        def run() -> list[tuple[int, int]]:
+            with _create_scoped_session(self.scoped_session) as session:
+                rows = (session.query(models.TrialModel.number, models.TrialModel.trial_id)
+                        .filter(models.TrialModel.study_id == study_id,
+                                models.TrialModel.state == TrialState.WAITING)
+                        .order_by(models.TrialModel.number).limit(limit).all())
+                return [(int(n), int(i)) for n, i in rows]
+
+        return run() if self.outages is None else self.outages.call(run)  # type: ignore[no-any-return]
+
+    def set_trial_user_attrs(self, trial_id: int, attrs: Mapping[str, Any]) -> None:
+        """Several user attributes of one trial in one transaction: one commit, not one per key."""
+        from optuna.storages._rdb import models
+        from optuna.storages._rdb.storage import _create_scoped_session
+
+        def run() -> None:
+            with _create_scoped_session(self.scoped_session, True) as session:
+                for key, value in attrs.items():
+                    self._set_trial_attr_without_commit(
+                        session, models.TrialUserAttributeModel, trial_id, key, value)
+
+        if self.outages is None:
+            run()
+        else:
+            self.outages.call(run)
+
+
+def _retrying(name: str) -> Callable[..., Any]:
+    base = getattr(optuna.storages.RDBStorage, name)
+
+    def method(self: RetryingRDBStorage, *args: Any, **kwargs: Any) -> Any:
+        if self.outages is None:
+            return base(self, *args, **kwargs)
+        return self.outages.call(base, self, *args, **kwargs)
+
+    method.__name__ = name
+    method.__doc__ = base.__doc__
+    return method
+
+
+for _name in _RETRIED:
+    if hasattr(optuna.storages.RDBStorage, _name):
+        setattr(RetryingRDBStorage, _name, _retrying(_name))

@@ -1,0 +1,194 @@
+"""One job in an Optuna storage: a study named after the job id, its trials created up front as WAITING."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.storages import BaseStorage
+from optuna.trial import FrozenTrial, TrialState
+
+from trials.errors import ConfigError, JobNotFoundError
+from trials.spec import Algorithm, JobSpec, StudySpec, Value
+from trials.study import journal
+from trials.study.samplers import make_sampler
+from trials.study.space import fixed_params, grid, suggest, values_from_optuna
+from trials.study.storage import quiet_optuna
+
+ATTR_PREFIX = "trials:"
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    number: int
+    storage_id: int
+    trial_id: str
+    params: dict[str, Value]
+    resumed: bool  # a RUNNING trial left by a dead controller, run again
+    resume_reason: str = ""  # why it runs again (names the dead worker), for the attempts list
+    previous_worker: str = ""  # the worker whose attempt ended without it (taken over)
+
+
+class JobStore:
+    """One job in an Optuna storage."""
+
+    def __init__(self, storage: BaseStorage, study: optuna.Study, job_id: str):
+        self.storage = storage
+        self.study = study
+        self.job_id = job_id
+        self._study_id = study._study_id
+
+    # -- creation and opening
+    @classmethod
+    def create(cls, storage: BaseStorage, job_id: str, job: JobSpec, spec_dict: Mapping[str, Any],
+               meta: Mapping[str, Any], *, sampler_name: str, seed: int | None) -> JobStore:
+        quiet_optuna()
+        directions = ["maximize" if m.maximize else "minimize" for m in job.study.metrics]
+        try:
+            study = optuna.create_study(
+                storage=storage, study_name=job_id, directions=directions,
+                sampler=make_sampler(sampler_name, seed=seed), load_if_exists=False,
+            )
+        except optuna.exceptions.DuplicatedStudyError:
+            raise ConfigError(f"a job named {job_id!r} already exists in this storage; use "
+                              f"`trials resume {job_id}` or choose another --job-id") from None
+        store = cls(storage, study, job_id)
+        store.set_meta(spec=dict(spec_dict), sampler=sampler_name, seed=seed, **meta)
+        store.add_trials(job.max_trial_count, job)
+        return store
+
+    @classmethod
+    def open(cls, storage: BaseStorage, job_id: str, *, seed: int | None = None) -> JobStore:
+        quiet_optuna()
+        try:
+            study = optuna.load_study(study_name=job_id, storage=storage)
+        except KeyError:
+            raise JobNotFoundError(f"no job {job_id!r} in the storage") from None
+        attrs = study.user_attrs
+        sampler_name = attrs.get(ATTR_PREFIX + "sampler", "tpe")
+        if seed is None:
+            seed = attrs.get(ATTR_PREFIX + "seed")
+        study.sampler = make_sampler(sampler_name, seed=seed)
+        return cls(storage, study, job_id)
+
+    # -- job-level attributes
+    def meta(self) -> dict[str, Any]:
+        attrs = self.storage.get_study_user_attrs(self._study_id)
+        return {k[len(ATTR_PREFIX):]: v for k, v in attrs.items() if k.startswith(ATTR_PREFIX)}
+
+    def get_meta(self, key: str, default: Any = None) -> Any:
+        return self.storage.get_study_user_attrs(self._study_id).get(ATTR_PREFIX + key, default)
+
+    def set_meta(self, **values: Any) -> None:
+        for k, v in values.items():
+            self.storage.set_study_user_attr(self._study_id, ATTR_PREFIX + k, v)
+
+    # -- trials
+    def add_trials(self, n: int, job: JobSpec) -> int:
+        """Enqueue up to ``n`` more trials (grid: only unused grid points). Returns how many."""
+        existing = len(self.storage.get_all_trials(self._study_id, deepcopy=False))
+        if job.study.algorithm is Algorithm.GRID_SEARCH:
+            points = grid(job.study)
+            todo = points[existing:existing + n]
+            for point in todo:
+                self.study.enqueue_trial(fixed_params(job.study, point), skip_if_exists=False)
+            return len(todo)
+        for _ in range(n):
+            self.storage.create_new_trial(
+                self._study_id,
+                template_trial=optuna.trial.create_trial(state=TrialState.WAITING),
+            )
+        return n
+
+    def frozen_trials(self, states: Iterable[TrialState] | None = None) -> list[FrozenTrial]:
+        return self.storage.get_all_trials(
+            self._study_id, deepcopy=False, states=tuple(states) if states else None
+        )
+
+    def claim(self, study: StudySpec) -> Claimed | None:
+        """Atomically move one WAITING trial to RUNNING and suggest its parameters."""
+        lookup = getattr(self.storage, "waiting_trial_ids", None)
+        while True:
+            if lookup is not None:  # a database: ids only, a few at a time, not every trial whole
+                candidates = lookup(self._study_id, limit=8)
+            else:
+                candidates = [(t.number, t._trial_id) for t in self.frozen_trials((TrialState.WAITING,))]
+            for number, storage_id in candidates:
+                try:
+                    if not self.storage.set_trial_state_values(storage_id, state=TrialState.RUNNING):
+                        continue
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    continue
+                self._know_trial(storage_id)
+                trial = optuna.Trial(self.study, storage_id)
+                params = suggest(trial, study)
+                return Claimed(number=number, storage_id=storage_id,
+                               trial_id=str(number + 1), params=params, resumed=False)
+            if lookup is None or not candidates:
+                return None  # (a database: all 8 taken by others meanwhile, look again)
+
+    def _know_trial(self, trial_id: int) -> None:
+        # Optuna's cache over an RDB storage must have read a trial before params are set on it;
+        # a worker that joined an existing job has not (the creator's process knew its trials).
+        known = getattr(self.study._storage, "_trial_id_to_study_id_and_number", None)
+        if known is not None and trial_id not in known:
+            self.study._storage.get_all_trials(self._study_id, deepcopy=False)
+
+    def running_trials(self) -> list[FrozenTrial]:
+        return self.frozen_trials((TrialState.RUNNING,))
+
+    def waiting_trials(self) -> list[FrozenTrial]:
+        return self.frozen_trials((TrialState.WAITING,))
+
+    def reclaim(self, frozen: FrozenTrial, study: StudySpec, reason: str = "",
+                previous_worker: str = "") -> Claimed:
+        """A RUNNING trial whose controller died: run it again with its stored parameters."""
+        values = values_from_optuna(study, frozen.params)
+        if not values and study.parameters:
+            self._know_trial(frozen._trial_id)
+            trial = optuna.Trial(self.study, frozen._trial_id)
+            values = suggest(trial, study)
+        return Claimed(number=frozen.number, storage_id=frozen._trial_id,
+                       trial_id=str(frozen.number + 1), params=values, resumed=True,
+                       resume_reason=reason, previous_worker=previous_worker)
+
+    def set_trial_attrs(self, storage_id: int, **values: Any) -> None:
+        batch = getattr(self.storage, "set_trial_user_attrs", None)
+        if batch is not None:  # a database: one transaction
+            batch(storage_id, values)
+            return
+        if journal.append(self.storage, [
+                (journal.USER_ATTR, {"trial_id": storage_id, "user_attr": {k: v}})
+                for k, v in values.items()]):
+            return
+        for k, v in values.items():
+            self.storage.set_trial_user_attr(storage_id, k, v)
+
+    def report(self, storage_id: int, step: int, value: float) -> None:
+        self.report_many(storage_id, [(step, value)])
+
+    def report_many(self, storage_id: int, items: Sequence[tuple[int, float]]) -> None:
+        """Intermediate values of several steps (one journal write on the default storage)."""
+        items = [(step, float(v)) for step, v in items if math.isfinite(v)]
+        if journal.append(self.storage, [
+                (journal.INTERMEDIATE_VALUE, {"trial_id": storage_id, "step": step, "intermediate_value": v})
+                for step, v in items]):
+            return
+        for step, v in items:
+            self.storage.set_trial_intermediate_value(storage_id, step, v)
+
+    def complete(self, number: int, values: Sequence[float]) -> None:
+        self.study.tell(number, list(values), skip_if_finished=True)
+
+    def fail(self, number: int) -> None:
+        self.study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
+
+    def completed_curves(self) -> list[FrozenTrial]:
+        return self.frozen_trials((TrialState.COMPLETE,))
+
+    def requeue(self, storage_id: int) -> None:
+        """RUNNING -> WAITING: the trial runs again (same id and parameters) when next claimed."""
+        self.storage.set_trial_state_values(storage_id, state=TrialState.WAITING)
