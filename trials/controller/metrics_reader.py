@@ -6,11 +6,12 @@ import bisect
 import json
 import math
 import os
+import stat
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from trials import protocol
+from trials import files, protocol
 from trials.records import Measurement, MeasurementLog, parse_records
 
 HYPERTUNE_MAX_ENTRIES = 100  # cloudml-hypertune keeps only its last 100 reports (deque maxlen=100)
@@ -142,6 +143,7 @@ class TrialMetricsReader:
         self._attempt = 0
         self._reported: set[str] = set()
         self._read_error: str | None = None
+        self._skipped: dict[str, str] = {}  # path -> why it is not read (a FIFO, a symlink, ...)
         self._cache: list[Measurement] = []
         self._merged: dict[int, Measurement] = {}
         self._order: list[int] = []  # the steps of _merged, sorted
@@ -200,7 +202,20 @@ class TrialMetricsReader:
 
     @property
     def missing_steps_warning(self) -> str | None:
-        """Why some steps may be missing (the hypertune file's cap dropped them), or ``None``."""
+        """Why some steps may be missing (a file that is not a regular file was skipped, or the
+        hypertune file's cap dropped them), or ``None``."""
+        notes = [*self._skipped.values()]
+        gaps = self._gap_warning()
+        if gaps:
+            notes.append(gaps)
+        return "; ".join(notes) or None
+
+    @property
+    def skipped_files(self) -> dict[str, str]:
+        """Metric files skipped because they are not regular files: path -> why."""
+        return dict(self._skipped)
+
+    def _gap_warning(self) -> str | None:
         if self._jl_exists:
             return None  # metrics.jsonl is lossless: the hypertune file's losses do not matter
         gaps = [g for g in self._gaps if not self._gap_is_harmless(*g)]
@@ -254,27 +269,50 @@ class TrialMetricsReader:
         return self._read_error
 
     # --- hypertune file -----------------------------------------------------------------------
-    def _poll_hypertune(self, *, final: bool = False) -> bool:
+    def _stat(self, path: str) -> os.stat_result | None:
+        """``lstat`` of a metrics file; ``None`` if missing or not a regular file (noted once)."""
         try:
-            st = os.stat(self.hypertune_path)
+            st = os.lstat(path)
         except FileNotFoundError:
-            return False
+            return None
         except OSError as err:
-            self._read_error = f"cannot stat {self.hypertune_path}: {err}"
+            self._read_error = f"cannot stat {path}: {err}"
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            self._skip(path, files.kind_of(st.st_mode))
+            return None
+        return st
+
+    def _skip(self, path: str, kind: str) -> None:
+        # A trainer may plant a FIFO, link or device: opening it could block or leave the trial folder.
+        self._skipped.setdefault(path, f"{path} is {kind}, not a regular file: its metrics are not read")
+
+    def _read(self, path: str, *, max_bytes: int, offset: int = 0) -> bytes | None:
+        try:
+            return files.read_regular(path, max_bytes=max_bytes, offset=offset)
+        except files.NotRegularFileError as err:
+            self._skip(path, err.strerror or "not a regular file")
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            self._read_error = f"cannot read {path}: {err}"
+        return None
+
+    def _poll_hypertune(self, *, final: bool = False) -> bool:
+        st = self._stat(self.hypertune_path)
+        if st is None:
             return False
         sig = (st.st_ino, st.st_size, st.st_mtime_ns)
         if sig == self._ht_sig:
             return False  # unchanged: the common, cheap case
-        try:
-            with open(self.hypertune_path, "rb") as f:
-                if st.st_size > MAX_HYPERTUNE_BYTES:
-                    f.seek(st.st_size - MAX_HYPERTUNE_BYTES)
-                    data = f.read(MAX_HYPERTUNE_BYTES)
-                    data = data[data.find(b"\n") + 1:]  # drop the partial first line
-                else:  # read just what is there: a 4 MiB buffer would cost more than the parse
-                    data = f.read(st.st_size + 4096)
-        except OSError as err:
-            self._read_error = f"cannot read {self.hypertune_path}: {err}"
+        if st.st_size > MAX_HYPERTUNE_BYTES:
+            data = self._read(self.hypertune_path, max_bytes=MAX_HYPERTUNE_BYTES,
+                              offset=st.st_size - MAX_HYPERTUNE_BYTES)
+            if data is not None:
+                data = data[data.find(b"\n") + 1:]  # drop the partial first line
+        else:  # read just what is there: a 4 MiB buffer would cost more than the parse
+            data = self._read(self.hypertune_path, max_bytes=st.st_size + 4096)
+        if data is None:
             return False
         racy = not final and time.time_ns() - st.st_mtime_ns < RACY_WINDOW_NS
         consistent = st.st_size > MAX_HYPERTUNE_BYTES or len(data) == st.st_size
@@ -363,24 +401,17 @@ class TrialMetricsReader:
 
     # --- metrics.jsonl ------------------------------------------------------------------------
     def _poll_metrics_log(self) -> bool:
-        try:
-            st = os.stat(self.metrics_log_path)
-        except FileNotFoundError:
-            return False
-        except OSError as err:
-            self._read_error = f"cannot stat {self.metrics_log_path}: {err}"
+        st = self._stat(self.metrics_log_path)
+        if st is None:
             return False
         if (st.st_ino, st.st_size) == self._jl_sig:
             return False  # append-only: no new byte means no new line
         if st.st_ino != self._jl_ino or st.st_size < self._jl_offset:
             # replaced or truncated: read it again from the start (entries already read are kept)
             self._jl_ino, self._jl_offset, self._jl_skip_partial = st.st_ino, 0, False
-        try:
-            with open(self.metrics_log_path, "rb") as f:
-                f.seek(self._jl_offset)
-                data = f.read()
-        except OSError as err:
-            self._read_error = f"cannot read {self.metrics_log_path}: {err}"
+        data = self._read(self.metrics_log_path, max_bytes=max(st.st_size - self._jl_offset, 0) + (1 << 20),
+                          offset=self._jl_offset)
+        if data is None:
             return False
         first_seen = not self._jl_exists
         self._jl_exists = True
