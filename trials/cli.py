@@ -184,6 +184,20 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return _run_and_report(h, args, resume=False, plan=plan)
 
 
+def _cmd_check(args: argparse.Namespace) -> int:
+    from trials.controller.check import CheckOptions, check_main, parse_params
+    from trials.spec.load import load_spec
+
+    job = load_spec(args.spec)
+    if not args.time_limit > 0:
+        raise ConfigError(f"--time-limit must be > 0 seconds, got {args.time_limit}")
+    options = CheckOptions(
+        time_limit_s=args.time_limit, grace_s=args.grace_period, params=parse_params(args.params, job.study),
+        local_command=args.local_command or None, folder=args.keep,
+    )
+    return check_main(job, options, fmt=args.format)
+
+
 def _cmd_worker(args: argparse.Namespace) -> int:
     from trials.controller import jobs as controller
     from trials.controller.job import CANCELLING, FINAL_STATES
@@ -382,6 +396,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-trial-count", type=int, help="new total number of trials")
     _run_args(p)
     p.set_defaults(handler=_cmd_resume)
+
+    p = sub.add_parser("check", help="run a trainer for real and score it against Vertex's rules",
+                       usage="trials check SPEC [options] [-- COMMAND ...]")
+    p.add_argument("spec")
+    p.add_argument("--params", action="append", default=[], metavar="NAME=VALUE",
+                   help="parameter values (default: the spec's first values; repeatable, or comma-separated)")
+    p.add_argument("--time-limit", type=float, default=180.0, metavar="SECONDS",
+                   help="time box for all the runs (default 180)")
+    p.add_argument("--grace-period", type=_non_negative, default=10.0, metavar="SECONDS",
+                   help="how long a replica may take to exit after SIGTERM (default 10)")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--keep", metavar="DIR", help="keep the runs' folders (logs, outputs) in DIR")
+    p.set_defaults(handler=_cmd_check)
 
     p = sub.add_parser("worker", help="join a job in a database and run its trials until it is done",
                        usage="trials worker JOB --storage URL [--parallel-trial-count N] [options]")

@@ -1,12 +1,18 @@
 """A trainer written the usual Vertex way: argparse flags in, cloudml-hypertune metrics out.
 
-It knows nothing about `trials`: the same file runs on Vertex AI and under `trials sweep`.
+It knows nothing about `trials`: the same file runs on Vertex AI and under `trials sweep`, and it
+follows Google's checklist for Vertex training code (`trials check` passes it): a checkpoint in
+AIP_CHECKPOINT_DIR every epoch and a resume from it after a restart, SIGTERM handled (finish the
+epoch, save, exit), one JSON object per log line for Cloud Logging, the model in AIP_MODEL_DIR.
 Logistic regression by minibatch gradient descent on a fixed synthetic dataset (numpy only).
 """
 
 import argparse
+import json
 import math
 import os
+import signal
+import sys
 
 import hypertune
 import numpy as np
@@ -37,13 +43,40 @@ def log_loss(w, x, y):
     return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
 
 
+def log(message, severity="INFO"):
+    """One JSON object per line: Cloud Logging turns it into a structured entry."""
+    print(json.dumps({"severity": severity, "message": message}), flush=True)
+
+
+def local(path):
+    """gs://bucket/x is /gcs/bucket/x inside a Vertex container (Cloud Storage FUSE)."""
+    return "/gcs/" + path[len("gs://"):] if path.startswith("gs://") else path
+
+
+def save_checkpoint(path, epoch, w, rng):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp.npz"
+    np.savez(tmp, w=w, epoch=epoch, rng=json.dumps(rng.bit_generator.state))
+    os.replace(tmp, path)  # a restart never sees half a checkpoint
+
+
 def main(argv=None):
     args = parse_args(argv)
     x, y, x_val, y_val = make_data(args.n_samples)
     rng = np.random.default_rng(1)
     w = np.zeros(x.shape[1])
+    start = 1
+    stop = {"requested": False}
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(requested=True))
+    ckpt_dir = os.environ.get("AIP_CHECKPOINT_DIR")
+    ckpt = os.path.join(local(ckpt_dir), "state.npz") if ckpt_dir else None
+    if ckpt and os.path.exists(ckpt):
+        with np.load(ckpt) as state:
+            w, start = state["w"], int(state["epoch"]) + 1
+            rng.bit_generator.state = json.loads(str(state["rng"]))
+        log(f"resumed from the checkpoint of epoch {start - 1}")
     reporter = hypertune.HyperTune()  # writes to $CLOUD_ML_HP_METRIC_FILE on Vertex and locally
-    for epoch in range(1, args.epochs + 1):
+    for epoch in range(start, args.epochs + 1):
         order = rng.permutation(len(x))
         for start in range(0, len(x), args.batch_size):
             idx = order[start:start + args.batch_size]
@@ -52,15 +85,20 @@ def main(argv=None):
             w -= args.learning_rate * grad
         val_loss = log_loss(w, x_val, y_val)
         accuracy = float(np.mean(((x_val @ w) > 0) == (y_val > 0.5)))
-        print(f"epoch {epoch}: val_loss={val_loss:.4f} accuracy={accuracy:.4f}", flush=True)
+        log(f"epoch {epoch}: val_loss={val_loss:.4f} accuracy={accuracy:.4f}")
         reporter.report_hyperparameter_tuning_metric(
             hyperparameter_metric_tag="val_loss", metric_value=val_loss, global_step=epoch)
+        if ckpt:
+            save_checkpoint(ckpt, epoch, w, rng)
+        if stop["requested"]:
+            log(f"SIGTERM: stopped after epoch {epoch}, checkpoint saved", "WARNING")
+            sys.exit(0)
         if not math.isfinite(val_loss):
             break
     model_dir = os.environ.get("AIP_MODEL_DIR")
-    if model_dir and not model_dir.startswith("gs://"):
-        os.makedirs(model_dir, exist_ok=True)
-        np.save(os.path.join(model_dir, "weights.npy"), w)
+    if model_dir:
+        os.makedirs(local(model_dir), exist_ok=True)
+        np.save(os.path.join(local(model_dir), "weights.npy"), w)
 
 
 if __name__ == "__main__":

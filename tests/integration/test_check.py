@@ -1,0 +1,102 @@
+"""`trials check` on real trainers: each small trainer breaks one Vertex rule and is flagged for exactly
+that one; a trainer that follows them all, and the repository's examples, pass."""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from trials.cli import main
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAINER = str(ROOT / "tests" / "scripts" / "check_trainer.py")
+SHORT = """
+metrics:
+  accuracy: maximize
+parameters:
+  learning_rate: {type: double, min: 0.01, max: 0.1}
+  epochs: {type: integer, min: 4, max: 8}
+"""
+TWO_POOLS = """
+studySpec:
+  metrics: [{metricId: accuracy, goal: MAXIMIZE}]
+  parameters:
+  - {parameterId: learning_rate, doubleValueSpec: {minValue: 0.01, maxValue: 0.1}}
+  - {parameterId: epochs, integerValueSpec: {minValue: 4, maxValue: 8}}
+maxTrialCount: 1
+trialJobSpec:
+  workerPoolSpecs:
+  - {machineSpec: {machineType: n1-standard-4}, replicaCount: 1, containerSpec: {imageUri: local}}
+  - {machineSpec: {machineType: n1-standard-4}, replicaCount: 1, containerSpec: {imageUri: local}}
+"""
+
+
+def check(tmp_path, capsys, monkeypatch, spec_text, *command, extra=()):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "spec.yaml").write_text(spec_text)
+    code = main(["check", "spec.yaml", "--format", "json", "--grace-period", "3", *extra, "--", *command])
+    card = json.loads(capsys.readouterr().out)
+    flagged = {c["check"]: c["verdict"] for c in card["checks"] if c["verdict"] in ("warn", "fail")}
+    return code, flagged, card
+
+
+@pytest.mark.parametrize(("rule", "spec", "check_name"), [
+    ("no-checkpoint", SHORT, "resume after restart"),
+    ("ignores-sigterm", SHORT, "SIGTERM"),
+    ("wrong-tag", SHORT, "metric tag"),
+    ("no-global-step", SHORT, "global step"),
+    ("every-replica-reports", TWO_POOLS, "primary replica only"),
+    ("writes-workdir", SHORT, "writes outside AIP dirs"),
+    ("implicit-project", SHORT, "host cloud identity"),
+])
+def test_a_trainer_that_breaks_one_rule_is_flagged_for_exactly_that_one(tmp_path, capsys, monkeypatch, rule, spec,
+                                                                        check_name):
+    code, flagged, card = check(tmp_path, capsys, monkeypatch, spec, sys.executable, TRAINER, f"--break={rule}",
+                                "--epoch_s=0.3")
+    assert flagged == {check_name: "fail"}, card
+    assert code == 1 and card["ready"] is False
+
+
+@pytest.mark.parametrize("spec", [SHORT, TWO_POOLS], ids=["one-replica", "two-pools"])
+def test_a_trainer_that_follows_the_rules_passes(tmp_path, capsys, monkeypatch, spec):
+    code, flagged, card = check(tmp_path, capsys, monkeypatch, spec, sys.executable, TRAINER, "--epoch_s=0.3")
+    assert flagged == {}, card
+    verdicts = {c["check"]: c["verdict"] for c in card["checks"]}
+    assert verdicts["resume after restart"] == "pass" and verdicts["SIGTERM"] == "pass"
+    assert code == 0
+    assert sorted(os.listdir(tmp_path)) == ["spec.yaml"]  # nothing left behind in the working folder
+
+
+def test_the_repository_examples_pass(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    for argv in (["check", "examples/argparse_hypertune/config.yaml", "--format", "json", "--",
+                  sys.executable, "examples/argparse_hypertune/train.py"],
+                 ["check", "search_spaces/digits_mlp.yaml", "--format", "json"]):
+        code = main(argv)
+        card = json.loads(capsys.readouterr().out)
+        assert code == 0, card
+        assert not [c for c in card["checks"] if c["verdict"] in ("warn", "fail")], card
+
+
+def test_the_text_scorecard_says_what_to_change(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "spec.yaml").write_text(SHORT)
+    code = main(["check", "spec.yaml", "--", sys.executable, TRAINER, "--break=wrong-tag", "--epoch_s=0.1"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "FAIL  metric tag" in out and "reported val_acc" in out and "hyperparameter_metric_tag='accuracy'" in out
+    assert out.rstrip().splitlines()[-1].endswith("failed, 6 not applicable") or "1 failed" in out
+
+
+def test_bad_params_are_one_line_errors(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "spec.yaml").write_text(SHORT)
+    assert main(["check", "spec.yaml", "--params", "learning_rate=5", "--", sys.executable, TRAINER]) == 2
+    err = capsys.readouterr().err
+    assert "--params: learning_rate" in err and len(err.strip().splitlines()) == 1
+    assert main(["check", "spec.yaml", "--params", "lr=0.05", "--", sys.executable, TRAINER]) == 2
+    assert "unknown parameter 'lr'" in capsys.readouterr().err

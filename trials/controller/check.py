@@ -1,0 +1,401 @@
+"""`trials check`: run a trainer for real, inject what Vertex would, and record what it did.
+
+Three probes share one time box: a clean run of trial "1" with the spec's first parameters; the
+same run interrupted by SIGTERM after some reports and started again as Vertex restarts a replica;
+and, when the spec has several replicas, every replica of a run, each non-primary one with its own
+output folders so that what it saves can be told apart. The verdicts are in
+:mod:`trials.controller.scorecard`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from trials import files, protocol
+from trials.controller import launch, scorecard
+from trials.controller.identity_audit import AUDIT_ENV, SITECUSTOMIZE
+from trials.controller.metrics_reader import parse_hypertune_text
+from trials.controller.process import Replica, free_port, start_replica
+from trials.errors import ConfigError
+from trials.spec.model import JobSpec, ParameterSpec, ParameterType, StudySpec, Value
+
+DEFAULT_TIME_LIMIT_S = 180.0
+DEFAULT_GRACE_S = 10.0
+_POLL_S = 0.1
+_MAX_LOG_BYTES = 4 << 20
+_MAX_WALK = 20_000
+_EPOCH_WORDS = ("epoch", "step", "iteration", "iter", "n_iter", "rounds", "estimators")
+_IGNORED_NAMES = {"__pycache__", ".git", ".hg", ".svn", ".pytest_cache", ".mypy_cache", ".ruff_cache",
+                  ".ipynb_checkpoints"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckOptions:
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S
+    grace_s: float = DEFAULT_GRACE_S
+    params: Mapping[str, Value] = field(default_factory=dict)
+    local_command: Sequence[str] | None = None
+    project_number: str = "000000000000"
+    cwd: str = "."
+    folder: str | None = None  # where runs keep their files (default: a temporary folder, removed)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckResult:
+    lines: list[scorecard.Line]
+    notes: list[str]
+    params: dict[str, Value]
+    folder: str
+
+    @property
+    def ready(self) -> bool:
+        return not scorecard.failed(self.lines)
+
+
+def first_params(study: StudySpec, given: Mapping[str, Value]) -> dict[str, Value]:
+    """The spec's first point: the first value of each list, the low end of each range, conditional
+    children where their parent's value selects them; ``given`` wins. Epoch-like integer parameters
+    take their minimum, which keeps the check short where the spec allows it."""
+    out: dict[str, Value] = {}
+    while True:
+        new = [p for p in study.active_parameters(out) if p.parameter_id not in out]
+        if not new:
+            break
+        for p in new:
+            out[p.parameter_id] = given[p.parameter_id] if p.parameter_id in given else _first_value(p)
+    unknown = sorted(set(given) - set(out))
+    if unknown:
+        raise ConfigError(f"--params names {unknown[0]!r}, which is not an active parameter of the spec "
+                          f"(expected one of {sorted(out)})")
+    return out
+
+
+def _first_value(p: ParameterSpec) -> Value:
+    if p.values:  # CATEGORICAL, DISCRETE
+        return p.values[0]
+    low = p.min_value if p.min_value is not None else 0
+    return int(low) if p.type is ParameterType.INTEGER else float(low)
+
+
+def parse_params(items: Sequence[str], study: StudySpec) -> dict[str, Value]:
+    """``--params name=value`` (repeatable or comma-separated), typed by the spec."""
+    by_id = {p.parameter_id: p for p in study.all_parameters()}
+    out: dict[str, Value] = {}
+    for item in (part for chunk in items for part in chunk.split(",") if part):
+        name, sep, raw = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--params expects name=value, got {item!r}")
+        p = by_id.get(name)
+        if p is None:
+            raise ConfigError(f"--params: unknown parameter {name!r} (the spec has {sorted(by_id)})")
+        try:
+            out[name] = _typed(p, raw)
+        except ValueError:
+            raise ConfigError(f"--params: {name} expects a {p.type.name.lower()} value, got {raw!r}") from None
+    return out
+
+
+def _typed(p: ParameterSpec, raw: str) -> Value:
+    if p.type is ParameterType.CATEGORICAL:
+        if raw not in p.values:
+            raise ValueError(raw)
+        return raw
+    value: Value = int(raw) if p.type is ParameterType.INTEGER else float(raw)
+    if not p.contains(value):
+        raise ValueError(raw)
+    return value
+
+
+class _Probe:
+    """One run of all replicas of trial "1" in one folder, watched until it ends or is stopped."""
+
+    def __init__(self, launches: Sequence[launch.ReplicaLaunch], *, trial_dir: str, cwd: str,
+                 clock: Callable[[], float] = time.monotonic):
+        self.launches = launches
+        self.trial_dir = trial_dir
+        self.cwd = cwd
+        self.clock = clock
+        self.replicas: list[Replica] = []
+        self.start = 0.0
+        self.first_report_s: float | None = None
+
+    def begin(self) -> None:
+        self.start = self.clock()
+        for lau in self.launches:
+            self.replicas.append(start_replica(
+                lau.argv, env=lau.env, cwd=self.cwd, name=lau.name,
+                stdout_path=os.path.join(self.trial_dir, protocol.stdout_log(lau.name)),
+                stderr_path=os.path.join(self.trial_dir, protocol.stderr_log(lau.name))))
+
+    def primary_reports(self) -> list[scorecard.Report]:
+        return _read_reports(self.launches[0].metric_file)
+
+    def watch(self, deadline: float, until: Callable[[list[scorecard.Report]], bool] | None = None) -> bool:
+        """Wait until the primary exits, ``until`` holds, or ``deadline``; True when the primary exited."""
+        primary = self.replicas[0]
+        while True:
+            exited = primary.poll() is not None
+            reports = self.primary_reports()
+            if reports and self.first_report_s is None:
+                self.first_report_s = self.clock() - self.start
+            if exited:
+                return True
+            if until is not None and until(reports):
+                return False
+            if self.clock() >= deadline:
+                return False
+            time.sleep(_POLL_S)
+
+    def terminate(self, grace_s: float) -> float | None:
+        """SIGTERM every replica's group; SIGKILL what is left after ``grace_s``. Returns the seconds
+        the primary took to exit, or None when it had to be killed."""
+        sent = self.clock()
+        for r in self.replicas:
+            if r.poll() is None:
+                r.send_signal_group(signal.SIGTERM)
+        took: float | None = None
+        while self.clock() - sent < grace_s:
+            if self.replicas[0].poll() is not None and took is None:
+                took = self.clock() - sent
+            if all(r.poll() is not None for r in self.replicas):
+                break
+            time.sleep(_POLL_S)
+        if took is None and self.replicas[0].poll() is not None:
+            took = self.clock() - sent
+        self.kill()
+        return took
+
+    def kill(self) -> None:
+        for r in self.replicas:
+            if r.poll() is None:
+                r.send_signal_group(signal.SIGKILL)
+        for r in self.replicas:
+            r.close()
+
+    def seen(self, index: int, *, stopped: bool, outside: list[str]) -> scorecard.RunSeen:
+        lau, rep = self.launches[index], self.replicas[index]
+        out = _read_text(os.path.join(self.trial_dir, protocol.stdout_log(lau.name)))
+        err = _read_text(os.path.join(self.trial_dir, protocol.stderr_log(lau.name)))
+        lines = [line for line in (out + "\n" + err).splitlines() if line.strip()]
+        err_lines = [line for line in err.splitlines() if line.strip()] or lines
+        n_json = sum(1 for line in lines if _is_json_object(line))
+        audit = _read_text(lau.env.get(AUDIT_ENV, ""))
+        return scorecard.RunSeen(
+            exit_code=rep.poll(), duration_s=self.clock() - self.start, stopped_by_check=stopped,
+            reports=_read_reports(lau.metric_file), first_report_s=self.first_report_s if index == 0 else None,
+            error_tail=[_message(line) for line in err_lines[-3:]], n_log_lines=len(lines), n_json_lines=n_json,
+            written={area: _walk(lau.env.get(var, "")) for area, var in _AREAS.items()},
+            outside_writes=outside, identity_reads=sorted(set(audit.splitlines())),
+        )
+
+
+_AREAS = {"model": protocol.ENV_MODEL_DIR, "checkpoints": protocol.ENV_CHECKPOINT_DIR,
+          "logs": protocol.ENV_TENSORBOARD_LOG_DIR}
+
+
+def run_check(job: JobSpec, options: CheckOptions, *, echo: Callable[[str], None] = lambda _m: None) -> CheckResult:
+    """Run the probes within ``options.time_limit_s`` and judge them."""
+    params = first_params(job.study, options.params)
+    folder = options.folder or tempfile.mkdtemp(prefix="trials-check-")
+    os.makedirs(folder, exist_ok=True)
+    audit_dir = os.path.join(folder, "audit")
+    os.makedirs(audit_dir, exist_ok=True)
+    files.write_text_atomic(os.path.join(audit_dir, "sitecustomize.py"), SITECUSTOMIZE)
+    cwd = os.path.abspath(options.cwd)
+    t0 = time.monotonic()
+    budget = options.time_limit_s
+    notes: list[str] = []
+
+    def launches_for(probe: str, attempt: int = 0) -> tuple[list[launch.ReplicaLaunch], str]:
+        return _launches(job, params, options, folder=os.path.join(folder, probe), audit_dir=audit_dir,
+                         attempt=attempt)
+
+    # 1. the clean run
+    echo(f"clean run with {_flags_text(job, params)}")
+    launches, trial_dir = launches_for("clean")
+    before = _snapshot(cwd, exclude=folder)
+    probe = _Probe(launches, trial_dir=trial_dir, cwd=cwd)
+    probe.begin()
+    exited = probe.watch(t0 + 0.45 * budget)
+    if not exited:
+        notes.append(f"the clean run was stopped after {0.45 * budget:.0f} s to stay in the time box "
+                     f"(--time-limit {budget:.0f}); its later epochs were not seen")
+        probe.terminate(options.grace_s)
+    else:
+        probe.kill()
+    clean = probe.seen(0, stopped=not exited, outside=_changed(before, _snapshot(cwd, exclude=folder)))
+    secondary = probe.seen(1, stopped=not exited, outside=[]) if len(launches) > 1 else None
+    obs = scorecard.Observations(metric_ids=job.study.metric_ids, clean=clean, secondary=secondary,
+                                 secondary_name=launches[1].name if len(launches) > 1 else "",
+                                 notes=notes)
+
+    # 2. SIGTERM in the middle, then a restart in the same folders
+    steps = [r.step for r in clean.reports if r.tag == job.study.metric_ids[0]]
+    if len(steps) >= 2 and clean.exit_code == 0:
+        at = max(1, len(steps) // 2)
+        echo(f"restart probe: SIGTERM after {at} report(s), then the same command again")
+        launches, trial_dir = launches_for("restart")
+        before = _snapshot(cwd, exclude=folder)
+        probe = _Probe(launches, trial_dir=trial_dir, cwd=cwd)
+        probe.begin()
+        primary = job.study.metric_ids[0]
+        done = probe.watch(t0 + 0.75 * budget, until=lambda rs: sum(r.tag == primary for r in rs) >= at)
+        stop = scorecard.StopSeen(grace_s=options.grace_s)
+        stop.sent_after_steps = [r.step if r.step else None for r in probe.primary_reports() if r.tag == primary]
+        if done:
+            notes.append("the run ended before SIGTERM could be sent; the restart probe was skipped")
+            probe.kill()
+        else:
+            stop.exit_after_s = probe.terminate(options.grace_s)
+            stop.exit_code = probe.replicas[0].poll()
+            stop.reported_before_restart = [r.step for r in probe.primary_reports() if r.tag == primary]
+            for lau in launches:  # a restarted replica starts with a fresh metric file, as on a new VM
+                if os.path.lexists(lau.metric_file):
+                    os.replace(lau.metric_file, lau.metric_file + ".attempt-0")
+            stop.checkpoints_before_restart = _walk(launches[0].env.get(protocol.ENV_CHECKPOINT_DIR, ""))
+            first_outside = _changed(before, _snapshot(cwd, exclude=folder))
+            launches, trial_dir = launches_for("restart", attempt=1)
+            again = _Probe(launches, trial_dir=trial_dir, cwd=cwd)
+            again.begin()
+            finished = again.watch(t0 + 0.95 * budget)
+            if not finished:
+                notes.append("the restarted run was stopped by the time box")
+                again.terminate(options.grace_s)
+            else:
+                again.kill()
+            stop.restart = again.seen(0, stopped=not finished,
+                                      outside=sorted(set(first_outside) | set(
+                                          _changed(before, _snapshot(cwd, exclude=folder)))))
+            obs.stop = stop
+    lines = scorecard.judge(obs)
+    if not options.folder:
+        _remove_tree(folder)
+    return CheckResult(lines=lines, notes=notes, params=params, folder=folder)
+
+
+def _launches(job: JobSpec, params: Mapping[str, Value], options: CheckOptions, *, folder: str,
+              audit_dir: str, attempt: int) -> tuple[list[launch.ReplicaLaunch], str]:
+    trial_dir = os.path.join(folder, "trial")
+    os.makedirs(trial_dir, exist_ok=True)
+    paths = launch.trial_paths(trial_dir, os.path.join(folder, "outputs"), "1")
+    paths = replace(paths, trial_dir=trial_dir)
+    n = len(job.trial_job.replicas() if job.trial_job else [None])
+    out = launch.build_replicas(
+        job=job, job_id="check", trial_id="1", params=params, paths=paths,
+        project_number=options.project_number, local_command=options.local_command,
+        base_env=launch.clean_base_env(os.environ), ports=[free_port() for _ in range(n)],
+        gcs_root=os.path.join(folder, "gcs"), attempt=attempt,
+    )
+    result = []
+    for lau in out:
+        env = dict(lau.env)
+        env[AUDIT_ENV] = os.path.join(folder, f"{lau.name}.audit")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (audit_dir, env.get("PYTHONPATH", "")) if p)
+        if not lau.is_primary:  # its own output folders: what it saves is told apart from the primary's
+            own = launch.trial_paths(trial_dir, os.path.join(folder, "outputs-" + lau.name), "1")
+            env.update({protocol.ENV_MODEL_DIR: own.model_dir, protocol.ENV_CHECKPOINT_DIR: own.checkpoint_dir,
+                        protocol.ENV_TENSORBOARD_LOG_DIR: own.tensorboard_dir})
+        result.append(replace(lau, env=env))
+    return result, trial_dir
+
+
+def _flags_text(job: JobSpec, params: Mapping[str, Value]) -> str:
+    return " ".join(launch.trial_flags(job.study, params)) or "no flags"
+
+
+def _read_text(path: str) -> str:
+    if not path:
+        return ""
+    try:
+        return files.read_regular(path, max_bytes=_MAX_LOG_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _read_reports(metric_file: str) -> list[scorecard.Report]:
+    return [scorecard.Report(tag=h.tag, step=h.step or None, value=h.value)
+            for h in parse_hypertune_text(_read_text(metric_file))]
+
+
+def _is_json_object(line: str) -> bool:
+    line = line.strip()
+    if not line.startswith("{"):
+        return False
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
+
+
+def _message(line: str) -> str:
+    if _is_json_object(line):
+        entry = json.loads(line)
+        for key in ("message", "msg", "textPayload"):
+            if isinstance(entry.get(key), str):
+                return str(entry[key]).splitlines()[-1] if entry[key] else ""
+    return line.strip()
+
+
+def _walk(top: str) -> list[str]:
+    """Regular files under ``top`` (relative names), without following links; bounded."""
+    if not top or top.startswith("gs://") or not os.path.isdir(top):
+        return []
+    found: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames[:] = sorted(dirnames)
+        for name in sorted(filenames):
+            found.append(os.path.relpath(os.path.join(dirpath, name), top))
+            if len(found) >= 1000:
+                return found
+    return found
+
+
+Snapshot = dict[str, tuple[int, int]]
+
+
+def _snapshot(top: str, *, exclude: str) -> Snapshot:
+    """(mtime, size) of each file under the working folder, to see what a run wrote there."""
+    out: Snapshot = {}
+    exclude = os.path.abspath(exclude)
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames[:] = [d for d in dirnames if d not in _IGNORED_NAMES
+                       and os.path.abspath(os.path.join(dirpath, d)) != exclude]
+        for name in filenames:
+            if name.endswith((".pyc", ".pyo")):
+                continue
+            path = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            out[os.path.relpath(path, top)] = (st.st_mtime_ns, st.st_size)
+            if len(out) >= _MAX_WALK:
+                return out
+    return out
+
+
+def _changed(before: Snapshot, after: Snapshot) -> list[str]:
+    return sorted(p for p, sig in after.items() if before.get(p) != sig)
+
+
+def _remove_tree(top: str) -> None:
+    import shutil
+
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def check_main(job: JobSpec, options: CheckOptions, *, fmt: str, out: Callable[[str], None] = print) -> int:
+    """Run the check and print the scorecard; exit 1 when a check failed."""
+    say = (lambda m: print(f"trials check: {m}", file=sys.stderr)) if fmt == "text" else (lambda _m: None)
+    result = run_check(job, options, echo=say)
+    text = scorecard.format_json(result.lines, result.notes) if fmt == "json" else \
+        scorecard.format_text(result.lines, result.notes)
+    out(text)
+    return protocol.EXIT_OK if result.ready else protocol.EXIT_ERROR
