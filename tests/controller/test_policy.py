@@ -105,11 +105,6 @@ def test_missing_metric_message_names_reported_tags():
     assert "accuracy" in msg and "acc, loss" in msg
 
 
-@pytest.mark.parametrize("s,text", [(12.5, "12.5s"), (3600, "3600s"), (0.000001, "0.000001s")])
-def test_duration(s, text):
-    assert policy.format_duration(s) == text
-
-
 @pytest.mark.parametrize("steps,lost", [
     ([1, 2, 3, 4], 0), ([1, 2, 3, 5], 1), ([1, 2, 6, 7, 8], 3), ([10, 20, 30, 35], 0),
     ([10, 20, 40, 50, 60], 1), ([], 0), ([3], 0), ([1, 1, 2], 0),

@@ -10,8 +10,9 @@ import pytest
 
 from trials.errors import ConfigError
 from trials.spec import JobSpec, LocalOptions
-from trials.spec.export import duration, export_text, to_gcloud, to_rest, with_image
+from trials.spec.export import export_text, to_gcloud, to_rest, with_image
 from trials.spec.load import load_spec, loads_spec, parse_spec
+from trials.timefmt import duration
 
 ROOT = Path(__file__).parents[2]
 ALL_SPECS = (sorted((ROOT / "tests" / "data" / "specs").glob("*"))

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from trials import protocol
 from trials.records import Measurement
 from trials.spec import JobSpec, MetricSpec
+from trials.timefmt import duration
 
 MAX_RESTARTS_PER_REPLICA = 5  # Vertex: "up to 5 restarts per worker"
 PERMANENT_EXIT_CODES = frozenset({protocol.EXIT_ERROR, protocol.EXIT_USAGE})
@@ -96,7 +97,7 @@ def oom_message(replica: str, status: int) -> str:
 
 def timeout_message(timeout_s: float) -> str:
     return (
-        f"The trial exceeded its maximum running time of {format_duration(timeout_s)} "
+        f"The trial exceeded its maximum running time of {duration(timeout_s)} "
         f"(trialJobSpec.scheduling.timeout) and was stopped."
     )
 
@@ -114,12 +115,6 @@ def missing_metric_message(metric_ids: Iterable[str], reported: Iterable[str]) -
 
 def nonfinite_message(metric_id: str, value: float) -> str:
     return f"The objective metric {metric_id} has the non-finite final value {value!r}."
-
-
-def format_duration(seconds: float) -> str:
-    """Protobuf Duration JSON: ``"12.5s"``, ``"3600s"``."""
-    text = f"{seconds:.9f}".rstrip("0").rstrip(".")
-    return f"{text}s"
 
 
 # --- Final measurement ----------------------------------------------------------------------------

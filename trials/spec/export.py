@@ -24,6 +24,7 @@ from trials.spec import (
     WorkerPoolSpec,
 )
 from trials.spec.model import LOCAL_IMAGE_URI
+from trials.timefmt import duration
 
 FORMATS = ("rest-json", "gcloud-yaml")
 DEFAULT_MACHINE_TYPE = "n1-standard-4"  # filled in with --image-uri: Vertex requires a machine type
@@ -104,12 +105,6 @@ def _pool_with_image(pool: WorkerPoolSpec, image_uri: str) -> WorkerPoolSpec:
                                   args=pkg.args, env=pkg.env)
         return replace(pool, machine_spec=machine, container=container, python_package=None)
     return replace(pool, machine_spec=machine)
-
-
-def duration(seconds: float) -> str:
-    """A protobuf Duration in JSON: ``3600s``, ``1.5s``."""
-    text = f"{seconds:.9f}".rstrip("0").rstrip(".")
-    return f"{text}s"
 
 
 def _compact(x: float | int) -> float | int:

@@ -19,8 +19,8 @@ from trials.spec import (
     Value,
     WorkerPoolSpec,
 )
-from trials.spec.export import duration
 from trials.spec.model import LOCAL_IMAGE_URI
+from trials.timefmt import duration
 
 _SCALES = {ScaleType.SCALE_TYPE_UNSPECIFIED: "", ScaleType.UNIT_LINEAR_SCALE: "linear",
            ScaleType.UNIT_LOG_SCALE: "log", ScaleType.UNIT_REVERSE_LOG_SCALE: "reverse log"}

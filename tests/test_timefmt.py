@@ -1,0 +1,15 @@
+"""RFC 3339 timestamps and protobuf Duration strings: one formatter for the REST output, describe and text."""
+
+import pytest
+
+from trials.timefmt import duration, parse_rfc3339, rfc3339
+
+
+@pytest.mark.parametrize("s,text", [(12.5, "12.5s"), (3600, "3600s"), (0.000001, "0.000001s"), (0, "0s")])
+def test_duration(s, text):
+    assert duration(s) == text
+
+
+def test_rfc3339_round_trips_to_the_microsecond():
+    assert rfc3339(0) == "1970-01-01T00:00:00.000000Z"
+    assert parse_rfc3339(rfc3339(1789.25)) == 1789.25
