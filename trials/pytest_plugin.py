@@ -237,7 +237,7 @@ def sample_trial_flags(study: Any, seed: int = 0) -> list[str]:
     tokens: list[str] = []
 
     def pick(p: Any) -> None:
-        from trials.spec import ParameterType
+        from trials.spec import ParameterType, parent_matches
 
         if p.type in (ParameterType.CATEGORICAL, ParameterType.DISCRETE):
             value = rng.choice(list(p.values))
@@ -247,7 +247,7 @@ def sample_trial_flags(study: Any, seed: int = 0) -> list[str]:
             value = rng.uniform(float(p.min_value), float(p.max_value))
         tokens.append(protocol.format_flag(p.parameter_id, value))
         for cond in p.conditionals:
-            if any(str(value) == str(v) or value == v for v in cond.parent_values):
+            if parent_matches(value, cond.parent_values):
                 pick(cond.parameter)
 
     for p in study.parameters:

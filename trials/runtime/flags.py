@@ -386,9 +386,9 @@ def _parent_selects(parent_value: Any, parent_values: tuple) -> bool:
     raw = getattr(parent_value, "value", parent_value)
     if raw is None:
         return False
-    if isinstance(raw, str):
-        return raw in parent_values
-    return any(not isinstance(v, str) and abs(float(raw) - float(v)) <= 1e-10 for v in parent_values)
+    from trials.spec.model import parent_matches
+
+    return parent_matches(raw, parent_values)
 
 
 def _check_conditionals(params: Sequence[Param], values: dict[str, Any], given: Mapping[str, Any],

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -190,7 +190,7 @@ class StudySpec:
             if p.parameter_id not in values:
                 return
             for cond in p.conditionals:
-                if _matches(values[p.parameter_id], cond.parent_values):
+                if parent_matches(values[p.parameter_id], cond.parent_values):
                     visit(cond.parameter)
 
         for p in self.parameters:
@@ -198,7 +198,11 @@ class StudySpec:
         return out
 
 
-def _matches(value: Value, parent_values: tuple[Value, ...]) -> bool:
+def parent_matches(value: Value, parent_values: Sequence[Value]) -> bool:
+    """Whether a parent taking ``value`` selects a conditional child with these ``parent_values``.
+
+    Categories match exactly; numbers (DISCRETE, INTEGER parents) match within ``DISCRETE_MIN_GAP``.
+    """
     if isinstance(value, str):
         return value in parent_values
     return any(

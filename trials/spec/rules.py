@@ -21,6 +21,7 @@ from trials.spec import (
     StoppingKind,
     StoppingSpec,
     StudySpec,
+    parent_matches,
 )
 from trials.spec.node import INT32_MAX, Node
 
@@ -157,18 +158,11 @@ def check_siblings(parent: ParameterSpec, conds: list[tuple[Node, ConditionalPar
         for _, earlier in conds[:i]:
             if earlier.parameter.parameter_id != cond.parameter.parameter_id:
                 continue
-            overlap = [v for v in cond.parent_values if _in(v, earlier.parent_values)]
+            overlap = [v for v in cond.parent_values if parent_matches(v, earlier.parent_values)]
             if overlap:
                 node.fail(f"conditions disjoint from the earlier `{cond.parameter.parameter_id}` "
                           f"under `{parent.parameter_id}`",
                           got=f"both on {', '.join(_num(v) for v in overlap)}")
-
-
-def _in(value: object, values: tuple) -> bool:
-    if isinstance(value, str):
-        return value in values
-    return any(not isinstance(v, str) and abs(float(v) - float(value)) <= DISCRETE_MIN_GAP
-               for v in values)
 
 
 def with_conditionals(parent: ParameterSpec,

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from trials.spec import ParameterSpec, ParameterType, ScaleType, StudySpec, Value
+from trials.spec import ParameterSpec, ParameterType, ScaleType, StudySpec, Value, parent_matches
 
 REVERSE_LOG_SUFFIX = ":reverse_log"
 
@@ -87,18 +87,12 @@ def suggest(trial: optuna.Trial, study: StudySpec) -> dict[str, Value]:
         value = _mirror(p, raw) if _mirrored(p) else raw
         values[p.parameter_id] = value
         for cond in p.conditionals:
-            if _matches(value, cond.parent_values):
+            if parent_matches(value, cond.parent_values):
                 visit(cond.parameter)
 
     for p in study.parameters:
         visit(p)
     return values
-
-
-def _matches(value: Value, parents: Sequence[Value]) -> bool:
-    if isinstance(value, str):
-        return value in parents
-    return any(not isinstance(v, str) and abs(float(value) - float(v)) <= 1e-10 for v in parents)
 
 
 def grid(study: StudySpec) -> list[dict[str, Value]]:
@@ -110,7 +104,7 @@ def grid(study: StudySpec) -> list[dict[str, Value]]:
             v = _num(v)
             branches = [[{}]]
             for cond in p.conditionals:
-                if _matches(v, cond.parent_values):
+                if parent_matches(v, cond.parent_values):
                     branches.append(expand(cond.parameter))
             for combo in itertools.product(*branches):
                 point = {p.parameter_id: v}
