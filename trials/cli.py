@@ -13,11 +13,20 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from trials.controller import trial_view
     from trials.spec.load import load_spec
     from trials.spec.text import summary
 
     job = load_spec(args.spec)
     print(summary(job))
+    try:
+        trial_view.check_command(job, args.local_command, args.spec)
+    except ConfigError as err:  # valid for Vertex; `trials sweep` refuses it without `-- COMMAND`
+        print(f"note: {err}")
+        return protocol.EXIT_OK
+    for line in trial_view.sample_view(job, local_command=args.local_command or None,
+                                       pass_env=args.pass_env):
+        print(line)
     return protocol.EXIT_OK
 
 
@@ -74,7 +83,7 @@ def _run_and_report(h, args, *, resume: bool, join: bool = False, plan=None) -> 
     options = controller.run_options(
         h, echo=args.echo, grace_period_s=args.grace_period, memory_limit_mb=args.memory_limit,
         inject_restarts=args.inject_restarts, slots=getattr(args, "slots", None), seed=args.seed,
-        devices=plan, shared=shared, join=join,
+        devices=plan, shared=shared, join=join, pass_env=args.pass_env,
     )
     if not args.quiet and not args.json_logs:
         who = f"worker {shared.me} joined " if join else ""
@@ -175,11 +184,15 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
             parse_spec(to_rest(job), source="--algorithm GRID_SEARCH")  # re-validate the grid rule
     command = args.local_command
+    from trials.controller.trial_view import check_command
+
+    check_command(job, command, args.spec)  # before a job folder and id are used up
     plan = _device_plan(job, args)  # before creating the job: a spec this machine cannot run
     h = controller.create_job(
         job, root=args.root, job_id=args.job_id, spec_path=args.spec, storage=args.storage,
         base_output_dir=args.base_output_dir, project_number=args.project_number,
         local_command=command or None, seed=args.seed, gcs_root=args.gcs_root,
+        pass_env=args.pass_env,
     )
     return _run_and_report(h, args, resume=False, plan=plan)
 
@@ -223,6 +236,9 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     from trials.controller import jobs as controller
 
     h = controller.open_job(args.job, root=args.root, storage=args.storage)
+    if args.local_command:  # a job created from an image without command can be given one now
+        controller.set_command(h, args.local_command)
+    controller.check_runnable(h)
     if args.max_trial_count is not None:
         added = controller.extend(h, args.max_trial_count)
         print(f"job {h.job_id}: added {added} trials")
@@ -352,6 +368,21 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="run a spec that asks for accelerators on CPU (CUDA_VISIBLE_DEVICES='')")
     p.add_argument("--stale-after", type=float, metavar="SECONDS",
                    help="database jobs: a trial whose worker missed heartbeats this long is re-run (default 30)")
+    _pass_env_arg(p)
+
+
+def _env_name(text: str) -> str:
+    import re
+
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text):
+        raise argparse.ArgumentTypeError(f"expected an environment variable name, got {text!r}")
+    return text
+
+
+def _pass_env_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pass-env", action="append", default=[], type=_env_name, metavar="NAME",
+                   help="pass this host variable to the trials although it is withheld "
+                        "(GOOGLE_*, CLOUDSDK_*, AWS_*, ...; repeatable)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -366,6 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", help="check a spec and print what a trial would get")
     p.add_argument("spec", help="gcloud YAML, REST JSON, legacy hptuning_config.yaml or search space")
+    _pass_env_arg(p)
     p.set_defaults(handler=_cmd_validate)
 
     p = sub.add_parser("export", help="write a spec or a job's spec as gcloud YAML or REST JSON")

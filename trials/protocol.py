@@ -45,6 +45,46 @@ PROJECT_ENV_VARS = (
     ENV_OUTPUT_ROOT,
 )
 
+# --- What a trial's environment keeps of the host's (issue 13.1) ---------------------------------
+# A Vertex container never sees the submitting user's cloud identity: the job's service account is
+# its only credential, and its project comes from CLOUD_ML_PROJECT_ID. These host variables are
+# withheld from every replica unless passed on purpose with `--pass-env NAME`.
+WITHHELD_ENV_PREFIXES = (
+    "GOOGLE_",  # GOOGLE_APPLICATION_CREDENTIALS, GOOGLE_CLOUD_PROJECT, GOOGLE_CLOUD_QUOTA_PROJECT, ...
+    "CLOUDSDK_",  # gcloud's configuration: CLOUDSDK_CORE_PROJECT, CLOUDSDK_CONFIG, ...
+    "GCLOUD_",  # GCLOUD_PROJECT (older client libraries)
+    "GCE_",  # GCE_METADATA_HOST, GCE_METADATA_IP: a metadata server that hands out tokens
+    "GCP_",  # GCP_PROJECT (Cloud Functions style)
+    "DEVSHELL_",  # Cloud Shell's project and credential hand-off
+    "AWS_",  # another cloud's identity: AWS_ACCESS_KEY_ID, AWS_PROFILE, AWS_SHARED_CREDENTIALS_FILE
+    "AZURE_",
+    "BOTO_",  # BOTO_CONFIG, BOTO_PATH: gsutil/boto credential files
+)
+WITHHELD_ENV_NAMES = (
+    "STORAGE_EMULATOR_HOST",  # the host's own emulator; trials sets its own with the gcs extra
+    "KUBECONFIG",
+    "SSH_AUTH_SOCK",  # an SSH agent: the user's git and server identity
+    "GH_TOKEN", "GITHUB_TOKEN",
+)
+# Kept as they are (the toolchain a local "image" needs); listed for `trials validate` and the docs.
+TOOLCHAIN_ENV_NAMES = (
+    "PATH", "LD_LIBRARY_PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR",
+    "TERM", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH", "PYTHONHOME",
+)
+TOOLCHAIN_ENV_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NCCL_", "XLA_", "TF_CPP_", "OMP_", "MKL_")
+
+
+# Trust settings, not identity: a CA bundle for a TLS-inspecting proxy is kept, whatever its prefix.
+TRUST_ENV_MARKERS = ("CA_BUNDLE", "CA_CERTS", "CA_CERT_FILE")
+
+
+def is_withheld_env(name: str) -> bool:
+    """Whether a host variable is part of the user's cloud identity (withheld from trials)."""
+    if any(marker in name for marker in TRUST_ENV_MARKERS):
+        return False
+    return name in WITHHELD_ENV_NAMES or name.startswith(WITHHELD_ENV_PREFIXES)
+
+
 # --- Exit codes ------------------------------------------------------------------------------------
 EXIT_OK = 0
 EXIT_ERROR = 1  # an exception in the objective: a permanent failure

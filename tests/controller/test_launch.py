@@ -124,3 +124,15 @@ def test_values_pass_verbatim_as_one_token():
     study = StudySpec(metrics=(MetricSpec(metric_id="a"),), parameters=(
         ParameterSpec(parameter_id="name", type=ParameterType.CATEGORICAL, values=("$(rm -rf ~); reboot\nx",)),))
     assert launch.trial_flags(study, {"name": "$(rm -rf ~); reboot\nx"}) == ["--name=$(rm -rf ~); reboot\nx"]
+
+
+def test_the_host_cloud_identity_is_withheld_unless_passed():
+    host = {"PATH": "/bin", "GOOGLE_CLOUD_PROJECT": "p", "GOOGLE_APPLICATION_CREDENTIALS": "/k.json",
+            "CLOUDSDK_CONFIG": "/c", "AWS_PROFILE": "a", "BOTO_CONFIG": "/b", "SSH_AUTH_SOCK": "/s",
+            "AWS_CA_BUNDLE": "/ca.pem", "LC_ALL": "C", "CUDA_HOME": "/cuda"}
+    assert launch.clean_base_env(host) == {"PATH": "/bin", "AWS_CA_BUNDLE": "/ca.pem", "LC_ALL": "C",
+                                           "CUDA_HOME": "/cuda"}
+    assert launch.clean_base_env(host, ["GOOGLE_CLOUD_PROJECT"])["GOOGLE_CLOUD_PROJECT"] == "p"
+    assert launch.withheld_env(host, ["AWS_PROFILE"]) == [
+        "BOTO_CONFIG", "CLOUDSDK_CONFIG", "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT",
+        "SSH_AUTH_SOCK"]

@@ -59,6 +59,7 @@ class RunOptions:
     shared: Any = None  # trials.controller.worker.SharedJob: one of several workers on a database job
     join: bool = False  # a `trials worker`: Ctrl-C / SIGTERM leaves the job instead of cancelling it
     devices: DevicePlan | None = None  # GPUs handed to replicas (None: CUDA_VISIBLE_DEVICES untouched)
+    pass_env: tuple[str, ...] = ()  # withheld host variables passed to replicas anyway (--pass-env)
 
 
 @dataclass(eq=False)
@@ -266,7 +267,7 @@ class JobRunner:
         launches = launch.build_replicas(
             job=self.job, job_id=self.store.job_id, trial_id=claimed.trial_id,
             params=claimed.params, paths=paths, project_number=self.opt.project_number,
-            local_command=self.opt.local_command, base_env=launch.clean_base_env(os.environ),
+            local_command=self.opt.local_command, base_env=launch.clean_base_env(os.environ, self.opt.pass_env),
             ports=ports, gcs_root=self.opt.gcs_root, job_spec_rest=self._trial_job_rest,
         )
         primary = launches[0]

@@ -7,6 +7,7 @@ import fcntl
 import json
 import os
 import re
+import shlex
 import signal
 import sys
 import time
@@ -131,7 +132,11 @@ def spec_from_storage(meta: dict[str, Any]) -> JobSpec:
 def create_job(job: JobSpec, *, root: str, job_id: str | None, spec_path: str | None,
                storage: str | None, base_output_dir: str | None, project_number: str | None,
                local_command: Sequence[str] | None, cwd: str | None = None,
-               seed: int | None = None, gcs_root: str | None = None) -> JobHandle:
+               seed: int | None = None, gcs_root: str | None = None,
+               pass_env: Sequence[str] = ()) -> JobHandle:
+    from trials.controller.trial_view import check_command
+
+    check_command(job, local_command, spec_path or "the spec")  # before the folder and id are used
     job_id = default_job_id(job, spec_path) if job_id is None else job_id
     job_dir = job_dir_of(root, job_id)
     if storage is None and os.path.exists(os.path.join(job_dir, JOURNAL_FILE)):
@@ -141,9 +146,6 @@ def create_job(job: JobSpec, *, root: str, job_id: str | None, spec_path: str | 
         os.makedirs(job_dir, exist_ok=True)
     except OSError as err:
         raise ConfigError(f"cannot create the job folder {job_dir}: {err.strerror or err}") from None
-    if job.trial_job is None and not local_command:
-        raise ConfigError(f"{spec_path or 'the spec'} has no trialJobSpec and no command: give the "
-                          f"trial command after --, e.g. trials sweep SPEC -- python train.py")
     url = storage_url_for(job_dir, storage)
     n = job.max_trial_count
     if job.study.algorithm is Algorithm.GRID_SEARCH:
@@ -156,6 +158,7 @@ def create_job(job: JobSpec, *, root: str, job_id: str | None, spec_path: str | 
         "project_number": project_number or DEFAULT_PROJECT_NUMBER,
         "local_command": list(local_command) if local_command else None,
         "cwd": os.path.abspath(cwd or os.getcwd()),
+        "pass_env": list(dict.fromkeys(pass_env)),
         "local": {k: getattr(job.local, k) for k in ("inject_restarts", "grace_period_s", "memory_limit_mb")},
     }
 
@@ -250,9 +253,34 @@ def list_jobs(root: str, storage: str | None) -> list[dict[str, Any]]:
 
 
 # --- run ------------------------------------------------------------------------------------------
+def set_command(h: JobHandle, command: Sequence[str]) -> None:
+    """Give a job created without a command (an image's ENTRYPOINT) the one to run locally.
+
+    Raises:
+        ConfigError: the job already has another command.
+    """
+    current = h.store.get_meta("local_command")
+    if current and list(current) != list(command):
+        raise ConfigError(f"job {h.job_id} already runs {shlex.join(current)}; resume it without "
+                          f"-- COMMAND, or start a new job with `trials sweep`")
+    if not current:
+        h.store.set_meta(local_command=list(command))
+
+
+def check_runnable(h: JobHandle) -> None:
+    """Refuse to resume a job whose trials have no command (``trials resume JOB -- COMMAND``)."""
+    from trials.controller.trial_view import check_command
+
+    try:
+        check_command(h.job, h.store.get_meta("local_command"), f"job {h.job_id}")
+    except ConfigError as err:
+        raise ConfigError(str(err).replace("trials sweep SPEC --", f"trials resume {h.job_id} --")) from None
+
+
 def run_options(h: JobHandle, *, echo: bool, grace_period_s: float | None, memory_limit_mb: int | None,
                 inject_restarts: float | None, slots: int | None, seed: int | None,
-                devices: Any = None, shared: Any = None, join: bool = False) -> RunOptions:
+                devices: Any = None, shared: Any = None, join: bool = False,
+                pass_env: Sequence[str] = ()) -> RunOptions:
     meta = h.store.meta()
     local = h.job.local
     return RunOptions(
@@ -264,6 +292,7 @@ def run_options(h: JobHandle, *, echo: bool, grace_period_s: float | None, memor
         inject_restarts=inject_restarts if inject_restarts is not None else local.inject_restarts,
         slots=slots, echo=sys.stdout if echo else None, seed=seed,
         devices=devices, shared=shared, join=join,
+        pass_env=tuple(dict.fromkeys([*(meta.get("pass_env") or ()), *pass_env])),
     )
 
 

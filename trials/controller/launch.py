@@ -6,7 +6,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from trials import protocol
@@ -108,11 +108,21 @@ def _python(argv: list[str]) -> list[str]:
     return argv
 
 
-def clean_base_env(environ: Mapping[str, str]) -> dict[str, str]:
+def clean_base_env(environ: Mapping[str, str], pass_env: Collection[str] = ()) -> dict[str, str]:
+    """The host variables a replica inherits: all but a parent trial's and the user's cloud identity.
+
+    ``pass_env`` names withheld variables (``protocol.is_withheld_env``) to pass anyway.
+    """
     return {
         k: v for k, v in environ.items()
         if k not in _SCRUBBED and not k.startswith(_SCRUBBED_PREFIXES)
+        and (k in pass_env or not protocol.is_withheld_env(k))
     }
+
+
+def withheld_env(environ: Mapping[str, str], pass_env: Collection[str] = ()) -> list[str]:
+    """The names of the host variables :func:`clean_base_env` withholds, sorted."""
+    return sorted(k for k in environ if protocol.is_withheld_env(k) and k not in pass_env)
 
 
 def build_replicas(

@@ -1,0 +1,82 @@
+"""What ``trials validate`` shows of a trial's process: its command and the environment it will see."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Collection, Mapping, Sequence
+
+from trials import protocol
+from trials.controller import launch
+from trials.spec import JobSpec, WorkerPoolSpec
+from trials.spec.text import sample_trial
+
+JOB_DIR = "<job folder>"
+JOB_ID = "<job id>"
+_SHOWN_HOST_NAMES = 12
+
+
+def check_command(job: JobSpec, local_command: Sequence[str] | None, source: str) -> None:
+    """Refuse a spec whose trials have nothing to run (before a job folder or id is used up).
+
+    Raises:
+        ConfigError: a pool's image has no command and none was given after ``--``.
+    """
+    from trials.errors import ConfigError
+
+    if job.trial_job is None:
+        if not local_command:
+            raise ConfigError(f"{source} has no trialJobSpec and no command: give the trial "
+                              f"command after --, e.g. trials sweep SPEC -- python train.py")
+        return
+    for pool in _pools(job):
+        try:
+            launch.base_command(pool, local_command)
+        except ConfigError as err:
+            raise ConfigError(f"{source}: {err}") from None
+
+
+def sample_view(job: JobSpec, *, local_command: Sequence[str] | None, pass_env: Collection[str],
+                environ: Mapping[str, str] | None = None) -> list[str]:
+    """Lines describing the primary replica of a sample trial: argv, then its environment."""
+    environ = os.environ if environ is None else environ
+    params = {p.parameter_id: v for p, v in sample_trial(job.study)}
+    base_output = (job.trial_job.base_output_directory if job.trial_job else None) or JOB_DIR
+    paths = launch.trial_paths(JOB_DIR, base_output, "1")
+    base_env = launch.clean_base_env(environ, pass_env)
+    n = len(job.trial_job.replicas()) if job.trial_job else 1
+    primary = launch.build_replicas(
+        job=job, job_id=JOB_ID, trial_id="1", params=params, paths=paths,
+        project_number="000000000000", local_command=local_command, base_env=base_env,
+        ports=[2222] * n, gcs_root=os.path.join(JOB_DIR, "gcs"),
+    )[0]
+    spec_env = {e.name for pool in _pools(job) for e in pool.env}
+    set_here = {k: v for k, v in primary.env.items()
+                if k not in spec_env and (k not in base_env or base_env[k] != v)}
+    lines = [f"the sample trial's {primary.name} runs: {shlex.join(primary.argv)}",
+             "its environment:"]
+    lines += [f"  {k}={_short(v)}" for k, v in sorted(set_here.items())]
+    lines += [f"  {k}={_short(primary.env[k])}  (spec env)" for k in sorted(spec_env)
+              if k in primary.env]
+    kept = sorted(k for k in base_env if k not in primary.env or primary.env[k] == base_env[k])
+    shown = ", ".join(kept[:_SHOWN_HOST_NAMES]) + (", ..." if len(kept) > _SHOWN_HOST_NAMES else "")
+    lines.append(f"  + {len(kept)} variables of this host's environment ({shown})")
+    passed = sorted(k for k in pass_env if k in environ and protocol.is_withheld_env(k))
+    if passed:
+        lines.append(f"  passed on purpose (--pass-env): {', '.join(passed)}")
+    withheld = launch.withheld_env(environ, pass_env)
+    if withheld:
+        lines.append(f"  withheld (the host's cloud identity; pass one with --pass-env NAME): "
+                     f"{', '.join(withheld)}")
+    return lines
+
+
+def _pools(job: JobSpec) -> list[WorkerPoolSpec]:
+    if job.trial_job is None:
+        return []
+    return [pool for pool in job.trial_job.worker_pools if pool is not None]
+
+
+def _short(value: str, limit: int = 120) -> str:
+    text = value.encode("unicode_escape").decode("ascii")
+    return text if len(text) <= limit else text[:limit] + "..."
