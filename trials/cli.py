@@ -321,6 +321,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         print(describe.format_table(report.top_header, report.top_rows))
     else:
         print(f"job {h.job_id}: no trial has succeeded yet")
+    if report.note:
+        print(f"note: {report.note}")
     for title, why in report.skipped:
         print(f"skipped {title}: {why}")
     print(f"report: {report.index_html}")

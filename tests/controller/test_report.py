@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import itertools
 import os
 import re
 import sys
@@ -11,7 +12,7 @@ import pytest
 
 from trials.cli import main
 from trials.controller import jobs as controller
-from trials.controller import report, report_plots
+from trials.controller import report, report_data, report_parallel
 from trials.spec.load import loads_spec
 
 SINGLE = """
@@ -142,42 +143,54 @@ def test_report_of_a_job_with_no_completed_trial(tmp_path, capsys):
     r = report.write_report(h)
     assert r.images == () and r.top_rows == ()
     assert r.skipped == (("all plots", "no trial has succeeded yet: there is nothing to plot"),)
-    page = open(r.index_html, encoding="utf-8").read()
+    with open(r.index_html, encoding="utf-8") as f:
+        page = f.read()
     assert "No completed trial" in page and "non-zero status of 1" in page
     assert main(["report", "rep", "--root", str(tmp_path / "jobs")]) == 0
     out = capsys.readouterr().out
     assert "no trial has succeeded yet" in out and r.index_html in out
 
 
-def test_report_without_matplotlib_is_tables_only_and_says_so(tmp_path, monkeypatch):
-    h = _fake_job(tmp_path, outcomes=[("ok", [0.5, 0.4], False), ("ok", [0.6, 0.3], False)])
+def test_report_without_matplotlib_is_tables_only_and_says_so(tmp_path, monkeypatch, capsys):
+    _fake_job(tmp_path, outcomes=[("ok", [0.5, 0.4], False), ("ok", [0.6, 0.3], False)])
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
-    r = report.write_report(h)
-    assert r.images == ()
-    page = open(r.index_html, encoding="utf-8").read()
+    assert main(["report", "rep", "--root", str(tmp_path / "jobs")]) == 0
+    out = capsys.readouterr().out  # said on the command line, not only inside the page
+    assert "note: matplotlib is not installed, so this report has tables only: pip install" in out
+    folder = tmp_path / "jobs" / "rep" / "report"
+    assert os.listdir(folder) == ["index.html"]
+    page = (folder / "index.html").read_text(encoding="utf-8")
     assert "matplotlib is not installed" in page and "pip install" in page
     assert "Top 2 trials by loss" in page
 
 
-def test_mark_stopped_restyles_and_relabels_optuna_lines():
-    pytest.importorskip("matplotlib")
-    import matplotlib
+def test_plot_trials_read_stopped_flags_curves_and_results_from_the_rest_view():
+    rest = {"trials": [_rest_trial(1, "SUCCEEDED", {"loss": 0.5}), _rest_trial(2, "SUCCEEDED", {"loss": 0.1}),
+                       _rest_trial(3, "INFEASIBLE", reason="x"), _rest_trial(4, "SUCCEEDED", {"loss": 0.3})]}
+    rest["trials"][1]["measurements"] = [{"stepCount": "1", "metrics": [{"metricId": "loss", "value": 0.1}]}]
+    trials = report_data.plot_trials(rest, {"2": {"stopped_early": True}}, ["loss"])
+    assert [(t.trial_id, t.stopped, t.result) for t in trials] == [
+        (1, False, True), (2, True, False), (3, False, False), (4, False, True)]
+    assert trials[1].curve == ((1, 0.1),)
+    # a stopped trial's value (0.1, the lowest) is where it stopped, never the best so far
+    assert report_data.best_so_far(trials, maximize=False) == [(1, 0.5), (4, 0.3)]
+    assert report_data.best_trial(trials, maximize=False).trial_id == 4
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots()
-    ax.plot([1, 2, 3], [3, 2, 1], label="Trial0")
-    ax.plot([1, 2], [3, 2.5], label="Trial1")
-    report_plots.mark_stopped(ax, {1})
-    lines = {ln.get_label(): ln for ln in ax.get_lines()}
-    assert lines["trial 1"].get_linestyle() == "-"
-    assert lines["trial 2 (stopped)"].get_linestyle() == "--"
-    ends = [ln for ln in ax.get_lines() if ln.get_marker() == "X"]
-    assert len(ends) == 1 and list(ends[0].get_xdata()) == [2]  # the stop point is marked
-    labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert labels == ["trial 1", "trial 2 (stopped)", "stopped early"]
-    plt.close(fig)
+def test_parallel_axes_follow_the_spec_scale_and_labels_never_crowd():
+    job = loads_spec(MULTI, source="t.yaml")
+    axes = report_parallel.param_axes(job.study.all_parameters(), [])
+    lr, width = axes
+    assert (lr.kind, lr.low, lr.high) == ("log", 0.001, 1.0)
+    assert lr.position(0.001) == 0.0 and lr.position(1.0) == 1.0 and abs(lr.position(0.01) - 1 / 3) < 1e-9
+    assert [label for _, label in lr.ticks()] == ["0.001", "0.01", "0.1", "1"]
+    assert width.categories == ("8", "16", "32") and width.position(None) is None  # inactive: no place
+    dense = report_parallel.Axis(name="x", kind="log", low=1e-9, high=1.0)
+    ys = [y for y, _ in dense.ticks()]
+    assert min(b - a for a, b in itertools.pairwise(ys)) >= report_parallel.MIN_LABEL_GAP
+    many = report_parallel.Axis(name="c", kind="category", categories=tuple(str(i) for i in range(40)))
+    ys = [y for y, _ in many.ticks()]
+    assert min(b - a for a, b in itertools.pairwise(ys)) >= report_parallel.MIN_LABEL_GAP - 1e-9
 
 
 def test_report_with_plots_single_metric(tmp_path, capsys):
@@ -210,6 +223,6 @@ def test_report_with_plots_several_metrics_has_a_pareto_front_and_skips_importan
     r = report.write_report(h)
     assert sorted(os.path.basename(p) for p in r.images) == [
         "intermediate_values.png", "optimization_history.png", "parallel_coordinate.png", "pareto_front.png"]
-    assert r.skipped == (("Parameter importances", "needs at least 2 succeeded trials and more than 1 "
-                          "parameter; this job has 2 succeeded trials and 1 parameter"),)
+    assert r.skipped == (("Parameter importances", "needs at least 2 completed trials and more than 1 "
+                          "parameter; this job has 2 completed trials (not stopped early) and 1 parameter"),)
     assert r.top_title == "Pareto-optimal trials (acc, size)"

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from trials.controller import describe
+from trials.controller.report_data import plot_trials
+from trials.controller.report_parallel import param_axes
 from trials.controller.report_plots import PLOT_STEMS, draw_plots, matplotlib_available
 
 REPORT_DIR = "report"
@@ -23,6 +25,7 @@ class Report:
     """What ``write_report`` wrote: the page, its PNGs, the plots it skipped and why, the top table."""
 
     index_html: str
+    note: str | None
     images: tuple[str, ...]
     skipped: tuple[tuple[str, str], ...]
     top_title: str
@@ -52,7 +55,7 @@ def top_trials(rest: Mapping[str, Any], metric_ids: Sequence[str], maximize: Seq
             if t["state"] == "SUCCEEDED" and all(m in final_values(t) for m in metric_ids)]
     signs = [1.0 if mx else -1.0 for mx in maximize]
 
-    def key(t):  # larger is better, per metric
+    def key(t: Mapping[str, Any]) -> list[float]:  # larger is better, per metric
         v = final_values(t)
         return [s * v[m] for s, m in zip(signs, metric_ids, strict=False)]
 
@@ -183,6 +186,28 @@ def _stopped_html(rest: Mapping[str, Any]) -> str:
     return "<h2>Stopped early</h2>" + _table_html(["trial", "why"], body)
 
 
+# --- effects ---
+def _draw(h: Any, rest: Mapping[str, Any], metric_ids: Sequence[str], maximize: Sequence[bool],
+          out_dir: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    from trials.study.importances import param_importances
+
+    trials = plot_trials(rest, local_view(rest), metric_ids)
+    stopped = {t.trial_id - 1 for t in trials if t.stopped}  # Optuna numbers trials from 0
+
+    def importances() -> dict[str, float]:
+        return param_importances(h.store.study, maximize=maximize[0], leave_out=stopped)
+
+    axes = param_axes(h.job.study.all_parameters(), trials)
+    return draw_plots(trials, metric_ids=metric_ids, maximize=maximize, axes=axes,
+                      importances=importances, out_dir=out_dir)
+
+
+def local_view(rest: Mapping[str, Any]) -> Mapping[str, Mapping[str, Any]]:
+    """Per trial id: the local details (attempts, stopped early, stop reason) beside the REST job."""
+    local: Mapping[str, Mapping[str, Any]] = rest.get("trialsLocal", {})
+    return local
+
+
 # --- effects -------------------------------------------------------------------------------------
 def write_report(h: Any, *, out_dir: str | None = None, plots: bool = True) -> Report:
     """Write ``index.html`` and the PNGs for the job behind handle ``h`` (``controller.open_job``).
@@ -211,14 +236,9 @@ def write_report(h: Any, *, out_dir: str | None = None, plots: bool = True) -> R
     if not plots:
         note = "Plots were not requested (--no-plots): tables only."
     elif not matplotlib_available():
-        note = "matplotlib is not installed, so this report has tables only: pip install 'trials[report]'."
+        note = "matplotlib is not installed, so this report has tables only: pip install 'trials[report]'"
     else:
-        drawn, skipped = draw_plots(h.store.study, metric_ids, maximize, rest, out_dir)
-    reverse = [p.parameter_id for p in h.job.study.all_parameters() if p.scale_type.name == "UNIT_REVERSE_LOG_SCALE"
-               and p.type.name in ("DOUBLE", "INTEGER")]
-    if reverse and drawn:
-        note = (f"Parameters on UNIT_REVERSE_LOG_SCALE ({', '.join(reverse)}) appear in the plots as "
-                f"<name>:reverse_log, the mirrored value min + max - value that Optuna samples.")
+        drawn, skipped = _draw(h, rest, metric_ids, maximize, out_dir)
     images = []
     for title, path in drawn:
         with open(path, "rb") as f:
@@ -233,5 +253,5 @@ def write_report(h: Any, *, out_dir: str | None = None, plots: bool = True) -> R
     os.replace(tmp, index)
     title, top = top_trials(rest, metric_ids, maximize)
     header, body = table(rest, top, metric_ids)
-    return Report(index_html=index, images=tuple(p for _, p in drawn), skipped=tuple(skipped),
+    return Report(index_html=index, note=note, images=tuple(p for _, p in drawn), skipped=tuple(skipped),
                   top_title=title, top_header=tuple(header), top_rows=tuple(tuple(r) for r in body))

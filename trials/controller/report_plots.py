@@ -1,23 +1,27 @@
-"""The report's plots: Optuna's matplotlib visualization of a job, relabelled with Vertex trial ids.
+"""The report's plots, drawn with matplotlib from the job's own records (Vertex trial ids, no Optuna).
 
-Optuna numbers trials from 0 and knows nothing of early stopping; the plots here show Vertex trial
-ids (number + 1) and mark stopped-early trials. matplotlib and ``optuna.visualization`` are
-imported only when a plot is drawn.
+Each plot is a function of ``PlotTrial``s. A trial stopped early is always marked as such: its value
+is where it was stopped, not a result, so it never counts as a best value. matplotlib is imported
+only when a plot is drawn.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
-import re
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-MAX_LEGEND_TRIALS = 20
-STOPPED_COLOR = "#d62728"
+from trials.controller.report_data import PlotTrial, best_so_far, best_trial, pareto_ids
+from trials.controller.report_parallel import Axis, draw_parallel
+
+RESULT_COLOR = "#1f77b4"
+BEST_COLOR = "#d62728"
+STOPPED_COLOR = "#8c8c8c"
+FAILED_COLOR = "#b00000"
 PLOT_STEMS = ("optimization_history", "intermediate_values", "parallel_coordinate", "param_importances",
               "pareto_front")
+Importances = Callable[[], Mapping[str, float]]
 
 
 def matplotlib_available() -> bool:
@@ -27,134 +31,172 @@ def matplotlib_available() -> bool:
         return False
 
 
-def _plots(study: Any, metric_ids: Sequence[str], maximize: Sequence[bool],
-           rest: Mapping[str, Any]) -> list[tuple[str, str, Callable]]:
-    """(file stem, title, draw) for every plot this job gets; ``draw()`` returns Axes or raises."""
-    from optuna.visualization import matplotlib as ovm  # the plots are Optuna's visualization
-
-    multi = len(metric_ids) > 1
-    primary = metric_ids[0]
-    target = (lambda t: t.values[0]) if multi else None
-    local = rest.get("trialsLocal", {})
-    stopped = {int(k) - 1 for k, v in local.items() if v.get("stopped_early")}
-    n_params = len({p["parameterId"] for t in rest.get("trials", []) for p in t.get("parameters", [])})
-    n_done = sum(1 for t in rest.get("trials", []) if t["state"] == "SUCCEEDED")
-
-    def history():
-        ax = ovm.plot_optimization_history(study, target=target, target_name=primary)
-        shift_trial_numbers(ax)
-        ax.set_xlabel("trial id")
-        _title(ax, f"Optimization history: {primary}")
-        return ax
-
-    def curves():
-        if not any(t.get("measurements") for t in rest.get("trials", [])):
-            raise _Skip("no trial reported an intermediate value")
-        ax = ovm.plot_intermediate_values(study)
-        mark_stopped(ax, stopped)
-        ax.set_ylabel(primary)
-        ax.set_xlabel("step")
-        _title(ax, f"Learning curves: {primary} per step" + (" (X = stopped early)" if stopped else ""))
-        return ax
-
-    def parallel():
-        ax = ovm.plot_parallel_coordinate(study, target=target, target_name=primary)
-        _title(ax, f"Parallel coordinates (color: {primary})", y=1.05)  # above the tick labels
-        return ax
-
-    def importances():
-        if n_done < 2 or n_params < 2:
-            raise _Skip(f"needs at least 2 succeeded trials and more than 1 parameter; this job has "
-                        f"{n_done} succeeded trial{'s' if n_done != 1 else ''} and {n_params} "
-                        f"parameter{'s' if n_params != 1 else ''}")
-        if not multi:  # the evaluator reads the study's direction
-            ax = ovm.plot_param_importances(study, target_name=primary)
-        else:  # only the primary metric, oriented so that lower is better as the evaluator assumes
-            sign = -1.0 if maximize[0] else 1.0
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)
-                ax = ovm.plot_param_importances(study, target=lambda t: sign * t.values[0],
-                                                target_name=primary)
-        _title(ax, f"Parameter importances for {primary}" + (" (primary metric)" if multi else ""))
-        ax.set_xlabel("importance (Optuna's default evaluator)")
-        return ax
-
-    def pareto():
-        if len(metric_ids) > 3:
-            raise _Skip(f"Optuna draws Pareto fronts of 2 or 3 metrics; this job has {len(metric_ids)}")
-        ax = ovm.plot_pareto_front(study, target_names=list(metric_ids))
-        _title(ax, f"Pareto front: {' vs '.join(metric_ids)}")
-        names = {"Trial": "trial", "Best Trial": "Pareto-optimal trial"}
-        handles, labels = ax.get_legend_handles_labels()
-        if handles:
-            ax.legend(handles, [names.get(lb, lb) for lb in labels])
-        return ax
-
-    out = [("optimization_history", "Optimization history", history),
-           ("intermediate_values", "Learning curves (intermediate values)", curves),
-           ("parallel_coordinate", "Parallel coordinates", parallel),
-           ("param_importances", "Parameter importances", importances)]
-    if multi:
-        out.append(("pareto_front", "Pareto front", pareto))
-    return out
-
-
-def _title(ax: Any, text: str, *, y: float | None = None) -> None:
-    for loc in ("left", "right"):  # Optuna puts some titles on the left
-        ax.set_title("", loc=loc)
-    ax.set_title(text, y=y)
-
-
-class _Skip(Exception):
+class Skip(Exception):
     """A plot that does not apply to this job; the message says why."""
 
 
-def shift_trial_numbers(ax: Any) -> None:
-    # Optuna numbers trials from 0; Vertex trial ids (and every table here) start at 1.
-    for line in ax.get_lines():
-        line.set_xdata([x + 1 for x in line.get_xdata()])
-    for coll in ax.collections:
-        offsets = coll.get_offsets()
-        if len(offsets):
-            offsets[:, 0] += 1
-            coll.set_offsets(offsets)
-    ax.relim()
-    ax.autoscale_view()
+def _integer_x(ax: Any) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
-def mark_stopped(ax: Any, stopped: set[int]) -> None:
+def _goal(metric: str, maximize: bool) -> str:
+    return f"{metric} ({'higher' if maximize else 'lower'} is better)"
+
+
+def history(ax: Any, trials: Sequence[PlotTrial], metric: str, maximize: bool, index: int = 0) -> None:
+    """Final value per trial id; stopped-early trials hollow, failed ones as ticks at the bottom."""
+    done = [t for t in trials if t.result]
+    stopped = [t for t in trials if t.state == "SUCCEEDED" and t.stopped and t.values
+               and t.values[index] is not None]
+    failed = [t for t in trials if t.state == "INFEASIBLE"]
+    if done:
+        ax.plot([t.trial_id for t in done], [t.values[index] for t in done], "o", color=RESULT_COLOR,
+                label="completed trial")
+    if stopped:
+        ax.plot([t.trial_id for t in stopped], [t.values[index] for t in stopped], "o", mfc="none",
+                color=STOPPED_COLOR, label="stopped early (value when stopped, not a result)")
+    line = best_so_far(trials, maximize=maximize, index=index)
+    if line:
+        ax.step([i for i, _ in line], [v for _, v in line], where="post", color=BEST_COLOR,
+                alpha=0.8, label="best so far")
+    if failed:
+        ax.plot([t.trial_id for t in failed], [0.0] * len(failed), "x", color=FAILED_COLOR,
+                transform=ax.get_xaxis_transform(), clip_on=False, markersize=8,
+                label="failed or infeasible (no value)")
+    best = best_trial(trials, maximize=maximize) if index == 0 else None
+    if best is not None:
+        ax.annotate(f"best: trial {best.trial_id}", (best.trial_id, best.values[0]),
+                    xytext=(6, 6), textcoords="offset points", fontsize=9, color=BEST_COLOR)
+    _integer_x(ax)
+    ax.set_xlabel("trial id")
+    ax.set_ylabel(_goal(metric, maximize))
+    ax.legend(fontsize="small", loc="best")
+
+
+def curves(ax: Any, trials: Sequence[PlotTrial], metric: str, maximize: bool) -> None:
+    """The primary metric per step: colour by trial id (a colour bar, not a legend entry per trial)."""
+    import matplotlib as mpl
     from matplotlib.lines import Line2D
 
-    lines = []
-    for line in ax.get_lines():
-        m = re.fullmatch(r"Trial(\d+)", str(line.get_label()))
-        if not m:
-            continue
-        number = int(m.group(1))
-        line.set_label(f"trial {number + 1}" + (" (stopped)" if number in stopped else ""))
-        if number in stopped:
-            line.set_linestyle("--")
-            xs, ys = line.get_xdata(), line.get_ydata()
-            if len(xs):
-                ax.plot([xs[-1]], [ys[-1]], marker="X", markersize=10, color=STOPPED_COLOR,
-                        linestyle="none", zorder=5)
-        lines.append(line)
-    handles: list[Any] = lines if len(lines) <= MAX_LEGEND_TRIALS else []
+    drawn = [t for t in trials if t.curve]
+    if not drawn:
+        raise Skip("no trial reported an intermediate value")
+    ids = [t.trial_id for t in drawn]
+    norm = mpl.colors.Normalize(min(ids), max(ids) if max(ids) > min(ids) else min(ids) + 1)
+    cmap = mpl.colormaps["viridis"]
+    best = best_trial(trials, maximize=maximize)
+    for t in drawn:
+        steps, values = [s for s, _ in t.curve], [v for _, v in t.curve]
+        is_best = best is not None and t.trial_id == best.trial_id
+        ax.plot(steps, values, color=cmap(norm(t.trial_id)), linestyle="--" if t.stopped else "-",
+                linewidth=2.8 if is_best else 1.2, alpha=1.0 if is_best else 0.8, zorder=3 if is_best else 2,
+                marker="o" if len(steps) == 1 else None)
+        if t.stopped:
+            ax.plot([steps[-1]], [values[-1]], marker="X", markersize=8, color=BEST_COLOR,
+                    linestyle="none", zorder=4)
+        if is_best:
+            ax.annotate(f"best: trial {t.trial_id}", (steps[-1], values[-1]), xytext=(6, 0),
+                        textcoords="offset points", fontsize=9, va="center")
+    bar = ax.figure.colorbar(mpl.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, pad=0.02)
+    bar.set_label("trial id")
+    bar.ax.yaxis.set_major_locator(mpl.ticker.MaxNLocator(integer=True))
+    handles = [Line2D([], [], color="#444444", label="ran to its end")]
+    if any(t.stopped for t in drawn):
+        handles.append(Line2D([], [], color="#444444", linestyle="--", marker="X", markeredgecolor=BEST_COLOR,
+                              markerfacecolor=BEST_COLOR, label="stopped early (X: where)"))
+    ax.legend(handles=handles, fontsize="small", loc="best")
+    _integer_x(ax)
+    ax.set_xlabel("step")
+    ax.set_ylabel(_goal(metric, maximize))
+
+
+def importances_bar(ax: Any, values: Mapping[str, float], metric: str) -> None:
+    if not values:
+        raise Skip("Optuna found no parameter shared by every completed trial")
+    items = sorted(values.items(), key=lambda kv: kv[1])
+    ax.barh([k for k, _ in items], [v for _, v in items], color=RESULT_COLOR, height=0.6)
+    for i, (_, v) in enumerate(items):
+        ax.text(v, i, f" {v:.2f}", va="center", fontsize=9)
+    ax.set_xlabel(f"importance for {metric} (Optuna's fANOVA over the completed trials; "
+                  f"parameters that some trials lack are left out)")
+    ax.set_xlim(0, max(1e-9, max(v for _, v in items)) * 1.15)
+
+
+def pareto(ax: Any, trials: Sequence[PlotTrial], metric_ids: Sequence[str], maximize: Sequence[bool]) -> None:
+    """The first two metrics; the Pareto-optimal trials (on every metric) red and labelled."""
+    front = pareto_ids(trials, maximize)
+    done = [t for t in trials if t.result]
+    stopped = [t for t in trials if t.state == "SUCCEEDED" and t.stopped and len(t.values) >= 2
+               and None not in t.values[:2]]
+    others = [t for t in done if t.trial_id not in front]
+    best = sorted((t for t in done if t.trial_id in front), key=lambda t: t.values[0] or 0.0)
+    if others:
+        ax.plot([t.values[0] for t in others], [t.values[1] for t in others], "o", color=RESULT_COLOR,
+                alpha=0.7, label="completed trial")
     if stopped:
-        handles.append(Line2D([], [], marker="X", markersize=9, color=STOPPED_COLOR, linestyle="--",
-                              label="stopped early"))
-    legend = ax.get_legend()
-    if legend is not None:
-        legend.remove()
-    if handles:
-        ax.legend(handles=handles, bbox_to_anchor=(1.02, 1), loc="upper left", borderaxespad=0.0,
-                  fontsize="small")
+        ax.plot([t.values[0] for t in stopped], [t.values[1] for t in stopped], "o", mfc="none",
+                color=STOPPED_COLOR, label="stopped early (not a result)")
+    if best:
+        ax.plot([t.values[0] for t in best], [t.values[1] for t in best], "o-", color=BEST_COLOR,
+                label="Pareto-optimal trial")
+        for t in best:
+            ax.annotate(str(t.trial_id), (t.values[0], t.values[1]), xytext=(5, 5),
+                        textcoords="offset points", fontsize=9, color=BEST_COLOR)
+    ax.set_xlabel(_goal(metric_ids[0], maximize[0]))
+    ax.set_ylabel(_goal(metric_ids[1], maximize[1]))
+    ax.legend(fontsize="small", loc="best")
 
 
-def draw_plots(study: Any, metric_ids: Sequence[str], maximize: Sequence[bool],
-               rest: Mapping[str, Any], out_dir: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+def _plots(trials: Sequence[PlotTrial], metric_ids: Sequence[str], maximize: Sequence[bool],
+           axes: Sequence[Axis], importances: Importances) -> list[tuple[str, str, Callable[[Any], str]]]:
+    """(file stem, title, draw(ax) -> heading) for every plot this job gets."""
+    primary, mx = metric_ids[0], maximize[0]
+    multi = len(metric_ids) > 1
+    n_done = sum(1 for t in trials if t.result)
+
+    def importance(ax: Any) -> str:
+        if n_done < 2 or len(axes) < 2:
+            raise Skip(f"needs at least 2 completed trials and more than 1 parameter; this job has "
+                       f"{n_done} completed trial{'s' if n_done != 1 else ''} (not stopped early) and "
+                       f"{len(axes)} parameter{'s' if len(axes) != 1 else ''}")
+        importances_bar(ax, importances(), primary)
+        return f"Parameter importances for {primary}" + (" (primary metric)" if multi else "")
+
+    def hist(ax: Any) -> str:
+        history(ax, trials, primary, mx)
+        return f"Optimization history: {primary}"
+
+    def curve(ax: Any) -> str:
+        curves(ax, trials, primary, mx)
+        return f"Learning curves: {primary} per step"
+
+    def parallel(ax: Any) -> str:
+        draw_parallel(ax, trials, axes, metric=primary, maximize=mx)
+        return f"Parallel coordinates (colour: {primary})"
+
+    def front(ax: Any) -> str:
+        pareto(ax, trials, metric_ids, maximize)
+        suffix = "" if len(metric_ids) == 2 else f" (first 2 of {len(metric_ids)} metrics)"
+        return f"Pareto front: {metric_ids[0]} vs {metric_ids[1]}{suffix}"
+
+    out: list[tuple[str, str, Callable[[Any], str]]] = [
+        ("optimization_history", "Optimization history", hist),
+        ("intermediate_values", "Learning curves (intermediate values)", curve),
+        ("parallel_coordinate", "Parallel coordinates", parallel),
+        ("param_importances", "Parameter importances", importance),
+    ]
+    if multi:
+        out.append(("pareto_front", "Pareto front", front))
+    return out
+
+
+def draw_plots(trials: Sequence[PlotTrial], *, metric_ids: Sequence[str], maximize: Sequence[bool],
+               axes: Sequence[Axis], importances: Importances,
+               out_dir: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """Write one PNG per plot into ``out_dir``: ([(title, path)], [(title, reason skipped)])."""
-    if not any(t["state"] == "SUCCEEDED" for t in rest.get("trials", [])):
+    if not any(t.state == "SUCCEEDED" for t in trials):
         return [], [("all plots", "no trial has succeeded yet: there is nothing to plot")]
     import matplotlib
 
@@ -162,23 +204,19 @@ def draw_plots(study: Any, metric_ids: Sequence[str], maximize: Sequence[bool],
     import matplotlib.pyplot as plt
 
     done, skipped = [], []
-    for stem, title, draw in _plots(study, metric_ids, maximize, rest):
+    for stem, title, draw in _plots(trials, metric_ids, maximize, axes, importances):
+        width = max(9.0, 1.4 * (len(axes) + 1)) if stem == "parallel_coordinate" else 9.0
+        fig, ax = plt.subplots(figsize=(width, 5.5), layout="constrained")
+        ax.grid(True, color="#e5e5e5")
+        ax.set_axisbelow(True)
         try:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=".* is experimental")  # Optuna's plots
-                ax = draw()
-        except _Skip as why:
+            ax.set_title(draw(ax))
+        except Skip as why:
             skipped.append((title, str(why)))
+            plt.close(fig)
             continue
-        except (ValueError, RuntimeError) as err:  # Optuna's "cannot plot this study" errors
-            skipped.append((title, f"Optuna could not draw it: {err}"))
-            plt.close("all")
-            continue
-        fig = ax.figure
-        fig.set_size_inches(9, 5.5)
         path = os.path.join(out_dir, stem + ".png")
-        fig.savefig(path, dpi=100, bbox_inches="tight")
+        fig.savefig(path, dpi=100)
         plt.close(fig)
         done.append((title, path))
-    plt.close("all")
     return done, skipped
