@@ -8,7 +8,7 @@ from collections.abc import Collection
 import optuna
 from optuna.trial import TrialState
 
-REVERSE_LOG_SUFFIX = ":reverse_log"  # the adapter's Optuna name of a mirrored reverse-log parameter
+from trials.study.space import REVERSE_LOG_SUFFIX
 
 
 def param_importances(study: optuna.Study, *, metric_index: int = 0, maximize: bool = False,
