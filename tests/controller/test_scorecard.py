@@ -66,6 +66,13 @@ def test_training_on_after_sigterm_fails_even_when_it_ends_in_time():
     assert not_passing(finishing_the_step) == {}
 
 
+def test_sigterm_after_the_last_step_tested_nothing():
+    obs = Observations(metric_ids=("accuracy",), clean=good_run(),
+                       stop=good_stop(sent_after_steps=[1, 2, 3, 4], restart=good_run(reports=[])))
+    assert verdicts(obs)["SIGTERM"] is Verdict.SKIP
+    assert verdicts(obs)["resume after restart"] is Verdict.PASS
+
+
 def test_wrong_tag_names_what_was_reported():
     obs = Observations(metric_ids=("accuracy",), clean=good_run(reports=reports([1, 2], tag="val_acc")))
     assert not_passing(obs) == {"metric tag": Verdict.FAIL}

@@ -196,6 +196,10 @@ def _sigterm(o: Observations) -> Line:
                     seen=f"still running {s.grace_s:.0f} s after SIGTERM {at}; killed".replace("  ", " "),
                     fix="handle SIGTERM: save a checkpoint and exit (trials.main does it for you)",
                     rule=RULE_SIGTERM)
+    if len(s.sent_after_steps) >= len(_steps(o.clean.reports, o.metric_ids)) > 0:
+        return Line(check="SIGTERM", verdict=Verdict.SKIP,
+                    seen="it arrived after the last step: the trainer ran faster than the check could interrupt "
+                         "it (give more epochs with --params)")
     more = len(s.reported_before_restart) - len(s.sent_after_steps)
     if more >= 2:  # finishing the step in hand is fine; training on is not
         return Line(check="SIGTERM", verdict=Verdict.FAIL,
