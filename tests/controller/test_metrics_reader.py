@@ -12,7 +12,8 @@ import time
 import pytest
 
 from trials.controller import metrics_reader
-from trials.controller.metrics_reader import HypertuneLine, TrialMetricsReader, parse_hypertune_text
+from trials.controller.metrics_reader import TrialMetricsReader
+from trials.hypertune_file import HypertuneLine, parse_hypertune_text
 from trials.records import format_record
 
 T0 = 1_000_000.0

@@ -19,8 +19,9 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from trials.controller.metrics_reader import TrialMetricsReader, parse_hypertune_text
+from trials.controller.metrics_reader import TrialMetricsReader
 from trials.errors import FlagError, TrialsError
+from trials.hypertune_file import parse_hypertune_text
 from trials.records import parse_records
 from trials.runtime.flags import build_params, parse_flags
 from trials.spec.load import load_spec, loads_spec, parse_spec

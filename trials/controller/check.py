@@ -21,9 +21,9 @@ from dataclasses import dataclass, field, replace
 from trials import files, protocol
 from trials.controller import launch, scorecard
 from trials.controller.identity_audit import AUDIT_ENV, SITECUSTOMIZE
-from trials.controller.metrics_reader import parse_hypertune_text
 from trials.controller.process import Replica, free_port, start_replica
 from trials.errors import ConfigError
+from trials.hypertune_file import parse_hypertune_text
 from trials.spec.model import JobSpec, ParameterSpec, ParameterType, StudySpec, Value
 
 DEFAULT_TIME_LIMIT_S = 180.0

@@ -8,7 +8,6 @@ twice.
 
 from __future__ import annotations
 
-import json
 import math
 import operator
 import os
@@ -20,7 +19,6 @@ from trials.errors import MetricsError
 from trials.records import Measurement, format_record, parse_records
 
 HYPERTUNE_DEFAULT_FILE = "/tmp/hypertune/output.metrics"  # the library's default path
-_HYPERTUNE_KEYS = frozenset({"timestamp", "trial", "global_step", "checkpoint_path"})
 
 
 def check_step(step: object) -> int:
@@ -74,28 +72,15 @@ def read_metrics_log(path: str) -> list[Measurement]:
 
 
 def read_hypertune_file(path: str) -> list[Measurement]:
-    """Measurements from a cloudml-hypertune metric file: lines grouped by ``global_step``.
+    """Measurements from a cloudml-hypertune metric file (missing file: none); torn or foreign lines skipped."""
+    from trials.hypertune_file import hypertune_measurements, parse_hypertune_text
 
-    Torn or foreign lines are skipped; a later line for the same step and metric wins.
-    """
     try:
         with open(path, encoding="utf-8") as file:
             text = file.read()
     except FileNotFoundError:
         return []
-    by_step: dict[int, dict[str, float]] = {}
-    stamps: dict[int, float] = {}
-    for line in text.splitlines():
-        try:
-            record = json.loads(line)
-            step = int(record.get("global_step", 0))
-            metrics = {k: float(v) for k, v in record.items() if k not in _HYPERTUNE_KEYS}
-        except (ValueError, TypeError, AttributeError):
-            continue
-        by_step.setdefault(step, {}).update(metrics)
-        if isinstance(record.get("timestamp"), (int, float)):
-            stamps.setdefault(step, float(record["timestamp"]))
-    return [Measurement(step=s, metrics=by_step[s], timestamp=stamps.get(s)) for s in sorted(by_step)]
+    return hypertune_measurements(parse_hypertune_text(text))
 
 
 class Reporter:
