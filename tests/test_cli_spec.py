@@ -29,10 +29,10 @@ def test_validate_prints_the_summary(capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_export_rest_json_and_gcloud_yaml(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["export", FULL, "--format", "rest-json"]) == 0
+    assert main(["export", FULL, "--format", "rest-json", "--image-uri", "gcr.io/p/t:1"]) == 0
     body = json.loads(capsys.readouterr().out)
     assert body["displayName"] == "full-featured"
-    assert main(["export", FULL]) == 0  # gcloud-yaml is the default
+    assert main(["export", FULL, "--draft"]) == 0  # gcloud-yaml is the default
     text = capsys.readouterr().out
     assert text.startswith("displayName: full-featured\nstudySpec:\n")
     assert main(["export", MLP, "--format", "rest-json", "--image-uri", "gcr.io/p/mlp:1"]) == 0

@@ -36,10 +36,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     from trials.spec.export import export_text
 
+    command = None
     if os.path.isfile(args.spec):  # a spec file
         from trials.spec.load import load_spec
 
         job = load_spec(args.spec)
+        name = os.path.splitext(os.path.basename(args.spec))[0]
     else:  # a job: the spec it stored, with its actual trial count
         from trials.controller import jobs as controller
         from trials.errors import JobNotFoundError
@@ -51,7 +53,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
                                    f"and {err}") from None
         n = len(h.store.frozen_trials())
         job = replace(h.job, max_trial_count=n) if n else h.job
-    sys.stdout.write(export_text(job, args.format, image_uri=args.image_uri))
+        command = h.store.meta().get("local_command")
+        name = h.job_id
+    sys.stdout.write(export_text(job, args.format, image_uri=args.image_uri,
+                                 base_output_dir=args.base_output_dir, command=command,
+                                 display_name=name, draft=args.draft))
     return protocol.EXIT_OK
 
 
@@ -406,7 +412,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec", metavar="JOB|SPEC", help="a spec file, or the id of a job under --root / in --storage")
     _job_args(p)
     p.add_argument("--format", choices=("gcloud-yaml", "rest-json"), default="gcloud-yaml")
-    p.add_argument("--image-uri", help="container image that replaces the local command")
+    p.add_argument("--image-uri", help="container image for every pool (containerSpec.imageUri, "
+                   "pythonPackageSpec.executorImageUri)")
+    p.add_argument("--base-output-dir", metavar="gs://BUCKET/PATH",
+                   help="baseOutputDirectory of the exported job (a local one is refused)")
+    p.add_argument("--draft", action="store_true",
+                   help="write the job even when Vertex would reject it (no image, local paths)")
     p.set_defaults(handler=_cmd_export)
 
     p = sub.add_parser("sweep", help="run a tuning job locally",

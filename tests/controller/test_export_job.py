@@ -47,7 +47,8 @@ def _create(tmp_path, job, **kw):
 
 @pytest.mark.parametrize("fmt", ["rest-json", "gcloud-yaml"])
 def test_a_job_exports_its_stored_spec_with_its_trial_count(tmp_path, capsys, fmt):
-    h = _create(tmp_path, load_spec(ARGPARSE_CONFIG), command=["python", "train.py"])
+    h = _create(tmp_path, load_spec(ARGPARSE_CONFIG),
+                command=["python", "train.py", "--job-dir", "gs://b/run"])
     controller.extend(h, 15)  # the job now has more trials than its spec file says
     assert main(["export", "exp", "--root", str(tmp_path), "--format", fmt, "--image-uri", IMAGE]) == 0
     out = capsys.readouterr().out
@@ -59,7 +60,8 @@ def test_a_job_exports_its_stored_spec_with_its_trial_count(tmp_path, capsys, fm
     assert list(pool.container_spec.args) == ["--epochs=10"]
     assert [p.parameter_id for p in message.study_spec.parameters] == ["learning_rate", "l2", "batch_size"]
     assert message.study_spec.median_automated_stopping_spec is not None
-    assert "train.py" not in out  # the local command stays local
+    # the command after -- is what the trial ran: it replaces the ENTRYPOINT, arguments included
+    assert list(pool.container_spec.command) == ["python", "train.py", "--job-dir", "gs://b/run"]
     assert "trialsLocal" not in body
 
 

@@ -36,7 +36,7 @@ def test_export_then_load_is_the_identity(path: Path) -> None:
                       source="gcloud") == expected
     if job.trial_job is not None:
         for fmt in ("rest-json", "gcloud-yaml"):
-            assert loads_spec(export_text(job, fmt)) == expected
+            assert loads_spec(export_text(job, fmt, draft=True)) == expected
 
 
 @pytest.mark.parametrize("path", ALL_SPECS, ids=IDS)
@@ -44,7 +44,8 @@ def test_vertex_v1_type_accepts_the_rest_export(path: Path) -> None:
     types = pytest.importorskip("google.cloud.aiplatform_v1.types",
                                 reason="google-cloud-aiplatform is not installed")
     job = load_spec(path)
-    text = export_text(job, "rest-json", image_uri="us-docker.pkg.dev/p/r/trainer:1")
+    text = export_text(job, "rest-json", image_uri="us-docker.pkg.dev/p/r/trainer:1",
+                       display_name=path.stem)
     message = types.HyperparameterTuningJob.from_json(text)  # rejects unknown fields and bad types
     assert message.max_trial_count == job.max_trial_count
     assert len(message.study_spec.parameters) == len(job.study.parameters)
@@ -55,7 +56,8 @@ def test_vertex_type_parses_nested_values_exactly() -> None:
     types = pytest.importorskip("google.cloud.aiplatform_v1.types",
                                 reason="google-cloud-aiplatform is not installed")
     job = load_spec(ROOT / "tests" / "data" / "specs" / "full.gcloud.yaml")
-    message = types.HyperparameterTuningJob.from_json(export_text(job, "rest-json"))
+    message = types.HyperparameterTuningJob.from_json(
+        export_text(job, "rest-json", image_uri="gcr.io/p/t:1"))
     depth = message.study_spec.parameters[1]
     assert list(depth.conditional_parameter_specs[1].parent_int_values.values) == [3, 4, 5, 6]
     assert message.study_spec.convex_automated_stopping_spec.max_step_count == 100
@@ -75,14 +77,15 @@ def test_rest_writes_int64_as_strings_and_gcloud_as_ints() -> None:
     assert rest["studySpec"]["convexAutomatedStoppingSpec"]["maxStepCount"] == "100"
     assert rest["maxTrialCount"] == 40  # int32 stays a number
     assert rest["trialJobSpec"]["scheduling"] == {"timeout": "1.5s",
-                                                  "restartJobOnWorkerRestart": True}
+                                                  "restartJobOnWorkerRestart": True,
+                                                  "strategy": "STANDARD"}  # carried as given
     assert "trialsLocal" not in rest and "trialsLocal" not in gcloud
 
 
 def test_gcloud_yaml_text_keeps_key_order_and_quotes_ambiguous_strings() -> None:
     job = loads_spec("metrics: {acc: maximize}\nparameters:\n  flag: {type: categorical, "
                      "values: ['true', 'no', '1']}\ncommand: [python, t.py]\n")
-    text = export_text(job, "gcloud-yaml")
+    text = export_text(job, "gcloud-yaml", draft=True)
     assert text.index("studySpec") < text.index("maxTrialCount") < text.index("trialJobSpec")
     assert "- 'true'" in text and "- 'no'" in text and "- '1'" in text
     assert loads_spec(text) == job
@@ -119,10 +122,11 @@ def test_image_uri_turns_a_local_python_module_into_a_container() -> None:
     assert pool.python_package is None
     assert pool.container.command == ("python3", "-m", "examples.digits_mlp.train")
     assert pool.container.args == ("--epochs=20",)
-    # a real executor image with packages stays a python package spec
+    # a python package spec with packages keeps them; the image becomes its executor image
     same = load_spec(ROOT / "tests" / "data" / "specs" / "same_job.gcloud.yaml")
     kept = with_image(same, "gcr.io/p/x:1").trial_job.worker_pools[0]
-    assert kept.python_package == same.trial_job.worker_pools[0].python_package
+    assert kept.python_package == replace(same.trial_job.worker_pools[0].python_package,
+                                          executor_image_uri="gcr.io/p/x:1")
 
 
 def test_unknown_format_and_empty_image_are_config_errors() -> None:

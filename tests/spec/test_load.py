@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from trials.spec import (
@@ -31,7 +32,12 @@ def test_the_four_forms_of_one_job_load_to_equal_models() -> None:
     jobs = {p.name: load_spec(p) for p in SAME_JOB}
     first = jobs["same_job.gcloud.yaml"]
     for name, job in jobs.items():
+        if name == "same_job.short.yaml":  # the short form has no serviceAccount
+            assert job.carried == ()
+            job = replace(job, carried=first.carried)
         assert job == first, name
+    assert first.carried == (("trialJobSpec.serviceAccount",
+                              '"trainer@my-project.iam.gserviceaccount.com"'),)
     # and the model holds what the files say
     assert first.display_name == "digits-mlp"
     assert first.labels == (("purpose", "test"), ("team", "ml"))
@@ -117,7 +123,7 @@ def test_counts_default_to_one_as_gcloud_does_and_goal_stays_unspecified() -> No
 
 def test_every_ignored_vertex_key_is_accepted() -> None:
     doc = {key: "x" for key in IGNORED_KEYS["job"]}
-    study = {"metrics": [{"metricId": "m", **{k: {} for k in IGNORED_KEYS["metric"]}}],
+    study = {"metrics": [{"metricId": "m"}, {"metricId": "s", "safetyConfig": {}}],
              "parameters": [{"parameterId": "x", "doubleValueSpec": {
                  "minValue": 0, "maxValue": 1, **{k: 0.5 for k in IGNORED_KEYS["valueSpec"]}}}],
              **{k: "x" for k in IGNORED_KEYS["studySpec"]}}

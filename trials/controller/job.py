@@ -224,7 +224,7 @@ class JobRunner:
             paths = launch.trial_paths(self.opt.job_dir, self.opt.base_output, claimed.trial_id)
             reader = TrialMetricsReader(os.path.join(paths.trial_dir, protocol.HYPERTUNE_FILE),
                                         os.path.join(paths.trial_dir, protocol.METRICS_LOG),
-                                        self._metric_ids, start_time=time.time())
+                                        self.job.study.reported_metric_ids, start_time=time.time())
             run = TrialRun(claimed=claimed, paths=paths, launches=[], reader=reader,
                            start_wall=time.time(), start_mono=now)
             self.running[claimed.trial_id] = run
@@ -273,7 +273,7 @@ class JobRunner:
         primary = launches[0]
         reader = TrialMetricsReader(
             primary.metric_file, os.path.join(paths.trial_dir, protocol.METRICS_LOG),
-            self._metric_ids, start_time=time.time(),
+            self.job.study.reported_metric_ids, start_time=time.time(),
         )
         run = TrialRun(claimed=claimed, paths=paths, launches=launches, reader=reader,
                        start_wall=time.time(), start_mono=now)

@@ -140,7 +140,7 @@ def tune(
                                  options=RunOptions(install_signals=False, tensorboard=False),
                                  prog=f"trial {claimed.trial_id}", on_context=hook)
         reader = TrialMetricsReader(replica.metric_file, os.path.join(paths.trial_dir, protocol.METRICS_LOG),
-                                    study_spec.metric_ids, start_time=start)
+                                    study_spec.reported_metric_ids, start_time=start)
         reader.poll()
         measurements = [m.with_elapsed(start) for m in reader.measurements()]
         failure = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import replace
 
 from trials.errors import ConfigError
@@ -22,6 +23,7 @@ from trials.spec import (
     StudySpec,
     TrialJobSpec,
     WorkerPoolSpec,
+    carried,
 )
 from trials.spec.model import LOCAL_IMAGE_URI
 from trials.timefmt import duration
@@ -50,33 +52,105 @@ def to_gcloud(job: JobSpec) -> dict:
     return _Writer(rest=False).job(job)
 
 
-def export_text(job: JobSpec, fmt: str, *, image_uri: str | None = None) -> str:
-    """Render ``job`` as ``fmt`` ("rest-json" | "gcloud-yaml").
+def export_text(job: JobSpec, fmt: str, *, image_uri: str | None = None,
+                base_output_dir: str | None = None, command: Sequence[str] | None = None,
+                display_name: str | None = None, draft: bool = False) -> str:
+    """Render ``job`` as ``fmt`` ("rest-json" | "gcloud-yaml"), every carried field included.
 
     Args:
         job: the loaded job.
         fmt: the output format.
-        image_uri: the container image to submit: replaces every containerSpec's imageUri (the
-            command stays), turns a local python-module pool into a container running
-            ``python3 -m <module>``, creates a one-pool trial job when the spec has none, and
-            fills in ``machineType`` (``n1-standard-4``) where the spec names none.
+        image_uri: the container image to submit: replaces every containerSpec's imageUri and
+            every pythonPackageSpec's executorImageUri (a python-module pool without packageUris
+            becomes a container running ``python3 -m <module>``), creates a one-pool trial job
+            when the spec has none, and fills in ``machineType`` (``n1-standard-4``) where the
+            spec names none.
+        base_output_dir: replaces ``baseOutputDirectory`` (a ``gs://`` URI for Vertex).
+        command: the local command a job ran with (given after ``--``): it replaces every
+            pool's command, its arguments included, as it did locally.
+        display_name: used when the spec has none (Vertex requires one).
+        draft: write the job even when Vertex would reject it.
 
     Raises:
-        ConfigError: unknown format, or no trial job and no ``image_uri``.
+        ConfigError: unknown format, or (unless ``draft``) a job Vertex would reject: the
+            message names every missing field and the flag that supplies it.
     """
+    if command:
+        job = with_command(job, command)
     if image_uri is not None:
         job = with_image(job, image_uri)
-    elif job.trial_job is None:
-        raise ConfigError("expected a spec with a trial command or image, or --image-uri IMAGE to "
-                          "export it; got a search space with no trialJobSpec (pass --image-uri)")
+    if base_output_dir is not None:
+        job = with_base_output(job, base_output_dir)
+    if job.display_name is None and display_name:
+        job = replace(job, display_name=display_name[:128])
+    if fmt not in FORMATS:
+        raise ConfigError(f"expected an export format in {', '.join(FORMATS)}, got {fmt!r}")
+    problems = [] if draft else rejected_fields(job)
+    if problems:
+        raise ConfigError("expected a job Vertex accepts, got one with " + "; ".join(problems)
+                          + " (or --draft to write it anyway)")
     if fmt == "rest-json":
         return json.dumps(to_rest(job), indent=2) + "\n"
-    if fmt == "gcloud-yaml":
-        import yaml
+    import yaml
 
-        return yaml.safe_dump(to_gcloud(job), sort_keys=False, default_flow_style=False,
-                              allow_unicode=True, width=100)
-    raise ConfigError(f"expected an export format in {', '.join(FORMATS)}, got {fmt!r}")
+    return yaml.safe_dump(to_gcloud(job), sort_keys=False, default_flow_style=False,
+                          allow_unicode=True, width=100)
+
+
+def rejected_fields(job: JobSpec) -> list[str]:
+    """What Vertex would reject in ``job`` (missing or local-only fields), each with its flag."""
+    t = job.trial_job
+    if t is None:
+        return ["no trialJobSpec (--image-uri IMAGE creates one)"]
+    out = []
+    if job.display_name is None:
+        out.append("no displayName")
+    for i, pool in enumerate(t.worker_pools):
+        if pool is None:
+            continue
+        where = f"trialJobSpec.workerPoolSpecs[{i}]"
+        if pool.container is not None and pool.container.image_uri == LOCAL_IMAGE_URI:
+            out.append(f"no image in {where}.containerSpec.imageUri (--image-uri IMAGE)")
+        if pool.python_package is not None and \
+                pool.python_package.executor_image_uri == LOCAL_IMAGE_URI:
+            out.append(f"no image in {where}.pythonPackageSpec.executorImageUri "
+                       f"(--image-uri IMAGE)")
+        if pool.machine_spec.machine_type is None:
+            out.append(f"no {where}.machineSpec.machineType (set it in the spec; --image-uri "
+                       f"fills in {DEFAULT_MACHINE_TYPE})")
+    base = t.base_output_directory
+    if base is not None and not base.startswith("gs://"):
+        out.append(f"the local baseOutputDirectory {base!r} (--base-output-dir gs://BUCKET/PATH)")
+    return out
+
+
+def with_command(job: JobSpec, command: Sequence[str]) -> JobSpec:
+    """The job as it ran locally with ``command`` (given after ``--``): the command replaces every
+    pool's ENTRYPOINT, its arguments included; the pools' own args and env stay."""
+    argv = tuple(command)
+    if job.trial_job is None:
+        pool = WorkerPoolSpec(container=ContainerSpec(image_uri=LOCAL_IMAGE_URI, command=argv))
+        return replace(job, trial_job=TrialJobSpec(worker_pools=(pool,)))
+
+    def one(pool: WorkerPoolSpec) -> WorkerPoolSpec:
+        if pool.container is not None:
+            return replace(pool, container=replace(pool.container, command=argv))
+        pkg = pool.python_package
+        assert pkg is not None
+        return replace(pool, python_package=None, container=ContainerSpec(
+            image_uri=pkg.executor_image_uri, command=argv, args=pkg.args, env=pkg.env))
+
+    pools = tuple(None if p is None else one(p) for p in job.trial_job.worker_pools)
+    return replace(job, trial_job=replace(job.trial_job, worker_pools=pools))
+
+
+def with_base_output(job: JobSpec, base_output_dir: str) -> JobSpec:
+    """The job with ``baseOutputDirectory`` = ``base_output_dir``."""
+    if not base_output_dir:
+        raise ConfigError("expected a gs:// URI for --base-output-dir, got an empty string")
+    trial_job = job.trial_job or TrialJobSpec(worker_pools=(WorkerPoolSpec(
+        container=ContainerSpec(image_uri=LOCAL_IMAGE_URI)),))
+    return replace(job, trial_job=replace(trial_job, base_output_directory=base_output_dir))
 
 
 def with_image(job: JobSpec, image_uri: str) -> JobSpec:
@@ -100,11 +174,14 @@ def _pool_with_image(pool: WorkerPoolSpec, image_uri: str) -> WorkerPoolSpec:
     if pool.container is not None:
         return replace(pool, machine_spec=machine,
                        container=replace(pool.container, image_uri=image_uri))
-    if pkg is not None and pkg.executor_image_uri == LOCAL_IMAGE_URI:
-        container = ContainerSpec(image_uri=image_uri, command=("python3", "-m", pkg.python_module),
-                                  args=pkg.args, env=pkg.env)
-        return replace(pool, machine_spec=machine, container=container, python_package=None)
-    return replace(pool, machine_spec=machine)
+    assert pkg is not None
+    if pkg.package_uris:  # a package Vertex installs: the image is its executor
+        return replace(pool, machine_spec=machine,
+                       python_package=replace(pkg, executor_image_uri=image_uri))
+    # nothing to install: the module must be in the image
+    container = ContainerSpec(image_uri=image_uri, command=("python3", "-m", pkg.python_module),
+                              args=pkg.args, env=pkg.env)
+    return replace(pool, machine_spec=machine, container=container, python_package=None)
 
 
 def _compact(x: float | int) -> float | int:
@@ -133,13 +210,14 @@ class _Writer:
             out["trialJobSpec"] = self.trial_job(job.trial_job)
         if job.labels:
             out["labels"] = dict(job.labels)
-        return out
+        return carried.apply(out, job.carried)
 
     def study(self, study: StudySpec) -> dict:
         out: dict = {"metrics": [
-            {"metricId": m.metric_id, **({"goal": m.goal.value}
-                                          if m.goal is not Goal.GOAL_TYPE_UNSPECIFIED else {})}
-            for m in study.metrics]}
+            {"metricId": m.metric_id,
+             **({"goal": m.goal.value} if m.goal is not Goal.GOAL_TYPE_UNSPECIFIED else {}),
+             **({"safetyConfig": json.loads(m.safety_config)} if m.safety_config else {})}
+            for m in study.spec_metrics()]}
         out["parameters"] = [self.parameter(p) for p in study.parameters]
         out["algorithm"] = study.algorithm.value
         if study.measurement_selection is not \

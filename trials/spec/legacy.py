@@ -19,6 +19,7 @@ from trials.spec import (
     WorkerPoolSpec,
 )
 from trials.spec import rules as rules
+from trials.spec.carried import to_text
 from trials.spec.model import LOCAL_IMAGE_URI
 from trials.spec.node import INT32_MAX, MISSING, Node
 from trials.spec.vertex import disk_spec
@@ -26,9 +27,15 @@ from trials.spec.vertex import disk_spec
 DEFAULT_METRIC_TAG = "training/hptuning/metric"  # AI Platform's tag when none is configured
 _IGNORED_TOP = {"createTime", "startTime", "endTime", "state", "errorMessage", "trainingOutput",
                 "etag"}
-_IGNORED_INPUT = {"region", "scaleTier", "runtimeVersion", "pythonVersion", "scheduling",
-                  "serviceAccount", "network", "enableWebAccess", "encryptionConfig",
+# AI Platform fields with a Vertex field: carried to that path, exported, not emulated.
+_CARRIED_INPUT = {"serviceAccount": "trialJobSpec.serviceAccount",
+                  "network": "trialJobSpec.network",
+                  "enableWebAccess": "trialJobSpec.enableWebAccess",
+                  "encryptionConfig": "encryptionSpec"}
+# AI Platform fields with no Vertex field: accepted, listed by validate, not exported.
+_DROPPED_INPUT = {"region", "scaleTier", "runtimeVersion", "pythonVersion", "scheduling",
                   "useChiefInTfConfig"}
+_IGNORED_INPUT = {*_CARRIED_INPUT, *_DROPPED_INPUT}
 _POOLS = ("worker", "parameterServer", "evaluator")  # pools 1, 2, 3
 _INPUT_KEYS = {"hyperparameters", "pythonModule", "packageUris", "args", "jobDir", "masterType",
                "masterConfig", *(f"{p}{s}" for p in _POOLS for s in ("Type", "Count", "Config"))}
@@ -51,8 +58,10 @@ def parse_legacy(root: Node) -> JobSpec:
     ``pythonModule`` (+ ``masterConfig.imageUri`` as the executor image) -> a PythonPackageSpec pool,
     ``masterConfig.imageUri`` alone -> a ContainerSpec pool, ``jobDir`` -> ``baseOutputDirectory``,
     ``masterType`` -> ``machineType``, ``worker*``/``parameterServer*``/``evaluator*`` -> pools 1-3.
-    Scale ``NONE`` is unspecified. ``region``, ``scaleTier``, ``runtimeVersion``, ``pythonVersion`` and
-    the job-level ``scheduling`` are accepted and ignored.
+    Scale ``NONE`` is unspecified. ``serviceAccount``, ``network``, ``enableWebAccess`` and
+    ``encryptionConfig`` are carried to their Vertex fields (exported, not emulated); ``region``,
+    ``scaleTier``, ``runtimeVersion``, ``pythonVersion``, ``useChiefInTfConfig`` and the job-level
+    ``scheduling`` have no Vertex field: accepted, listed by validate, not exported.
     """
     top = root.mapping({"trainingInput", "jobId", "labels"}, _IGNORED_TOP)
     ti = top["trainingInput"]
@@ -83,7 +92,28 @@ def parse_legacy(root: Node) -> JobSpec:
         display_name=None if _absent(top, "jobId") else rules.display_name(top["jobId"]),
         max_trial_count=n_max, parallel_trial_count=n_par, max_failed_trial_count=n_fail,
         trial_job=_trial_job(f, ti),
-        labels=() if _absent(top, "labels") else rules.labels(top["labels"]))
+        labels=() if _absent(top, "labels") else rules.labels(top["labels"]),
+        carried=_carried(ti), dropped=_dropped(ti, hp_node))
+
+
+def _carried(ti: Node) -> tuple[tuple[str, str], ...]:
+    assert isinstance(ti.value, dict)
+    out = []
+    for key, path in _CARRIED_INPUT.items():
+        value = ti.value.get(key)
+        if value is None:
+            continue
+        if key == "encryptionConfig":  # {kmsKeyName} in both APIs
+            Node(value, f"{ti.path}.{key}", ti.source).mapping({"kmsKeyName"})
+        out.append((path, to_text(value)))
+    return tuple(sorted(out))
+
+
+def _dropped(ti: Node, hp: Node) -> tuple[str, ...]:
+    found = [f"{ti.path}.{k}" for k in sorted(_DROPPED_INPUT) if k in ti.value]  # type: ignore[operator]
+    if isinstance(hp.value, dict) and "resumePreviousJobId" in hp.value:
+        found.append(f"{hp.path}.resumePreviousJobId")
+    return tuple(found)
 
 
 def _absent(fields: dict[str, Node], key: str) -> bool:

@@ -62,8 +62,12 @@ DISCRETE_MIN_GAP = 1e-10
 
 @dataclass(**_FROZEN)
 class MetricSpec:
+    """A metric. ``safety_config`` (the ``safetyConfig`` JSON as given) marks a safety metric:
+    reported and exported, never optimised."""
+
     metric_id: str
     goal: Goal = Goal.GOAL_TYPE_UNSPECIFIED
+    safety_config: str | None = None
 
     @property
     def maximize(self) -> bool:
@@ -158,6 +162,10 @@ class StudySpec:
         MeasurementSelection.MEASUREMENT_SELECTION_TYPE_UNSPECIFIED
     )
     stopping: StoppingSpec | None = None
+    # Safety metrics (``safetyConfig``): reported, never objectives. ``safety_positions`` are their
+    # indexes in the spec's ``metrics`` list, so export writes the list in its original order.
+    safety_metrics: tuple[MetricSpec, ...] = ()
+    safety_positions: tuple[int, ...] = ()
 
     def all_parameters(self) -> list[ParameterSpec]:
         """Every parameter, conditional ones included, in StudySpec (depth-first) order."""
@@ -174,7 +182,20 @@ class StudySpec:
 
     @property
     def metric_ids(self) -> tuple[str, ...]:
+        """The objective metrics' ids (safety metrics excluded)."""
         return tuple(m.metric_id for m in self.metrics)
+
+    @property
+    def reported_metric_ids(self) -> tuple[str, ...]:
+        """Every metric a trial's measurements record: the objectives, then the safety metrics."""
+        return self.metric_ids + tuple(m.metric_id for m in self.safety_metrics)
+
+    def spec_metrics(self) -> list[MetricSpec]:
+        """The spec's ``metrics`` list in its original order (objectives and safety metrics)."""
+        objectives, safety = iter(self.metrics), iter(self.safety_metrics)
+        n = len(self.metrics) + len(self.safety_metrics)
+        return [next(safety) if i in self.safety_positions else next(objectives)
+                for i in range(n)]
 
     @property
     def selects_best(self) -> bool:
@@ -315,6 +336,10 @@ class JobSpec:
     trial_job: TrialJobSpec | None = None
     labels: tuple[tuple[str, str], ...] = ()
     local: LocalOptions = field(default_factory=LocalOptions)
+    # Vertex fields kept for export but not emulated: (REST path, JSON text), sorted by path.
+    carried: tuple[tuple[str, str], ...] = ()
+    # Fields of the input form that have no Vertex field (legacy only): listed by validate.
+    dropped: tuple[str, ...] = field(default=(), compare=False)
 
 
 def is_finite_number(value: object) -> bool:

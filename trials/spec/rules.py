@@ -77,6 +77,33 @@ def metrics(pairs: Iterable[tuple[Node, MetricSpec]], where: Node) -> tuple[Metr
     return tuple(out)
 
 
+def safety_config(node: Node) -> str:
+    """``safetyConfig{safetyThreshold, desiredMinSafeTrialsFraction (0..1)}``, kept as its JSON text."""
+    from trials.spec.carried import to_text
+
+    f = node.mapping({"safetyThreshold", "desiredMinSafeTrialsFraction"})
+    for key, n in f.items():
+        if n.value is None:
+            continue
+        value = n.number()
+        if key == "desiredMinSafeTrialsFraction" and not 0 <= value <= 1:
+            n.fail("a fraction between 0 and 1")
+    return to_text(node.value)
+
+
+def split_safety(all_metrics: tuple[MetricSpec, ...], where: Node
+                 ) -> tuple[tuple[MetricSpec, ...], tuple[MetricSpec, ...], tuple[int, ...]]:
+    """(objectives, safety metrics, positions of the safety metrics): a safety metric needs a
+    separate objective metric."""
+    objectives = tuple(m for m in all_metrics if m.safety_config is None)
+    safety = tuple(m for m in all_metrics if m.safety_config is not None)
+    if not objectives:
+        where.fail("at least one objective metric (a metric without safetyConfig) beside the "
+                   "safety metrics", got=f"only safety metrics: {', '.join(m.metric_id for m in safety)}")
+    positions = tuple(i for i, m in enumerate(all_metrics) if m.safety_config is not None)
+    return objectives, safety, positions
+
+
 def range_bounds(ptype: ParameterType, lo: Node, hi: Node,
                  scale: ScaleType) -> tuple[float | int, float | int]:
     """minValue/maxValue of a DOUBLE or INTEGER parameter: finite, ordered, positive on log scales."""

@@ -34,6 +34,8 @@ def summary(job: JobSpec) -> str:
     goals = [(m.metric_id, {Goal.MAXIMIZE: "maximize", Goal.MINIMIZE: "minimize"}.get(
         m.goal, "maximize (unset)") + (" (primary)" if i == 0 and len(study.metrics) > 1 else ""))
         for i, m in enumerate(study.metrics)]
+    goals += [(m.metric_id, "safety metric: reported, not optimised, "
+               f"safetyConfig {m.safety_config}") for m in study.safety_metrics]
     lines.extend("  " + row for row in _table(goals))
     lines.append("parameters:")
     lines.extend("  " + row for row in _table(_rows(study)))
@@ -48,6 +50,11 @@ def summary(job: JobSpec) -> str:
     lines.extend(_trial_job(job))
     if job.local != LocalOptions():
         lines.append(f"local: {_local(job.local)}")
+    if job.carried:
+        lines.append("carried to export, not emulated: "
+                     + ", ".join(path for path, _ in job.carried))
+    if job.dropped:
+        lines.append("no Vertex field, not exported: " + ", ".join(job.dropped))
     flags = " ".join(format_flag(p.parameter_id, v) for p, v in sample_trial(study))
     lines.append(f"A sample trial gets: {flags}")
     return "\n".join(lines)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from trials.spec import rules as rules
+from trials.spec.carried import CARRIED_KEYS, OUTPUT_KEYS, collect
 from trials.spec.model import (
     Algorithm,
     ConditionalParameterSpec,
@@ -25,22 +26,10 @@ from trials.spec.model import (
 )
 from trials.spec.node import INT32_MAX, MISSING, Node
 
-# Keys Vertex defines that the local emulator accepts and ignores (never errors, never exported).
-IGNORED_KEYS: dict[str, frozenset[str]] = {
-    "job": frozenset({"name", "state", "trials", "createTime", "startTime", "endTime",
-                      "updateTime", "error", "encryptionSpec", "satisfiesPzs", "satisfiesPzi"}),
-    "studySpec": frozenset({"observationNoise", "studyStoppingConfig"}),
-    "metric": frozenset({"safetyConfig"}),
-    "valueSpec": frozenset({"defaultValue"}),
-    "trialJobSpec": frozenset({"serviceAccount", "network", "reservedIpRanges",
-                               "pscInterfaceConfig", "persistentResourceId",
-                               "protectedArtifactLocationId", "tensorboard", "experiment",
-                               "experimentRun", "models", "enableWebAccess",
-                               "enableDashboardAccess"}),
-    "workerPoolSpec": frozenset({"nfsMounts", "lustreMounts"}),
-    "machineSpec": frozenset({"gpuPartitionSize", "tpuTopology", "reservationAffinity"}),
-    "scheduling": frozenset({"strategy", "disableRetries", "maxWaitDuration"}),
-}
+# Keys Vertex defines that the model does not hold: output-only job fields are dropped, the
+# others are carried (kept for export, not emulated; see ``trials.spec.carried``).
+IGNORED_KEYS: dict[str, frozenset[str]] = {**CARRIED_KEYS,
+                                           "job": CARRIED_KEYS["job"] | OUTPUT_KEYS}
 LOCAL_KEY = "trialsLocal"
 
 _JOB_KEYS = {"displayName", "studySpec", "maxTrialCount", "parallelTrialCount",
@@ -78,6 +67,7 @@ def parse_job(root: Node) -> JobSpec:
         trial_job=None if _absent(f, "trialJobSpec") else trial_job(f["trialJobSpec"]),
         labels=() if _absent(f, "labels") else rules.labels(f["labels"]),
         local=rules.local_options(f[LOCAL_KEY], _LOCAL_KEYS) if LOCAL_KEY in f else LocalOptions(),
+        carried=collect(root.value),  # type: ignore[arg-type]
     )
 
 
@@ -96,7 +86,9 @@ def _require(fields: dict[str, Node], parent: Node, key: str) -> Node:
 def _study(node: Node) -> StudySpec:
     f = node.mapping(_STUDY_KEYS, IGNORED_KEYS["studySpec"])
     metric_nodes = _require(f, node, "metrics").list("metrics", min_len=1)
-    metrics = rules.metrics(((m, _metric(m)) for m in metric_nodes), _require(f, node, "metrics"))
+    all_metrics = rules.metrics(((m, _metric(m)) for m in metric_nodes),
+                                _require(f, node, "metrics"))
+    metrics, safety, positions = rules.split_safety(all_metrics, _require(f, node, "metrics"))
     algorithm = (Algorithm.ALGORITHM_UNSPECIFIED if _absent(f, "algorithm") else
                  f["algorithm"].enum(Algorithm, numbers=ALGORITHM_NUMBERS))
     selection = (MeasurementSelection.MEASUREMENT_SELECTION_TYPE_UNSPECIFIED
@@ -114,17 +106,19 @@ def _study(node: Node) -> StudySpec:
     stop_node = f[stop_keys[0].value] if stop_keys else None
     stopping = _stopping(stop_keys[0], stop_node) if stop_node is not None else None
     study = StudySpec(metrics=metrics, parameters=params, algorithm=algorithm,
-                      measurement_selection=selection, stopping=stopping)
+                      measurement_selection=selection, stopping=stopping,
+                      safety_metrics=safety, safety_positions=positions)
     return rules.check_study(study, registry, parameters=params_node,
                              algorithm=f.get("algorithm"), stopping=stop_node)
 
 
 def _metric(node: Node) -> MetricSpec:
-    f = node.mapping({"metricId", "goal"}, IGNORED_KEYS["metric"])
+    f = node.mapping({"metricId", "goal", "safetyConfig"})
     metric_id = rules.identifier(_require(f, node, "metricId"), "a metric id")
     goal = (Goal.GOAL_TYPE_UNSPECIFIED if _absent(f, "goal") else
             f["goal"].enum(Goal, numbers=GOAL_NUMBERS))
-    return MetricSpec(metric_id=metric_id, goal=goal)
+    safety = None if _absent(f, "safetyConfig") else rules.safety_config(f["safetyConfig"])
+    return MetricSpec(metric_id=metric_id, goal=goal, safety_config=safety)
 
 
 def _parameter(node: Node, registry: rules.IdRegistry, owner: str | None,
