@@ -80,7 +80,7 @@ def test_a_job_from_a_search_space_needs_an_image_and_then_gets_one_pool(tmp_pat
 
 def test_a_job_in_a_database_storage(tmp_path, capsys):
     url = f"sqlite:///{tmp_path / 'jobs.db'}"
-    _create(tmp_path, load_spec(ARGPARSE_CONFIG), storage=url)
+    _create(tmp_path, load_spec(ARGPARSE_CONFIG), storage=url, command=["python", "train.py"])
     assert main(["export", "exp", "--storage", url, "--format", "gcloud-yaml"]) == 0
     message, _ = _vertex_job(capsys.readouterr().out, "gcloud-yaml")
     assert message.max_trial_count == 12
