@@ -233,26 +233,18 @@ def sample_flag_sets(study: Any, *, n_random: int = 1, seed: int = 0) -> list[li
 
 def sample_trial_flags(study: Any, seed: int = 0) -> list[str]:
     """One full random trial's flags (active conditional parameters included), in spec order."""
+    from trials.spec import ParameterType
+
     rng = random.Random(seed)
-    tokens: list[str] = []
 
-    def pick(p: Any) -> None:
-        from trials.spec import ParameterType, parent_matches
-
+    def pick(p: Any) -> Any:
         if p.type in (ParameterType.CATEGORICAL, ParameterType.DISCRETE):
-            value = rng.choice(list(p.values))
-        elif p.type is ParameterType.INTEGER:
-            value = rng.randint(int(p.min_value), int(p.max_value))
-        else:
-            value = rng.uniform(float(p.min_value), float(p.max_value))
-        tokens.append(protocol.format_flag(p.parameter_id, value))
-        for cond in p.conditionals:
-            if parent_matches(value, cond.parent_values):
-                pick(cond.parameter)
+            return rng.choice(list(p.values))
+        if p.type is ParameterType.INTEGER:
+            return rng.randint(int(p.min_value), int(p.max_value))
+        return rng.uniform(float(p.min_value), float(p.max_value))
 
-    for p in study.parameters:
-        pick(p)
-    return tokens
+    return [protocol.format_flag(name, value) for name, value in study.choose(pick).items()]
 
 
 class ObjectiveContract:

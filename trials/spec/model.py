@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -217,6 +217,21 @@ class StudySpec:
         for p in self.parameters:
             visit(p)
         return out
+
+    def choose(self, pick: Callable[[ParameterSpec], Value]) -> dict[str, Value]:
+        """One trial's values, parents before their children: ``pick`` gives each visited parameter's
+        value, and a conditional child is visited only when its parent's value selects it."""
+        values: dict[str, Value] = {}
+
+        def visit(p: ParameterSpec) -> None:
+            value = values[p.parameter_id] = pick(p)
+            for cond in p.conditionals:
+                if parent_matches(value, cond.parent_values):
+                    visit(cond.parameter)
+
+        for p in self.parameters:
+            visit(p)
+        return values
 
 
 def parent_matches(value: Value, parent_values: Sequence[Value]) -> bool:

@@ -80,19 +80,12 @@ def _mirror(p: ParameterSpec, raw: Any) -> Value:
 
 def suggest(trial: optuna.Trial, study: StudySpec) -> dict[str, Value]:
     """Suggest the active parameters of a trial, parents before their conditional children."""
-    values: dict[str, Value] = {}
 
-    def visit(p: ParameterSpec) -> None:
+    def pick(p: ParameterSpec) -> Value:
         raw = trial._suggest(optuna_name(p, study), distribution(p))
-        value = _mirror(p, raw) if _mirrored(p) else raw
-        values[p.parameter_id] = value
-        for cond in p.conditionals:
-            if parent_matches(value, cond.parent_values):
-                visit(cond.parameter)
+        return _mirror(p, raw) if _mirrored(p) else raw
 
-    for p in study.parameters:
-        visit(p)
-    return values
+    return study.choose(pick)
 
 
 def grid(study: StudySpec) -> list[dict[str, Value]]:
