@@ -102,3 +102,23 @@ def test_resume_can_give_the_command_a_job_lacks(tmp_path):
     trials_cli("resume", "old", "--", "python", TRAINER, cwd=tmp_path)
     assert seen(tmp_path, "old")["found"] == "1"
     assert main(["resume", "old", "--root", str(tmp_path / "trials-jobs"), "--", "python", "other.py"]) == 2
+
+
+def test_a_legacy_job_dir_reaches_the_trainer_as_job_dir(tmp_path):
+    spec = tmp_path / "hptuning_config.yaml"
+    spec.write_text(
+        "trainingInput:\n"
+        "  pythonModule: trainer.task\n"
+        "  args: [--need-job-dir, --tag, Taxi Model Accuracy]\n"
+        f"  jobDir: {tmp_path / 'out'}\n"
+        "  hyperparameters:\n"
+        "    goal: MAXIMIZE\n"
+        "    hyperparameterMetricTag: Taxi Model Accuracy\n"
+        "    maxTrials: 1\n"
+        "    params: [{parameterName: x, type: DOUBLE, minValue: 0.0, maxValue: 1.0}]\n")
+    trials_cli("sweep", str(spec), "--job-id", "legacy", "--", "python", TRAINER, cwd=tmp_path)
+    got = seen(tmp_path, "legacy")
+    assert got["job_dir"] == str(tmp_path / "out")
+    assert got["env"]["AIP_MODEL_DIR"] == f"{tmp_path / 'out'}/1/model/"
+    out = trials_cli("describe", "legacy", "--format", "json", cwd=tmp_path).stdout
+    assert json.loads(out)["trials"][0]["finalMeasurement"]["metrics"][0]["metricId"] == "Taxi Model Accuracy"

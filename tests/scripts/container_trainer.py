@@ -17,6 +17,7 @@ p.add_argument("--x", type=float, default=0.5)
 p.add_argument("--job-dir", dest="job_dir")
 p.add_argument("--need-job-dir", action="store_true")
 p.add_argument("--sleep", type=float, default=0.0)
+p.add_argument("--tag", default="score")
 p.add_argument("--gcs-model", action="store_true", help="save model.txt under /gcs from AIP_MODEL_DIR")
 a = p.parse_args()
 if a.need_job_dir and not a.job_dir:
@@ -40,4 +41,4 @@ seen = {"env": dict(os.environ), "cwd": os.getcwd(), "found": found, "job_dir": 
 with open(os.path.join(os.environ["TRIALS_TRIAL_DIR"], "seen.json"), "w") as f:
     json.dump(seen, f)
 hypertune.HyperTune().report_hyperparameter_tuning_metric(
-    hyperparameter_metric_tag="score", metric_value=1.0 - (a.x - 0.3) ** 2, global_step=1)
+    hyperparameter_metric_tag=a.tag, metric_value=1.0 - (a.x - 0.3) ** 2, global_step=1)

@@ -6,6 +6,9 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
+from trials.errors import SpecError
 from trials.spec import (
     Algorithm,
     ContainerSpec,
@@ -60,7 +63,7 @@ def test_the_four_forms_of_one_job_load_to_equal_models() -> None:
     assert pool.python_package == PythonPackageSpec(
         executor_image_uri="us-docker.pkg.dev/vertex-ai/training/sklearn-cpu.1-0:latest",
         python_module="trainer.task", package_uris=("gs://my-bucket/trainer-0.1.tar.gz",),
-        args=("--epochs=5", "--data=gs://my-bucket/digits"))
+        args=("--epochs=5", "--data=gs://my-bucket/digits", "--job-dir", "gs://my-bucket/hpt/digits-mlp/"))
     assert first.trial_job.base_output_directory == "gs://my-bucket/hpt/digits-mlp/"
 
 
@@ -242,3 +245,17 @@ parameters:
 """)
     sizes = [c.parameter.max_value for c in job.study.parameter("kind").conditionals]
     assert sizes == [2, 20]
+
+
+def test_a_legacy_metric_tag_may_hold_whitespace_and_job_dir_becomes_an_argument() -> None:
+    job = loads_spec(
+        "trainingInput:\n  pythonModule: trainer.task\n  args: [--epochs=1]\n  jobDir: gs://b/taxi\n"
+        "  hyperparameters:\n    hyperparameterMetricTag: Taxi Model Accuracy\n"
+        "    params: [{parameterName: x, type: DOUBLE, minValue: 0, maxValue: 1}]\n")
+    assert job.study.metrics[0].metric_id == "Taxi Model Accuracy"
+    pool = job.trial_job.worker_pools[0]
+    assert pool.python_package.args == ("--epochs=1", "--job-dir", "gs://b/taxi")
+    assert job.trial_job.base_output_directory == "gs://b/taxi"
+    with pytest.raises(SpecError, match="without whitespace"):  # Vertex's metricId rule stays
+        loads_spec("studySpec: {metrics: [{metricId: a b}], parameters: "
+                   "[{parameterId: x, doubleValueSpec: {minValue: 0, maxValue: 1}}]}\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import fcntl
 import json
 import os
@@ -123,7 +124,18 @@ def spec_to_storage(job: JobSpec) -> dict[str, Any]:
 def spec_from_storage(meta: dict[str, Any]) -> JobSpec:
     from trials.spec.load import parse_spec
 
-    job = parse_spec(meta["spec"], source="<job storage>")
+    spec = meta["spec"]
+    metric_ids = [m.get("metricId") for m in spec.get("studySpec", {}).get("metrics", [])]
+    spaced = [i for i, mid in enumerate(metric_ids) if isinstance(mid, str) and mid != "".join(mid.split())]
+    if spaced:  # a legacy hyperparameterMetricTag may hold whitespace, a Vertex metricId may not
+        spec = copy.deepcopy(spec)
+        for i in spaced:
+            spec["studySpec"]["metrics"][i]["metricId"] = f"legacy_metric_{i}"
+    job = parse_spec(spec, source="<job storage>")
+    if spaced:
+        metrics = tuple(replace(m, metric_id=metric_ids[i]) if i in spaced else m
+                        for i, m in enumerate(job.study.metrics))
+        job = replace(job, study=replace(job.study, metrics=metrics))
     local = meta.get("local") or {}
     return replace(job, local=LocalOptions(**local)) if local else job
 
@@ -134,9 +146,9 @@ def create_job(job: JobSpec, *, root: str, job_id: str | None, spec_path: str | 
                local_command: Sequence[str] | None, cwd: str | None = None,
                seed: int | None = None, gcs_root: str | None = None,
                pass_env: Sequence[str] = ()) -> JobHandle:
-    from trials.controller.trial_view import check_command
-
-    check_command(job, local_command, spec_path or "the spec")  # before the folder and id are used
+    if job.trial_job is None and not local_command:  # before the folder and id are used up
+        raise ConfigError(f"{spec_path or 'the spec'} has no trialJobSpec and no command: give the "
+                          f"trial command after --, e.g. trials sweep SPEC -- python train.py")
     job_id = default_job_id(job, spec_path) if job_id is None else job_id
     job_dir = job_dir_of(root, job_id)
     if storage is None and os.path.exists(os.path.join(job_dir, JOURNAL_FILE)):

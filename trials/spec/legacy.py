@@ -47,6 +47,7 @@ _CONFIG_KEYS = {"imageUri", "acceleratorConfig", "containerCommand", "containerA
 SCALES = {"NONE": ScaleType.SCALE_TYPE_UNSPECIFIED,
           **{s.value: s for s in ScaleType}}
 TYPES = {t.value: t for t in ParameterType}
+JOB_DIR_FLAG = "--job-dir"
 ALGORITHMS = {a.value: a for a in Algorithm}
 
 
@@ -56,7 +57,7 @@ def parse_legacy(root: Node) -> JobSpec:
     Mapping to the Vertex job: ``params[]`` -> ``studySpec.parameters``, ``hyperparameterMetricTag`` +
     ``goal`` -> the one metric, ``enableTrialEarlyStopping`` -> ``medianAutomatedStoppingSpec``,
     ``pythonModule`` (+ ``masterConfig.imageUri`` as the executor image) -> a PythonPackageSpec pool,
-    ``masterConfig.imageUri`` alone -> a ContainerSpec pool, ``jobDir`` -> ``baseOutputDirectory``,
+    ``masterConfig.imageUri`` alone -> a ContainerSpec pool, ``jobDir`` -> ``baseOutputDirectory`` and ``--job-dir <jobDir>`` after each pool's args,
     ``masterType`` -> ``machineType``, ``worker*``/``parameterServer*``/``evaluator*`` -> pools 1-3.
     Scale ``NONE`` is unspecified. ``serviceAccount``, ``network``, ``enableWebAccess`` and
     ``encryptionConfig`` are carried to their Vertex fields (exported, not emulated); ``region``,
@@ -70,7 +71,7 @@ def parse_legacy(root: Node) -> JobSpec:
     hp = hp_node.mapping(_HP_KEYS, {"resumePreviousJobId"})
     tag = _req(hp, hp_node, "hyperparameterMetricTag")
     metric = MetricSpec(
-        metric_id=DEFAULT_METRIC_TAG if tag.missing else rules.identifier(tag, "a metric tag"),
+        metric_id=DEFAULT_METRIC_TAG if tag.missing else _metric_tag(tag),
         goal=Goal.GOAL_TYPE_UNSPECIFIED if _absent(hp, "goal") else hp["goal"].enum(Goal))
     registry = rules.IdRegistry()
     params_node = _req(hp, hp_node, "params")
@@ -114,6 +115,14 @@ def _dropped(ti: Node, hp: Node) -> tuple[str, ...]:
     if isinstance(hp.value, dict) and "resumePreviousJobId" in hp.value:
         found.append(f"{hp.path}.resumePreviousJobId")
     return tuple(found)
+
+
+def _metric_tag(node: Node) -> str:
+    """AI Platform set no whitespace rule on the tag (a Google sample uses "Taxi Model Accuracy")."""
+    value = node.string(what="a metric tag")
+    if not value.strip():
+        node.fail("a non-empty metric tag")
+    return value
 
 
 def _absent(fields: dict[str, Node], key: str) -> bool:
@@ -167,6 +176,8 @@ def _trial_job(f: dict[str, Node], ti: Node) -> TrialJobSpec | None:
                             got=f"`{key}` without a trainer")
         return None
     args = () if _absent(f, "args") else f["args"].strings()
+    if not _absent(f, "jobDir"):  # AI Platform passed jobDir to every replica as `--job-dir`
+        args = (*args, JOB_DIR_FLAG, f["jobDir"].string(what="a job directory"))
     pools: list[WorkerPoolSpec | None] = [
         _pool(f.get("masterType"), master, 1, module, image, f, args)]
     for name in _POOLS:
