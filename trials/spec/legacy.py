@@ -57,7 +57,8 @@ def parse_legacy(root: Node) -> JobSpec:
     Mapping to the Vertex job: ``params[]`` -> ``studySpec.parameters``, ``hyperparameterMetricTag`` +
     ``goal`` -> the one metric, ``enableTrialEarlyStopping`` -> ``medianAutomatedStoppingSpec``,
     ``pythonModule`` (+ ``masterConfig.imageUri`` as the executor image) -> a PythonPackageSpec pool,
-    ``masterConfig.imageUri`` alone -> a ContainerSpec pool, ``jobDir`` -> ``baseOutputDirectory`` and ``--job-dir <jobDir>`` after each pool's args,
+    ``masterConfig.imageUri`` alone -> a ContainerSpec pool, ``jobDir`` -> ``baseOutputDirectory``
+    and ``--job-dir <jobDir>`` after each pool's args,
     ``masterType`` -> ``machineType``, ``worker*``/``parameterServer*``/``evaluator*`` -> pools 1-3.
     Scale ``NONE`` is unspecified. ``serviceAccount``, ``network``, ``enableWebAccess`` and
     ``encryptionConfig`` are carried to their Vertex fields (exported, not emulated); ``region``,
