@@ -380,7 +380,10 @@ class JobRunner:
     def _all_exited(self, run: TrialRun) -> bool:
         if run.restart_at:
             return False
-        if any(r.poll() is None for r in run.replicas.values()):
+        # Only exits that _check_exits classified count: a replica that exited after that poll
+        # (a crash, an injected SIGTERM landing during start-up) is classified on the next tick,
+        # never judged by what its trial reported so far.
+        if any(name not in run.exited for name in run.replicas):
             return False
         # Every leader exited: stop what is left of their groups (children that outlived them).
         now = self.clock()
@@ -404,6 +407,8 @@ class JobRunner:
             r.close()
             if run.stopping and run.stop_reason != "failed":
                 continue
+            if lau.name in run.restart_at:
+                continue  # stopped to be restarted (restartJobOnWorkerRestart): already decided
             tail = tail_lines(os.path.join(run.paths.trial_dir, protocol.stderr_log(lau.name)), 20)
             if status and not any(line.strip() for line in tail):
                 tail = _full_disk_reason(run.paths.trial_dir)
