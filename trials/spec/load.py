@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from pathlib import Path
 
 from trials.errors import SpecError
+from trials.files import kind_of
 from trials.spec.model import JobSpec, ParameterType
 from trials.spec.node import Node, parse_text, suggest
 from trials.spec.vertex import parse_job
 
+MAX_SPEC_BYTES = 64 * 1024 * 1024  # a 100,000-value spec is 10 MB; more is a wrong path, not a spec
 FORMS = ("a gcloud/REST job (top-level `studySpec`), a legacy hptuning_config (top-level "
          "`trainingInput`) or a search space (top-level `metrics` and `parameters`)")
 
@@ -24,7 +27,7 @@ def load_spec(path: str | os.PathLike[str]) -> JobSpec:
     """
     source = os.fspath(path)
     try:
-        text = Path(source).read_text(encoding="utf-8")
+        text = _read_spec_file(source).decode("utf-8")
     except FileNotFoundError as err:
         raise SpecError("expected an existing spec file, got no such file", source=source) from err
     except IsADirectoryError as err:
@@ -38,6 +41,31 @@ def load_spec(path: str | os.PathLike[str]) -> JobSpec:
     suffix = Path(source).suffix.lower()
     fmt = {".json": "json", ".yaml": "yaml", ".yml": "yaml"}.get(suffix)
     return parse_spec(parse_text(text, source=source, fmt=fmt), source=source)
+
+
+def _read_spec_file(source: str) -> bytes:
+    """The bytes of a regular file of at most MAX_SPEC_BYTES; never blocks on a FIFO or a device."""
+    fd = os.open(source, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(source)
+        if not stat.S_ISREG(st.st_mode):
+            raise SpecError(f"expected a regular spec file, got {kind_of(st.st_mode)}", source=source)
+        if st.st_size > MAX_SPEC_BYTES:
+            raise SpecError(f"expected a spec file of at most {MAX_SPEC_BYTES // (1024 * 1024)} MiB, "
+                            f"got {st.st_size} bytes", source=source)
+        os.set_blocking(fd, True)
+        chunks, left = [], MAX_SPEC_BYTES + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        if left <= 0:  # it grew while being read
+            raise SpecError(f"expected a spec file of at most {MAX_SPEC_BYTES // (1024 * 1024)} MiB, "
+                            "got more", source=source)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def loads_spec(text: str, *, source: str = "<string>") -> JobSpec:
