@@ -99,6 +99,9 @@ ARGS_FILE = "args.json"
 ENV_FILE = "env.json"
 STOP_FILE = "STOP"
 CHECKPOINT_PREFIX = "ckpt-"
+# checkpoint formats by name -> file suffix (``ckpt-<step:08d><suffix>``); "auto" picks one by the state
+CHECKPOINT_FORMATS = {"json": ".json", "npz": ".npz", "torch": ".pt", "pickle": ".pkl"}
+CHECKPOINT_AUTO = "auto"
 
 
 def replica_name(pool_index: int, replica_index: int) -> str:

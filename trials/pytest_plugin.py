@@ -270,7 +270,7 @@ class ObjectiveContract:
     spec: Any = None
     metric: str = ""
     flags: Sequence[str] | Mapping[str, Any] = ()
-    options: Mapping[str, Any] = {}  # RunOptions, e.g. {"checkpoint_format": NPZ_FORMAT}
+    options: Mapping[str, Any] = {}  # RunOptions, e.g. {"checkpoint_format": "npz"}
     min_steps: int = 2
     expects_model: bool = True
     expects_checkpoint: bool = True

@@ -19,11 +19,10 @@ import os
 import numpy as np
 
 import trials
-from trials.runtime.checkpoint import NPZ_FORMAT
 
 SPEC = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
                                     os.pardir, "search_spaces", "digits_mlp.yaml"))
-OPTIONS = {"checkpoint_format": NPZ_FORMAT}  # read by trials-run, passed to trials.main below
+OPTIONS = {"checkpoint_format": "npz"}  # read by trials-run, passed to trials.main below
 N_CLASSES = 10
 
 

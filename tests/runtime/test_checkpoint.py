@@ -57,9 +57,9 @@ def test_all_corrupt_means_no_checkpoint(tmp_path):
 
 
 def test_failed_serialization_leaves_no_file_and_keeps_previous(tmp_path):
-    store = CheckpointStore(str(tmp_path))
+    store = CheckpointStore(str(tmp_path), fmt="json")
     store.save({"ok": True}, 1)
-    with pytest.raises(CheckpointError, match="could not write checkpoint .*ckpt-00000002.json"):
+    with pytest.raises(CheckpointError, match="could not write checkpoint .*ckpt-00000002.json.*'pickle'"):
         store.save({"bad": object()}, 2)
     assert os.listdir(tmp_path) == ["ckpt-00000001.json"]
     assert store.load_latest() == (1, {"ok": True})
@@ -82,11 +82,11 @@ def test_same_step_is_replaced_atomically(tmp_path):
 
 
 def test_custom_format(tmp_path):
-    fmt = CheckpointFormat(name="pickle", suffix=".pkl", save=pickle.dump, load=pickle.load)
+    fmt = CheckpointFormat(name="mypickle", suffix=".mypkl", save=pickle.dump, load=pickle.load)
     store = CheckpointStore(str(tmp_path), fmt=fmt)
     store.save({"t": (1, 2)}, 7)
     assert store.load_latest() == (7, {"t": (1, 2)})
-    assert CheckpointStore(str(tmp_path)).steps() == []  # a JSON store ignores .pkl files
+    assert CheckpointStore(str(tmp_path)).steps() == []  # a store knows the built-in suffixes and its own
 
 
 def test_npz_format_round_trips_arrays(tmp_path):
@@ -97,6 +97,8 @@ def test_npz_format_round_trips_arrays(tmp_path):
     assert step == 4 and state["w"].shape == (2, 3) and int(state["epoch"]) == 4
     with pytest.raises(CheckpointError, match="dict of arrays"):
         store.save([1, 2], 5)
+    with pytest.raises(CheckpointError, match="holds Python objects"):
+        store.save({"o": np.array([object()])}, 5)
 
 
 def test_formats_do_not_import_numpy_or_torch_until_used():

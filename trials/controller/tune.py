@@ -51,6 +51,7 @@ def tune(
     seed: int | None = None,
     args: tuple[str, ...] = (),
     on_trial: Callable[[dict[str, Any]], None] | None = None,
+    checkpoint_format: Any = None,
 ) -> TuneResult:
     """Tune ``objective(config, ctx)`` in this process over the spec's search space.
 
@@ -66,6 +67,8 @@ def tune(
         seed: sampler seed.
         args: extra flags given to every trial (like a container spec's ``args``).
         on_trial: called with each finished trial (Vertex REST shape).
+        checkpoint_format: as in :func:`trials.main`: ``"auto"`` (default), ``"json"``, ``"npz"``,
+            ``"torch"``, ``"pickle"`` or a CheckpointFormat.
 
     Example:
         >>> result = trials.tune(objective, "search_spaces/digits_mlp.yaml", Config,
@@ -88,6 +91,7 @@ def tune(
         spec = load_spec(spec)
     job = spec if max_trial_count is None else replace(spec, max_trial_count=max_trial_count)
     protocol.check_job_id(job_id)
+    run_options = RunOptions(install_signals=False, tensorboard=False, checkpoint_format=checkpoint_format)
     job_dir = os.path.abspath(directory or tempfile.mkdtemp(prefix="trials-tune-"))
     os.makedirs(job_dir, exist_ok=True)
     study_spec = job.study
@@ -137,7 +141,7 @@ def tune(
         store.set_trial_attrs(claimed.storage_id, state="ACTIVE", trial_id=claimed.trial_id,
                               start_time=_rfc(start))
         outcome = entrypoint.run(objective, Config, spec=study_spec, argv=flags, environ=replica.env,
-                                 options=RunOptions(install_signals=False, tensorboard=False),
+                                 options=run_options,
                                  prog=f"trial {claimed.trial_id}", on_context=hook)
         reader = TrialMetricsReader(replica.metric_file, os.path.join(paths.trial_dir, protocol.METRICS_LOG),
                                     study_spec.reported_metric_ids, start_time=start)

@@ -1,84 +1,37 @@
 """Crash-safe checkpoints: atomic write (temp, fsync, rename, fsync dir), keep the last K, skip torn ones.
 
 A checkpoint is one file ``ckpt-<step:08d><suffix>`` in the checkpoint directory; the step lives in
-the name, the state is whatever the format's ``save`` writes. numpy and torch are imported only by
-their formats' functions, when used.
+the name, the suffix names the format (:mod:`trials.runtime.formats`), so a restarted trial reads
+back whatever format the previous attempt chose.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import IO, Any
+from typing import Any
 
 from trials import protocol
 from trials.errors import CheckpointError
+from trials.runtime.formats import (
+    FORMATS,
+    FORMATS_HELP,
+    JSON_FORMAT,
+    NPZ_FORMAT,
+    PICKLE_FORMAT,
+    TORCH_FORMAT,
+    CheckpointFormat,
+    choose_format,
+    resolve_format,
+)
+
+__all__ = ["JSON_FORMAT", "NPZ_FORMAT", "PICKLE_FORMAT", "TORCH_FORMAT", "CheckpointFormat",
+           "CheckpointStore", "checkpoint_name", "parse_checkpoint_name", "resolve_format"]
 
 DEFAULT_KEEP = 3
 _TMP_MARK = ".tmp-"
 _CORRUPT_PREFIX = ".corrupt-"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CheckpointFormat:
-    """How a state is written to and read from a binary file.
-
-    Example:
-        >>> import pickle
-        >>> PICKLE = CheckpointFormat(name="pickle", suffix=".pkl", save=pickle.dump, load=pickle.load)
-    """
-
-    name: str
-    suffix: str
-    save: Callable[[Any, IO[bytes]], None]
-    load: Callable[[IO[bytes]], Any]
-
-    def __post_init__(self) -> None:
-        if not self.suffix.startswith(".") or "/" in self.suffix or _TMP_MARK in self.suffix:
-            raise CheckpointError(f"a checkpoint suffix must look like '.json', got {self.suffix!r}")
-
-
-def _save_json(state: Any, file: IO[bytes]) -> None:
-    file.write(json.dumps(state, allow_nan=True, sort_keys=True).encode("utf-8"))
-
-
-def _load_json(file: IO[bytes]) -> Any:
-    return json.loads(file.read().decode("utf-8"))
-
-
-def _save_npz(state: Any, file: IO[bytes]) -> None:
-    import numpy
-
-    if not isinstance(state, dict):
-        raise CheckpointError(f"the npz format saves a dict of arrays, got {type(state).__name__}")
-    numpy.savez(file, **state)
-
-
-def _load_npz(file: IO[bytes]) -> Any:
-    import numpy
-
-    with numpy.load(file, allow_pickle=False) as archive:
-        return {key: archive[key] for key in archive.files}
-
-
-def _save_torch(state: Any, file: IO[bytes]) -> None:
-    import torch
-
-    torch.save(state, file)
-
-
-def _load_torch(file: IO[bytes]) -> Any:
-    import torch
-
-    return torch.load(file, map_location="cpu")
-
-
-JSON_FORMAT = CheckpointFormat(name="json", suffix=".json", save=_save_json, load=_load_json)
-NPZ_FORMAT = CheckpointFormat(name="npz", suffix=".npz", save=_save_npz, load=_load_npz)
-TORCH_FORMAT = CheckpointFormat(name="torch", suffix=".pt", save=_save_torch, load=_load_torch)
 
 
 def checkpoint_name(step: int, fmt: CheckpointFormat = JSON_FORMAT) -> str:
@@ -113,8 +66,11 @@ class CheckpointStore:
     Args:
         directory: where checkpoints live (created on first save).
         keep: how many of the newest checkpoints to keep (≥ 1).
-        fmt: the serialization; :data:`JSON_FORMAT` by default.
+        fmt: a format name (``"json"``, ``"npz"``, ``"torch"``, ``"pickle"``), a
+            :class:`CheckpointFormat`, or ``"auto"``/None (the default): chosen for each state.
         warn: called with a message when a checkpoint is unreadable and skipped.
+
+    Any checkpoint in a built-in format (or ``fmt``) is read back, whichever format wrote it.
 
     Example:
         >>> import tempfile
@@ -126,25 +82,47 @@ class CheckpointStore:
     """
 
     def __init__(self, directory: str, *, keep: int = DEFAULT_KEEP,
-                 fmt: CheckpointFormat = JSON_FORMAT, warn: Callable[[str], None] | None = None):
+                 fmt: CheckpointFormat | str | None = None, warn: Callable[[str], None] | None = None):
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
             raise CheckpointError(f"keep must be an integer >= 1, got {keep!r}")
         self.directory = directory
         self.keep = keep
-        self.fmt = fmt
+        self.fmt = resolve_format(fmt)  # None: chosen per state
+        readers = dict(FORMATS)
+        if self.fmt is not None:
+            readers = {k: v for k, v in readers.items() if v.suffix != self.fmt.suffix}
+            readers[self.fmt.name] = self.fmt
+        self._readers = sorted(readers.values(), key=lambda f: -len(f.suffix))  # longest suffix first
         self._warn = warn or (lambda message: None)
 
+    def _files(self) -> dict[int, tuple[str, CheckpointFormat]]:
+        """step -> (file name, format) of the committed checkpoints."""
+        try:
+            names = sorted(os.listdir(self.directory))
+        except FileNotFoundError:
+            return {}
+        found: dict[int, tuple[str, CheckpointFormat]] = {}
+        for name in names:
+            for fmt in self._readers:
+                step = parse_checkpoint_name(name, fmt)
+                if step is not None:
+                    found[step] = (name, fmt)
+                    break
+        return found
+
     def path(self, step: int) -> str:
-        return os.path.join(self.directory, checkpoint_name(step, self.fmt))
+        """The checkpoint file of ``step``: the existing one, else the name this store's format gives."""
+        existing = self._files().get(step)
+        name = existing[0] if existing else checkpoint_name(step, self.fmt or JSON_FORMAT)
+        return os.path.join(self.directory, name)
 
     def steps(self) -> list[int]:
         """Steps of the committed checkpoints, oldest first."""
-        try:
-            names = os.listdir(self.directory)
-        except FileNotFoundError:
-            return []
-        steps = (parse_checkpoint_name(n, self.fmt) for n in names)
-        return sorted(s for s in steps if s is not None)
+        return sorted(self._files())
+
+    def format_for(self, state: Any) -> CheckpointFormat:
+        """The format ``save`` would write ``state`` in."""
+        return self.fmt if self.fmt is not None else choose_format(state)
 
     def save(self, state: Any, step: int) -> str:
         """Write ``state`` as the checkpoint of ``step`` atomically; prune to the newest ``keep``.
@@ -157,54 +135,66 @@ class CheckpointStore:
         """
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise CheckpointError(f"a checkpoint step must be an integer >= 0, got {step!r}")
+        fmt = self.format_for(state)
         os.makedirs(self.directory, exist_ok=True)
-        final = self.path(step)
+        previous = self._files().get(step)
+        final = os.path.join(self.directory, checkpoint_name(step, fmt))
         tmp = os.path.join(self.directory,
                            f".{os.path.basename(final)}{_TMP_MARK}{os.getpid()}")
         try:
             with open(tmp, "wb") as file:
-                self.fmt.save(state, file)
+                fmt.save(state, file)
                 file.flush()
                 os.fsync(file.fileno())
             os.replace(tmp, final)  # the commit point: readers see the old or the new file, whole
         except BaseException as err:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            if isinstance(err, CheckpointError) or not isinstance(err, Exception):
+            if not isinstance(err, Exception):
                 raise
+            detail = str(err) if isinstance(err, CheckpointError) else f"{type(err).__name__}: {err}"
             raise CheckpointError(
-                f"could not write checkpoint {final} ({self.fmt.name}): {type(err).__name__}: {err}"
+                f"could not write checkpoint {final} ({fmt.name}): {detail}; checkpoint formats: "
+                f"{FORMATS_HELP} (checkpoint_format= in trials.main, OPTIONS or trials.tune)"
             ) from err
+        if previous is not None and previous[0] != os.path.basename(final):
+            with contextlib.suppress(OSError):  # the same step, written before in another format
+                os.unlink(os.path.join(self.directory, previous[0]))
         _fsync_dir(self.directory)
         self._prune()
         return final
 
     def _prune(self) -> None:
-        for step in self.steps()[: -self.keep]:
+        files = self._files()
+        for step in sorted(files)[: -self.keep]:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path(step))
+                os.unlink(os.path.join(self.directory, files[step][0]))
         for name in os.listdir(self.directory):  # temp files of writers that died mid-write
             if name.startswith(".") and _TMP_MARK in name and not name.endswith(f"-{os.getpid()}"):
                 with contextlib.suppress(OSError):
                     os.unlink(os.path.join(self.directory, name))
 
     def load(self, step: int) -> Any:
-        """Read the checkpoint of ``step``.
+        """Read the checkpoint of ``step`` in the format its file name says.
 
         Raises:
             CheckpointError: it is missing, empty or unreadable.
         """
-        path = self.path(step)
+        found = self._files().get(step)
+        if found is None:
+            raise CheckpointError(f"no checkpoint of step {step} in {self.directory}")
+        name, fmt = found
+        path = os.path.join(self.directory, name)
         try:
             with open(path, "rb") as file:
                 if os.fstat(file.fileno()).st_size == 0:
                     raise CheckpointError(f"checkpoint {path} is empty")
-                return self.fmt.load(file)
+                return fmt.load(file)
         except CheckpointError:
             raise
         except Exception as err:  # noqa: BLE001 - any loader failure means "unreadable"
             raise CheckpointError(
-                f"could not read checkpoint {path} ({self.fmt.name}): {type(err).__name__}: {err}"
+                f"could not read checkpoint {path} ({fmt.name}): {type(err).__name__}: {err}"
             ) from err
 
     def load_latest(self) -> tuple[int, Any] | None:

@@ -19,8 +19,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable, Iterator, Mapping
     from typing import Any
 
-    from trials.runtime.checkpoint import CheckpointFormat, CheckpointStore
+    from trials.runtime.checkpoint import CheckpointStore
     from trials.runtime.cluster import ClusterRole
+    from trials.runtime.formats import CheckpointFormat
     from trials.runtime.reporting import Reporter
 
 DEFAULT_OUTPUT_ROOT = "trials-output"
@@ -112,7 +113,9 @@ class RunOptions:
         metric: the tag for a bare number returned by the objective (default: the spec's only
             metric, else ``$CLOUD_ML_HP_METRIC_TAG``, else hypertune's default tag).
         keep_checkpoints: how many checkpoints to keep.
-        checkpoint_format: a :class:`trials.runtime.checkpoint.CheckpointFormat` (default JSON).
+        checkpoint_format: ``"auto"`` (the default: json for plain data, npz for numpy arrays, torch
+            for tensors and state dicts, pickle for any other object, e.g. a scikit-learn
+            estimator), one of those names, or a :class:`trials.runtime.formats.CheckpointFormat`.
         checkpoint_every: write every N-th ``checkpoint`` call's step (the latest is always
             written when the trial stops or ends).
         all_replicas: report metrics and write checkpoints from every replica, not only the primary.
@@ -124,15 +127,26 @@ class RunOptions:
                  "all_replicas", "tensorboard", "install_signals")
 
     def __init__(self, *, metric: str | None = None, keep_checkpoints: int = 3,
-                 checkpoint_format: CheckpointFormat | None = None, checkpoint_every: int = 1,
+                 checkpoint_format: CheckpointFormat | str | None = None, checkpoint_every: int = 1,
                  all_replicas: bool = False, tensorboard: bool = True, install_signals: bool = True):
         if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) \
                 or checkpoint_every < 1:
             raise ConfigError(f"checkpoint_every must be an integer >= 1, got {checkpoint_every!r}")
+        _check_format(checkpoint_format)
         self.metric, self.keep_checkpoints = metric, keep_checkpoints
         self.checkpoint_format, self.checkpoint_every = checkpoint_format, checkpoint_every
         self.all_replicas, self.tensorboard = all_replicas, tensorboard
         self.install_signals = install_signals
+
+
+def _check_format(value: object) -> None:
+    """Refuse an unknown checkpoint format now, not at the first checkpoint (no import needed)."""
+    names = (protocol.CHECKPOINT_AUTO, *protocol.CHECKPOINT_FORMATS)
+    if value is None or value in names or all(hasattr(value, a) for a in ("suffix", "save", "load")):
+        return
+    raise ConfigError(f"checkpoint_format must be one of {', '.join(map(repr, names))} or a "
+                      f"CheckpointFormat (auto: json for plain data, npz for numpy arrays, torch for "
+                      f"tensors and state dicts, pickle for any other object); got {value!r}")
 
 
 class LogSetup:
@@ -377,10 +391,10 @@ class TrialContext:
     @property
     def store(self) -> CheckpointStore:
         if self._store is None:
-            from trials.runtime.checkpoint import JSON_FORMAT, CheckpointStore
+            from trials.runtime.checkpoint import CheckpointStore
 
             self._store = CheckpointStore(self.checkpoint_dir, keep=self.options.keep_checkpoints,
-                                          fmt=self.options.checkpoint_format or JSON_FORMAT,
+                                          fmt=self.options.checkpoint_format,
                                           warn=self._warn)
         return self._store
 

@@ -31,7 +31,8 @@ TARGET is `package.module:function`, `package.module` (function `objective`) or
   Config  a dataclass of typed hyperparameters with defaults, and/or
   SPEC    a search-space file (relative paths are resolved against the module's directory)
           whose bounds and choices the flags are checked against.
-  OPTIONS a dict of trials.main keyword options (checkpoint_format, keep_checkpoints, ...).
+  OPTIONS a dict of trials.main keyword options, e.g. {"checkpoint_format": "pickle"}
+          (checkpoint_format: auto, json, npz, torch or pickle; keep_checkpoints, ...).
 The function is called as function(config, ctx) or function(ctx) (then use ctx.config).
 
 `trials-run TARGET --help` lists the objective's hyperparameters.
@@ -297,8 +298,14 @@ def main(objective: Callable[..., Any], Config: type | None = None, *, spec: Any
     script_dir = None
     if argv is None and sys.argv and sys.argv[0]:
         script_dir = os.path.dirname(os.path.abspath(sys.argv[0]))
-    outcome = run(objective, Config, spec=spec, argv=argv, options=RunOptions(**options),
-                  spec_dir=script_dir)
+    try:
+        run_options = RunOptions(**options)
+    except ConfigError as err:
+        prog = os.path.basename(sys.argv[0] or "trial")
+        print(f"{prog}: error: trials.main(): {err}", file=sys.stderr)
+        outcome = TrialOutcome(protocol.EXIT_USAGE, error=err)
+    else:
+        outcome = run(objective, Config, spec=spec, argv=argv, options=run_options, spec_dir=script_dir)
     if should_exit:
         sys.exit(outcome.exit_code)
     return outcome.exit_code
@@ -360,7 +367,8 @@ def run_main(argv: Sequence[str] | None = None) -> int:
         objective, module, spec, module_dir = resolve_target(target)
         options = RunOptions(**getattr(module, "OPTIONS", {}))
     except (FlagError, ConfigError) as err:
-        print(f"trials-run: error: {err}", file=sys.stderr)
+        where = "" if isinstance(err, FlagError) else f"{module.__name__}.OPTIONS: "
+        print(f"trials-run: error: {where}{err}", file=sys.stderr)
         return protocol.EXIT_USAGE
     except Exception as err:  # noqa: BLE001 - the user's module failed to import
         import traceback
