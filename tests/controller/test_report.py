@@ -164,6 +164,20 @@ def test_report_without_matplotlib_is_tables_only_and_says_so(tmp_path, monkeypa
     assert "Top 2 trials by loss" in page
 
 
+def test_report_page_is_written_whole_and_never_through_a_planted_link(tmp_path, monkeypatch):
+    _fake_job(tmp_path, outcomes=[("ok", [0.5, 0.4], False)])
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    folder = tmp_path / "jobs" / "rep" / "report"
+    folder.mkdir(parents=True)
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    (folder / "index.html.tmp").symlink_to(victim)  # where a plain temp-and-rename writer would write
+    (folder / "index.html").symlink_to(victim)
+    assert main(["report", "rep", "--root", str(tmp_path / "jobs")]) == 0
+    assert victim.read_text() == "keep"
+    assert not (folder / "index.html").is_symlink() and "Top" in (folder / "index.html").read_text()
+
+
 def test_plot_trials_read_stopped_flags_curves_and_results_from_the_rest_view():
     rest = {"trials": [_rest_trial(1, "SUCCEEDED", {"loss": 0.5}), _rest_trial(2, "SUCCEEDED", {"loss": 0.1}),
                        _rest_trial(3, "INFEASIBLE", reason="x"), _rest_trial(4, "SUCCEEDED", {"loss": 0.3})]}

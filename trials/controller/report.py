@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from trials import files
 from trials.controller import describe
 from trials.controller.report_data import plot_trials
 from trials.controller.report_parallel import param_axes
@@ -247,10 +248,7 @@ def write_report(h: Any, *, out_dir: str | None = None, plots: bool = True) -> R
                        images=images, skipped=skipped, plots_note=note, job_dir=h.job_dir,
                        sampler=h.store.get_meta("sampler"))
     index = os.path.join(out_dir, INDEX_FILE)
-    tmp = index + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(page)
-    os.replace(tmp, index)
+    files.write_text_atomic(index, page)
     title, top = top_trials(rest, metric_ids, maximize)
     header, body = table(rest, top, metric_ids)
     return Report(index_html=index, note=note, images=tuple(p for _, p in drawn), skipped=tuple(skipped),
