@@ -8,7 +8,7 @@ from collections.abc import Collection
 import optuna
 from optuna.trial import TrialState
 
-from trials.study.space import REVERSE_LOG_SUFFIX
+from trials.study.space import parameter_id_of
 
 
 def param_importances(study: optuna.Study, *, metric_index: int = 0, maximize: bool = False,
@@ -37,6 +37,6 @@ def param_importances(study: optuna.Study, *, metric_index: int = 0, maximize: b
             target=lambda t: sign * t.values[metric_index])
     out: dict[str, float] = {}
     for name, value in raw.items():
-        pid = name.removesuffix(REVERSE_LOG_SUFFIX).split("#", 1)[0]
+        pid = parameter_id_of(name)
         out[pid] = out.get(pid, 0.0) + float(value)
     return out

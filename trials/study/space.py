@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,6 +14,23 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from trials.spec import ParameterSpec, ParameterType, ScaleType, StudySpec, Value, parent_matches
 
 REVERSE_LOG_SUFFIX = ":reverse_log"
+# A parameterId may hold any character but whitespace; '#' and ':' mark the adapter's own suffixes,
+# so they (and the escape character) are percent-escaped in the id part of a name: injective, and
+# an id without them is its own name (journals of earlier versions read the same).
+_ESCAPES = str.maketrans({"%": "%25", "#": "%23", ":": "%3A"})
+_UNESCAPES = {"%25": "%", "%23": "#", "%3A": ":"}
+_ESCAPED = re.compile("%25|%23|%3A")
+
+
+def escape_id(parameter_id: str) -> str:
+    """The id part of an Optuna name: never holds '#' or ':' (``x#2`` -> ``x%232``)."""
+    return parameter_id.translate(_ESCAPES)
+
+
+def parameter_id_of(name: str) -> str:
+    """The parameterId an Optuna name belongs to (suffixes dropped, escapes undone)."""
+    base = name.removesuffix(REVERSE_LOG_SUFFIX).split("#", 1)[0]
+    return _ESCAPED.sub(lambda m: _UNESCAPES[m.group(0)], base)
 
 
 def distribution(p: ParameterSpec):
@@ -36,7 +54,8 @@ def _mirrored(p: ParameterSpec) -> bool:
 def optuna_names(study: StudySpec) -> dict[ParameterSpec, str]:
     """The Optuna parameter name of each spec parameter.
 
-    Normally the parameterId; ``<id>:reverse_log`` for a mirrored reverse-log parameter; and
+    Normally the parameterId (``#``, ``:`` and ``%`` percent-escaped, see :func:`escape_id`);
+    ``<id>:reverse_log`` for a mirrored reverse-log parameter; and
     ``<id>#2``, ``<id>#3`` … for further conditional branches that reuse an id with another range
     (Optuna refuses two value spaces under one name).
     """
@@ -47,7 +66,7 @@ def optuna_names(study: StudySpec) -> dict[ParameterSpec, str]:
             continue
         k = seen.get(p.parameter_id, 0) + 1
         seen[p.parameter_id] = k
-        base = p.parameter_id if k == 1 else f"{p.parameter_id}#{k}"
+        base = escape_id(p.parameter_id) + ("" if k == 1 else f"#{k}")
         names[p] = base + (REVERSE_LOG_SUFFIX if _mirrored(p) else "")
     return names
 
