@@ -141,3 +141,60 @@ def test_plugin_import_is_light():
             "print(sorted(m for m in ('optuna', 'numpy', 'yaml', 'sqlalchemy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+IGNORES_STOP = '''
+def ignores_stop(config, ctx):
+    state = ctx.restore({"acc": 0.0})
+    for step in range(ctx.start_step, config.epochs + 1):   # never looks at should_stop
+        state["acc"] += 0.1
+        ctx.report(step, accuracy=state["acc"])
+        ctx.checkpoint(state, step)
+    open(ctx.model_dir + "/model.txt", "w").write(str(state))
+
+def never_stops(config, ctx):
+    step = 0
+    while True:                                              # no end, no should_stop
+        step += 1
+        try:
+            ctx.report(step, accuracy=0.1)
+        except Exception:                                    # and swallows errors
+            pass
+'''
+
+
+def test_contract_reports_an_objective_that_ignores_stop_requests(pytester):
+    """Issue 15.2: SIGTERM twice used to make the runtime os._exit(75) pytest mid-suite."""
+    pytester.makepyfile(objective_mod=GOOD + IGNORES_STOP)
+    pytester.makepyfile(test_contract='''
+from objective_mod import Config, ignores_stop, never_stops
+from trials.pytest_plugin import ObjectiveContract
+
+class TestIgnoresStop(ObjectiveContract):
+    objective = staticmethod(ignores_stop)
+    Config = Config
+    metric = "accuracy"
+    flags = {"epochs": 5}
+
+class TestNeverStops(ObjectiveContract):
+    objective = staticmethod(never_stops)
+    Config = Config
+    metric = "accuracy"
+    expects_model = expects_checkpoint = False
+
+    def test_metric_reported_every_step(self): pass       # these would never end
+    def test_outputs_land_in_trial_dirs(self): pass
+''')
+    result = pytester.runpytest_subprocess("-q", "-p", "no:hypothesispytest", "-p", "no:cacheprovider")
+    assert result.ret == 1, result.stdout.str()  # tests failed; not 75 (exited mid-suite)
+    outcomes = result.parseoutcomes()
+    assert (outcomes.get("failed"), outcomes.get("passed"), outcomes.get("skipped")) == (6, 4, 2), \
+        result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "*TestIgnoresStop.test_sigterm_is_handled*",
+        "*expected the loop to end after one step, got [[]1, 2, 3, 4, 5[]]*",
+        "*TestNeverStops.test_stop_request_is_handled*",
+        "*the objective ignored the stop request: it reported 20 more steps*",
+        "*TestNeverStops.test_sigterm_is_handled*",
+        "*the objective ignored SIGTERM: it reported 20 more steps*",
+    ])

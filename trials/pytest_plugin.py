@@ -157,18 +157,41 @@ def run_objective(sandbox: TrialSandbox, objective: Callable[..., Any], Config: 
     options.setdefault("install_signals", sigterm_after_step is not None)
     options.setdefault("tensorboard", False)  # event files are not what an objective's test checks
 
+    sent: list[int] = []
+
     def hook(ctx: Any) -> None:
         def on_report(ctx: Any, step: int, metrics: dict) -> None:
+            if ctx.reports_after_stop >= MAX_REPORTS_AFTER_STOP:
+                raise _StopIgnored(ctx.reports_after_stop)
             if stop_after_step is not None and step >= stop_after_step:
                 ctx.request_stop("stop_after_step")
-            if sigterm_after_step is not None and step >= sigterm_after_step:
-                os.kill(os.getpid(), signal.SIGTERM)  # a real signal through the real handler
+            if sigterm_after_step is not None and step >= sigterm_after_step and not sent:
+                # one real signal through the real handler: a second one would make the runtime
+                # exit the process (os._exit), which here is pytest itself
+                sent.append(step)
+                os.kill(os.getpid(), signal.SIGTERM)
 
         ctx.on_report = on_report
 
-    outcome = run(objective, Config, spec=spec, argv=_flag_tokens(flags),
-                  options=RunOptions(**options), prog="trial", on_context=hook)
-    return TrialRun(outcome)
+    try:
+        outcome = run(objective, Config, spec=spec, argv=_flag_tokens(flags),
+                      options=RunOptions(**options), prog="trial", on_context=hook)
+    except _StopIgnored as stop:
+        ignored = stop.args[0]
+    else:
+        return TrialRun(outcome)
+    why = "SIGTERM" if sent else "the stop request"
+    pytest.fail(f"the objective ignored {why}: it reported {ignored} more steps after it, and was "
+                f"stopped there by the test; it must stop between steps once ctx.should_stop is true "
+                f"(loop over ctx.steps(n), or check ctx.should_stop)", pytrace=False)
+
+
+MAX_REPORTS_AFTER_STOP = 20  # an objective that ignores a stop request is cut off after this many reports
+
+
+class _StopIgnored(BaseException):
+    """Raised out of ``ctx.report`` to end an objective that ignores stop requests (not an
+    Exception, so the objective's own ``except Exception`` does not swallow it)."""
 
 
 @pytest.fixture
