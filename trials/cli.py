@@ -509,7 +509,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--" in argv:  # `trials sweep SPEC [options] -- LOCAL COMMAND...`
         cut = argv.index("--")
         argv, local_command = argv[:cut], argv[cut + 1:]
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        hint = _command_hint(args, extra, local_command)
+        if hint is None:
+            parser.parse_args(argv)  # argparse's own usage and "unrecognized arguments", exit 2
+        print(f"trials {args.command}: error: {hint}", file=sys.stderr)
+        return protocol.EXIT_USAGE
     args.local_command = local_command
     try:
         return args.handler(args)
@@ -530,6 +536,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"trials: internal error: {type(err).__name__}: {_scrub(args, _one_line(str(err)))} "
               f"(run with --debug for the traceback)", file=sys.stderr)
         return protocol.EXIT_ERROR
+
+
+_TAKES_COMMAND = ("sweep", "resume", "validate", "check")
+
+
+def _command_hint(args: argparse.Namespace, extra: list[str], local_command: list[str]) -> str | None:
+    """For a command that runs a trainer: the words argparse did not take were meant as the command."""
+    if args.command not in _TAKES_COMMAND or local_command or extra[0].startswith("-"):
+        return None
+    import shlex
+
+    given = " ".join(shlex.quote(word) for word in extra)
+    target = getattr(args, "spec", None) or getattr(args, "job", "")
+    return (f"unexpected arguments {given!r}: put the trainer's command after `--`, as in "
+            f"`trials {args.command} {shlex.quote(target)} [options] -- {given}`")
 
 
 def _scrub(args: argparse.Namespace, text: str) -> str:
