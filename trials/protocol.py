@@ -95,6 +95,8 @@ EXIT_INTERRUPTED = 130  # Ctrl-C on the CLI
 # --- Files in a trial directory -------------------------------------------------------------------
 METRICS_LOG = "metrics.jsonl"  # the runtime's lossless log of every report
 HYPERTUNE_FILE = "hypertune.metrics"  # CLOUD_ML_HP_METRIC_FILE of the primary replica
+# Keys cloudml-hypertune writes beside the metric tags of each line: a metric cannot be named so.
+HYPERTUNE_RESERVED_KEYS = frozenset({"checkpoint_path", "global_step", "timestamp", "trial"})
 ARGS_FILE = "args.json"
 ENV_FILE = "env.json"
 STOP_FILE = "STOP"

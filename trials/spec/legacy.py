@@ -123,7 +123,7 @@ def _metric_tag(node: Node) -> str:
     value = node.string(what="a metric tag")
     if not value.strip():
         node.fail("a non-empty metric tag")
-    return value
+    return rules.metric_id(node, value)
 
 
 def _absent(fields: dict[str, Node], key: str) -> bool:

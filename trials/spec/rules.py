@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from trials.protocol import HYPERTUNE_RESERVED_KEYS
 from trials.spec import (
     DISCRETE_MIN_GAP,
     MAX_DISCRETE_VALUES,
@@ -62,11 +63,20 @@ def identifier(node: Node, what: str) -> str:
     return value
 
 
+def metric_id(node: Node, value: str) -> str:
+    """A metric id cloudml-hypertune can report: not one of the keys it writes beside the tags."""
+    if value in HYPERTUNE_RESERVED_KEYS:
+        node.fail(f"a metric id other than {', '.join(sorted(HYPERTUNE_RESERVED_KEYS))} (cloudml-hypertune "
+                  "writes those keys itself, so such a metric could never be reported)", got=f"`{value}`")
+    return value
+
+
 def metrics(pairs: Iterable[tuple[Node, MetricSpec]], where: Node) -> tuple[MetricSpec, ...]:
     """At least one metric; ids unique."""
     seen: dict[str, str] = {}
     out = []
     for node, metric in pairs:
+        metric_id(node, metric.metric_id)
         if metric.metric_id in seen:
             node.fail(f"a unique metric id (`{metric.metric_id}` is already used at "
                       f"{seen[metric.metric_id]})", got=f"`{metric.metric_id}` again")
