@@ -203,6 +203,8 @@ def run(objective: Callable[..., Any], Config: type | None = None, *, spec: Any 
         print(f"{prog}: error: cannot create the trial directories: {err}", file=sys.stderr)
         return TrialOutcome(protocol.EXIT_USAGE, error=err)
     ctx = TrialContext(config=config, env=env, options=options)
+    if env.is_local and _is_terminal(sys.stderr):
+        ctx.on_report = _print_report  # `python train.py` on a terminal: show each report
     if on_context is not None:
         on_context(ctx)
     if env.is_local:
@@ -217,6 +219,18 @@ def run(objective: Callable[..., Any], Config: type | None = None, *, spec: Any 
             guard.__exit__(None, None, None)
         ctx.close()
         ctx._log.undo()
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # replaced or closed streams
+        return False
+
+
+def _print_report(ctx: TrialContext, step: int, metrics: Mapping[str, float]) -> None:
+    shown = "  ".join(f"{name}={value:.6g}" for name, value in metrics.items())
+    print(f"step {step}: {shown}", file=sys.stderr, flush=True)
 
 
 def _run_objective(objective: Callable[..., Any], ctx: TrialContext, study: Any,
