@@ -130,8 +130,9 @@ def _summary(h, runner, args) -> int:
                      for t in controller.best_trials(h)],
         }, default=str))
         return {"JOB_STATE_SUCCEEDED": 0, "JOB_STATE_CANCELLED": protocol.EXIT_INTERRUPTED}.get(state, 1)
+    ran = f"; at most {runner.max_parallel} in parallel" if runner.max_parallel else "; no trial ran this time"
     print(f"job {h.job_id} {state}: {n_ok} succeeded ({n_early} stopped early), {n_bad} infeasible, "
-          f"{len(trials) - n_ok - n_bad} not run; at most {runner.max_parallel} in parallel")
+          f"{len(trials) - n_ok - n_bad} not run{ran}")
     if runner.opt.inject_restarts > 0:
         problems = []
         if runner.conflicts_total:
@@ -262,7 +263,7 @@ def _cmd_describe(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(rest, indent=2))
         return 0
-    header, body = describe.rows(rest, h.job.study.metric_ids)
+    header, body = describe.rows(rest, h.job.study.metric_ids, exact=args.format == "csv")
     if args.format == "csv":
         sys.stdout.write(describe.format_csv(header, body))
         return 0
@@ -296,22 +297,30 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def _cmd_best(args: argparse.Namespace) -> int:
+    import json
+
     from trials.controller import jobs as controller
     from trials.protocol import format_flag, local_path
 
     h = controller.open_job(args.job, root=args.root, storage=args.storage)
-    best = controller.best_trials(h)
+    get = controller.params_of(h)
+    meta = h.store.meta()
+    metric_ids = h.job.study.metric_ids
+    best = [{"trial_id": str(t.number + 1), "metrics": dict(zip(metric_ids, t.values, strict=False)),
+             "parameters": get(t), "flags": [format_flag(k, v) for k, v in get(t).items()],
+             "model_dir": local_path(meta["base_output"].rstrip("/") + f"/{t.number + 1}/model/",
+                                     meta["gcs_root"])}
+            for t in controller.best_trials(h)]
+    if args.format == "json":  # exact numbers; one trial, or the Pareto front of several metrics
+        print(json.dumps({"job_id": h.job_id, "metric_ids": list(metric_ids), "best": best}, indent=2))
+        return 0 if best else 1
     if not best:
         print(f"job {h.job_id} has no succeeded trial yet")
         return 1
-    get = controller.params_of(h)
-    meta = h.store.meta()
-    for t in best:
-        metrics = ", ".join(f"{m}={v:.6g}" for m, v in zip(h.job.study.metric_ids, t.values, strict=False))
-        print(f"trial {t.number + 1}: {metrics}")
-        print("  flags: " + " ".join(format_flag(k, v) for k, v in get(t).items()))
-        base = meta["base_output"].rstrip("/") + f"/{t.number + 1}/model/"
-        print(f"  model: {local_path(base, meta['gcs_root'])}")
+    for b in best:
+        print(f"trial {b['trial_id']}: " + ", ".join(f"{m}={v:.6g}" for m, v in b["metrics"].items()))
+        print("  flags: " + " ".join(b["flags"]))
+        print(f"  model: {b['model_dir']}")
     return 0
 
 
@@ -483,6 +492,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("best", help="the best trial's flags and model directory")
     p.add_argument("job")
     _job_args(p)
+    p.add_argument("--format", choices=["text", "json"], default="text",
+                   help="json: exact values, parameters, flags and model folder of each best trial")
     p.set_defaults(handler=_cmd_best)
 
     p = sub.add_parser("report", help="write an HTML report with plots into the job folder")

@@ -11,7 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from jobkit import fake_job
 
+from trials.cli import main
 from trials.controller.progress import Progress
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,11 +28,11 @@ class Terminal(io.StringIO):
 
 
 def _events(p: Progress) -> None:
-    p("trial_started", {"trial_id": "1", "params": {"lr": 0.1, "units": 64}})
+    p("trial_started", {"trial_id": "1", "params": {"lr": 0.027599337346012304, "units": 64}})
     p("warning", {"trial_id": "1", "message": "trial 1 reports tags not in the spec: loss"})
     p("trial_stopping", {"trial_id": "1", "reason": "early", "detail": "below the median"})
     p("trial_done", {"trial_id": "1", "state": "SUCCEEDED", "values": [0.25], "stopped_early": True,
-                     "steps": 3, "seconds": 1.25, "params": {"lr": 0.1}})
+                     "steps": 3, "last_step": 3, "seconds": 1.25, "params": {"lr": 0.1}})
     p("trial_done", {"trial_id": "2", "state": "INFEASIBLE", "values": [], "reason": "exit 1",
                      "steps": 0, "seconds": 0.5, "params": {}})
     p("job_done", {"state": "JOB_STATE_SUCCEEDED", "error": None})
@@ -50,10 +52,10 @@ def test_plain_lines_when_stdout_is_not_a_terminal():
     lines = out.getvalue().splitlines()
     assert not any(c in out.getvalue() for c in ESCAPES)
     assert [ln[11:] for ln in lines] == [
-        "trial 1 started: lr=0.1 units=64",
+        "trial 1 started: lr=0.0276 units=64",  # rounded for reading only
         "warning: trial 1 reports tags not in the spec: loss",
         "trial 1 stopping (early): below the median",
-        "trial 1 SUCCEEDED (stopped early) after 3 steps, 1.2s: loss=0.25",
+        "trial 1 SUCCEEDED (stopped early) at step 3, 1.2s: loss=0.25",
         "trial 2 INFEASIBLE after 0 steps, 0.5s: exit 1",
     ]
     assert all(ln.startswith("[") and ln[9:11] == "] " for ln in lines)  # [HH:MM:SS]
@@ -65,7 +67,7 @@ def test_live_status_on_a_terminal_ends_with_a_newline_before_the_summary():
     assert p.mode == "live"
     _events(p)
     text = out.getvalue()
-    assert "\r\033[K2/2 done, 0 running, 1 failed, best loss=0.25 (trial 1)" in text
+    assert "\r\033[K2/2 done, 0 running, 1 failed, ETA" in text  # a stopped trial is never the best
     assert text.endswith("\n")  # the summary printed next starts on its own line
     assert text.count("2/2 done") == 1
 
@@ -84,7 +86,8 @@ def test_json_logs_are_one_cloud_logging_object_per_line():
     assert [r["event"] for r in records] == ["trial_started", "warning", "trial_stopping", "trial_done",
                                              "trial_done", "job_done"]
     assert [r["severity"] for r in records][:2] == ["INFO", "WARNING"]
-    assert records[0]["message"] == "trial 1 started: lr=0.1 units=64"
+    assert records[0]["message"] == "trial 1 started: lr=0.0276 units=64"
+    assert records[0]["params"]["lr"] == 0.027599337346012304  # the record keeps the exact value
     assert records[3]["values"] == [0.25] and records[3]["stopped_early"] is True
     assert all(isinstance(r["timestampSeconds"], int) for r in records)
 
@@ -152,3 +155,25 @@ def test_a_closed_output_does_not_stop_the_job():
     progress("trial_done", {"trial_id": "1", "state": "SUCCEEDED", "values": [0.5], "steps": 3,
                             "seconds": 0.1, "params": {}})
     assert progress.mode == "quiet" and progress.done == 1
+
+
+def test_one_step_is_singular_and_a_stopped_trial_is_not_the_best():
+    out = io.StringIO()
+    p = _progress(out)
+    p("trial_started", {"trial_id": "1", "params": {}})
+    p("trial_done", {"trial_id": "1", "state": "SUCCEEDED", "values": [0.1], "stopped_early": True,
+                     "steps": 1, "last_step": 1, "seconds": 0.5, "params": {}})
+    p("trial_done", {"trial_id": "2", "state": "SUCCEEDED", "values": [0.3], "steps": 1, "seconds": 0.5,
+                     "params": {}})
+    lines = [ln[11:] for ln in out.getvalue().splitlines()]
+    assert lines[1] == "trial 1 SUCCEEDED (stopped early) at step 1, 0.5s: loss=0.1"
+    assert lines[2] == "trial 2 SUCCEEDED after 1 step, 0.5s: loss=0.3"
+    assert (p.best, p.best_trial) == (0.3, "2")  # 0.1 (lower is better) is where trial 1 stopped
+
+
+def test_resuming_a_finished_job_does_not_claim_zero_parallel_trials(tmp_path, capsys):
+    fake_job(tmp_path, outcomes=[("ok", [0.5], False)] * 6)
+    assert main(["resume", "rep", "--root", str(tmp_path / "jobs")]) == 0
+    out = capsys.readouterr().out
+    assert "at most 0 in parallel" not in out
+    assert "6 succeeded (0 stopped early), 0 infeasible, 0 not run; no trial ran this time" in out

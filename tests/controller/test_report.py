@@ -9,21 +9,12 @@ import re
 import sys
 
 import pytest
+from jobkit import fake_job
 
 from trials.cli import main
-from trials.controller import jobs as controller
 from trials.controller import report, report_data, report_parallel
 from trials.spec.load import loads_spec
 
-SINGLE = """
-display_name: rep
-metrics: {loss: minimize}
-parameters:
-  lr: {type: double, min: 0.001, max: 1.0, scale: log}
-  width: {type: discrete, values: [8, 16, 32]}
-max_trial_count: 6
-parallel_trial_count: 1
-"""
 MULTI = """
 metrics: {acc: maximize, size: minimize}
 parameters:
@@ -65,12 +56,15 @@ def test_top_trials_several_metrics_is_the_pareto_front():
     assert title.startswith("Pareto-optimal")
 
 
-def test_table_marks_stopped_trials_and_drops_an_empty_reason_column():
+def test_table_shows_stopped_trials_and_drops_empty_columns():
     rest = {"trials": [_rest_trial(1, "SUCCEEDED", {"loss": 0.5}), _rest_trial(2, "SUCCEEDED", {"loss": 0.4})],
-            "trialsLocal": {"2": {"stopped_early": True}}}
+            "trialsLocal": {"2": {"stopped_early": True, "stop_reason": "below the median"}}}
     header, body = report.table(rest, rest["trials"], ["loss"])
+    assert header == ["trial", "state", "loss", "lr", "steps", "stopped early", "reason"]
+    assert body[1][1:] == ["SUCCEEDED", "0.4", "0.2", "0", "yes", "below the median"]
+    assert body[0][-2:] == ["", ""]
+    header, body = report.table(rest, rest["trials"][:1], ["loss"])
     assert header == ["trial", "state", "loss", "lr", "steps"]
-    assert body[1][1] == "SUCCEEDED (stopped early)" and body[0][1] == "SUCCEEDED"
     bad = {"trials": [_rest_trial(1, "INFEASIBLE", reason="boom")]}
     header, body = report.table(bad, bad["trials"], ["loss"])
     assert header[-1] == "reason" and body[0][-1] == "boom"
@@ -100,46 +94,8 @@ def test_render_html_escapes_inlines_images_and_says_when_nothing_completed():
     assert not re.search(r"""(src|href)=['"]?(http|//)""", page)  # nothing fetched from outside
 
 
-def _fake_job(tmp_path, text=SINGLE, *, outcomes):
-    """A job in a real journal storage, finished without processes: one outcome per trial.
-
-    outcome: ("ok", [values per step], stopped_early) | ("fail", reason) | None (never run).
-    """
-    job = loads_spec(text, source="test.yaml")
-    h = controller.create_job(job, root=str(tmp_path / "jobs"), job_id="rep", spec_path=None, storage=None,
-                              base_output_dir=None, project_number=None, local_command=["python", "x.py"],
-                              seed=1)
-    metric_ids = job.study.metric_ids
-    for outcome in outcomes:
-        if outcome is None:
-            continue
-        c = h.store.claim(job.study)
-        attrs = {"state": "ACTIVE", "start_time": "2026-01-01T00:00:00.000000Z",
-                 "end_time": "2026-01-01T00:00:01.000000Z"}
-        if outcome[0] == "ok":
-            curve, stopped = outcome[1], outcome[2]
-            ms = [{"step": s + 1, "elapsed_s": 0.1 * s,
-                   "metrics": {m: (v if i == 0 else v * 10) for i, m in enumerate(metric_ids)}}
-                  for s, v in enumerate(curve)]
-            for m in ms:
-                h.store.report(c.storage_id, m["step"], m["metrics"][metric_ids[0]])
-            attrs.update(state="SUCCEEDED", measurements=ms, final_measurement=ms[-1],
-                         attempts=[{"replica": "workerpool0-0", "exitStatus": 0}])
-            if stopped:
-                attrs.update(stopped_early=True, stop_reason="below the median")
-            h.store.set_trial_attrs(c.storage_id, **attrs)
-            h.store.complete(c.number, [ms[-1]["metrics"][m] for m in metric_ids])
-        else:
-            attrs.update(state="INFEASIBLE", infeasible_reason=outcome[1], failed=True,
-                         attempts=[{"replica": "workerpool0-0", "exitStatus": 1}])
-            h.store.set_trial_attrs(c.storage_id, **attrs)
-            h.store.fail(c.number)
-    h.store.set_meta(state="JOB_STATE_SUCCEEDED")
-    return controller.open_job("rep", root=str(tmp_path / "jobs"), storage=None)
-
-
 def test_report_of_a_job_with_no_completed_trial(tmp_path, capsys):
-    h = _fake_job(tmp_path, outcomes=[("fail", "The replica workerpool0-0 exited with a non-zero status of 1.")])
+    h = fake_job(tmp_path, outcomes=[("fail", "The replica workerpool0-0 exited with a non-zero status of 1.")])
     r = report.write_report(h)
     assert r.images == () and r.top_rows == ()
     assert r.skipped == (("all plots", "no trial has succeeded yet: there is nothing to plot"),)
@@ -152,7 +108,7 @@ def test_report_of_a_job_with_no_completed_trial(tmp_path, capsys):
 
 
 def test_report_without_matplotlib_is_tables_only_and_says_so(tmp_path, monkeypatch, capsys):
-    _fake_job(tmp_path, outcomes=[("ok", [0.5, 0.4], False), ("ok", [0.6, 0.3], False)])
+    fake_job(tmp_path, outcomes=[("ok", [0.5, 0.4], False), ("ok", [0.6, 0.3], False)])
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     assert main(["report", "rep", "--root", str(tmp_path / "jobs")]) == 0
     out = capsys.readouterr().out  # said on the command line, not only inside the page
@@ -209,7 +165,7 @@ def test_parallel_axes_follow_the_spec_scale_and_labels_never_crowd():
 
 def test_report_with_plots_single_metric(tmp_path, capsys):
     pytest.importorskip("matplotlib")
-    _fake_job(tmp_path, outcomes=[("ok", [0.9, 0.5, 0.3], False), ("ok", [0.8, 0.7], True),
+    fake_job(tmp_path, outcomes=[("ok", [0.9, 0.5, 0.3], False), ("ok", [0.8, 0.7], True),
                                       ("ok", [0.7, 0.4, 0.2], False), ("fail", "boom"), None, None])
     assert main(["report", "rep", "--root", str(tmp_path / "jobs")]) == 0
     out = capsys.readouterr().out
@@ -226,14 +182,15 @@ def test_report_with_plots_single_metric(tmp_path, capsys):
     # the terminal table: best first, Vertex trial ids
     table_lines = out.splitlines()[2:5]
     assert [ln.split()[0] for ln in table_lines] == ["3", "1", "2"]
-    assert "SUCCEEDED (stopped early)" in table_lines[2]
+    assert table_lines[2].split()[1:2] == ["SUCCEEDED"] and "yes" in table_lines[2].split()
+    assert "stopped early" in out.splitlines()[1]  # the column header
     assert out.strip().endswith(f"report: {folder / 'index.html'}")
 
 
 def test_report_with_plots_several_metrics_has_a_pareto_front_and_skips_importances(tmp_path):
     pytest.importorskip("matplotlib")
     one_param = MULTI.replace("  width: {type: discrete, values: [8, 16, 32]}\n", "")
-    h = _fake_job(tmp_path, one_param, outcomes=[("ok", [0.5, 0.6], False), ("ok", [0.7, 0.8], False)])
+    h = fake_job(tmp_path, one_param, outcomes=[("ok", [0.5, 0.6], False), ("ok", [0.7, 0.8], False)])
     r = report.write_report(h)
     assert sorted(os.path.basename(p) for p in r.images) == [
         "intermediate_values.png", "optimization_history.png", "parallel_coordinate.png", "pareto_front.png"]

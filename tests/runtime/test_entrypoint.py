@@ -247,3 +247,42 @@ def test_python_dash_m_entrypoint_help():
     proc = subprocess.run([sys.executable, "-m", "trials.runtime.entrypoint", "--help"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "usage: trials-run TARGET" in proc.stdout
+
+
+SWAPPED = '''
+import dataclasses
+import trials
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    learning_rate: float = 0.1
+
+def objective(ctx, config):  # the arguments the wrong way round
+    {body}
+
+if __name__ == "__main__":
+    trials.main(objective, {config})
+'''
+
+
+@pytest.mark.parametrize("body, config, used", [
+    ("ctx.report(1, accuracy=config.learning_rate)", "Config", "the config as the context (.report)"),
+    ("print(config.learning_rate)", "Config", "the context as the config (.learning_rate)"),
+    ("ctx.report(1, accuracy=0.5)", "None", "the config as the context (.report)"),  # no Config class
+])
+def test_swapped_objective_arguments_get_a_clear_error(tmp_path, body, config, used):
+    (tmp_path / "train.py").write_text(SWAPPED.format(body=body, config=config))
+    proc = run_script(["train.py"], {"TRIALS_TRIAL_DIR": str(tmp_path / "t"), "TRIALS_LOG_FORMAT": "text",
+                                     "CLOUD_ML_HP_METRIC_FILE": str(tmp_path / "t" / "h")}, tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"TypeError: the objective's arguments are swapped: it is called as objective(config, ctx) "
+        f"but used {used}; define it as `def objective(config, ctx)`")
+
+
+def test_an_unrelated_attribute_error_is_left_as_it_is(trial_env):
+    def broken(config, ctx):
+        return config.nope
+
+    outcome = run(broken, Config, argv=[])
+    assert outcome.exit_code == 1 and type(outcome.error) is AttributeError

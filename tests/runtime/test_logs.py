@@ -88,3 +88,22 @@ def test_install_text(monkeypatch):
     logging.getLogger("user").warning("careful")
     undo()
     assert stream.getvalue().rstrip().endswith("WARNING user: careful")
+
+
+def test_google_json_fields_are_merged_into_the_entry():
+    """``extra={"json_fields": …}``, as Cloud Logging's Python library takes it, reaches the JSON line."""
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(JsonFormatter(labels={"trial_id": "7"}))
+    logger = logging.getLogger("user.train.json_fields")
+    logger.addHandler(handler)
+    try:
+        logger.warning("epoch %d done", 3, extra={"json_fields": {
+            "epoch": 3, "loss": 0.25, "severity": "DEBUG", "message": "not this",
+            "logging.googleapis.com/labels": {"run": "a", "trial_id": "not this"}}})
+    finally:
+        logger.removeHandler(handler)
+    entry = json.loads(out.getvalue())
+    assert entry["epoch"] == 3 and entry["loss"] == 0.25
+    assert entry["severity"] == "WARNING" and entry["message"] == "epoch 3 done"  # special fields win
+    assert entry["logging.googleapis.com/labels"] == {"run": "a", "trial_id": "7"}

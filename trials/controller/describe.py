@@ -5,9 +5,10 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from trials.protocol import format_value
 from trials.timefmt import duration
 
 STATE_NAMES = {"REQUESTED", "ACTIVE", "STOPPING", "SUCCEEDED", "INFEASIBLE"}
@@ -46,6 +47,11 @@ def trial_state(t: Any) -> str:
     return {"COMPLETE": "SUCCEEDED", "FAIL": "INFEASIBLE", "RUNNING": "ACTIVE", "PRUNED": "SUCCEEDED"}.get(name, "REQUESTED")
 
 
+def shown(t: Any) -> bool:
+    """Whether a trial is part of the job's view: it started (a trial only queued is not shown)."""
+    return trial_state(t) != "REQUESTED" or bool(t.user_attrs.get("start_time"))
+
+
 def trial_to_rest(t: Any, params: Mapping[str, Any], metric_ids: Sequence[str]) -> dict[str, Any]:
     attrs = t.user_attrs
     state = trial_state(t)
@@ -78,8 +84,7 @@ def job_to_rest(job_id: str, meta: Mapping[str, Any], trials: Sequence[Any],
         if key in spec:
             out[key] = spec[key]
     out["maxTrialCount"] = len(trials) if trials else spec.get("maxTrialCount", 1)
-    out["trials"] = [trial_to_rest(t, params_of(t), metric_ids) for t in trials
-                     if trial_state(t) != "REQUESTED" or t.user_attrs.get("start_time")]
+    out["trials"] = [trial_to_rest(t, params_of(t), metric_ids) for t in trials if shown(t)]
     out["state"] = meta.get("state") or "JOB_STATE_QUEUED"
     for key, name in (("create_time", "createTime"), ("start_time", "startTime"),
                       ("end_time", "endTime"), ("update_time", "updateTime")):
@@ -99,32 +104,52 @@ def job_to_rest(job_id: str, meta: Mapping[str, Any], trials: Sequence[Any],
     return out
 
 
-def rows(rest: Mapping[str, Any], metric_ids: Sequence[str]) -> tuple[list[str], list[list[str]]]:
-    """A table of trials: id, state, final metrics, parameters, steps, reason."""
+def rows(rest: Mapping[str, Any], metric_ids: Sequence[str], *,
+         local: Mapping[str, Mapping[str, Any]] | None = None,
+         exact: bool = False) -> tuple[list[str], list[list[str]]]:
+    """A table of trials: id, state, final metrics, parameters, steps, stopped early, reason.
+
+    Args:
+        rest: the REST job (``job_to_rest``).
+        metric_ids: the spec's metrics, in order.
+        local: per trial id, the local details (``stopped_early``, ``stop_reason``); default the
+            REST job's ``trialsLocal``.
+        exact: numbers as they are (``repr``: a CSV loses nothing); else rounded for reading.
+
+    The reason is the infeasible reason, or why the trial was stopped early; rounded for reading,
+    it is cut at 80 characters.
+    """
+    local = rest.get("trialsLocal", {}) if local is None else local
+    fmt = format_value if exact else display
     param_ids: list[str] = []
     for t in rest.get("trials", []):
         for p in t.get("parameters", []):
             if p["parameterId"] not in param_ids:
                 param_ids.append(p["parameterId"])
-    header = ["trial", "state", *metric_ids, *param_ids, "steps", "reason"]
+    header = ["trial", "state", *metric_ids, *param_ids, "steps", "stopped early", "reason"]
     body = []
     for t in rest.get("trials", []):
         final = {m["metricId"]: m["value"] for m in t.get("finalMeasurement", {}).get("metrics", [])}
         params = {p["parameterId"]: p["value"] for p in t.get("parameters", [])}
+        mine = local.get(t["id"], {})
+        reason = str(t.get("infeasibleReason") or mine.get("stop_reason") or "")
         body.append([
-            t["id"], t["state"], *[_fmt(final.get(m)) for m in metric_ids],
-            *[_fmt(params.get(p)) for p in param_ids], str(len(t.get("measurements", []))),
-            t.get("infeasibleReason", "")[:80],
+            t["id"], t["state"], *[_cell(final.get(m), fmt) for m in metric_ids],
+            *[_cell(params.get(p), fmt) for p in param_ids], str(len(t.get("measurements", []))),
+            "yes" if mine.get("stopped_early") else "", reason if exact else reason[:80],
         ])
     return header, body
 
 
-def _fmt(v: Any) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    return str(v)
+def _cell(v: Any, fmt: Callable[[Any], str]) -> str:
+    return "" if v is None else fmt(v)
+
+
+def display(v: Any, digits: int = 6) -> str:
+    """A number rounded for reading (``digits`` significant digits, integers whole); text as is."""
+    if isinstance(v, float) and math.isfinite(v) and not (v.is_integer() and abs(v) < 2**53):
+        return f"{v:.{digits}g}"
+    return format_value(v)
 
 
 def format_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:

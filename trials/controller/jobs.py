@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from trials import protocol
-from trials.controller.describe import job_to_rest
+from trials.controller.describe import job_to_rest, shown
 from trials.controller.job import (
     CANCELLED,
     CANCELLING,
@@ -243,10 +243,12 @@ def list_jobs(root: str, storage: str | None) -> list[dict[str, Any]]:
 
     out = []
     if storage:
-        for s in study_summaries(open_storage(storage)):
+        opened = open_storage(storage)
+        for s in study_summaries(opened):
             attrs = s.user_attrs
+            n = sum(map(shown, opened.get_all_trials(s._study_id, deepcopy=False)))
             out.append({"job_id": s.study_name, "state": attrs.get("trials:state", "?"),
-                        "trials": s.n_trials, "create_time": attrs.get("trials:create_time", "")})
+                        "trials": n, "create_time": attrs.get("trials:create_time", "")})
         return out
     if not os.path.isdir(root):
         return out
@@ -260,7 +262,8 @@ def list_jobs(root: str, storage: str | None) -> list[dict[str, Any]]:
                 continue
             meta = h.store.meta()
             out.append({"job_id": name, "state": meta.get("state", "?"),
-                        "trials": len(h.store.frozen_trials()), "create_time": meta.get("create_time", "")})
+                        "trials": sum(map(shown, h.store.frozen_trials())),  # as `describe` counts
+                        "create_time": meta.get("create_time", "")})
     return out
 
 

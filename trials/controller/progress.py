@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from trials.protocol import format_value
+from trials.controller.describe import display
 
 
 class Progress:
@@ -41,7 +41,7 @@ class Progress:
         if event == "trial_started":
             self.running += 1
             what = "resumed" if data.get("resumed") else "started"
-            params = " ".join(f"{k}={format_value(v)}" for k, v in data["params"].items())
+            params = " ".join(f"{k}={display(v, 3)}" for k, v in data["params"].items())
             self._line(f"trial {data['trial_id']} {what}: {params}", event, data)
         elif event == "trial_done":
             self.running -= 1
@@ -51,14 +51,18 @@ class Progress:
             if data.get("stopped_early"):
                 self.stopped += 1
             values = data.get("values") or []
-            if values and math.isfinite(values[0]):
+            if values and math.isfinite(values[0]) and not data.get("stopped_early"):  # not a result
                 better = self.best is None or (values[0] > self.best if self.maximize else values[0] < self.best)
                 if better:
                     self.best, self.best_trial = values[0], data["trial_id"]
             result = (f"{self.metric_ids[0]}={values[0]:.6g}" if values else data.get("reason") or "")
-            early = " (stopped early)" if data.get("stopped_early") else ""
-            self._line(f"trial {data['trial_id']} {data['state']}{early} after {data['steps']} steps, "
-                       f"{data['seconds']:.1f}s: {result}", event, data)
+            n = data["steps"]  # how many steps it reported; last_step: the last one's number
+            when = f"after {n} step{'' if n == 1 else 's'}"
+            if data.get("stopped_early"):
+                when = "(stopped early) " + (f"at step {data['last_step']}" if data.get("last_step") is not None
+                                             else when)
+            self._line(f"trial {data['trial_id']} {data['state']} {when}, {data['seconds']:.1f}s: {result}",
+                       event, data)
         elif event == "note":
             self._line(f"note: {data['message']}", event, data)
         elif event == "warning":

@@ -74,14 +74,12 @@ def _dominates(a: Sequence[float], b: Sequence[float]) -> bool:
 
 def table(rest: Mapping[str, Any], trials: Sequence[Mapping[str, Any]],
           metric_ids: Sequence[str]) -> tuple[list[str], list[list[str]]]:
-    """``describe.rows`` for a subset of trials, without the reason column when it is empty."""
-    header, body = describe.rows({**rest, "trials": list(trials)}, metric_ids)
-    local = rest.get("trialsLocal", {})
-    for row in body:
-        if local.get(row[0], {}).get("stopped_early"):
-            row[1] += " (stopped early)"
-    if body and all(not row[-1] for row in body):
-        header, body = header[:-1], [row[:-1] for row in body]
+    """``describe.rows`` for a subset of trials, without the stopped-early and reason columns when empty."""
+    header, body = describe.rows({**rest, "trials": list(trials)}, metric_ids, local=local_view(rest))
+    for column in ("reason", "stopped early"):
+        i = header.index(column)
+        if all(not row[i] for row in body):
+            header, body = header[:i] + header[i + 1:], [row[:i] + row[i + 1:] for row in body]
     return header, body
 
 
@@ -154,7 +152,7 @@ def render_html(*, job_id: str, rest: Mapping[str, Any], metric_ids: Sequence[st
         parts.append(f"<p class='note'><b>{e(name)}</b>: skipped, {e(why)}.</p>")
     parts.append(_failures_html(rest))
     parts.append(_stopped_html(rest))
-    parts.append("<h2>All trials</h2>" + _table_html(*describe.rows(rest, metric_ids)))
+    parts.append("<h2>All trials</h2>" + _table_html(*describe.rows(rest, metric_ids, local=local_view(rest))))
     parts.append("</body></html>\n")
     return "".join(parts)
 

@@ -250,6 +250,7 @@ def _run_objective(objective: Callable[..., Any], ctx: TrialContext, study: Any,
         code = err.code if isinstance(err.code, int) else (0 if err.code is None else 1)
         return TrialOutcome(code, context=ctx, config=ctx.config, error=err)
     except Exception as err:  # noqa: BLE001 - the objective's failure becomes exit 1, logged once
+        err = _swapped_arguments(err, ctx)
         _log_failure(ctx, err, prog)
         return TrialOutcome(protocol.EXIT_ERROR, context=ctx, config=ctx.config, error=err)
     if ctx.should_stop:
@@ -262,6 +263,22 @@ def _run_objective(objective: Callable[..., Any], ctx: TrialContext, study: Any,
         print(f"{prog}: outputs in {ctx.env.output_dir} (model/, checkpoints/, logs/, "
               f"{protocol.METRICS_LOG})", file=sys.stderr)
     return TrialOutcome(code, context=ctx, config=ctx.config, value=value)
+
+
+def _swapped_arguments(err: Exception, ctx: TrialContext) -> Exception:
+    """A clear TypeError when ``err`` came from an objective written as ``objective(ctx, config)``."""
+    if not isinstance(err, AttributeError) or err.name is None:
+        return err
+    used_config_as_ctx = err.obj is ctx.config and hasattr(TrialContext, err.name)
+    used_ctx_as_config = err.obj is ctx and hasattr(ctx.config, err.name)
+    if not (used_config_as_ctx or used_ctx_as_config):
+        return err
+    what = (f"the config as the context (.{err.name})" if used_config_as_ctx
+            else f"the context as the config (.{err.name})")
+    clear = TypeError(f"the objective's arguments are swapped: it is called as objective(config, ctx) "
+                      f"but used {what}; define it as `def objective(config, ctx)`")
+    clear.__cause__ = err
+    return clear
 
 
 def _log_failure(ctx: TrialContext, err: BaseException, prog: str) -> None:

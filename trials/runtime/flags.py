@@ -70,7 +70,8 @@ class Params:
         try:
             return self._values[name]
         except KeyError:
-            raise AttributeError(f"no hyperparameter {name!r}; known: {sorted(self._values)}") from None
+            raise AttributeError(f"no hyperparameter {name!r}; known: {sorted(self._values)}",
+                                 name=name, obj=self) from None
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("a trial config is read-only")

@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Mapping
-from typing import IO
+from typing import IO, Any
 
 from trials import protocol
 from trials.errors import ConfigError
@@ -18,6 +18,7 @@ _SEVERITY = {
     logging.ERROR: "ERROR", logging.CRITICAL: "CRITICAL",
 }
 FORMATS = ("json", "text")
+LABELS = "logging.googleapis.com/labels"
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
@@ -37,7 +38,9 @@ class JsonFormatter(logging.Formatter):
 
     ``severity``, ``message`` (with the traceback when there is one, which Error Reporting picks
     up), ``timestampSeconds``/``timestampNanos``, ``logging.googleapis.com/labels`` and
-    ``logging.googleapis.com/sourceLocation``; plus ``logger``.
+    ``logging.googleapis.com/sourceLocation``; plus ``logger``. The fields of
+    ``extra={"json_fields": {...}}`` (what Google's Cloud Logging library takes) are merged into the
+    entry, as that library does; the special fields above keep their values.
 
     Example:
         >>> import logging
@@ -61,7 +64,7 @@ class JsonFormatter(logging.Formatter):
             message = f"{message}\n{self.formatStack(record.stack_info)}"
         seconds = int(record.created)
         nanos = min(int(round((record.created - seconds) * 1e9)), 999_999_999)
-        entry = {
+        entry: dict[str, Any] = {
             "severity": severity(record.levelno),
             "message": message,
             "timestampSeconds": seconds,
@@ -72,7 +75,13 @@ class JsonFormatter(logging.Formatter):
             },
         }
         if self.labels:
-            entry["logging.googleapis.com/labels"] = dict(self.labels)
+            entry[LABELS] = dict(self.labels)
+        extra = getattr(record, "json_fields", None)
+        if isinstance(extra, Mapping):
+            theirs = extra.get(LABELS)
+            if isinstance(theirs, Mapping) and LABELS in entry:
+                entry[LABELS] = {**{str(k): str(v) for k, v in theirs.items()}, **entry[LABELS]}
+            entry = {**{str(k): v for k, v in extra.items()}, **entry}
         return json.dumps(entry, ensure_ascii=False, default=str)
 
 

@@ -1,0 +1,54 @@
+"""A finished job in a real journal storage, made without processes (for report/describe/CLI tests)."""
+
+from __future__ import annotations
+
+from trials.controller import jobs as controller
+from trials.spec.load import loads_spec
+
+SINGLE = """
+display_name: rep
+metrics: {loss: minimize}
+parameters:
+  lr: {type: double, min: 0.001, max: 1.0, scale: log}
+  width: {type: discrete, values: [8, 16, 32]}
+max_trial_count: 6
+parallel_trial_count: 1
+"""
+
+
+def fake_job(tmp_path, text=SINGLE, *, outcomes):
+    """A job in a real journal storage, finished without processes: one outcome per trial.
+
+    outcome: ("ok", [values per step], stopped_early) | ("fail", reason) | None (never run).
+    """
+    job = loads_spec(text, source="test.yaml")
+    h = controller.create_job(job, root=str(tmp_path / "jobs"), job_id="rep", spec_path=None, storage=None,
+                              base_output_dir=None, project_number=None, local_command=["python", "x.py"],
+                              seed=1)
+    metric_ids = job.study.metric_ids
+    for outcome in outcomes:
+        if outcome is None:
+            continue
+        c = h.store.claim(job.study)
+        attrs = {"state": "ACTIVE", "start_time": "2026-01-01T00:00:00.000000Z",
+                 "end_time": "2026-01-01T00:00:01.000000Z"}
+        if outcome[0] == "ok":
+            curve, stopped = outcome[1], outcome[2]
+            ms = [{"step": s + 1, "elapsed_s": 0.1 * s,
+                   "metrics": {m: (v if i == 0 else v * 10) for i, m in enumerate(metric_ids)}}
+                  for s, v in enumerate(curve)]
+            for m in ms:
+                h.store.report(c.storage_id, m["step"], m["metrics"][metric_ids[0]])
+            attrs.update(state="SUCCEEDED", measurements=ms, final_measurement=ms[-1],
+                         attempts=[{"replica": "workerpool0-0", "exitStatus": 0}])
+            if stopped:
+                attrs.update(stopped_early=True, stop_reason="below the median")
+            h.store.set_trial_attrs(c.storage_id, **attrs)
+            h.store.complete(c.number, [ms[-1]["metrics"][m] for m in metric_ids])
+        else:
+            attrs.update(state="INFEASIBLE", infeasible_reason=outcome[1], failed=True,
+                         attempts=[{"replica": "workerpool0-0", "exitStatus": 1}])
+            h.store.set_trial_attrs(c.storage_id, **attrs)
+            h.store.fail(c.number)
+    h.store.set_meta(state="JOB_STATE_SUCCEEDED")
+    return controller.open_job("rep", root=str(tmp_path / "jobs"), storage=None)

@@ -1,0 +1,72 @@
+"""`trials describe` table/CSV, `trials list` and `trials best` on a finished job, as a user runs them."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from jobkit import fake_job
+
+from trials.cli import main
+from trials.controller import describe
+
+
+def _run(capsys, *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    return code, capsys.readouterr().out
+
+
+def test_csv_writes_numbers_exactly_and_the_table_rounds_them(tmp_path, capsys):
+    h = fake_job(tmp_path, outcomes=[("ok", [0.9, 0.123456789012345], False), ("ok", [0.8], True),
+                                     ("fail", "boom"), None, None, None])
+    stored = {str(t.number + 1): t.params["lr"] for t in h.store.frozen_trials() if "lr" in t.params}
+    root = str(tmp_path / "jobs")
+    code, out = _run(capsys, "describe", "rep", "--root", root, "--format", "csv")
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [r["trial"] for r in rows] == ["1", "2", "3"]
+    for r in rows:  # exactly what the trial got, every digit
+        assert float(r["lr"]) == stored[r["trial"]] and r["lr"] == repr(stored[r["trial"]])
+    assert rows[0]["loss"] == "0.123456789012345"
+    assert (rows[1]["stopped early"], rows[1]["reason"]) == ("yes", "below the median")
+    assert (rows[0]["stopped early"], rows[2]["reason"]) == ("", "boom")
+    code, out = _run(capsys, "describe", "rep", "--root", root)
+    assert "0.123457" in out and "0.123456789012345" not in out  # the table is for reading
+    header = out.splitlines()[1].split("  ")
+    assert "stopped early" in [c.strip() for c in header]
+
+
+def test_display_rounds_floats_only():
+    assert describe.display(0.027599337346012304, 3) == "0.0276"
+    assert describe.display(1.201889465775844e-06, 3) == "1.2e-06"
+    assert describe.display(64.0) == "64" and describe.display(64) == "64" and describe.display("adam") == "adam"
+
+
+def test_list_counts_trials_as_describe_does(tmp_path, capsys):
+    fake_job(tmp_path, outcomes=[("ok", [0.5], False), ("ok", [0.4], False), None, None, None, None])
+    root = str(tmp_path / "jobs")
+    _, out = _run(capsys, "describe", "rep", "--root", root)
+    assert "  2 trials  " in out.splitlines()[0]
+    _, out = _run(capsys, "list", "--root", root)
+    (row,) = out.splitlines()[1:]
+    assert row.split()[:3] == ["rep", "JOB_STATE_SUCCEEDED", "2"]
+
+
+def test_best_as_json_has_exact_values_flags_and_the_model_folder(tmp_path, capsys):
+    h = fake_job(tmp_path, outcomes=[("ok", [0.9, 0.123456789012345], False), ("ok", [0.7], False)])
+    lr = next(t.params["lr"] for t in h.store.frozen_trials() if t.number == 0)
+    code, out = _run(capsys, "best", "rep", "--root", str(tmp_path / "jobs"), "--format", "json")
+    assert code == 0
+    data = json.loads(out)
+    (best,) = data["best"]
+    assert data["job_id"] == "rep" and data["metric_ids"] == ["loss"]
+    assert best["trial_id"] == "1" and best["metrics"] == {"loss": 0.123456789012345}
+    assert best["parameters"]["lr"] == lr and f"--lr={lr!r}" in best["flags"]
+    assert best["model_dir"].endswith("/1/model/")
+
+
+def test_best_as_json_of_a_job_with_no_result_exits_1(tmp_path, capsys):
+    fake_job(tmp_path, outcomes=[("fail", "boom")])
+    code, out = _run(capsys, "best", "rep", "--root", str(tmp_path / "jobs"), "--format", "json")
+    assert code == 1 and json.loads(out)["best"] == []
