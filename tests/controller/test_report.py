@@ -121,7 +121,7 @@ def test_report_without_matplotlib_is_tables_only_and_says_so(tmp_path, monkeypa
 
 
 def test_report_page_is_written_whole_and_never_through_a_planted_link(tmp_path, monkeypatch):
-    _fake_job(tmp_path, outcomes=[("ok", [0.5, 0.4], False)])
+    fake_job(tmp_path, outcomes=[("ok", [0.5, 0.4], False)])
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     folder = tmp_path / "jobs" / "rep" / "report"
     folder.mkdir(parents=True)
