@@ -259,8 +259,11 @@ def _cmd_describe(args: argparse.Namespace) -> int:
     from trials.controller import jobs as controller
 
     h = controller.open_job(args.job, root=args.root, storage=args.storage)
+    if args.format == "local-json":  # attempts, exit statuses, stop reasons, folders, workers
+        print(json.dumps(controller.describe_local(h), indent=2))
+        return 0
     rest = controller.describe(h)
-    if args.format == "json":
+    if args.format == "json":  # exactly the v1 HyperparameterTuningJob
         print(json.dumps(rest, indent=2))
         return 0
     header, body = describe.rows(rest, h.job.study.metric_ids, exact=args.format == "csv")
@@ -477,7 +480,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("describe", help="print a job (Vertex REST shape with --format json)")
     p.add_argument("job")
     _job_args(p)
-    p.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    p.add_argument("--format", choices=("table", "json", "csv", "local-json"), default="table",
+                   help="json: the v1 HyperparameterTuningJob resource, exactly; local-json: what "
+                   "only the local run knows (attempts, exit statuses, stop reasons, folders)")
     p.set_defaults(handler=_cmd_describe)
 
     p = sub.add_parser("list", help="list jobs")

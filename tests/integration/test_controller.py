@@ -60,6 +60,12 @@ def describe(tmp_path, job):
     return json.loads(out)
 
 
+def local(tmp_path, job):
+    """``describe --format local-json``: per-trial attempts, stop reasons, folders."""
+    out = trials_cli("describe", job, "--format", "local-json", cwd=tmp_path).stdout
+    return json.loads(out)["trials"]
+
+
 def test_parallel_job_with_pruning_env_and_layout(tmp_path):
     spec = write_spec(tmp_path / "job.yaml", max_trials=8, parallel=2, epochs=8,
                       stopping="medianAutomatedStoppingSpec: {useElapsedDuration: false}",
@@ -116,7 +122,7 @@ def test_crash_once_resumes_and_succeeds(tmp_path):
     job = describe(tmp_path, "c")
     (t,) = job["trials"]
     assert t["state"] == "SUCCEEDED"
-    attempts = job["trialsLocal"]["1"]["attempts"]
+    attempts = local(tmp_path, "c")["1"]["attempts"]
     assert [a["exitStatus"] for a in attempts] == [3, 0]
     assert (tmp_path / "trials-jobs" / "c" / "1" / "seen-workerpool0-0-1.json").exists()  # same trial, attempt 1
 
@@ -130,7 +136,7 @@ def test_crash_six_times_fails_with_vertex_template(tmp_path):
     assert t["state"] == "INFEASIBLE"
     assert t["infeasibleReason"].startswith(
         "The replica workerpool0-0 exited with a non-zero status of 3. Termination reason:")
-    assert len(job["trialsLocal"]["1"]["attempts"]) == 6
+    assert len(local(tmp_path, "c6")["1"]["attempts"]) == 6
     assert job["state"] == "JOB_STATE_FAILED"
     assert "first trial failed" in job["error"]["message"]
 
@@ -141,7 +147,7 @@ def test_user_error_is_permanent_and_quoted(tmp_path):
     job = describe(tmp_path, "e")
     assert [t["state"] for t in job["trials"]] == ["INFEASIBLE", "INFEASIBLE"]
     assert "Termination reason: ValueError: bad x" in job["trials"][0]["infeasibleReason"]
-    assert len(job["trialsLocal"]["1"]["attempts"]) == 1  # exit 1: no restart
+    assert len(local(tmp_path, "e")["1"]["attempts"]) == 1  # exit 1: no restart
     assert job["state"] == "JOB_STATE_FAILED" and "maxFailedTrialCount=2" in job["error"]["message"]
 
 
@@ -288,7 +294,10 @@ def test_the_examples_trainer_parallel_with_pruning(tmp_path):
     trials = job["trials"]
     assert [t["id"] for t in trials] == [str(i) for i in range(1, 9)]
     assert all(t["state"] == "SUCCEEDED" for t in trials)
-    stopped = job.get("trialsLocal", {})
+    assert "trialsLocal" not in job
+    stopped = json.loads(subprocess.run(
+        [sys.executable, "-m", "trials", "describe", "ex", "--root", str(tmp_path), "--format", "local-json"],
+        cwd=ROOT, capture_output=True, text=True, check=True).stdout)["trials"]
     n_stopped = sum(1 for t in trials if stopped.get(t["id"], {}).get("stopped_early"))
     for t in trials:
         steps = [int(m["stepCount"]) for m in t["measurements"]]

@@ -35,7 +35,10 @@ def _num(v: Any) -> Any:
         f = float(v)
     except (TypeError, ValueError):
         return v
-    return f if math.isfinite(f) else repr(f)  # JSON has no NaN; write it as a string
+    if math.isfinite(f):
+        return f
+    # JSON has no NaN: protobuf's JSON mapping writes the strings "NaN", "Infinity", "-Infinity"
+    return "NaN" if math.isnan(f) else ("Infinity" if f > 0 else "-Infinity")
 
 
 def trial_state(t: Any) -> str:
@@ -53,13 +56,16 @@ def shown(t: Any) -> bool:
 
 
 def trial_to_rest(t: Any, params: Mapping[str, Any], metric_ids: Sequence[str]) -> dict[str, Any]:
+    """One Trial message (v1 field names only)."""
     attrs = t.user_attrs
     state = trial_state(t)
     out: dict[str, Any] = {"id": str(t.number + 1), "state": state}
     out["parameters"] = [{"parameterId": k, "value": v} for k, v in params.items()]
     measurements = attrs.get("measurements")
     if measurements is None and t.intermediate_values:
-        measurements = [{"step": s, "metrics": {metric_ids[0]: v}} for s, v in sorted(t.intermediate_values.items())]
+        live = attrs.get("live_elapsed_s") or {}
+        measurements = [{"step": s, "metrics": {metric_ids[0]: v}, "elapsed_s": live.get(str(s))}
+                        for s, v in sorted(t.intermediate_values.items())]
     if attrs.get("final_measurement") and state == "SUCCEEDED":
         out["finalMeasurement"] = _measurement(attrs["final_measurement"], metric_ids)
     if measurements:
@@ -75,12 +81,14 @@ def trial_to_rest(t: Any, params: Mapping[str, Any], metric_ids: Sequence[str]) 
 
 def job_to_rest(job_id: str, meta: Mapping[str, Any], trials: Sequence[Any],
                 params_of: Any, metric_ids: Sequence[str]) -> dict[str, Any]:
-    """The HyperparameterTuningJob resource. ``params_of(trial) -> {parameterId: value}``."""
+    """The HyperparameterTuningJob resource, exactly (it parses strictly as the v1 type);
+    ``params_of(trial) -> {parameterId: value}``. Local details are in ``local_details``."""
     spec = dict(meta.get("spec") or {})
     project = meta.get("project_number") or "000000000000"
     out: dict[str, Any] = {"name": f"projects/{project}/locations/local/hyperparameterTuningJobs/{job_id}"}
     out["displayName"] = spec.get("displayName") or job_id
-    for key in ("studySpec", "maxTrialCount", "parallelTrialCount", "maxFailedTrialCount", "trialJobSpec", "labels"):
+    for key in ("studySpec", "maxTrialCount", "parallelTrialCount", "maxFailedTrialCount", "trialJobSpec", "labels",
+                "encryptionSpec"):
         if key in spec:
             out[key] = spec[key]
     out["maxTrialCount"] = len(trials) if trials else spec.get("maxTrialCount", 1)
@@ -92,15 +100,23 @@ def job_to_rest(job_id: str, meta: Mapping[str, Any], trials: Sequence[Any],
             out[name] = meta[key]
     if meta.get("error"):
         out["error"] = meta["error"]
-    local = {}
+    return out
+
+
+LOCAL_FIELDS = ("attempts", "stopped_early", "stop_reason", "injected_restarts", "metrics_warning",
+                "unknown_tags", "trial_dir", "worker")
+
+
+def local_details(trials: Sequence[Any]) -> dict[str, dict[str, Any]]:
+    """Per trial id, what only the local run knows: replica attempts and exit statuses, early
+    stops and why, metric warnings, the trial folder, the worker (``describe --format
+    local-json``)."""
+    out = {}
     for t in trials:
         a = t.user_attrs
-        extra = {k: a[k] for k in ("attempts", "stopped_early", "stop_reason", "injected_restarts",
-                                   "metrics_warning", "unknown_tags", "trial_dir", "worker") if a.get(k)}
+        extra = {k: a[k] for k in LOCAL_FIELDS if a.get(k)}
         if extra:
-            local[str(t.number + 1)] = extra
-    if local:
-        out["trialsLocal"] = local  # not a Vertex field: attempts, early stops, where files are
+            out[str(t.number + 1)] = extra
     return out
 
 

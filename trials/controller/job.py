@@ -81,6 +81,7 @@ class TrialRun:
     stop_detail: str = ""
     predicted: tuple[float, float] | None = None  # convex rule: (x, oriented value)
     reported_steps: int = -1
+    live_elapsed: dict[str, float] = field(default_factory=dict)  # step -> elapsed s, for describe
     warned_tags: bool = False
     injected: int = 0
     injected_by: dict[str, int] = field(default_factory=dict)  # replica -> injected restarts
@@ -544,11 +545,18 @@ class JobRunner:
     def _report_new(self, run: TrialRun) -> bool:
         """Record the primary metric of steps not yet in the storage (Optuna intermediate values)."""
         primary = self._metric_ids[0]
-        items = [(m.step, m.metrics[primary]) for m in run.reader.measurements()
-                 if m.step > run.reported_steps and primary in m.metrics]
-        if not items:
+        new = [m for m in run.reader.measurements()
+               if m.step > run.reported_steps and primary in m.metrics]
+        if not new:
             return False
-        self.store.report_many(run.claimed.storage_id, items)
+        items = [(m.step, m.metrics[primary]) for m in new]
+        for m in new:  # a running trial's measurements carry elapsedDuration in describe
+            elapsed = m.elapsed_s if m.elapsed_s is not None else (
+                m.timestamp - run.start_wall if m.timestamp else None)
+            if elapsed is not None:
+                run.live_elapsed[str(m.step)] = round(max(0.0, elapsed), 6)
+        self.store.report_many(run.claimed.storage_id, items,
+                               {"live_elapsed_s": dict(run.live_elapsed)} if run.live_elapsed else None)
         run.reported_steps = items[-1][0]
         return True
 

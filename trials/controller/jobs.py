@@ -471,7 +471,18 @@ def params_of(h: JobHandle):
 def describe(h: JobHandle) -> dict[str, Any]:
     meta = h.store.meta()
     meta["update_time"] = rfc3339(time.time())
-    return job_to_rest(h.job_id, meta, h.store.frozen_trials(), params_of(h), h.job.study.metric_ids)
+    return job_to_rest(h.job_id, meta, h.store.frozen_trials(), params_of(h),
+                       h.job.study.reported_metric_ids)
+
+
+def describe_local(h: JobHandle) -> dict[str, Any]:
+    """What only the local run knows, per trial (``describe --format local-json``)."""
+    from trials.controller.describe import local_details
+
+    meta = h.store.meta()
+    return {"jobId": h.job_id, "jobFolder": h.job_dir, "state": meta.get("state"),
+            "baseOutput": meta.get("base_output"), "localCommand": meta.get("local_command"),
+            "trials": local_details(h.store.frozen_trials())}
 
 
 def best_trials(h: JobHandle) -> list[Any]:

@@ -170,15 +170,22 @@ class JobStore:
     def report(self, storage_id: int, step: int, value: float) -> None:
         self.report_many(storage_id, [(step, value)])
 
-    def report_many(self, storage_id: int, items: Sequence[tuple[int, float]]) -> None:
-        """Intermediate values of several steps (one journal write on the default storage)."""
+    def report_many(self, storage_id: int, items: Sequence[tuple[int, float]],
+                    attrs: Mapping[str, Any] | None = None) -> None:
+        """Intermediate values of several steps, and ``attrs`` (user attributes) beside them
+        (one journal write on the default storage)."""
         items = [(step, float(v)) for step, v in items if math.isfinite(v)]
+        attrs = attrs or {}
         if journal.append(self.storage, [
-                (journal.INTERMEDIATE_VALUE, {"trial_id": storage_id, "step": step, "intermediate_value": v})
-                for step, v in items]):
+                *((journal.INTERMEDIATE_VALUE, {"trial_id": storage_id, "step": step, "intermediate_value": v})
+                  for step, v in items),
+                *((journal.USER_ATTR, {"trial_id": storage_id, "user_attr": {k: v}})
+                  for k, v in attrs.items())]):
             return
         for step, v in items:
             self.storage.set_trial_intermediate_value(storage_id, step, v)
+        for k, v in attrs.items():
+            self.storage.set_trial_user_attr(storage_id, k, v)
 
     def complete(self, number: int, values: Sequence[float]) -> None:
         self.study.tell(number, list(values), skip_if_finished=True)
