@@ -198,8 +198,8 @@ def run_mode(mode: str, sizes: Sizes, slots: int, *, profile: str | None = None)
         times = read_times(times_path)
         if len(times) != sizes.n_trials:
             raise RuntimeError(f"{mode}: expected {sizes.n_trials} trial records, got {len(times)}")
-        out: dict[str, Any] = {"wall_s": wall, "span_s": max(e for _, e in times.values()) - min(s for s, _ in times.values()),
-                               "gaps_s": _gaps(times)}
+        span = max(e for _, e in times.values()) - min(s for s, _ in times.values())
+        out: dict[str, Any] = {"wall_s": wall, "span_s": span, "gaps_s": _gaps(times)}
         if mode == "sweep":
             out.update(_sweep_latencies(os.path.join(workdir, "jobs"), "bench", times))
         else:
@@ -315,19 +315,22 @@ def summarize(raw: dict[str, list[dict[str, Any]]], sizes: Sizes) -> dict[str, A
             # the most any controller could reach against the naive loop: a controller costing nothing
             "naive_over_floor_overhead": naive["overhead_ms_per_trial"] / floor["overhead_ms_per_trial"],
             "naive_over_sweep_wall": naive["wall_s"] / sweep["wall_s"],
-            "steady_sweep_minus_floor_ms_per_trial": sweep["steady_overhead_ms_per_trial"] - floor["steady_overhead_ms_per_trial"],
+            "steady_sweep_minus_floor_ms_per_trial":
+                sweep["steady_overhead_ms_per_trial"] - floor["steady_overhead_ms_per_trial"],
         }
     speedup = {m: rows[f"{m}1"]["wall_s"] / rows[f"{m}2"]["wall_s"] for m in ("floor", "naive", "sweep")}
     # On a shared 2-core machine even the floor falls short of x2: the sweep against the floor's own speedup.
     speedup["sweep_over_floor"] = speedup["sweep"] / speedup["floor"]
     goals = {}
     for slots in (1, 2):
-        goals[f"sweep overhead <= 1.15x the floor's, {slots} slot(s) (issue 8)"] = g[slots]["sweep_over_floor_overhead"] <= 1.15
+        goals[f"sweep overhead <= 1.15x the floor's, {slots} slot(s) (issue 8)"] = \
+            g[slots]["sweep_over_floor_overhead"] <= 1.15
         goals[f"sweep overhead within 10 ms/trial of the floor's, {slots} slot(s) (issue 4)"] = \
             g[slots]["sweep_minus_floor_ms_per_trial"] <= 10
     goals["sweep 2-slot speedup >= 1.9 (issue 8)"] = speedup["sweep"] >= 1.9
     goals["sweep 2-slot speedup >= 0.95x the floor's own speedup (same run)"] = speedup["sweep_over_floor"] >= 0.95
-    goals["sweep overhead >= 2x lower than the naive loop's, 2 slots (issue 4)"] = g[2]["naive_over_sweep_overhead"] >= 2
+    goals["sweep overhead >= 2x lower than the naive loop's, 2 slots (issue 4)"] = \
+        g[2]["naive_over_sweep_overhead"] >= 2
     return {"modes": rows, "ratios": {str(k): v for k, v in g.items()}, "speedup_2_slots": speedup, "goals": goals}
 
 

@@ -169,7 +169,8 @@ def run(*, quick: bool = False, out_dir: str | None = None, workers: int = 2) ->
     summary = summarize(runs, seeds)
     result = {"quick": quick, "n_trials": n_trials, "epochs": epochs, "seeds": seeds, "wall_s": wall,
               "summary": summary,
-              "runs": [{k: v for k, v in r.items() if k != "trials"} | {"epochs_per_trial": [t["epochs"] for t in r["trials"]]}
+              "runs": [{k: v for k, v in r.items() if k != "trials"}
+                       | {"epochs_per_trial": [t["epochs"] for t in r["trials"]]}
                        for r in runs]}
     path = report.write_result(PART, result, out_dir=out_dir)
     print(render(summary, n_trials, epochs, len(seeds)))

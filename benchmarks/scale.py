@@ -93,7 +93,8 @@ def sweep_scale(n_trials: int, slots: int = 2) -> dict[str, Any]:
                 "controller_cpu_s": samples[-1][2] if samples else float("nan"),
                 "rss_end_mib": samples[-1][1] if samples else float("nan"),
                 "rss_max_mib": max(s[1] for s in samples) if samples else float("nan"),
-                "rss_at_first_window_mib": min(samples, key=lambda s: abs(s[0] - starts[w]))[1] if samples else float("nan")}
+                "rss_at_first_window_mib":
+                    min(samples, key=lambda s: abs(s[0] - starts[w]))[1] if samples else float("nan")}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -202,9 +203,11 @@ def render(summary: dict[str, Any], sweep: dict[str, Any], floor: dict[str, Any]
                         rows)
     text += (f"\ncontroller RSS: {sweep['rss_at_first_window_mib']:.0f} MiB after 100 trials, "
              f"{sweep['rss_end_mib']:.0f} MiB at the end (peak {sweep['rss_max_mib']:.0f}); in-process job: "
-             f"{tune['rss_start_mib']:.0f} MiB before, {tune['rss_end_mib']:.0f} MiB after {tune['n_trials']} trials.\n")
+             f"{tune['rss_start_mib']:.0f} MiB before, {tune['rss_end_mib']:.0f} MiB after "
+             f"{tune['n_trials']} trials.\n")
     text += (f"\nsweep over ideal: {summary['sweep_overhead_over_ideal'] * 100:.0f} % for these "
-             f"{floor['s_per_trial'] * 1000:.0f}-ms-per-slot trials (controller cost {summary['sweep_cost_first_ms']:.1f} -> "
+             f"{floor['s_per_trial'] * 1000:.0f}-ms-per-slot trials "
+             f"(controller cost {summary['sweep_cost_first_ms']:.1f} -> "
              f"{summary['sweep_cost_last_ms']:.1f} ms per trial); the same cost on 1-s trials would be "
              f"{summary['projected_overhead_1s_trials'] * 100:.1f} %.\n\n")
     text += report.table("Goals", ["goal", "status"], [[k, report.verdict(v)] for k, v in summary["goals"].items()])

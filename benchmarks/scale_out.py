@@ -199,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     for n in (1, 2, 4):
         rates[n] = throughput(a.url, n, n_trials, a.work_ms)
         floor = floor_rate(n, n_trials, a.work_ms)
-        print(f"  {n} worker(s): {rates[n]:6.1f} trials/min  ({n_trials} trials, x{rates[n] / rates[1]:.2f} vs 1 worker;"
+        print(f"  {n} worker(s): {rates[n]:6.1f} trials/min  "
+              f"({n_trials} trials, x{rates[n] / rates[1]:.2f} vs 1 worker;"
               f" floor {floor:.1f}/min, {rates[n] / floor:.0%} of it)")
     journal_ms = storage_cycle_ms(None, n_cycle)
     pg_ms = storage_cycle_ms(a.url, n_cycle)

@@ -177,7 +177,8 @@ def summarize(runs: list[dict[str, Any]], problems: list[str], samplers: list[st
                 values = [r["regret"][b - 1] for r in runs if r["problem"] == p and r["sampler"] == s]
                 q1, q3 = report.quartiles(values)
                 row[s] = {"median": report.median(values), "q1": q1, "q3": q3,
-                          "seconds": report.median(r["seconds"] for r in runs if r["problem"] == p and r["sampler"] == s)}
+                          "seconds": report.median(r["seconds"] for r in runs
+                                                   if r["problem"] == p and r["sampler"] == s)}
             best = min(samplers, key=lambda s: row[s]["median"])
             noise = row[best]["q3"] - row[best]["q1"]
             gap = row["default"]["median"] - row[best]["median"]

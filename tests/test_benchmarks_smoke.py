@@ -100,7 +100,8 @@ def test_inprocess_scale_job_and_result_file(tmp_path):
     out = scale.inprocess_job(20)
     assert out["n_done"] == 20 and out["state"] == "JOB_STATE_SUCCEEDED"
     path = report.write_result("smoke", {"x": 1}, out_dir=str(tmp_path))
-    data = json.loads(open(path).read())
+    with open(path) as f:
+        data = json.load(f)
     assert data["part"] == "smoke" and data["machine"]["cpus"] >= 1
 
 

@@ -156,7 +156,8 @@ def _summary(h, runner, args) -> int:
     if state == "JOB_STATE_SUCCEEDED":
         return 0
     if state in ("JOB_STATE_CANCELLED", "JOB_STATE_CANCELLING"):  # CANCELLING: other workers still stopping
-        print(f"resume it with: trials resume {h.job_id}" + (f" --root {args.root}" if args.root != "trials-jobs" else ""))
+        root = f" --root {args.root}" if args.root != "trials-jobs" else ""
+        print(f"resume it with: trials resume {h.job_id}{root}")
         return protocol.EXIT_INTERRUPTED
     return 1
 
@@ -174,8 +175,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                         ("max_failed_trial_count", "max_failed_trial_count")):
         value = getattr(args, flag)
         if value is not None:
-            if value < (0 if flag == "max_failed_trial_count" else 1):
-                raise ConfigError(f"--{flag.replace('_', '-')} must be >= {0 if flag == 'max_failed_trial_count' else 1}, got {value}")
+            least = 0 if flag == "max_failed_trial_count" else 1
+            if value < least:
+                raise ConfigError(f"--{flag.replace('_', '-')} must be >= {least}, got {value}")
             overrides[field] = value
     if overrides:
         job = replace(job, **overrides)
@@ -376,9 +378,12 @@ def _positive_int(text: str) -> int:
 
 
 def _run_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--grace-period", type=_non_negative, metavar="SECONDS", help="SIGTERM -> SIGKILL grace (default 10)")
-    p.add_argument("--memory-limit", type=_positive_int, metavar="MB", help="per-replica memory limit; over it the replica is OOM-killed")
-    p.add_argument("--inject-restarts", type=_non_negative, metavar="RATE", help="chaos mode: SIGTERM+restart replicas at RATE per trial-second")
+    p.add_argument("--grace-period", type=_non_negative, metavar="SECONDS",
+                   help="SIGTERM -> SIGKILL grace (default 10)")
+    p.add_argument("--memory-limit", type=_positive_int, metavar="MB",
+                   help="per-replica memory limit; over it the replica is OOM-killed")
+    p.add_argument("--inject-restarts", type=_non_negative, metavar="RATE",
+                   help="chaos mode: SIGTERM+restart replicas at RATE per trial-second")
     p.add_argument("--seed", type=int, help="sampler and chaos seed")
     p.add_argument("--echo", action="store_true", help="echo every replica's output, prefixed")
     p.add_argument("--quiet", action="store_true", help="print only warnings and the summary's exit code")

@@ -23,17 +23,17 @@ GPU 2: NVIDIA A100-SXM4-40GB (UUID: GPU-cccc)
 def job_with(*pools):
     from trials.spec.load import parse_spec
 
-    base = parse_spec({"studySpec": {"metrics": [{"metricId": "m", "goal": "MAXIMIZE"}],
-                                     "parameters": [{"parameterId": "x", "doubleValueSpec": {"minValue": 0, "maxValue": 1}}]},
+    x = {"parameterId": "x", "doubleValueSpec": {"minValue": 0, "maxValue": 1}}
+    pool = {"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": 1,
+            "containerSpec": {"imageUri": "x", "command": ["true"]}}
+    base = parse_spec({"studySpec": {"metrics": [{"metricId": "m", "goal": "MAXIMIZE"}], "parameters": [x]},
                        "maxTrialCount": 1, "parallelTrialCount": 1,
-                       "trialJobSpec": {"workerPoolSpecs": [{"machineSpec": {"machineType": "n1-standard-4"},
-                                                             "replicaCount": 1,
-                                                             "containerSpec": {"imageUri": "x", "command": ["true"]}}]}},
+                       "trialJobSpec": {"workerPoolSpecs": [pool]}},
                       source="<test>")
     template = base.trial_job.worker_pools[0]
-    built = tuple(replace(template, replica_count=n, machine_spec=MachineSpec(machine_type="n1-standard-4",
-                                                                              accelerator_type="NVIDIA_TESLA_T4" if g else None,
-                                                                              accelerator_count=g))
+    built = tuple(replace(template, replica_count=n, machine_spec=MachineSpec(
+                      machine_type="n1-standard-4", accelerator_type="NVIDIA_TESLA_T4" if g else None,
+                      accelerator_count=g))
                   for n, g in pools)
     return replace(base, trial_job=replace(base.trial_job, worker_pools=built))
 

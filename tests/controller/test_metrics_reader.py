@@ -196,7 +196,8 @@ def settle(path):
 def test_torn_read_is_left_for_the_next_poll(paths):
     fake = FakeHypertune(paths[0])
     fake.report_steps([1, 2, 3])
-    full = open(paths[0]).read()
+    with open(paths[0]) as f:
+        full = f.read()
     with open(paths[0], "w") as f:
         f.write(full[: len(full) // 2 + 10])  # what a reader sees in the middle of a rewrite
     reader = make_reader(paths)
@@ -212,7 +213,8 @@ def test_torn_read_is_left_for_the_next_poll(paths):
 def test_settled_torn_file_is_read_up_to_its_bad_tail(paths):
     fake = FakeHypertune(paths[0])
     fake.report_steps([1, 2, 3])
-    full = open(paths[0]).read()
+    with open(paths[0]) as f:
+        full = f.read()
     with open(paths[0], "w") as f:
         f.write(full[: len(full) // 2 + 10])
     settle(paths[0])
@@ -380,7 +382,8 @@ def test_short_read_after_an_overflow_waits_for_the_whole_file(paths):
     fake.report_steps(range(10))
     reader.poll()
     fake.report_steps(range(10, 110))  # overflow: the file now holds steps 60..109
-    whole = open(paths[0]).read().splitlines(keepends=True)
+    with open(paths[0]) as f:
+        whole = f.read().splitlines(keepends=True)
     with open(paths[0], "w") as f:
         f.writelines(whole[:70])  # a rewrite's first 8 KiB chunk ends at a line end
     assert reader.poll() is False

@@ -44,7 +44,8 @@ def test_restart_budget_is_five_then_permanent():
     assert decide(3, restarts_so_far=4).kind is ExitKind.RESTARTABLE
     d = decide(3, restarts_so_far=5)
     assert d.kind is ExitKind.PERMANENT
-    assert d.message.startswith("The replica workerpool0-0 exited with a non-zero status of 3. Termination reason: Error.")
+    assert d.message.startswith(
+        "The replica workerpool0-0 exited with a non-zero status of 3. Termination reason: Error.")
     assert "restarted 5 times" in d.message
 
 
@@ -86,8 +87,8 @@ def test_select_best_ignores_nan():
 
 
 def _job(max_failed):
-    study = StudySpec(metrics=(MetricSpec(metric_id="a"),),
-                      parameters=(ParameterSpec(parameter_id="x", type=ParameterType.DOUBLE, min_value=0, max_value=1),))
+    x = ParameterSpec(parameter_id="x", type=ParameterType.DOUBLE, min_value=0, max_value=1)
+    study = StudySpec(metrics=(MetricSpec(metric_id="a"),), parameters=(x,))
     return JobSpec(study=study, max_trial_count=10, max_failed_trial_count=max_failed)
 
 

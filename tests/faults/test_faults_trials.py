@@ -148,7 +148,8 @@ def test_forked_child_that_ignores_sigterm_is_stopped_with_its_group(jobs) -> No
     assert out.returncode == 0, out.stderr
     for trial_id in ("1", "2"):
         child = int((jobs.job_dir(job_id) / trial_id / "child.pid").read_text())
-        assert not Path(f"/proc/{child}").exists() or b"Z" in Path(f"/proc/{child}/stat").read_bytes().split(b") ")[1][:1]
+        gone = not Path(f"/proc/{child}").exists()
+        assert gone or b"Z" in Path(f"/proc/{child}/stat").read_bytes().split(b") ")[1][:1]
     assert [t["state"] for t in jobs.describe(job_id)["trials"]] == ["SUCCEEDED", "SUCCEEDED"]
     assert processes_of(jobs.tag) == []
 
@@ -187,9 +188,8 @@ def test_full_disk_in_trial_directories_fails_those_trials_only(jobs, tmp_path: 
         for m in mounts:
             m.mkdir(parents=True)
             subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(m)], check=True)
-        with open(mounts[0] / "prefill", "wb") as f:  # trial 1: full before it starts
-            with contextlib.suppress(OSError):
-                f.write(b"\0" * 2**20)
+        with open(mounts[0] / "prefill", "wb") as f, contextlib.suppress(OSError):  # trial 1: full before it starts
+            f.write(b"\0" * 2**20)
         out = jobs.sweep(spec, job_id, "--fault=fill", "--fill-mb=1")  # trial 2: fills its disk
         assert out.returncode == 0, out.stderr
         trials = jobs.describe(job_id)["trials"]

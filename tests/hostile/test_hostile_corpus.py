@@ -34,7 +34,10 @@ def gcloud(params: str = XG, metrics: str = METRICS, extra: str = "") -> str:
     return GCLOUD.format(params=params, metrics=metrics, extra=extra)
 
 
-def cond(parent: str, key: str, values: str, child: str = "{parameterId: c, doubleValueSpec: {minValue: 0, maxValue: 1}}") -> str:
+CHILD = "{parameterId: c, doubleValueSpec: {minValue: 0, maxValue: 1}}"
+
+
+def cond(parent: str, key: str, values: str, child: str = CHILD) -> str:
     return (f"[{{parameterId: p, {parent}, conditionalParameterSpecs: "
             f"[{{{key}: {{values: {values}}}, parameterSpec: {child}}}]}}]")
 
@@ -145,12 +148,14 @@ CASES = [
     Case("duplicate-categorical-value", short("  c: {type: categorical, values: [a, a]}"), fragment="'a' twice"),
     Case("duplicate-discrete-value", short("  d: {type: discrete, values: [1, 1]}"), fragment="parameters.d.values"),
     Case("conditional-reuses-top-id", gcloud(cond("categoricalValueSpec: {values: [a]}", "parentCategoricalValues",
-                                                  "[a]", "{parameterId: p, doubleValueSpec: {minValue: 0, maxValue: 1}}")),
+                                                  "[a]", CHILD.replace("parameterId: c", "parameterId: p"))),
          fragment="p"),
     # --- cyclic / orphan conditionals ---------------------------------------------------------
-    Case("orphan-parent-value", gcloud(cond("categoricalValueSpec: {values: [a, b]}", "parentCategoricalValues", "[zzz]")),
+    Case("orphan-parent-value",
+         gcloud(cond("categoricalValueSpec: {values: [a, b]}", "parentCategoricalValues", "[zzz]")),
          fragment="zzz"),
-    Case("conditional-on-double", gcloud(cond("doubleValueSpec: {minValue: 0, maxValue: 1}", "parentDiscreteValues", "[0.5]")),
+    Case("conditional-on-double",
+         gcloud(cond("doubleValueSpec: {minValue: 0, maxValue: 1}", "parentDiscreteValues", "[0.5]")),
          fragment="conditionalParameterSpecs"),
     Case("parent-kind-mismatch", gcloud(cond("categoricalValueSpec: {values: [a]}", "parentIntValues", "[1]")),
          fragment="parentIntValues"),

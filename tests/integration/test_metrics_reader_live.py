@@ -82,9 +82,9 @@ def run_child(tmp_path, mode: str) -> tuple[TrialMetricsReader, int, str, str]:
             reader.poll()
             n_polls += 1
             check(reader, running=True)
-            if not go_path.exists() and len(reader.measurements()) == 1:
-                if len(reader.measurements()[0].metrics) == len(METRICS):
-                    go_path.touch()
+            got = reader.measurements()
+            if not go_path.exists() and len(got) == 1 and len(got[0].metrics) == len(METRICS):
+                go_path.touch()
             assert time.monotonic() < deadline, "the child did not finish"
     finally:
         if proc.poll() is None:

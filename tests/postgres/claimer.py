@@ -17,10 +17,8 @@ while not os.path.exists(go_file):
     time.sleep(0.002)
 got = []
 while True:
-    if mode == "raw":  # the bare atomic WAITING -> RUNNING claim, no lock
-        claimed = h.store.claim(h.job.study)
-    else:  # through the advisory lock, with the job-wide cap
-        claimed = shared.claim(h.job.study, cap=cap)
+    # raw: the bare atomic WAITING -> RUNNING claim, no lock; else through the advisory lock, with the job-wide cap
+    claimed = h.store.claim(h.job.study) if mode == "raw" else shared.claim(h.job.study, cap=cap)
     if claimed is None:
         break
     got.append({"id": claimed.trial_id, "params": claimed.params})

@@ -42,7 +42,7 @@ def create_job(tmp_path, url, job_id, **spec):
 
 
 def start_worker(tmp_path, url, job_id, *extra, name="w"):
-    out = open(tmp_path / f"{name}.out", "w")
+    out = open(tmp_path / f"{name}.out", "w")  # noqa: SIM115 - the worker's stdout for as long as it runs
     return subprocess.Popen(
         [sys.executable, "-m", "trials", "worker", job_id, "--storage", url, "--grace-period", "2",
          "--root", str(tmp_path / "jobs"), *extra],

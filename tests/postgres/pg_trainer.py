@@ -4,6 +4,7 @@ import argparse
 import json
 import os
 import time
+from pathlib import Path
 
 import hypertune
 
@@ -18,7 +19,7 @@ trial = os.environ["CLOUD_ML_TRIAL_ID"]
 ckpt_dir = os.environ["AIP_CHECKPOINT_DIR"]
 os.makedirs(ckpt_dir, exist_ok=True)
 ckpt = os.path.join(ckpt_dir, "epoch.txt")
-start = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
+start = int(Path(ckpt).read_text()) if os.path.exists(ckpt) else 0
 
 
 def event(kind, **extra):

@@ -114,7 +114,8 @@ def test_no_message_path_prints_the_password(tmp_path, pg_url):
         trials_cli(tmp_path, "list", "--storage", dead),
         trials_cli(tmp_path, "--debug", "list", "--storage", dead),
         trials_cli(tmp_path, "worker", "no-such-job", "--storage", dead),
-        trials_cli(tmp_path, "cancel", "no-such-job", "--storage", "postgresql://u:" + SECRET + "@/x?host=/nonexistent"),
+        trials_cli(tmp_path, "cancel", "no-such-job", "--storage",
+                   "postgresql://u:" + SECRET + "@/x?host=/nonexistent"),
     ]
     for run in runs:
         assert run.returncode != 0, run

@@ -3,6 +3,7 @@
 import json
 import math
 import os
+from pathlib import Path
 
 import pytest
 
@@ -43,11 +44,11 @@ def test_each_metric_goes_through_hypertune_and_one_line_to_metrics_jsonl(paths)
     assert reporter.report(1, {"accuracy": 0.5, "loss": 2})
     assert reporter.report(2, {"accuracy": 0.75, "loss": 1})
     reporter.close()
-    lines = [json.loads(line) for line in open(metric_file)]
+    lines = [json.loads(line) for line in Path(metric_file).read_text().splitlines()]
     assert len(lines) == 4  # hypertune writes one line per metric per call
     assert lines[0]["accuracy"] == "0.5" and lines[0]["global_step"] == "1" and lines[0]["trial"] == "4"
     assert lines[1]["loss"] == "2.0"
-    records = parse_records(open(log).read())
+    records = parse_records(Path(log).read_text())
     assert [(m.step, dict(m.metrics), m.attempt) for m in records] == [
         (1, {"accuracy": 0.5, "loss": 2.0}, 2), (2, {"accuracy": 0.75, "loss": 1.0}, 2)]
     assert records[0].timestamp == lines[0]["timestamp"]  # the same timestamp in both files
@@ -106,7 +107,7 @@ def test_nonfinite_is_reported_only_when_allowed(paths):
     with pytest.raises(MetricsError, match="metric 'loss' is nan; pass allow_nonfinite=True"):
         reporter.report(1, {"loss": float("nan")})
     assert reporter.report(1, {"loss": float("nan")}, allow_nonfinite=True)
-    assert json.loads(open(metric_file).readline())["loss"] == "nan"
+    assert json.loads(Path(metric_file).read_text().splitlines()[0])["loss"] == "nan"
     assert math.isnan(read_metrics_log(log)[0].metrics["loss"])
 
 

@@ -72,7 +72,8 @@ CASES = [
     Case("top-level-list", "- a\n- b\n", "(top level)", "got a list of 2"),
     Case("no-form", "foo: 1\n", "(top level)", "top-level keys ['foo']"),
     Case("top-level-typo", "study_spec: {}\n", "study_spec", "did you mean `studySpec`"),
-    Case("yaml-two-documents", "a: 1\n---\nb: 2\n", "line 2", "expected a single document in the stream, got another document"),
+    Case("yaml-two-documents", "a: 1\n---\nb: 2\n", "line 2",
+         "expected a single document in the stream, got another document"),
     Case("yaml-duplicate-key", g(replace="").replace("studySpec:", "studySpec:\n  algorithm: "
                                                      "GRID_SEARCH\n  algorithm: RANDOM_SEARCH", 1),
          "line 3", "expected unique keys in every mapping, got `algorithm` twice"),

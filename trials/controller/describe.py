@@ -47,7 +47,8 @@ def trial_state(t: Any) -> str:
     if state in STATE_NAMES:
         return state
     name = getattr(t.state, "name", str(t.state))
-    return {"COMPLETE": "SUCCEEDED", "FAIL": "INFEASIBLE", "RUNNING": "ACTIVE", "PRUNED": "SUCCEEDED"}.get(name, "REQUESTED")
+    states = {"COMPLETE": "SUCCEEDED", "FAIL": "INFEASIBLE", "RUNNING": "ACTIVE", "PRUNED": "SUCCEEDED"}
+    return states.get(name, "REQUESTED")
 
 
 def shown(t: Any) -> bool:
@@ -169,7 +170,10 @@ def display(v: Any, digits: int = 6) -> str:
 
 
 def format_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *body, strict=False)] if body else [len(h) for h in header]
+    if body:
+        widths = [max(len(str(c)) for c in col) for col in zip(header, *body, strict=False)]
+    else:
+        widths = [len(h) for h in header]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths, strict=False)).rstrip()]
     for row in body:
         lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)).rstrip())

@@ -283,10 +283,8 @@ def _swapped_arguments(err: Exception, ctx: TrialContext) -> Exception:
 
 def _log_failure(ctx: TrialContext, err: BaseException, prog: str) -> None:
     summary = _summary(err)
-    try:
+    with contextlib.suppress(Exception):  # logging must not hide the failure
         ctx.logger.error("the objective raised %s", summary, exc_info=err)
-    except Exception:  # noqa: BLE001 - logging must not hide the failure
-        pass
     if ctx.is_local:
         print(f"{prog}: outputs in {ctx.env.output_dir}", file=sys.stderr)
     # The controller quotes the last stderr line as the termination reason. A plain-text

@@ -12,9 +12,9 @@ import enum
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Union
+from typing import TypeAlias
 
-Value = Union[float, int, str]
+Value: TypeAlias = float | int | str
 
 
 class Goal(str, enum.Enum):

@@ -70,7 +70,8 @@ def test_divergence_is_reported_not_crashed(run_trial):
 
 def test_the_data_is_read_without_importing_sklearn():
     code = (f"import importlib.util, sys; s = importlib.util.spec_from_file_location('t', {TRAIN!r}); "
-            "m = sys.modules['t'] = importlib.util.module_from_spec(s); s.loader.exec_module(m); x, y = m.load_digits(); "
+            "m = sys.modules['t'] = importlib.util.module_from_spec(s); s.loader.exec_module(m); "
+            "x, y = m.load_digits(); "
             "print(x.shape, sorted(set(y.tolist())) == list(range(10)), 'sklearn' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "(1797, 64) True False"
