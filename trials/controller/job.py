@@ -658,7 +658,7 @@ class JobRunner:
             attrs["stop_reason"] = run.stop_detail
         self.store.set_trial_attrs(sid, **attrs)
         if state == "SUCCEEDED":
-            self.store.complete(run.claimed.number, values)
+            self.store.complete(run.claimed.number, values, stopped_early=run.stopped_early)
             self.n_succeeded += 1
             if not run.stopped_early:
                 self._curves_cache = None

@@ -167,7 +167,7 @@ def tune(
             attrs.update(stopped_early=True, stop_reason=state["detail"])
         store.set_trial_attrs(claimed.storage_id, **attrs)
         if trial_state == "SUCCEEDED":
-            store.complete(claimed.number, values)
+            store.complete(claimed.number, values, stopped_early=bool(state["stopped"]))
             n_succeeded += 1
             if not state["stopped"] and state["curve"]:
                 completed.append(list(state["curve"]))

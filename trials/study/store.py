@@ -187,7 +187,16 @@ class JobStore:
         for k, v in attrs.items():
             self.storage.set_trial_user_attr(storage_id, k, v)
 
-    def complete(self, number: int, values: Sequence[float]) -> None:
+    def complete(self, number: int, values: Sequence[float], *, stopped_early: bool = False) -> None:
+        """A SUCCEEDED trial: COMPLETE with its values, or PRUNED when it was stopped early.
+
+        A stopped trial's value is where it stopped, not a result: PRUNED keeps it out of
+        Optuna's best trials and importances, lets the samplers rank it below the completed ones,
+        and is how optuna-dashboard shows it (with the ``stopped_early``/``stop_reason`` attributes).
+        """
+        if stopped_early:
+            self.study.tell(number, state=TrialState.PRUNED, skip_if_finished=True)
+            return
         self.study.tell(number, list(values), skip_if_finished=True)
 
     def fail(self, number: int) -> None:
