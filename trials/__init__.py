@@ -19,6 +19,7 @@ _LAZY = {
     "load_spec": ("trials.spec.load", "load_spec"),
     "TrialsError": ("trials.errors", "TrialsError"),
     "ConfigError": ("trials.errors", "ConfigError"),
+    "TuneError": ("trials.errors", "TuneError"),
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -44,6 +44,18 @@ class CheckpointError(TrialsError, OSError):
     """A checkpoint could not be written or read."""
 
 
+class TuneError(TrialsError, RuntimeError):
+    """``trials.tune`` ended without a result: the job failed, or no trial succeeded.
+
+    Attributes:
+        result: the finished job (``TuneResult``), with every trial and its reason.
+    """
+
+    def __init__(self, message: str, result: object = None):
+        super().__init__(message)
+        self.result = result
+
+
 class StorageError(TrialsError, RuntimeError):
     """The job's storage is missing, unreadable or holds something unexpected."""
 

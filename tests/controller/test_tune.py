@@ -1,6 +1,10 @@
 """In-process mode: the same job semantics with trials as function calls."""
 
 import dataclasses
+import os
+import tempfile
+
+import pytest
 
 import trials
 from trials.spec.load import loads_spec
@@ -52,8 +56,11 @@ def test_exception_fails_the_trial_and_ends_the_job_like_vertex(tmp_path):
     def boom(config, ctx):
         raise RuntimeError("diverged")
 
-    result = trials.tune(boom, loads_spec(SPACE), Config, directory=str(tmp_path))
+    with pytest.raises(trials.TuneError, match="job tune JOB_STATE_FAILED: The first trial failed") as caught:
+        trials.tune(boom, loads_spec(SPACE), Config, directory=str(tmp_path))
+    result = caught.value.result
     assert result.state == "JOB_STATE_FAILED"  # maxFailedTrialCount unset: first failure ends it
+    assert isinstance(caught.value.__cause__, RuntimeError)  # the objective's own traceback
     (t,) = result.trials
     assert t["state"] == "INFEASIBLE"
     assert t["infeasibleReason"].startswith(
@@ -65,6 +72,35 @@ def test_missing_metric_is_infeasible_with_the_reported_tags(tmp_path):
         ctx.report(1, acc=0.5)
 
     spec = loads_spec(SPACE.replace("max_trial_count: 12", "max_trial_count: 2"))
-    result = trials.tune(wrong_tag, spec, Config, directory=str(tmp_path))
+    with pytest.raises(trials.TuneError, match="no trial of job tune succeeded .2 run.; trial 1: ") as caught:
+        trials.tune(wrong_tag, spec, Config, directory=str(tmp_path))
+    result = caught.value.result
     assert all(t["state"] == "INFEASIBLE" for t in result.trials)
     assert "score" in result.trials[0]["infeasibleReason"] and "acc" in result.trials[0]["infeasibleReason"]
+
+
+def test_result_has_the_best_value_and_parameters_and_leaves_no_temp_folder(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where TemporaryDirectory goes
+    result = trials.tune(objective, loads_spec(SPACE.replace("12", "4")), Config, seed=0)
+    finals = {t["id"]: t["finalMeasurement"]["metrics"][0]["value"] for t in result.trials}
+    assert result.best_value == max(finals.values()) and finals[result.best_trial_id] == result.best_value
+    assert result.best_values == {"score": result.best_value}
+    assert set(result.best_parameters) == {"x", "n"}
+    assert result.job_dir is None and os.listdir(tmp_path) == []  # the temporary folder is gone
+    assert f"best_value={result.best_value!r}" in repr(result) and "'x':" in repr(result)
+
+
+def test_a_given_folder_is_kept(tmp_path):
+    result = trials.tune(objective, loads_spec(SPACE.replace("12", "2")), Config, directory=str(tmp_path / "job"))
+    assert result.job_dir == str(tmp_path / "job") and (tmp_path / "job" / "2" / "metrics.jsonl").exists()
+
+
+def test_a_failed_job_cleans_up_its_temp_folder_too(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+    def boom(config, ctx):
+        raise ValueError("bad data")
+
+    with pytest.raises(trials.TuneError, match="ValueError: bad data"):
+        trials.tune(boom, loads_spec(SPACE), Config)
+    assert os.listdir(tmp_path) == []

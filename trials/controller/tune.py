@@ -9,6 +9,7 @@ There are no restarts either: an exception fails the trial at once, as exit code
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 import time
@@ -18,25 +19,56 @@ from typing import Any
 
 from trials import protocol
 from trials.controller import launch, policy, stopping
+from trials.errors import TuneError
 from trials.spec import JobSpec
 
 
-@dataclass
+@dataclass(repr=False)
 class TuneResult:
-    """What :func:`tune` returns: the finished job, readable like ``trials describe``."""
+    """What :func:`tune` returns: the finished job, readable like ``trials describe``.
+
+    Example:
+        >>> result = trials.tune(objective, "space.yaml", Config)  # doctest: +SKIP
+        >>> result.best_value, result.best_parameters  # doctest: +SKIP
+        (0.9733, {'learning_rate': 0.027, 'hidden_units': 64})
+    """
 
     job_id: str
-    job_dir: str
+    job_dir: str | None  # None when it was a temporary folder, removed when tune returned
     state: str
     trials: list[dict[str, Any]] = field(default_factory=list)  # Vertex REST trial shape
     best: dict[str, Any] | None = None  # the best SUCCEEDED trial (first metric), or None
     store: Any = None  # the trials.study.JobStore (Optuna study: ``result.store.study``)
+    metric_ids: tuple[str, ...] = ()  # the spec's metrics, the first one decides "best"
+    error: str | None = None  # why the job failed
 
     @property
     def best_parameters(self) -> dict[str, Any]:
+        """The best trial's parameter values by parameter id ({} when no trial succeeded)."""
         if self.best is None:
             return {}
         return {p["parameterId"]: p["value"] for p in self.best["parameters"]}
+
+    @property
+    def best_values(self) -> dict[str, float]:
+        """Every metric of the best trial's final measurement."""
+        if self.best is None:
+            return {}
+        return {m["metricId"]: m["value"] for m in self.best["finalMeasurement"]["metrics"]}
+
+    @property
+    def best_value(self) -> float | None:
+        """The best trial's value of the first (objective) metric."""
+        return self.best_values.get(self.metric_ids[0]) if self.metric_ids else None
+
+    @property
+    def best_trial_id(self) -> str | None:
+        return self.best["id"] if self.best is not None else None
+
+    def __repr__(self) -> str:
+        return (f"TuneResult(job_id={self.job_id!r}, state={self.state!r}, n_trials={len(self.trials)}, "
+                f"best_trial_id={self.best_trial_id!r}, best_value={self.best_value!r}, "
+                f"best_parameters={self.best_parameters!r})")
 
 
 def tune(
@@ -63,18 +95,56 @@ def tune(
         max_trial_count: overrides the spec's count.
         storage: an Optuna storage URL (default: in memory).
         job_id: the study name.
-        directory: where trial directories go (default: a new temporary directory).
+        directory: where trial directories go (models, checkpoints, logs), kept afterwards.
+            Default: a temporary directory, removed when ``tune`` returns or raises.
         seed: sampler seed.
         args: extra flags given to every trial (like a container spec's ``args``).
         on_trial: called with each finished trial (Vertex REST shape).
         checkpoint_format: as in :func:`trials.main`: ``"auto"`` (default), ``"json"``, ``"npz"``,
             ``"torch"``, ``"pickle"`` or a CheckpointFormat.
 
+    Returns:
+        A :class:`TuneResult`: ``best_value``, ``best_parameters``, ``best_values``, every trial.
+
+    Raises:
+        TuneError: the job failed (the first failed trial's exception is its ``__cause__``) or no
+            trial succeeded; ``err.result`` holds the finished job.
+
     Example:
         >>> result = trials.tune(objective, "search_spaces/digits_mlp.yaml", Config,
         ...                      max_trial_count=20)  # doctest: +SKIP
-        >>> result.best_parameters  # doctest: +SKIP
+        >>> result.best_value, result.best_parameters  # doctest: +SKIP
     """
+    run = functools.partial(_tune, objective, spec, Config, max_trial_count=max_trial_count,
+                            storage=storage, job_id=job_id, seed=seed, args=args, on_trial=on_trial,
+                            checkpoint_format=checkpoint_format)
+    if directory is not None:
+        result, first_error = run(job_dir=directory)
+    else:
+        with tempfile.TemporaryDirectory(prefix="trials-tune-", ignore_cleanup_errors=True) as tmp:
+            result, first_error = run(job_dir=tmp)
+        result.job_dir = None
+    return _checked(result, first_error)
+
+
+def _checked(result: TuneResult, first_error: BaseException | None) -> TuneResult:
+    """The result, or TuneError when there is none to give."""
+    if result.state != "JOB_STATE_SUCCEEDED":
+        raise TuneError(f"trials.tune: job {result.job_id} {result.state}: {result.error}",
+                        result) from first_error
+    if result.best is None:
+        reasons = [t.get("infeasibleReason", "") for t in result.trials if t.get("infeasibleReason")]
+        detail = f"; trial {result.trials[0]['id']}: {reasons[0]}" if reasons else ""
+        raise TuneError(f"trials.tune: no trial of job {result.job_id} succeeded "
+                        f"({len(result.trials)} run){detail}", result)
+    return result
+
+
+def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec, Config: type | None, *,
+          job_dir: str, max_trial_count: int | None, storage: str | None, job_id: str, seed: int | None,
+          args: tuple[str, ...], on_trial: Callable[[dict[str, Any]], None] | None,
+          checkpoint_format: Any) -> tuple[TuneResult, BaseException | None]:
+    """Run the job in ``job_dir``; (result, the first failed trial's exception)."""
     from trials.controller.describe import trial_to_rest
     from trials.controller.metrics_reader import TrialMetricsReader
     from trials.records import measurement_to_dict
@@ -92,7 +162,7 @@ def tune(
     job = spec if max_trial_count is None else replace(spec, max_trial_count=max_trial_count)
     protocol.check_job_id(job_id)
     run_options = RunOptions(install_signals=False, tensorboard=False, checkpoint_format=checkpoint_format)
-    job_dir = os.path.abspath(directory or tempfile.mkdtemp(prefix="trials-tune-"))
+    job_dir = os.path.abspath(job_dir)
     os.makedirs(job_dir, exist_ok=True)
     study_spec = job.study
     store_backend = open_storage(storage) if storage else in_memory_storage()
@@ -107,6 +177,7 @@ def tune(
     results: list[dict[str, Any]] = []
     n_failed = n_succeeded = 0
     first_failure: str | None = None
+    first_error: BaseException | None = None
     job_error: str | None = None
     base_env = launch.clean_base_env(os.environ)
 
@@ -175,6 +246,7 @@ def tune(
             store.fail(claimed.number)
         if failure:
             n_failed += 1
+            first_error = first_error or outcome.error
             first_failure = first_failure or f"Trial {claimed.trial_id}: {failure}"
             job_error = policy.job_failure(job, n_failed=n_failed, n_succeeded=n_succeeded,
                                            first_failure=first_failure)
@@ -193,11 +265,13 @@ def tune(
         sign = 1 if primary.maximize else -1
 
         def key(t: Mapping[str, Any]) -> float:
-            return sign * next(m["value"] for m in t["finalMeasurement"]["metrics"]
-                               if m["metricId"] == primary.metric_id)
+            return sign * float(next(m["value"] for m in t["finalMeasurement"]["metrics"]
+                                     if m["metricId"] == primary.metric_id))
 
         best = max(ok, key=key)
-    return TuneResult(job_id=job_id, job_dir=job_dir, state=state_name, trials=results, best=best, store=store)
+    result = TuneResult(job_id=job_id, job_dir=job_dir, state=state_name, trials=results, best=best,
+                        store=store, metric_ids=tuple(study_spec.metric_ids), error=job_error)
+    return result, first_error
 
 
 def _rfc(epoch: float) -> str:
