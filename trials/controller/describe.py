@@ -129,14 +129,14 @@ def rows(rest: Mapping[str, Any], metric_ids: Sequence[str], *,
     Args:
         rest: the REST job (``job_to_rest``).
         metric_ids: the spec's metrics, in order.
-        local: per trial id, the local details (``stopped_early``, ``stop_reason``); default the
-            REST job's ``trialsLocal``.
+        local: per trial id, the local details (``local_details``: ``stopped_early``,
+            ``stop_reason``); none by default.
         exact: numbers as they are (``repr``: a CSV loses nothing); else rounded for reading.
 
     The reason is the infeasible reason, or why the trial was stopped early; rounded for reading,
     it is cut at 80 characters.
     """
-    local = rest.get("trialsLocal", {}) if local is None else local
+    local = local or {}
     fmt = format_value if exact else display
     param_ids: list[str] = []
     for t in rest.get("trials", []):
