@@ -16,6 +16,7 @@ import math
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover - typing costs ~2 ms on the trial start path
     from collections.abc import Iterable, Mapping
+    from typing import Any
 
 
 class Measurement:
@@ -26,19 +27,24 @@ class Measurement:
     """
 
     __slots__ = ("step", "metrics", "timestamp", "elapsed_s", "attempt")
+    step: int
+    metrics: Mapping[str, float]
+    timestamp: float | None  # wall clock (time.time()) of the report
+    elapsed_s: float | None  # seconds since the trial started
+    attempt: int
 
     def __init__(self, *, step: int, metrics: Mapping[str, float], timestamp: float | None = None,
                  elapsed_s: float | None = None, attempt: int = 0):
         object.__setattr__(self, "step", step)
-        object.__setattr__(self, "metrics", metrics)  # wall clock (time.time()) of the report
+        object.__setattr__(self, "metrics", metrics)
         object.__setattr__(self, "timestamp", timestamp)
-        object.__setattr__(self, "elapsed_s", elapsed_s)  # seconds since the trial started
+        object.__setattr__(self, "elapsed_s", elapsed_s)
         object.__setattr__(self, "attempt", attempt)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"Measurement is immutable: cannot set {name!r}")
 
-    def _key(self) -> tuple:
+    def _key(self) -> tuple[int, dict[str, float], float | None, float | None, int]:
         return (self.step, dict(self.metrics), self.timestamp, self.elapsed_s, self.attempt)
 
     def __eq__(self, other: object) -> bool:
@@ -162,7 +168,7 @@ def _same(a: float, b: float) -> bool:
     return a == b or math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
 
 
-def measurement_to_dict(m: Measurement) -> dict:
+def measurement_to_dict(m: Measurement) -> dict[str, Any]:
     """A measurement as the controller stores it in a trial's attributes (NaN/inf as strings)."""
     return {
         "step": m.step,
@@ -171,6 +177,6 @@ def measurement_to_dict(m: Measurement) -> dict:
     }
 
 
-def measurement_from_dict(d: Mapping) -> Measurement:
+def measurement_from_dict(d: Mapping[str, Any]) -> Measurement:
     return Measurement(step=int(d["step"]), elapsed_s=d.get("elapsed_s"),
                        metrics={k: float(v) for k, v in d["metrics"].items()})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from trials.errors import ConfigError
 from trials.spec import (
@@ -38,7 +39,7 @@ _VALUE_KEYS = {ParameterType.DOUBLE: "doubleValueSpec", ParameterType.INTEGER: "
                ParameterType.DISCRETE: "discreteValueSpec"}
 
 
-def to_rest(job: JobSpec) -> dict:
+def to_rest(job: JobSpec) -> dict[str, Any]:
     """The REST JSON body of ``hyperparameterTuningJobs.create``.
 
     camelCase, enum names, int64 values as strings, durations as ``"3600s"``; unspecified enums
@@ -47,7 +48,7 @@ def to_rest(job: JobSpec) -> dict:
     return _Writer(rest=True).job(job)
 
 
-def to_gcloud(job: JobSpec) -> dict:
+def to_gcloud(job: JobSpec) -> dict[str, Any]:
     """The YAML document for ``gcloud ai hp-tuning-jobs create --config`` (ints as ints)."""
     return _Writer(rest=False).job(job)
 
@@ -198,8 +199,8 @@ class _Writer:
     def int64(self, value: int) -> int | str:
         return str(value) if self.rest else value
 
-    def job(self, job: JobSpec) -> dict:
-        out: dict = {}
+    def job(self, job: JobSpec) -> dict[str, Any]:
+        out: dict[str, Any] = {}
         if job.display_name is not None:
             out["displayName"] = job.display_name
         out["studySpec"] = self.study(job.study)
@@ -212,8 +213,8 @@ class _Writer:
             out["labels"] = dict(job.labels)
         return carried.apply(out, job.carried)
 
-    def study(self, study: StudySpec) -> dict:
-        out: dict = {"metrics": [
+    def study(self, study: StudySpec) -> dict[str, Any]:
+        out: dict[str, Any] = {"metrics": [
             {"metricId": m.metric_id,
              **({"goal": m.goal.value} if m.goal is not Goal.GOAL_TYPE_UNSPECIFIED else {}),
              **({"safetyConfig": json.loads(m.safety_config)} if m.safety_config else {})}
@@ -227,15 +228,17 @@ class _Writer:
             out[study.stopping.kind.value] = self.stopping(study.stopping)
         return out
 
-    def parameter(self, p: ParameterSpec) -> dict:
-        out: dict = {"parameterId": p.parameter_id}
+    def parameter(self, p: ParameterSpec) -> dict[str, Any]:
+        out: dict[str, Any] = {"parameterId": p.parameter_id}
+        value: dict[str, Any]
         if p.type is ParameterType.INTEGER:
-            value = {"minValue": self.int64(int(p.min_value)),  # type: ignore[arg-type]
-                     "maxValue": self.int64(int(p.max_value))}  # type: ignore[arg-type]
+            low, high = p.bounds()
+            value = {"minValue": self.int64(int(low)), "maxValue": self.int64(int(high))}
         elif p.type is ParameterType.DOUBLE:
-            value = {"minValue": _compact(p.min_value), "maxValue": _compact(p.max_value)}  # type: ignore[arg-type]
+            low, high = p.bounds()
+            value = {"minValue": _compact(low), "maxValue": _compact(high)}
         elif p.type is ParameterType.DISCRETE:
-            value = {"values": [_compact(v) for v in p.values]}  # type: ignore[arg-type]
+            value = {"values": [_compact(float(v)) for v in p.values]}
         else:
             value = {"values": list(p.values)}
         out[_VALUE_KEYS[p.type]] = value
@@ -245,18 +248,19 @@ class _Writer:
             out["conditionalParameterSpecs"] = [self.conditional(p, c) for c in p.conditionals]
         return out
 
-    def conditional(self, parent: ParameterSpec, cond: ConditionalParameterSpec) -> dict:
+    def conditional(self, parent: ParameterSpec, cond: ConditionalParameterSpec) -> dict[str, Any]:
+        values: list[Any]
         if parent.type is ParameterType.INTEGER:
             values = [self.int64(int(v)) for v in cond.parent_values]
         elif parent.type is ParameterType.DISCRETE:
-            values = [_compact(v) for v in cond.parent_values]  # type: ignore[arg-type]
+            values = [_compact(float(v)) for v in cond.parent_values]
         else:
             values = list(cond.parent_values)
         return {_PARENT_KEYS[parent.type]: {"values": values},
                 "parameterSpec": self.parameter(cond.parameter)}
 
-    def stopping(self, s: StoppingSpec) -> dict:
-        out: dict = {}
+    def stopping(self, s: StoppingSpec) -> dict[str, Any]:
+        out: dict[str, Any] = {}
         if s.use_elapsed_duration:
             out["useElapsedDuration"] = True
         if s.kind is StoppingKind.CONVEX:
@@ -271,12 +275,12 @@ class _Writer:
                 out["updateAllStoppedTrials"] = s.update_all_stopped_trials
         return out
 
-    def trial_job(self, t: TrialJobSpec) -> dict:
-        out: dict = {"workerPoolSpecs": [{} if p is None else self.pool(p)
+    def trial_job(self, t: TrialJobSpec) -> dict[str, Any]:
+        out: dict[str, Any] = {"workerPoolSpecs": [{} if p is None else self.pool(p)
                                          for p in t.worker_pools]}
         if t.base_output_directory is not None:
             out["baseOutputDirectory"] = {"outputUriPrefix": t.base_output_directory}
-        sched: dict = {}
+        sched: dict[str, Any] = {}
         if t.scheduling.timeout_s is not None:
             sched["timeout"] = duration(t.scheduling.timeout_s)
         if t.scheduling.restart_job_on_worker_restart:
@@ -285,8 +289,8 @@ class _Writer:
             out["scheduling"] = sched
         return out
 
-    def pool(self, p: WorkerPoolSpec) -> dict:
-        out: dict = {}
+    def pool(self, p: WorkerPoolSpec) -> dict[str, Any]:
+        out: dict[str, Any] = {}
         machine = self.machine(p.machine_spec)
         if machine:
             out["machineSpec"] = machine
@@ -296,7 +300,7 @@ class _Writer:
             out["containerSpec"] = {"imageUri": c.image_uri, **self.task(c.command, c.args, c.env)}
         elif p.python_package is not None:
             k = p.python_package
-            spec: dict = {"executorImageUri": k.executor_image_uri}
+            spec: dict[str, Any] = {"executorImageUri": k.executor_image_uri}
             if k.package_uris:
                 spec["packageUris"] = list(k.package_uris)
             spec["pythonModule"] = k.python_module
@@ -306,8 +310,8 @@ class _Writer:
         return out
 
     @staticmethod
-    def machine(m: MachineSpec) -> dict:
-        out: dict = {}
+    def machine(m: MachineSpec) -> dict[str, Any]:
+        out: dict[str, Any] = {}
         if m.machine_type is not None:
             out["machineType"] = m.machine_type
         if m.accelerator_type is not None:
@@ -318,8 +322,8 @@ class _Writer:
 
     @staticmethod
     def task(command: tuple[str, ...], args: tuple[str, ...],
-             env: tuple[EnvVar, ...]) -> dict:
-        out: dict = {}
+             env: tuple[EnvVar, ...]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
         if command:
             out["command"] = list(command)
         if args:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from trials.spec import (
     Algorithm,
     ContainerSpec,
@@ -210,7 +212,7 @@ def _pool(type_node: Node | None, config: dict[str, Node], count: int, module: s
     own_args = () if _absent(config, "containerArgs") else config["containerArgs"].strings()
     disk = () if _absent(config, "diskConfig") else disk_spec(config["diskConfig"])
     if module is not None:
-        task: dict = {"python_package": PythonPackageSpec(
+        task: dict[str, Any] = {"python_package": PythonPackageSpec(
             executor_image_uri=image or LOCAL_IMAGE_URI, python_module=module,
             package_uris=() if _absent(f, "packageUris") else f["packageUris"].strings(max_len=100),
             args=own_args + args)}

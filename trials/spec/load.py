@@ -142,7 +142,7 @@ def _runnable(job: JobSpec, source: str, output_path: str, params_path: str) -> 
             Node(base, output_path, source).fail(
                 "gs://BUCKET/path with a bucket and no '..' segment (it maps into the /gcs mount)")
     for p in job.study.all_parameters():
-        if p.type is ParameterType.DOUBLE and not math.isfinite(p.max_value - p.min_value):
+        if p.type is ParameterType.DOUBLE and not math.isfinite(p.bounds()[1] - p.bounds()[0]):
             Node(p.parameter_id, params_path, source).fail(
                 f"a range whose width is a finite number for parameter {p.parameter_id!r}",
                 got=f"[{p.min_value!r}, {p.max_value!r}] (the width overflows)")

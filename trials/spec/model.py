@@ -95,6 +95,12 @@ class ParameterSpec:
     scale_type: ScaleType = ScaleType.SCALE_TYPE_UNSPECIFIED
     conditionals: tuple[ConditionalParameterSpec, ...] = ()
 
+    def bounds(self) -> tuple[float | int, float | int]:
+        """``(min_value, max_value)`` of a DOUBLE or INTEGER parameter (ValueError for the others)."""
+        if self.min_value is None or self.max_value is None:
+            raise ValueError(f"{self.type.value} parameter {self.parameter_id!r} has no range")
+        return self.min_value, self.max_value
+
     def contains(self, value: object) -> bool:
         """True when ``value`` is a feasible value of this parameter."""
         if self.type is ParameterType.CATEGORICAL:
@@ -105,8 +111,8 @@ class ParameterSpec:
             return any(abs(float(value) - float(v)) <= DISCRETE_MIN_GAP for v in self.values)
         if self.type is ParameterType.INTEGER and float(value) != int(value):
             return False
-        assert self.min_value is not None and self.max_value is not None
-        return self.min_value <= value <= self.max_value
+        low, high = self.bounds()
+        return low <= value <= high
 
     def describe_range(self) -> str:
         """Human text for the feasible set: ``[0.0001, 0.1] (log)`` or ``{adam, sgd}``."""
@@ -125,8 +131,8 @@ class ParameterSpec:
     def grid_points(self) -> tuple[Value, ...]:
         """The values a grid search visits (INTEGER: every integer in range)."""
         if self.type is ParameterType.INTEGER:
-            assert self.min_value is not None and self.max_value is not None
-            return tuple(range(int(self.min_value), int(self.max_value) + 1))
+            low, high = self.bounds()
+            return tuple(range(int(low), int(high) + 1))
         if self.type is ParameterType.DOUBLE:
             raise ValueError(f"DOUBLE parameter {self.parameter_id!r} has no grid")
         return self.values

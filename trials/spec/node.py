@@ -56,7 +56,7 @@ def one_line(text: str) -> str:
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
-def _keys(mapping: Mapping) -> str:
+def _keys(mapping: Mapping[str, object]) -> str:
     names = [str(k) for k in mapping]
     return "[" + ", ".join(names[:6]) + (", ..." if len(names) > 6 else "") + "]"
 
@@ -224,8 +224,8 @@ def parse_text(text: str, *, source: str, fmt: str | None) -> object:
     return _parse_yaml(text, source)
 
 
-def _unique_pairs(pairs: list[tuple[str, object]]) -> dict:
-    out: dict = {}
+def _unique_pairs(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    out: dict[str, object] = {}
     for key, value in pairs:
         if key in out:
             raise _Duplicate(key)
@@ -259,9 +259,9 @@ def _parse_yaml(text: str, source: str) -> object:
     class Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
         pass
 
-    def construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict:
+    def construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[object, object]:
         loader.flatten_mapping(node)
-        out: dict = {}
+        out: dict[object, object] = {}
         for key_node, value_node in node.value:
             key = loader.construct_object(key_node, deep=True)
             try:

@@ -22,6 +22,7 @@ from trials.spec import (
     StoppingKind,
     StoppingSpec,
     StudySpec,
+    Value,
     parent_matches,
 )
 from trials.spec.node import INT32_MAX, Node
@@ -164,7 +165,7 @@ def check_scale(ptype: ParameterType, scale: ScaleType, node: Node | None) -> No
         node.fail("no scale type for a CATEGORICAL parameter")
 
 
-def parent_values(parent: ParameterSpec, node: Node, kind: ParameterType) -> tuple:
+def parent_values(parent: ParameterSpec, node: Node, kind: ParameterType) -> tuple[Value, ...]:
     """The parent values that activate a child: the parent's type, each value feasible for it."""
     if parent.type is ParameterType.DOUBLE:
         node.fail("no conditional parameters under a DOUBLE parent "
@@ -174,10 +175,10 @@ def parent_values(parent: ParameterSpec, node: Node, kind: ParameterType) -> tup
                   f"`{parent.parameter_id}` is {parent.type.value})",
                   got=f"parent {kind.value.lower()} values")
     items = node.list("parent values", min_len=1)
-    out: list = []
+    out: list[Value] = []
     for item in items:
         if kind is ParameterType.INTEGER:
-            value: object = item.integer()
+            value: Value = item.integer()
         elif kind is ParameterType.DISCRETE:
             value = item.number()
         else:
@@ -313,7 +314,7 @@ def local_options(node: Node, keys: dict[str, str]) -> LocalOptions:
     by_field = {f: fields.get(k) for f, k in keys.items()}
     inject = by_field["inject_restarts"]
     rate = 0.0 if inject is None else inject.number()
-    if not 0.0 <= rate <= 1.0:
+    if inject is not None and not 0.0 <= rate <= 1.0:
         inject.fail("a rate of injected restarts per trial-second between 0 and 1")
     grace = by_field["grace_period_s"]
     memory = by_field["memory_limit_mb"]

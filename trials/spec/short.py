@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from trials.protocol import format_value
 from trials.spec import (
     Algorithm,
@@ -19,13 +21,14 @@ from trials.spec import (
     ScaleType,
     Scheduling,
     StoppingKind,
+    StoppingSpec,
     StudySpec,
     TrialJobSpec,
     WorkerPoolSpec,
 )
 from trials.spec import rules as rules
 from trials.spec.model import LOCAL_IMAGE_URI
-from trials.spec.node import MISSING, Node
+from trials.spec.node import MISSING, E, Node
 
 _TASK_KEYS = ("command", "python_module", "image_uri")
 _JOB_KEYS = ("args", "env", "replica_count", "base_output_dir", "timeout", "machine_type",
@@ -97,7 +100,7 @@ def parse_short(root: Node) -> JobSpec:
     )
 
 
-def _opt(fields: dict[str, Node], key: str, names: dict, default):
+def _opt(fields: dict[str, Node], key: str, names: Mapping[str, E], default: E) -> E:
     node = fields.get(key)
     return default if node is None or node.value is None else node.enum(type(default), names=names)
 
@@ -146,7 +149,7 @@ def _req(fields: dict[str, Node], parent: Node, key: str) -> Node:
     return fields[key] if key in fields else Node(MISSING, f"{parent.path}.{key}", parent.source)
 
 
-def _stopping(node: Node) -> rules.StoppingSpec:
+def _stopping(node: Node) -> StoppingSpec:
     kind = node.mapping({"type", "use_elapsed_duration", *_CONVEX_KEYS}).get(
         "type", Node(MISSING, f"{node.path}.type", node.source)).enum(StoppingKind, names=STOPPINGS)
     allowed = {"type", "use_elapsed_duration"} | (_CONVEX_KEYS if kind is StoppingKind.CONVEX

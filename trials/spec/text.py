@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import shlex
+from collections.abc import Sequence
 
 from trials.protocol import format_flag, format_value
 from trials.spec import (
@@ -97,7 +98,7 @@ def sample_trial(study: StudySpec) -> list[tuple[ParameterSpec, Value]]:
 
 
 def _rows(study: StudySpec) -> list[tuple[str, ...]]:
-    rows = [("id", "type", "range / values", "scale", "when")]
+    rows: list[tuple[str, ...]] = [("id", "type", "range / values", "scale", "when")]
 
     def visit(p: ParameterSpec, depth: int, when: str) -> None:
         rows.append(("  " * depth + p.parameter_id, p.type.value, p.describe_range().split(" (")[0],
@@ -111,7 +112,7 @@ def _rows(study: StudySpec) -> list[tuple[str, ...]]:
     return rows
 
 
-def _table(rows: list[tuple[str, ...]]) -> list[str]:
+def _table(rows: Sequence[tuple[str, ...]]) -> list[str]:
     if not rows:
         return []
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

@@ -8,6 +8,7 @@ from trials.spec.model import (
     Algorithm,
     ConditionalParameterSpec,
     ContainerSpec,
+    EnvVar,
     Goal,
     JobSpec,
     LocalOptions,
@@ -20,6 +21,7 @@ from trials.spec.model import (
     ScaleType,
     Scheduling,
     StoppingKind,
+    StoppingSpec,
     StudySpec,
     TrialJobSpec,
     WorkerPoolSpec,
@@ -171,7 +173,7 @@ def _conditional(node: Node, parent: ParameterSpec, registry: rules.IdRegistry, 
     return ConditionalParameterSpec(parent_values=parent_values, parameter=child)
 
 
-def _stopping(kind: StoppingKind, node: Node) -> rules.StoppingSpec:
+def _stopping(kind: StoppingKind, node: Node) -> StoppingSpec:
     allowed = _CONVEX_KEYS if kind is StoppingKind.CONVEX else {"useElapsedDuration"}
     f = node.mapping(allowed) if node.value is not None else {}
     return rules.stopping(
@@ -241,7 +243,7 @@ def _strings(fields: dict[str, Node], key: str, *, max_len: int | None = None) -
     return () if _absent(fields, key) else fields[key].strings(max_len=max_len)
 
 
-def _env(fields: dict[str, Node], key: str) -> tuple:
+def _env(fields: dict[str, Node], key: str) -> tuple[EnvVar, ...]:
     if _absent(fields, key):
         return ()
     out = []
