@@ -32,7 +32,8 @@ def choose_sampler_name(study: StudySpec, *, n_trials: int) -> str:
     return "tpe"
 
 
-def make_sampler(name: str, *, seed: int | None, n_startup: int = 10):
+def make_sampler(name: str, *, seed: int | None, n_startup: int = 10) -> optuna.samplers.BaseSampler:
+    """The sampler named by :func:`choose_sampler_name` (or ``cmaes``)."""
     if name in ("random", "grid"):
         # Grid points are enqueued as fixed params; the sampler only fills nothing.
         return optuna.samplers.RandomSampler(seed=seed)

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import optuna
-from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
 from trials.spec import ParameterSpec, ParameterType, ScaleType, StudySpec, Value, parent_matches
 
@@ -33,13 +33,15 @@ def parameter_id_of(name: str) -> str:
     return _ESCAPED.sub(lambda m: _UNESCAPES[m.group(0)], base)
 
 
-def distribution(p: ParameterSpec):
+def distribution(p: ParameterSpec) -> BaseDistribution:
     """The Optuna distribution of a parameter (reverse log: the mirrored variable, log-scaled)."""
     log = p.scale_type in (ScaleType.UNIT_LOG_SCALE, ScaleType.UNIT_REVERSE_LOG_SCALE)
     if p.type is ParameterType.DOUBLE:
-        return FloatDistribution(float(p.min_value), float(p.max_value), log=log)
+        low, high = p.bounds()
+        return FloatDistribution(float(low), float(high), log=log)
     if p.type is ParameterType.INTEGER:
-        return IntDistribution(int(p.min_value), int(p.max_value), log=log)
+        low, high = p.bounds()
+        return IntDistribution(int(low), int(high), log=log)
     if p.type is ParameterType.DISCRETE:
         return CategoricalDistribution([_num(v) for v in p.values])
     return CategoricalDistribution(list(p.values))
@@ -93,7 +95,8 @@ def _num(v: Value) -> Value:
 
 def _mirror(p: ParameterSpec, raw: Any) -> Value:
     # Reverse log spreads values near the top: x = min + max - y with y log-uniform.
-    x = p.min_value + p.max_value - raw
+    low, high = p.bounds()
+    x = low + high - raw
     return int(x) if p.type is ParameterType.INTEGER else float(x)
 
 
@@ -111,10 +114,10 @@ def grid(study: StudySpec) -> list[dict[str, Value]]:
     """Every grid point (conditional children expanded under matching parents), in a fixed order."""
 
     def expand(p: ParameterSpec) -> list[dict[str, Value]]:
-        out = []
+        out: list[dict[str, Value]] = []
         for v in p.grid_points():
             v = _num(v)
-            branches = [[{}]]
+            branches: list[list[dict[str, Value]]] = [[{}]]
             for cond in p.conditionals:
                 if parent_matches(v, cond.parent_values):
                     branches.append(expand(cond.parameter))

@@ -114,7 +114,10 @@ class RetryingRDBStorage(optuna.storages.RDBStorage):
                         .order_by(models.TrialModel.number).limit(limit).all())
                 return [(int(n), int(i)) for n, i in rows]
 
-        return run() if self.outages is None else self.outages.call(run)  # type: ignore[no-any-return]
+        if self.outages is None:
+            return run()
+        ids: list[tuple[int, int]] = self.outages.call(run)
+        return ids
 
     def set_trial_user_attrs(self, trial_id: int, attrs: Mapping[str, Any]) -> None:
         """Several user attributes of one trial in one transaction: one commit, not one per key."""

@@ -9,6 +9,7 @@ from typing import Any
 
 import optuna
 from optuna.storages import BaseStorage
+from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from trials.errors import ConfigError, JobNotFoundError
@@ -46,7 +47,7 @@ class JobStore:
     def create(cls, storage: BaseStorage, job_id: str, job: JobSpec, spec_dict: Mapping[str, Any],
                meta: Mapping[str, Any], *, sampler_name: str, seed: int | None) -> JobStore:
         quiet_optuna()
-        directions = ["maximize" if m.maximize else "minimize" for m in job.study.metrics]
+        directions = [StudyDirection.MAXIMIZE if m.maximize else StudyDirection.MINIMIZE for m in job.study.metrics]
         try:
             study = optuna.create_study(
                 storage=storage, study_name=job_id, directions=directions,
