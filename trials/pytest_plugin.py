@@ -71,7 +71,7 @@ class TrialSandbox:
             protocol.ENV_LOG_FORMAT: "json",
         })
 
-    def set(self, **variables: str) -> None:
+    def set(self, **variables: str | None) -> None:
         """Set (or, with None, remove) variables for the rest of the test."""
         for name, value in variables.items():
             if value is None:
@@ -112,7 +112,7 @@ class TrialRun:
         self.tensorboard_dir = env.tensorboard_dir if env else None
         self.metric_file = env.metric_file if env else None
         #: this run's reports, read back from the real cloudml-hypertune file
-        self.measurements = read_hypertune_file(self.metric_file) if env else []
+        self.measurements = read_hypertune_file(env.metric_file) if env and env.metric_file else []
         #: every attempt's reports, from the lossless metrics.jsonl
         self.log = read_metrics_log(env.metrics_log) if env else []
 
@@ -160,7 +160,7 @@ def run_objective(sandbox: TrialSandbox, objective: Callable[..., Any], Config: 
     sent: list[int] = []
 
     def hook(ctx: Any) -> None:
-        def on_report(ctx: Any, step: int, metrics: dict) -> None:
+        def on_report(ctx: Any, step: int, metrics: dict[str, float]) -> None:
             if ctx.reports_after_stop >= MAX_REPORTS_AFTER_STOP:
                 raise _StopIgnored(ctx.reports_after_stop)
             if stop_after_step is not None and step >= stop_after_step:

@@ -6,6 +6,7 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from trials import protocol
 from trials.errors import ConfigError
@@ -54,7 +55,7 @@ class ClusterRole:
         return f"{self.pool}-{self.index}"
 
 
-def _task(doc: object, var: str) -> tuple[dict, dict]:
+def _task(doc: object, var: str) -> tuple[dict[str, Any], dict[str, Any]]:
     if not isinstance(doc, dict):
         raise ConfigError(f"${var} must be a JSON object, got {type(doc).__name__}")
     cluster = doc.get("cluster", {})
@@ -71,7 +72,7 @@ def _load(text: str, var: str) -> object:
         raise ConfigError(f"${var} must be JSON, got {text!r:.200}: {err}") from err
 
 
-def _index(task: dict, var: str) -> int:
+def _index(task: dict[str, Any], var: str) -> int:
     index = task.get("index", 0)
     if isinstance(index, str) and index.isdigit():
         index = int(index)
@@ -80,12 +81,12 @@ def _index(task: dict, var: str) -> int:
     return index
 
 
-def _trial(task: dict) -> str | None:
+def _trial(task: dict[str, Any]) -> str | None:
     trial = task.get("trial")
     return str(trial) if trial not in (None, "") else None
 
 
-def _rank(order: tuple[str, ...], cluster: dict, pool: str, index: int) -> tuple[int, int]:
+def _rank(order: tuple[str, ...], cluster: dict[str, Any], pool: str, index: int) -> tuple[int, int]:
     """Global (rank, world size): pools in their canonical order, replicas in list order."""
     sizes = {name: len(hosts) for name, hosts in cluster.items() if isinstance(hosts, list)}
     names = [n for n in order if n in sizes] + sorted(n for n in sizes if n not in order)

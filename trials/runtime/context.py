@@ -16,6 +16,7 @@ from trials.errors import CheckpointError, ConfigError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
+    import logging
     from collections.abc import Callable, Iterator, Mapping
     from typing import Any
 
@@ -181,7 +182,7 @@ class LogSetup:
         if not self._done and "logging" in sys.modules:
             self.ensure()
 
-    def logger(self):
+    def logger(self) -> logging.Logger:
         self.ensure()
         import logging
 
@@ -293,7 +294,7 @@ class TrialContext:
         return {k: v for k, v in labels.items() if v}
 
     @property
-    def logger(self):
+    def logger(self) -> logging.Logger:
         """The ``trials`` logger, with structured logging installed."""
         return self._log.logger()
 

@@ -119,7 +119,7 @@ def _default_metric(study: Any, env: TrialEnv, options: RunOptions) -> str:
     if options.metric:
         return options.metric
     if study is not None and len(study.metrics) == 1:
-        return study.metrics[0].metric_id
+        return str(study.metrics[0].metric_id)
     return env.environ.get("CLOUD_ML_HP_METRIC_TAG") or DEFAULT_METRIC
 
 
@@ -356,9 +356,10 @@ def resolve_target(target: str) -> tuple[Callable[..., Any], Any, Any, str | Non
     if path_part.endswith(".py") or os.sep in path_part:
         if not os.path.isfile(path_part):
             raise FlagError(f"no such file {path_part!r} (from TARGET {target!r})")
-        module_dir = os.path.dirname(os.path.abspath(path_part))
-        if module_dir not in sys.path:
-            sys.path.insert(0, module_dir)
+        folder = os.path.dirname(os.path.abspath(path_part))
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        module_dir: str | None = folder
         name = os.path.splitext(os.path.basename(path_part))[0]
         spec = importlib.util.spec_from_file_location(name, path_part)
         if spec is None or spec.loader is None:

@@ -15,10 +15,12 @@ from trials.errors import ConfigError, FlagError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover - typing costs ~4 ms at start-up
-    from collections.abc import Iterable, Mapping, Sequence
-    from typing import Any
+    from collections.abc import Iterable, Iterator, Mapping, Sequence
+    from typing import Any, NoReturn
 
     from trials.spec import ParameterSpec, StudySpec
+
+    Parent = tuple[str, tuple[Any, ...]]  # (parent flag, the parent values that select this one)
 
 _MISSING = object()
 _TRUE = ("true", "1", "yes", "on", "t", "y")
@@ -31,16 +33,16 @@ class Param:
 
     __slots__ = ("name", "kind", "default", "choices", "optional", "spec", "parent", "help", "branches")
 
-    def __init__(self, name: str, kind: str, *, default: Any = _MISSING, choices: tuple = (),
+    def __init__(self, name: str, kind: str, *, default: Any = _MISSING, choices: tuple[Any, ...] = (),
                  optional: bool = False, spec: ParameterSpec | None = None,
-                 parent: tuple[str, tuple] | None = None, help: str = ""):
+                 parent: Parent | None = None, help: str = ""):
         if kind not in KINDS:
             raise ConfigError(f"flag kind must be one of {KINDS}, got {kind!r} for {name!r}")
         self.name, self.kind, self.default, self.choices = name, kind, default, choices
         self.optional, self.spec, self.parent, self.help = optional, spec, parent, help
         # A conditional id may appear under several parents (disjoint conditions): each
         # (spec, parent) is one branch; the branch whose parent is selected checks the value.
-        self.branches: list[tuple[ParameterSpec | None, tuple[str, tuple] | None]] = [(spec, parent)]
+        self.branches: list[tuple[ParameterSpec | None, Parent | None]] = [(spec, parent)]
 
     @property
     def required(self) -> bool:
@@ -82,7 +84,7 @@ class Params:
     def __contains__(self, name: object) -> bool:
         return name in self._values
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(self._values)
 
     def __eq__(self, other: object) -> bool:
@@ -122,7 +124,7 @@ def _resolve(annotation: Any, cls: type) -> Any:
         ) from err
 
 
-def _describe_type(annotation: Any) -> tuple[str, tuple, bool]:
+def _describe_type(annotation: Any) -> tuple[str, tuple[Any, ...], bool]:
     """(kind, choices, optional) for a supported annotation; ConfigError otherwise."""
     if annotation in (int, float, str, bool):
         return annotation.__name__, (), False
@@ -187,7 +189,8 @@ def spec_default(p: ParameterSpec) -> Any:
         values = p.values
         value = values[0] if p.type is ParameterType.CATEGORICAL else values[(len(values) - 1) // 2]
         return int(value) if _integral_values((value,)) and p.type is ParameterType.DISCRETE else value
-    lo, hi = float(p.min_value), float(p.max_value)
+    low, high = p.bounds()
+    lo, hi = float(low), float(high)
     mid = math.sqrt(lo * hi) if p.scale_type is ScaleType.UNIT_LOG_SCALE and lo > 0 else (lo + hi) / 2
     return int(round(mid)) if p.type is ParameterType.INTEGER else mid
 
@@ -214,7 +217,7 @@ def params_from_spec(study: StudySpec) -> list[Param]:
 
     by_name: dict[str, Param] = {}
 
-    def visit(p: ParameterSpec, parent: tuple[str, tuple] | None) -> None:
+    def visit(p: ParameterSpec, parent: Parent | None) -> None:
         default = None if parent else spec_default(p)
         known = by_name.get(p.parameter_id)
         if known is not None and parent is not None and known.parent is not None:
@@ -242,6 +245,7 @@ def build_params(config_cls: type | None = None, study: StudySpec | None = None,
     if config_cls is None and study is None:
         return []
     if study is None:
+        assert config_cls is not None
         return params_from_config(config_cls)
     spec_params = params_from_spec(study)
     if config_cls is None:
@@ -266,7 +270,7 @@ def build_params(config_cls: type | None = None, study: StudySpec | None = None,
 
 # --- Parsing -----------------------------------------------------------------------------------
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise FlagError(message)
 
 
@@ -383,7 +387,7 @@ def parse_flags(argv: Sequence[str], params: Sequence[Param], *,
     return values
 
 
-def _parent_selects(parent_value: Any, parent_values: tuple) -> bool:
+def _parent_selects(parent_value: Any, parent_values: tuple[Any, ...]) -> bool:
     raw = getattr(parent_value, "value", parent_value)
     if raw is None:
         return False
@@ -398,18 +402,19 @@ def _check_conditionals(params: Sequence[Param], values: dict[str, Any], given: 
     for p in params:  # spec order: a parent comes before its children
         if p.parent is None:
             continue
-        active = [(spec, parent) for spec, parent in p.branches
+        branches = [(spec, parent) for spec, parent in p.branches if parent is not None]
+        active = [(spec, parent) for spec, parent in branches
                   if _parent_selects(values.get(parent[0]), parent[1])]
         if not active and p.name in given:
             options = " or ".join(
                 f"--{parent[0]} is one of {{{', '.join(_choice_text(v) for v in parent[1])}}}"
-                for _, parent in p.branches)
+                for _, parent in branches)
             got = ", ".join(f"--{name}={_choice_text(values.get(name))}"
-                            for name in dict.fromkeys(parent[0] for _, parent in p.branches))
+                            for name in dict.fromkeys(parent[0] for _, parent in branches))
             raise FlagError(f"--{p.name} applies only when {options}{where}, got {got}")
         if active:
             spec = active[0][0]
-            if p.name in given and spec is not None and len(p.branches) > 1:
+            if p.name in given and spec is not None and len(branches) > 1:
                 raw = getattr(values[p.name], "value", values[p.name])
                 if not spec.contains(raw):
                     parent_name = active[0][1][0]

@@ -76,7 +76,7 @@ def _load_npz(file: IO[bytes]) -> Any:
 
 def _save_torch(state: Any, file: IO[bytes]) -> None:
     try:
-        import torch
+        import torch  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
         raise CheckpointError("the torch format needs PyTorch (pip install torch)") from None
     torch.save(state, file)

@@ -146,12 +146,14 @@ class Reporter:
             self._on_skip(step_value, self.last_step)
             return False
         instance = self._hypertune_instance()
-        timestamp = None
+        timestamp: float | None = None
         for tag, value in values.items():
             instance.report_hyperparameter_tuning_metric(
                 hyperparameter_metric_tag=tag, metric_value=value, global_step=step_value)
             if timestamp is None:
                 timestamp = _last_timestamp(instance)
+        if timestamp is None:  # no metric: nothing went through hypertune
+            timestamp = _last_timestamp(None)
         self._append(format_record(step_value, values, timestamp, self.attempt))
         self.last_step = step_value
         self.last_metrics = values
