@@ -31,7 +31,7 @@ from trials.errors import ConfigError, JobNotFoundError, StorageError
 from trials.spec import Algorithm, JobSpec, LocalOptions
 from trials.storage_url import JOURNAL_FILE, redact
 from trials.study.samplers import choose_sampler_name, make_sampler
-from trials.study.space import grid, values_from_optuna
+from trials.study.space import grid_size, values_from_optuna
 from trials.study.storage import open_storage
 from trials.study.store import JobStore
 from trials.timefmt import rfc3339
@@ -161,7 +161,7 @@ def create_job(job: JobSpec, *, root: str, job_id: str | None, spec_path: str | 
     url = storage_url_for(job_dir, storage)
     n = job.max_trial_count
     if job.study.algorithm is Algorithm.GRID_SEARCH:
-        n = min(n, len(grid(job.study)))
+        n = min(n, grid_size(job.study))
     sampler = choose_sampler_name(job.study, n_trials=n)
     meta = {
         "state": QUEUED, "create_time": rfc3339(time.time()), "job_dir": job_dir,

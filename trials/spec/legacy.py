@@ -186,7 +186,7 @@ def _trial_job(f: dict[str, Node], ti: Node) -> TrialJobSpec | None:
     for name in _POOLS:
         count_node = f.get(f"{name}Count")
         count = 0 if count_node is None or count_node.value is None else count_node.integer(
-            lo=0, hi=INT32_MAX)
+            lo=0, hi=rules.MAX_REPLICA_COUNT)
         config = f[f"{name}Config"].mapping(_CONFIG_KEYS, {"tpuTfVersion"}) \
             if not _absent(f, f"{name}Config") else {}
         own_image = None if _absent(config, "imageUri") else config["imageUri"].string()

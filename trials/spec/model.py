@@ -128,11 +128,11 @@ class ParameterSpec:
 
         return f"[{format_value(self.min_value)}, {format_value(self.max_value)}]{scale}"
 
-    def grid_points(self) -> tuple[Value, ...]:
-        """The values a grid search visits (INTEGER: every integer in range)."""
+    def grid_points(self) -> Sequence[Value]:
+        """The values a grid search visits (INTEGER: every integer in range, as a lazy ``range``)."""
         if self.type is ParameterType.INTEGER:
             low, high = self.bounds()
-            return tuple(range(int(low), int(high) + 1))
+            return range(int(low), int(high) + 1)
         if self.type is ParameterType.DOUBLE:
             raise ValueError(f"DOUBLE parameter {self.parameter_id!r} has no grid")
         return self.values

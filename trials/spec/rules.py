@@ -28,6 +28,8 @@ from trials.spec import (
 from trials.spec.node import INT32_MAX, Node
 
 MAX_ENV_VARS = 100
+# Every replica of a trial is a local process; beyond this a count is a typo, not a cluster.
+MAX_REPLICA_COUNT = 256
 MAX_DISPLAY_NAME = 128
 MAX_NESTING = 16
 _C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -195,7 +195,7 @@ def _trial_job(f: dict[str, Node], root: Node) -> TrialJobSpec | None:
     restart = f.get("restart_job_on_worker_restart")
     pool = WorkerPoolSpec(
         machine_spec=MachineSpec(machine_type=machine.string() if machine else None),
-        replica_count=f["replica_count"].integer(lo=1) if "replica_count" in f else 1,
+        replica_count=f["replica_count"].integer(lo=1, hi=rules.MAX_REPLICA_COUNT) if "replica_count" in f else 1,
         container=container, python_package=python_package)
     return TrialJobSpec(
         worker_pools=(pool,),

@@ -234,7 +234,7 @@ def _pool(node: Node, index: int) -> WorkerPoolSpec | None:
             env=_env(pf, "env"))
     return WorkerPoolSpec(
         machine_spec=_machine(f["machineSpec"]) if not _absent(f, "machineSpec") else MachineSpec(),
-        replica_count=1 if _absent(f, "replicaCount") else f["replicaCount"].integer(lo=1),
+        replica_count=1 if _absent(f, "replicaCount") else f["replicaCount"].integer(lo=1, hi=rules.MAX_REPLICA_COUNT),
         container=container, python_package=python_package,
         disk_spec=() if _absent(f, "diskSpec") else disk_spec(f["diskSpec"]))
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import optuna
@@ -111,27 +112,71 @@ def suggest(trial: optuna.Trial, study: StudySpec) -> dict[str, Value]:
 
 
 def grid(study: StudySpec) -> list[dict[str, Value]]:
-    """Every grid point (conditional children expanded under matching parents), in a fixed order."""
+    """Every grid point as a list (small grids, tests); :func:`iter_grid` for any size."""
+    return list(iter_grid(study))
 
-    def expand(p: ParameterSpec) -> list[dict[str, Value]]:
-        out: list[dict[str, Value]] = []
-        for v in p.grid_points():
-            v = _num(v)
-            branches: list[list[dict[str, Value]]] = [[{}]]
-            for cond in p.conditionals:
-                if parent_matches(v, cond.parent_values):
-                    branches.append(expand(cond.parameter))
-            for combo in itertools.product(*branches):
-                point = {p.parameter_id: v}
+
+def iter_grid(study: StudySpec, start: int = 0) -> Iterator[dict[str, Value]]:
+    """The grid points from index ``start``, lazily, in a fixed order (the first parameter outermost,
+    conditional children expanded under matching parents): a grid of 1001**8 points costs nothing
+    until points are taken."""
+    pieces = [_iter_param(p) for p in study.parameters]
+    for combo in itertools.islice(_product([_Lazy(piece) for piece in pieces]), start, None):
+        point: dict[str, Value] = {}
+        for part in combo:
+            point.update(part)
+        yield point
+
+
+def grid_size(study: StudySpec) -> int:
+    """How many points :func:`iter_grid` yields, counted without enumerating them."""
+    return math.prod(_size(p) for p in study.parameters)
+
+
+def _size(p: ParameterSpec) -> int:
+    points = p.grid_points()
+    if not p.conditionals:
+        return len(points)
+    return sum(math.prod(_size(c.parameter) for c in p.conditionals
+                         if parent_matches(_num(v), c.parent_values)) for v in points)
+
+
+def _iter_param(p: ParameterSpec) -> Callable[[], Iterator[dict[str, Value]]]:
+    """A re-startable iterator over one parameter's sub-points (itself and its active children)."""
+
+    def run() -> Iterator[dict[str, Value]]:
+        for raw in p.grid_points():
+            v = _num(raw)
+            children = [_Lazy(_iter_param(c.parameter)) for c in p.conditionals
+                        if parent_matches(v, c.parent_values)]
+            for combo in _product(children):
+                point: dict[str, Value] = {p.parameter_id: v}
                 for part in combo:
                     point.update(part)
-                out.append(point)
-        return out
+                yield point
 
-    points: list[dict[str, Value]] = [{}]
-    for p in study.parameters:
-        points = [{**a, **b} for a in points for b in expand(p)]
-    return points
+    return run
+
+
+class _Lazy:
+    """An iterable that starts its iterator afresh on each ``iter()`` (nested loops, no list)."""
+
+    def __init__(self, make: Callable[[], Iterator[dict[str, Value]]]):
+        self._make = make
+
+    def __iter__(self) -> Iterator[dict[str, Value]]:
+        return self._make()
+
+
+def _product(iterables: list[_Lazy]) -> Iterator[tuple[dict[str, Value], ...]]:
+    """``itertools.product`` without materialising its inputs (each is iterated again per outer item)."""
+    if not iterables:
+        yield ()
+        return
+    head, rest = iterables[0], iterables[1:]
+    for item in head:
+        for tail in _product(rest):
+            yield (item, *tail)
 
 
 def fixed_params(study: StudySpec, point: Mapping[str, Value]) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from trials.errors import ConfigError, JobNotFoundError
 from trials.spec import Algorithm, JobSpec, StudySpec, Value
 from trials.study import journal
 from trials.study.samplers import make_sampler
-from trials.study.space import fixed_params, grid, suggest, values_from_optuna
+from trials.study.space import fixed_params, iter_grid, suggest, values_from_optuna
 from trials.study.storage import quiet_optuna
 
 ATTR_PREFIX = "trials:"
@@ -92,8 +93,7 @@ class JobStore:
         """Enqueue up to ``n`` more trials (grid: only unused grid points). Returns how many."""
         existing = len(self.storage.get_all_trials(self._study_id, deepcopy=False))
         if job.study.algorithm is Algorithm.GRID_SEARCH:
-            points = grid(job.study)
-            todo = points[existing:existing + n]
+            todo = list(itertools.islice(iter_grid(job.study, existing), n))
             for point in todo:
                 self.study.enqueue_trial(fixed_params(job.study, point), skip_if_exists=False)
             return len(todo)
