@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import base64
 import itertools
+import json
 import os
 import re
 import sys
@@ -12,7 +12,7 @@ import pytest
 from jobkit import fake_job
 
 from trials.cli import main
-from trials.controller import report, report_data, report_parallel
+from trials.controller import report, report_data, report_parallel, report_plots
 from trials.spec.load import loads_spec
 
 MULTI = """
@@ -80,16 +80,20 @@ def test_counts_and_attempts_text():
     assert text == "workerpool0-0: exit 1; workerpool0-0: exit 137 (out of memory)"
 
 
-def test_render_html_escapes_inlines_images_and_says_when_nothing_completed():
+def test_render_html_escapes_inlines_plots_and_says_when_nothing_completed():
     rest = {"state": "JOB_STATE_FAILED", "maxTrialCount": 2, "error": {"message": "2 trials failed <b>"},
             "trials": [_rest_trial(1, "INFEASIBLE", reason="exit <1> & died")]}
-    page = report.render_html(job_id="j<1>", rest=rest, metric_ids=["loss"], maximize=[False],
-                              images=[("History", b"\x89PNG fake")], skipped=[("Importances", "needs 2")],
+    svg = "<?xml version='1.0'?>\n<svg xmlns='http://www.w3.org/2000/svg'><g id=\"trial-1\"><path/></g></svg>"
+    fig = report_plots.Figure(stem="optimization_history", title="History", png_path="/x.png", svg=svg,
+                              caption="what <it> shows")
+    page = report.render_html(job_id="j<1>", rest=rest, metric_ids=["loss"], maximize=[False], figures=[fig],
+                              tips={"1": "trial 1 </script><script>alert(1)"}, skipped=[("Importances", "needs 2")],
                               plots_note=None, job_dir="/x", sampler="tpe")
     assert "j&lt;1&gt;" in page and "<b>" not in page.replace("<b>Importances</b>", "")
-    assert "exit &lt;1&gt; &amp; died" in page
+    assert "exit &lt;1&gt; &amp; died" in page and "what &lt;it&gt; shows" in page
     assert "No completed trial" in page
-    assert "data:image/png;base64," + base64.b64encode(b"\x89PNG fake").decode() in page
+    assert "<?xml" not in page and '<g class="trial" data-trial="1"><path/></g>' in page  # the SVG, inline
+    assert "</script><script>alert" not in page  # a tip cannot end its script element
     assert "Importances</b>: skipped, needs 2." in page
     assert not re.search(r"""(src|href)=['"]?(http|//)""", page)  # nothing fetched from outside
 
@@ -177,8 +181,14 @@ def test_report_with_plots_single_metric(tmp_path, capsys):
         assert (folder / name).stat().st_size > 1000
     assert (folder / "optimization_history.png").read_bytes().startswith(b"\x89PNG")
     page = (folder / "index.html").read_text()
-    assert page.count("data:image/png;base64,") == 4
+    assert page.count("<svg") == 4 and "<img" not in page
     assert "Stopped early" in page and "below the median" in page and "boom" in page
+    # every plot names each trial's marks; the stopped trial's tip says where and why it stopped
+    history = re.search(r"id='optimization_history'>(.*?)</div>", page, re.S).group(1)
+    assert sorted(set(re.findall(r'data-trial="(\d+)"', history))) == ["1", "2", "3", "4"]
+    tips = json.loads(re.search(r"id='trial-tips'>(.*?)</script>", page).group(1))
+    assert tips["2"].startswith("trial 2 · SUCCEEDED, stopped early at step 2 (below the median) · loss=0.7")
+    assert "Hollow markers: the 1 trial stopped early" in page
     # the terminal table: best first, Vertex trial ids
     table_lines = out.splitlines()[2:5]
     assert [ln.split()[0] for ln in table_lines] == ["3", "1", "2"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import html
 import os
@@ -12,9 +11,11 @@ from typing import Any
 
 from trials import files
 from trials.controller import describe
-from trials.controller.report_data import plot_trials
+from trials.controller.report_data import PlotTrial, plot_trials
 from trials.controller.report_parallel import param_axes
-from trials.controller.report_plots import PLOT_STEMS, draw_plots, matplotlib_available
+from trials.controller.report_plots import PLOT_STEMS, Figure, draw_plots, matplotlib_available
+from trials.controller.report_svg import CSS as SVG_CSS
+from trials.controller.report_svg import inline_svg, tips_script, trial_tips
 
 REPORT_DIR = "report"
 INDEX_FILE = "index.html"
@@ -100,7 +101,7 @@ def counts(rest: Mapping[str, Any]) -> dict[str, int]:
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:75em;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:.9em}
 td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:top}
-th{background:#f2f2f2}.note{color:#555}.bad{color:#b00}img{max-width:100%;border:1px solid #ddd}
+th{background:#f2f2f2}.note{color:#555}.bad{color:#b00}
 dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}dt{font-weight:bold}"""
 
 
@@ -112,10 +113,10 @@ def _table_html(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
 
 
 def render_html(*, job_id: str, rest: Mapping[str, Any], metric_ids: Sequence[str],
-                maximize: Sequence[bool], images: Sequence[tuple[str, bytes]],
+                maximize: Sequence[bool], figures: Sequence[Figure], tips: Mapping[str, str],
                 skipped: Sequence[tuple[str, str]], plots_note: str | None, job_dir: str,
                 sampler: str | None) -> str:
-    """The whole page as one string: images are inlined as base64 data URIs."""
+    """The whole page as one string: the plots inline as SVG, with a tip per trial (``tips``) on hover."""
     e = html.escape
     n = counts(rest)
     goals = ", ".join(f"{m} ({'maximize' if mx else 'minimize'})" for m, mx in zip(metric_ids, maximize, strict=False))
@@ -131,7 +132,7 @@ def render_html(*, job_id: str, rest: Mapping[str, Any], metric_ids: Sequence[st
         "ended": rest.get("endTime", ""), "folder": job_dir,
     }
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>trials report: {e(job_id)}"
-             f"</title><style>{_CSS}</style></head><body><h1>Tuning job {e(job_id)}</h1><dl>"]
+             f"</title><style>{_CSS}\n{SVG_CSS}</style></head><body><h1>Tuning job {e(job_id)}</h1><dl>"]
     parts += [f"<dt>{e(k)}</dt><dd>{e(str(v))}</dd>" for k, v in summary.items() if v]
     parts.append("</dl>")
     if rest.get("error"):
@@ -145,9 +146,12 @@ def render_html(*, job_id: str, rest: Mapping[str, Any], metric_ids: Sequence[st
     parts.append("<h2>Plots</h2>")
     if plots_note:
         parts.append(f"<p class='note'>{e(plots_note)}</p>")
-    for name, png in images:
-        data = base64.b64encode(png).decode("ascii")
-        parts.append(f"<h3>{e(name)}</h3><img alt='{e(name)}' src='data:image/png;base64,{data}'>")
+    for fig in figures:
+        parts.append(f"<h3>{e(fig.title)}</h3><div class='plot' id='{e(fig.stem)}'>{inline_svg(fig.svg)}</div>"
+                     f"<p class='note'>{e(fig.caption)}</p>")
+    if figures:
+        parts.append("<p class='note'>Point at a trial's mark for its values; it is highlighted in every "
+                     "plot.</p>" + tips_script(tips))
     for name, why in skipped:
         parts.append(f"<p class='note'><b>{e(name)}</b>: skipped, {e(why)}.</p>")
     parts.append(_failures_html(rest))
@@ -186,11 +190,10 @@ def _stopped_html(rest: Mapping[str, Any]) -> str:
 
 
 # --- effects ---
-def _draw(h: Any, rest: Mapping[str, Any], metric_ids: Sequence[str], maximize: Sequence[bool],
-          out_dir: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+def _draw(h: Any, trials: Sequence[PlotTrial], metric_ids: Sequence[str], maximize: Sequence[bool],
+          out_dir: str) -> tuple[list[Figure], list[tuple[str, str]]]:
     from trials.study.importances import param_importances
 
-    trials = plot_trials(rest, local_view(rest), metric_ids)
     stopped = {t.trial_id - 1 for t in trials if t.stopped}  # Optuna numbers trials from 0
 
     def importances() -> dict[str, float]:
@@ -231,24 +234,22 @@ def write_report(h: Any, *, out_dir: str | None = None, plots: bool = True) -> R
         with contextlib.suppress(FileNotFoundError):
             os.remove(os.path.join(out_dir, stem + ".png"))
     note = None
-    drawn: list[tuple[str, str]] = []
+    drawn: list[Figure] = []
     skipped: list[tuple[str, str]] = []
+    trials = plot_trials(rest, local_view(rest), metric_ids)
     if not plots:
         note = "Plots were not requested (--no-plots): tables only."
     elif not matplotlib_available():
         note = "matplotlib is not installed, so this report has tables only: pip install 'trials[report]'"
     else:
-        drawn, skipped = _draw(h, rest, metric_ids, maximize, out_dir)
-    images = []
-    for title, path in drawn:
-        with open(path, "rb") as f:
-            images.append((title, f.read()))
+        drawn, skipped = _draw(h, trials, metric_ids, maximize, out_dir)
     page = render_html(job_id=h.job_id, rest=rest, metric_ids=metric_ids, maximize=maximize,
-                       images=images, skipped=skipped, plots_note=note, job_dir=h.job_dir,
+                       figures=drawn, tips=trial_tips(trials, metric_ids, local_view(rest)),
+                       skipped=skipped, plots_note=note, job_dir=h.job_dir,
                        sampler=h.store.get_meta("sampler"))
     index = os.path.join(out_dir, INDEX_FILE)
     files.write_text_atomic(index, page)
     title, top = top_trials(rest, metric_ids, maximize)
     header, body = table(rest, top, metric_ids)
-    return Report(index_html=index, note=note, images=tuple(p for _, p in drawn), skipped=tuple(skipped),
+    return Report(index_html=index, note=note, images=tuple(f.png_path for f in drawn), skipped=tuple(skipped),
                   top_title=title, top_header=tuple(header), top_rows=tuple(tuple(r) for r in body))

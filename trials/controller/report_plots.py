@@ -8,8 +8,10 @@ only when a plot is drawn.
 from __future__ import annotations
 
 import importlib.util
+import io
 import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from trials.controller.report_data import PlotTrial, best_so_far, best_trial, pareto_ids
@@ -22,6 +24,7 @@ FAILED_COLOR = "#b00000"
 PLOT_STEMS = ("optimization_history", "intermediate_values", "parallel_coordinate", "param_importances",
               "pareto_front")
 Importances = Callable[[], Mapping[str, float]]
+Draw = Callable[[Any], tuple[str, str]]
 
 
 def matplotlib_available() -> bool:
@@ -45,26 +48,31 @@ def _goal(metric: str, maximize: bool) -> str:
     return f"{metric} ({'higher' if maximize else 'lower'} is better)"
 
 
+def points(ax: Any, trials: Sequence[PlotTrial], x: Callable[[PlotTrial], Any], y: Callable[[PlotTrial], Any],
+           fmt: str, *, label: str, **style: Any) -> None:
+    """One marker per trial, each its own artist named ``trial-<id>`` (the page links them on hover)."""
+    for i, t in enumerate(trials):
+        (artist,) = ax.plot([x(t)], [y(t)], fmt, label=label if i == 0 else "_nolegend_", **style)
+        artist.set_gid(f"trial-{t.trial_id}")
+
+
 def history(ax: Any, trials: Sequence[PlotTrial], metric: str, maximize: bool, index: int = 0) -> None:
     """Final value per trial id; stopped-early trials hollow, failed ones as ticks at the bottom."""
     done = [t for t in trials if t.result]
     stopped = [t for t in trials if t.state == "SUCCEEDED" and t.stopped and t.values
                and t.values[index] is not None]
     failed = [t for t in trials if t.state == "INFEASIBLE"]
-    if done:
-        ax.plot([t.trial_id for t in done], [t.values[index] for t in done], "o", color=RESULT_COLOR,
-                label="completed trial")
-    if stopped:
-        ax.plot([t.trial_id for t in stopped], [t.values[index] for t in stopped], "o", mfc="none",
-                color=STOPPED_COLOR, label="stopped early (value when stopped, not a result)")
+    points(ax, done, lambda t: t.trial_id, lambda t: t.values[index], "o", color=RESULT_COLOR,
+           label="completed trial")
+    points(ax, stopped, lambda t: t.trial_id, lambda t: t.values[index], "o", mfc="none",
+           color=STOPPED_COLOR, label="stopped early (value when stopped, not a result)")
     line = best_so_far(trials, maximize=maximize, index=index)
     if line:
         ax.step([i for i, _ in line], [v for _, v in line], where="post", color=BEST_COLOR,
                 alpha=0.8, label="best so far")
-    if failed:
-        ax.plot([t.trial_id for t in failed], [0.0] * len(failed), "x", color=FAILED_COLOR,
-                transform=ax.get_xaxis_transform(), clip_on=False, markersize=8,
-                label="failed or infeasible (no value)")
+    points(ax, failed, lambda t: t.trial_id, lambda t: 0.0, "x", color=FAILED_COLOR,
+           transform=ax.get_xaxis_transform(), clip_on=False, markersize=8,
+           label="failed or infeasible (no value)")
     best = best_trial(trials, maximize=maximize) if index == 0 else None
     if best is not None:
         ax.annotate(f"best: trial {best.trial_id}", (best.trial_id, best.values[0]),
@@ -90,9 +98,10 @@ def curves(ax: Any, trials: Sequence[PlotTrial], metric: str, maximize: bool) ->
     for t in drawn:
         steps, values = [s for s, _ in t.curve], [v for _, v in t.curve]
         is_best = best is not None and t.trial_id == best.trial_id
-        ax.plot(steps, values, color=cmap(norm(t.trial_id)), linestyle="--" if t.stopped else "-",
-                linewidth=2.8 if is_best else 1.2, alpha=1.0 if is_best else 0.8, zorder=3 if is_best else 2,
-                marker="o" if len(steps) == 1 else None)
+        (line,) = ax.plot(steps, values, color=cmap(norm(t.trial_id)), linestyle="--" if t.stopped else "-",
+                          linewidth=2.8 if is_best else 1.2, alpha=1.0 if is_best else 0.8,
+                          zorder=3 if is_best else 2, marker="o" if len(steps) == 1 else None)
+        line.set_gid(f"trial-{t.trial_id}")
         if t.stopped:
             ax.plot([steps[-1]], [values[-1]], marker="X", markersize=8, color=BEST_COLOR,
                     linestyle="none", zorder=4)
@@ -132,15 +141,14 @@ def pareto(ax: Any, trials: Sequence[PlotTrial], metric_ids: Sequence[str], maxi
                and None not in t.values[:2]]
     others = [t for t in done if t.trial_id not in front]
     best = sorted((t for t in done if t.trial_id in front), key=lambda t: t.values[0] or 0.0)
-    if others:
-        ax.plot([t.values[0] for t in others], [t.values[1] for t in others], "o", color=RESULT_COLOR,
-                alpha=0.7, label="completed trial")
-    if stopped:
-        ax.plot([t.values[0] for t in stopped], [t.values[1] for t in stopped], "o", mfc="none",
-                color=STOPPED_COLOR, label="stopped early (not a result)")
+    points(ax, others, lambda t: t.values[0], lambda t: t.values[1], "o", color=RESULT_COLOR, alpha=0.7,
+           label="completed trial")
+    points(ax, stopped, lambda t: t.values[0], lambda t: t.values[1], "o", mfc="none",
+           color=STOPPED_COLOR, label="stopped early (not a result)")
     if best:
-        ax.plot([t.values[0] for t in best], [t.values[1] for t in best], "o-", color=BEST_COLOR,
-                label="Pareto-optimal trial")
+        ax.plot([t.values[0] for t in best], [t.values[1] for t in best], "-", color=BEST_COLOR, zorder=1)
+        points(ax, best, lambda t: t.values[0], lambda t: t.values[1], "o", color=BEST_COLOR,
+               label="Pareto-optimal trial", zorder=2)
         for t in best:
             ax.annotate(str(t.trial_id), (t.values[0], t.values[1]), xytext=(5, 5),
                         textcoords="offset points", fontsize=9, color=BEST_COLOR)
@@ -149,39 +157,66 @@ def pareto(ax: Any, trials: Sequence[PlotTrial], metric_ids: Sequence[str], maxi
     ax.legend(fontsize="small", loc="best")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Figure:
+    """One drawn plot: its PNG file, the same as SVG text (for the page), and what it shows."""
+
+    stem: str
+    title: str
+    png_path: str
+    svg: str
+    caption: str
+
+
 def _plots(trials: Sequence[PlotTrial], metric_ids: Sequence[str], maximize: Sequence[bool],
-           axes: Sequence[Axis], importances: Importances) -> list[tuple[str, str, Callable[[Any], str]]]:
-    """(file stem, title, draw(ax) -> heading) for every plot this job gets."""
+           axes: Sequence[Axis], importances: Importances) -> list[tuple[str, str, Draw]]:
+    """(file stem, title, draw(ax) -> (heading, caption)) for every plot this job gets."""
     primary, mx = metric_ids[0], maximize[0]
     multi = len(metric_ids) > 1
     n_done = sum(1 for t in trials if t.result)
+    n_stopped = sum(1 for t in trials if t.stopped)
+    n_failed = sum(1 for t in trials if t.state == "INFEASIBLE")
+    stopped = (f" Hollow markers: the {n_stopped} trial{'s' if n_stopped != 1 else ''} stopped early, "
+               f"at the value where {'they were' if n_stopped != 1 else 'it was'} stopped (not a result)."
+               if n_stopped else "")
 
-    def importance(ax: Any) -> str:
+    def importance(ax: Any) -> tuple[str, str]:
         if n_done < 2 or len(axes) < 2:
             raise Skip(f"needs at least 2 completed trials and more than 1 parameter; this job has "
                        f"{n_done} completed trial{'s' if n_done != 1 else ''} (not stopped early) and "
                        f"{len(axes)} parameter{'s' if len(axes) != 1 else ''}")
         importances_bar(ax, importances(), primary)
-        return f"Parameter importances for {primary}" + (" (primary metric)" if multi else "")
+        return (f"Parameter importances for {primary}" + (" (primary metric)" if multi else ""),
+                "How much of the variation of the result each parameter explains (sums to 1).")
 
-    def hist(ax: Any) -> str:
+    def hist(ax: Any) -> tuple[str, str]:
         history(ax, trials, primary, mx)
-        return f"Optimization history: {primary}"
+        failed = f" Crosses on the axis: {n_failed} failed or infeasible trials." if n_failed else ""
+        return (f"Optimization history: {primary}",
+                f"Each trial's final {primary} by trial id; the red line is the best result so far."
+                + stopped + failed)
 
-    def curve(ax: Any) -> str:
+    def curve(ax: Any) -> tuple[str, str]:
         curves(ax, trials, primary, mx)
-        return f"Learning curves: {primary} per step"
+        return (f"Learning curves: {primary} per step",
+                f"Every reported {primary}, one line per trial, coloured by trial id."
+                + (" Dashed lines ending in a red X: trials stopped early, where they stopped."
+                   if n_stopped else ""))
 
-    def parallel(ax: Any) -> str:
+    def parallel(ax: Any) -> tuple[str, str]:
         draw_parallel(ax, trials, axes, metric=primary, maximize=mx)
-        return f"Parallel coordinates (colour: {primary})"
+        return (f"Parallel coordinates (colour: {primary})",
+                "One line per trial through its parameter values; the darker, the better its rank; the "
+                "best is thickest. 'inactive': a conditional parameter the trial did not have."
+                + (" Grey dashed: stopped early." if n_stopped else ""))
 
-    def front(ax: Any) -> str:
+    def front(ax: Any) -> tuple[str, str]:
         pareto(ax, trials, metric_ids, maximize)
         suffix = "" if len(metric_ids) == 2 else f" (first 2 of {len(metric_ids)} metrics)"
-        return f"Pareto front: {metric_ids[0]} vs {metric_ids[1]}{suffix}"
+        return (f"Pareto front: {metric_ids[0]} vs {metric_ids[1]}{suffix}",
+                "Red, labelled by trial id: the trials no other trial beats on every metric." + stopped)
 
-    out: list[tuple[str, str, Callable[[Any], str]]] = [
+    out: list[tuple[str, str, Draw]] = [
         ("optimization_history", "Optimization history", hist),
         ("intermediate_values", "Learning curves (intermediate values)", curve),
         ("parallel_coordinate", "Parallel coordinates", parallel),
@@ -194,8 +229,8 @@ def _plots(trials: Sequence[PlotTrial], metric_ids: Sequence[str], maximize: Seq
 
 def draw_plots(trials: Sequence[PlotTrial], *, metric_ids: Sequence[str], maximize: Sequence[bool],
                axes: Sequence[Axis], importances: Importances,
-               out_dir: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """Write one PNG per plot into ``out_dir``: ([(title, path)], [(title, reason skipped)])."""
+               out_dir: str) -> tuple[list[Figure], list[tuple[str, str]]]:
+    """Write one PNG per plot into ``out_dir``: (figures drawn, [(title, reason skipped)])."""
     if not any(t.state == "SUCCEEDED" for t in trials):
         return [], [("all plots", "no trial has succeeded yet: there is nothing to plot")]
     import matplotlib
@@ -205,18 +240,23 @@ def draw_plots(trials: Sequence[PlotTrial], *, metric_ids: Sequence[str], maximi
 
     done, skipped = [], []
     for stem, title, draw in _plots(trials, metric_ids, maximize, axes, importances):
-        width = max(9.0, 1.4 * (len(axes) + 1)) if stem == "parallel_coordinate" else 9.0
-        fig, ax = plt.subplots(figsize=(width, 5.5), layout="constrained")
-        ax.grid(True, color="#e5e5e5")
-        ax.set_axisbelow(True)
-        try:
-            ax.set_title(draw(ax))
-        except Skip as why:
-            skipped.append((title, str(why)))
+        # SVG text as text (smaller, searchable); ids salted per plot: several share one page
+        with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": stem}):
+            width = max(9.0, 1.4 * (len(axes) + 1)) if stem == "parallel_coordinate" else 9.0
+            fig, ax = plt.subplots(figsize=(width, 5.5), layout="constrained")
+            ax.grid(True, color="#e5e5e5")
+            ax.set_axisbelow(True)
+            try:
+                heading, caption = draw(ax)
+            except Skip as why:
+                skipped.append((title, str(why)))
+                plt.close(fig)
+                continue
+            ax.set_title(heading)
+            path = os.path.join(out_dir, stem + ".png")
+            fig.savefig(path, dpi=100)
+            svg = io.StringIO()
+            fig.savefig(svg, format="svg")
             plt.close(fig)
-            continue
-        path = os.path.join(out_dir, stem + ".png")
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        done.append((title, path))
+        done.append(Figure(stem=stem, title=title, png_path=path, svg=svg.getvalue(), caption=caption))
     return done, skipped
