@@ -50,7 +50,11 @@ def test_a_job_exports_its_stored_spec_with_its_trial_count(tmp_path, capsys, fm
     h = _create(tmp_path, load_spec(ARGPARSE_CONFIG),
                 command=["python", "train.py", "--job-dir", "gs://b/run"])
     controller.extend(h, 15)  # the job now has more trials than its spec file says
-    assert main(["export", "exp", "--root", str(tmp_path), "--format", fmt, "--image-uri", IMAGE]) == 0
+    # the job ran with the local default base (its folder): Vertex needs a gs:// one
+    assert main(["export", "exp", "--root", str(tmp_path), "--format", fmt, "--image-uri", IMAGE]) == 2
+    assert "--base-output-dir gs://" in capsys.readouterr().err
+    assert main(["export", "exp", "--root", str(tmp_path), "--format", fmt, "--image-uri", IMAGE,
+                 "--base-output-dir", "gs://b/out/"]) == 0
     out = capsys.readouterr().out
     message, body = _vertex_job(out, fmt)
     assert message.max_trial_count == 15
@@ -69,7 +73,8 @@ def test_a_job_from_a_search_space_needs_an_image_and_then_gets_one_pool(tmp_pat
     _create(tmp_path, loads_spec(SEARCH_SPACE, source="space.yaml"), command=["python", "train.py"])
     assert main(["export", "exp", "--root", str(tmp_path)]) == 2
     assert "--image-uri" in capsys.readouterr().err
-    assert main(["export", "exp", "--root", str(tmp_path), "--format", "rest-json", "--image-uri", IMAGE]) == 0
+    assert main(["export", "exp", "--root", str(tmp_path), "--format", "rest-json", "--image-uri", IMAGE,
+                 "--base-output-dir", "gs://b/out/"]) == 0
     message, body = _vertex_job(capsys.readouterr().out, "rest-json")
     assert [p.container_spec.image_uri for p in message.trial_job_spec.worker_pool_specs] == [IMAGE]
     assert message.trial_job_spec.worker_pool_specs[0].machine_spec.machine_type
@@ -81,7 +86,8 @@ def test_a_job_from_a_search_space_needs_an_image_and_then_gets_one_pool(tmp_pat
 def test_a_job_in_a_database_storage(tmp_path, capsys):
     url = f"sqlite:///{tmp_path / 'jobs.db'}"
     _create(tmp_path, load_spec(ARGPARSE_CONFIG), storage=url, command=["python", "train.py"])
-    assert main(["export", "exp", "--storage", url, "--format", "gcloud-yaml"]) == 0
+    assert main(["export", "exp", "--storage", url, "--format", "gcloud-yaml",
+                 "--base-output-dir", "gs://b/out/"]) == 0
     message, _ = _vertex_job(capsys.readouterr().out, "gcloud-yaml")
     assert message.max_trial_count == 12
     # the spec's own image: nothing to replace

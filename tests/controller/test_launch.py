@@ -48,8 +48,8 @@ def test_env_expansion_rules():
     assert out == {"A": "x", "B": "x-7", "C": "$(A) $(NOPE)"}
 
 
-def _job(pools, study=STUDY):
-    return JobSpec(study=study, trial_job=TrialJobSpec(worker_pools=pools))
+def _job(pools, study=STUDY, base="/out"):
+    return JobSpec(study=study, trial_job=TrialJobSpec(worker_pools=pools, base_output_directory=base))
 
 
 def _build(job, local=None, n=1):
@@ -74,6 +74,23 @@ def test_single_replica_env_contract():
     spec = json.loads(env["CLUSTER_SPEC"])
     assert spec["task"] == {"type": "workerpool0", "index": 0, "trial": "3"}
     assert env["PATH"] == "/bin"
+
+
+def test_aip_dirs_only_with_a_base_output_directory_and_cluster_spec_job_shows_the_trial_base():
+    pool = WorkerPoolSpec(container=ContainerSpec(image_uri="img", command=("t",),
+                                                  env=(EnvVar(name="DATA", value="$(AIP_MODEL_DIR)data"),)))
+    (r,) = _build(_job((pool,), base=None))
+    assert not {"AIP_MODEL_DIR", "AIP_CHECKPOINT_DIR", "AIP_TENSORBOARD_LOG_DIR"} & set(r.env)  # as on Vertex
+    assert r.env["DATA"] == "$(AIP_MODEL_DIR)data"  # unresolved: stays as written
+    paths = launch.trial_paths("/jobs/j", "/out", "3")
+    (r,) = launch.build_replicas(job=_job((pool,)), job_id="j", trial_id="3", params={}, paths=paths,
+                                 project_number="1", local_command=None, base_env={}, ports=[5000],
+                                 gcs_root="/g", job_spec_rest={"workerPoolSpecs": [{}],
+                                                               "baseOutputDirectory": {"outputUriPrefix": "/out"}})
+    job = json.loads(r.env["CLUSTER_SPEC"])["job"]
+    # the trial's CustomJob has <base>/<trial id>/ as its base: the AIP_* dirs are under it
+    assert job["baseOutputDirectory"] == {"outputUriPrefix": "/out/3/"}
+    assert r.env["AIP_MODEL_DIR"] == "/out/3/model/"
 
 
 def test_multi_replica_cluster_vars():

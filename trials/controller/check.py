@@ -286,6 +286,10 @@ def _launches(job: JobSpec, params: Mapping[str, Value], options: CheckOptions, 
     os.makedirs(trial_dir, exist_ok=True)
     paths = launch.trial_paths(trial_dir, os.path.join(folder, "outputs"), "1")
     paths = replace(paths, trial_dir=trial_dir)
+    if not (job.trial_job and job.trial_job.base_output_directory):  # AIP_* need a base, as a sweep writes
+        from trials.spec.export import with_base_output
+
+        job = with_base_output(job, os.path.join(folder, "outputs"))
     n = len(job.trial_job.replicas() if job.trial_job else [None])
     out = launch.build_replicas(
         job=job, job_id="check", trial_id="1", params=params, paths=paths,

@@ -121,6 +121,15 @@ def spec_to_storage(job: JobSpec) -> dict[str, Any]:
     return to_rest(job)
 
 
+def with_base_output(job: JobSpec, base_output: str) -> JobSpec:
+    """The job with the base output directory its trials use written into its spec (Vertex sets
+    ``AIP_*`` only when the spec has one; a local default base is the job folder)."""
+    from trials.spec.export import with_base_output as with_base
+
+    current = job.trial_job.base_output_directory if job.trial_job else None
+    return job if current == base_output else with_base(job, base_output)
+
+
 def spec_from_storage(meta: dict[str, Any]) -> JobSpec:
     from trials.spec.load import parse_spec
 
@@ -136,6 +145,8 @@ def spec_from_storage(meta: dict[str, Any]) -> JobSpec:
         metrics = tuple(replace(m, metric_id=metric_ids[i]) if i in spaced else m
                         for i, m in enumerate(job.study.metrics))
         job = replace(job, study=replace(job.study, metrics=metrics))
+    if meta.get("base_output"):  # a job stored before its base was written into its spec
+        job = with_base_output(job, meta["base_output"])
     local = meta.get("local") or {}
     return replace(job, local=LocalOptions(**local)) if local else job
 
@@ -159,13 +170,15 @@ def create_job(job: JobSpec, *, root: str, job_id: str | None, spec_path: str | 
     except OSError as err:
         raise ConfigError(f"cannot create the job folder {job_dir}: {err.strerror or err}") from None
     url = storage_url_for(job_dir, storage)
+    base_output = resolve_base_output(job, base_output_dir, job_dir)
+    job = with_base_output(job, base_output)  # describe and export show the base trials use
     n = job.max_trial_count
     if job.study.algorithm is Algorithm.GRID_SEARCH:
         n = min(n, grid_size(job.study))
     sampler = choose_sampler_name(job.study, n_trials=n)
     meta = {
         "state": QUEUED, "create_time": rfc3339(time.time()), "job_dir": job_dir,
-        "base_output": resolve_base_output(job, base_output_dir, job_dir),
+        "base_output": base_output,
         "gcs_root": os.path.abspath(gcs_root) if gcs_root else os.path.join(job_dir, "gcs"),
         "project_number": project_number or DEFAULT_PROJECT_NUMBER,
         "local_command": list(local_command) if local_command else None,

@@ -154,6 +154,9 @@ def build_replicas(
         addresses[(i, j)] = address
     multi = len(replicas) > 1
     job_dict = dict(job_spec_rest or {})
+    has_base = trial_job.base_output_directory is not None
+    if has_base:  # the trial's own CustomJob has <base>/<trial id>/ as its base (as on Vertex)
+        job_dict["baseOutputDirectory"] = {"outputUriPrefix": paths.base_dir}
     out = []
     for rank, (i, j, pool) in enumerate(replicas):
         name = protocol.replica_name(i, j)
@@ -163,9 +166,9 @@ def build_replicas(
             protocol.ENV_JOB_ID: job_id,
             protocol.ENV_PROJECT_ID: project_number,
             protocol.ENV_METRIC_FILE: metric_file,
-            protocol.ENV_MODEL_DIR: paths.model_dir,
-            protocol.ENV_CHECKPOINT_DIR: paths.checkpoint_dir,
-            protocol.ENV_TENSORBOARD_LOG_DIR: paths.tensorboard_dir,
+            **({protocol.ENV_MODEL_DIR: paths.model_dir,  # only with a base, as on Vertex
+                protocol.ENV_CHECKPOINT_DIR: paths.checkpoint_dir,
+                protocol.ENV_TENSORBOARD_LOG_DIR: paths.tensorboard_dir} if has_base else {}),
             protocol.ENV_CLUSTER_SPEC: json.dumps({
                 "cluster": cluster,
                 "environment": "cloud",

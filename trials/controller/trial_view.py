@@ -42,6 +42,10 @@ def sample_view(job: JobSpec, *, local_command: Sequence[str] | None, pass_env: 
     environ = os.environ if environ is None else environ
     params = {p.parameter_id: v for p, v in sample_trial(job.study)}
     base_output = (job.trial_job.base_output_directory if job.trial_job else None) or JOB_DIR
+    if not (job.trial_job and job.trial_job.base_output_directory):  # a sweep writes this default
+        from trials.spec.export import with_base_output
+
+        job = with_base_output(job, base_output)
     paths = launch.trial_paths(JOB_DIR, base_output, "1")
     base_env = launch.clean_base_env(environ, pass_env)
     n = len(job.trial_job.replicas()) if job.trial_job else 1
