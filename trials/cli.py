@@ -115,21 +115,25 @@ def _summary(h, runner, args) -> int:
     n_ok = sum(1 for t in trials if t.user_attrs.get("state") == "SUCCEEDED")
     n_bad = sum(1 for t in trials if t.user_attrs.get("state") == "INFEASIBLE")
     n_early = sum(1 for t in trials if t.user_attrs.get("stopped_early"))
+    # a job whose every trial was infeasible "succeeded" as Vertex says, but nothing worked: exit 1
+    nothing_worked = state == "JOB_STATE_SUCCEEDED" and n_ok == 0 and n_bad > 0
+    code = 1 if nothing_worked else {"JOB_STATE_SUCCEEDED": 0, "JOB_STATE_CANCELLED": protocol.EXIT_INTERRUPTED}.get(
+        state, 1)
     if args.quiet:
-        return {"JOB_STATE_SUCCEEDED": 0, "JOB_STATE_CANCELLED": protocol.EXIT_INTERRUPTED}.get(state, 1)
+        return code
     if args.json_logs:  # the summary as one more JSON line: stdout stays one object per line
         import json
 
         get = controller.params_of(h)
         print(json.dumps({
-            "severity": "INFO" if state == "JOB_STATE_SUCCEEDED" else "ERROR",
+            "severity": "INFO" if code == 0 else "ERROR",
             "message": f"job {h.job_id} {state}", "event": "job_summary", "job_id": h.job_id,
             "state": state, "succeeded": n_ok, "stopped_early": n_early, "infeasible": n_bad,
             "not_run": len(trials) - n_ok - n_bad, "error": error,
             "best": [{"trial_id": str(t.number + 1), "values": list(t.values), "parameters": get(t)}
                      for t in controller.best_trials(h)],
         }, default=str))
-        return {"JOB_STATE_SUCCEEDED": 0, "JOB_STATE_CANCELLED": protocol.EXIT_INTERRUPTED}.get(state, 1)
+        return code
     ran = f"; at most {runner.max_parallel} in parallel" if runner.max_parallel else "; no trial ran this time"
     print(f"job {h.job_id} {state}: {n_ok} succeeded ({n_early} stopped early), {n_bad} infeasible, "
           f"{len(trials) - n_ok - n_bad} not run{ran}")
@@ -153,6 +157,11 @@ def _summary(h, runner, args) -> int:
         metrics = ", ".join(f"{m}={v:.6g}" for m, v in zip(h.job.study.metric_ids, t.values, strict=False))
         flags = " ".join(format_flag(k, v) for k, v in get(t).items())
         print(f"{'  trial' if pareto else 'best trial'} {t.number + 1}: {metrics}  {flags}")
+    if nothing_worked:
+        first = next((t.user_attrs.get("infeasible_reason") for t in trials if t.user_attrs.get("infeasible_reason")),
+                     "")
+        print(f"error: no trial succeeded, so this job found nothing (first reason: {first})")
+        return code
     if state == "JOB_STATE_SUCCEEDED":
         return 0
     if state in ("JOB_STATE_CANCELLED", "JOB_STATE_CANCELLING"):  # CANCELLING: other workers still stopping

@@ -177,3 +177,33 @@ def test_resuming_a_finished_job_does_not_claim_zero_parallel_trials(tmp_path, c
     out = capsys.readouterr().out
     assert "at most 0 in parallel" not in out
     assert "6 succeeded (0 stopped early), 0 infeasible, 0 not run; no trial ran this time" in out
+
+
+def test_the_first_trial_without_the_metric_is_said_loudly_once():
+    out = io.StringIO()
+    p = Progress(total=3, metric_ids=("accuracy",), maximize=True, out=out, mode="quiet")
+    for trial_id in ("1", "2"):
+        p("trial_started", {"trial_id": trial_id, "params": {}})
+        p("trial_done", {"trial_id": trial_id, "state": "INFEASIBLE", "values": [], "reason": "no accuracy",
+                         "steps": 0, "seconds": 0.5, "params": {}, "missing_metric": True,
+                         "reported_tags": ["val_acc"], "metrics_source": "hypertune"})
+    (line,) = out.getvalue().splitlines()  # even --quiet says it, and only once
+    assert line[11:] == (
+        "warning: trial 1 ended without the spec's metric accuracy (it reported val_acc), so it counts "
+        "as infeasible, and so will every trial that does the same: report it with hypertune.HyperTune()."
+        "report_hyperparameter_tuning_metric(hyperparameter_metric_tag='accuracy', metric_value=value, "
+        "global_step=step), or make the spec's metric 'val_acc' if that is the one you meant.")
+
+
+@pytest.mark.parametrize("source, how", [
+    ("metrics.jsonl", "report it with ctx.report(step, accuracy=value)."),
+    (None, "report it with ctx.report(step, accuracy=value) in a trials.main trainer, or hypertune.HyperTune()"
+           ".report_hyperparameter_tuning_metric(hyperparameter_metric_tag='accuracy', metric_value=value, "
+           "global_step=step) in a plain one."),
+])
+def test_the_advice_fits_the_trainer(source, how):
+    from trials.controller.policy import missing_metric_advice
+
+    advice = missing_metric_advice("4", ["accuracy"], [], source=source)
+    assert advice.startswith("trial 4 ended without the spec's metric accuracy (it reported no metric at all)")
+    assert advice.endswith(how)

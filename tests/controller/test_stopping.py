@@ -50,3 +50,11 @@ def test_convex_extrapolates_and_predicts_final():
 def test_decide_dispatches_by_kind():
     spec = StoppingSpec(kind=StoppingKind.MEDIAN)
     assert stopping.decide(spec, curve([0.1, 0.2]), GOOD).stop
+
+
+def test_median_reason_says_at_which_step_or_second():
+    done = [[(1.0, 0.9), (2.0, 0.9)], [(1.0, 0.8), (2.0, 0.8)]]
+    by_step = stopping.median_rule([(1.0, 0.1)], done)
+    assert by_step.stop and by_step.reason.endswith("of 2 completed trials at step 1")
+    by_time = stopping.median_rule([(1.5, 0.1)], done, elapsed=True)
+    assert by_time.stop and by_time.reason.endswith("of 2 completed trials at 1.5 s")

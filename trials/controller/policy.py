@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import enum
 import math
 from collections.abc import Iterable, Sequence
@@ -111,6 +112,30 @@ def missing_metric_message(metric_ids: Iterable[str], reported: Iterable[str]) -
         f"Report it with hypertune's report_hyperparameter_tuning_metric("
         f"hyperparameter_metric_tag=...)."
     )
+
+
+def missing_metric_advice(trial_id: str, metric_ids: Sequence[str], reported: Iterable[str], *,
+                          source: str | None) -> str:
+    """What to do when a trial ended without the spec's metric: said once, at the first such trial.
+
+    ``source`` is where its metrics came from: ``"metrics.jsonl"`` (a ``trials.main`` trainer),
+    ``"hypertune"`` (a plain trainer) or None (it reported nothing): the advice fits the trainer.
+    """
+    got = sorted(reported)
+    missing = [m for m in metric_ids if m not in got] or list(metric_ids)
+    first = missing[0]
+    seen = f"it reported {', '.join(got)}" if got else "it reported no metric at all"
+    others = [t for t in got if t not in metric_ids]
+    close = difflib.get_close_matches(first, others, n=1, cutoff=0.5) or (others if len(others) == 1 else [])
+    runtime = (f"ctx.report(step, {first}=value)" if first.isidentifier()
+               else f"ctx.report(step, {{{first!r}: value}})")
+    plain = (f"hypertune.HyperTune().report_hyperparameter_tuning_metric(hyperparameter_metric_tag={first!r}, "
+             f"metric_value=value, global_step=step)")
+    how = {"metrics.jsonl": f"report it with {runtime}", "hypertune": f"report it with {plain}"}.get(
+        source or "", f"report it with {runtime} in a trials.main trainer, or {plain} in a plain one")
+    meant = f", or make the spec's metric {close[0]!r} if that is the one you meant" if close else ""
+    return (f"trial {trial_id} ended without the spec's metric {', '.join(missing)} ({seen}), so it "
+            f"counts as infeasible, and so will every trial that does the same: {how}{meant}.")
 
 
 def nonfinite_message(metric_id: str, value: float) -> str:

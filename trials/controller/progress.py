@@ -9,6 +9,7 @@ import time
 from typing import Any, TextIO
 
 from trials.controller.describe import display
+from trials.controller.policy import missing_metric_advice
 
 
 class Progress:
@@ -27,6 +28,7 @@ class Progress:
         self.t0 = time.monotonic()
         self._live_shown = False
         self.warnings: list[str] = []
+        self.told_missing_metric = False
 
     def __call__(self, event: str, data: dict[str, Any]) -> None:
         try:
@@ -63,6 +65,11 @@ class Progress:
                                              else when)
             self._line(f"trial {data['trial_id']} {data['state']} {when}, {data['seconds']:.1f}s: {result}",
                        event, data)
+            if data.get("missing_metric") and not self.told_missing_metric:  # once, at the first such trial
+                self.told_missing_metric = True
+                self._handle("warning", {"trial_id": data["trial_id"], "message": missing_metric_advice(
+                    data["trial_id"], self.metric_ids, data.get("reported_tags") or (),
+                    source=data.get("metrics_source"))})
         elif event == "note":
             self._line(f"note: {data['message']}", event, data)
         elif event == "warning":

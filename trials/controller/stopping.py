@@ -75,7 +75,9 @@ def value_at(curve: Curve, x: float) -> float | None:
 
 
 def median_rule(current: Curve, completed: Sequence[Curve], *, min_completed: int = MIN_COMPLETED,
-                maximize: bool = True) -> StopDecision:
+                maximize: bool = True, elapsed: bool = False) -> StopDecision:
+    """Stop when the best value so far is worse than the median of the completed trials' running
+    averages at the same point (``elapsed``: the curves' x is seconds, else steps; it words the reason)."""
     if len(completed) < min_completed or len(current) < MIN_POINTS:
         return KEEP
     x = current[-1][0]
@@ -88,7 +90,7 @@ def median_rule(current: Curve, completed: Sequence[Curve], *, min_completed: in
         worse = "below" if maximize else "above"
         return StopDecision(True, f"best value {_show(best, maximize)} is {worse} the median running "
                                   f"average {_show(median, maximize)} of {len(averages)} completed "
-                                  f"trials at {x:g}")
+                                  f"trials at {f'{x:g} s' if elapsed else f'step {x:g}'}")
     return KEEP
 
 
@@ -174,7 +176,7 @@ def decide(spec: StoppingSpec, current: Curve, completed: Sequence[Curve], *,
            maximize: bool = True) -> StopDecision:
     """Apply the stopping spec's rule to one running trial (``maximize`` only words the reason)."""
     if spec.kind is StoppingKind.MEDIAN:
-        return median_rule(current, completed, maximize=maximize)
+        return median_rule(current, completed, maximize=maximize, elapsed=spec.use_elapsed_duration)
     if spec.kind is StoppingKind.DECAY_CURVE:
         return decay_curve_rule(current, completed, maximize=maximize)
     return convex_rule(
