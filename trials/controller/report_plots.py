@@ -128,8 +128,7 @@ def importances_bar(ax: Any, values: Mapping[str, float], metric: str) -> None:
     ax.barh([k for k, _ in items], [v for _, v in items], color=RESULT_COLOR, height=0.6)
     for i, (_, v) in enumerate(items):
         ax.text(v, i, f" {v:.2f}", va="center", fontsize=9)
-    ax.set_xlabel(f"importance for {metric} (Optuna's fANOVA over the completed trials; "
-                  f"parameters that some trials lack are left out)")
+    ax.set_xlabel(f"importance for {metric} (Optuna's fANOVA over the completed trials)")
     ax.set_xlim(0, max(1e-9, max(v for _, v in items)) * 1.15)
 
 
@@ -187,7 +186,8 @@ def _plots(trials: Sequence[PlotTrial], metric_ids: Sequence[str], maximize: Seq
                        f"{len(axes)} parameter{'s' if len(axes) != 1 else ''}")
         importances_bar(ax, importances(), primary)
         return (f"Parameter importances for {primary}" + (" (primary metric)" if multi else ""),
-                "How much of the variation of the result each parameter explains (sums to 1).")
+                "How much of the variation of the result each parameter explains (sums to 1), over the "
+                "trials that ran to their end; a conditional parameter that some trials lack is left out.")
 
     def hist(ax: Any) -> tuple[str, str]:
         history(ax, trials, primary, mx)
