@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from trials import protocol
 from trials.errors import ConfigError, TrialsError
+
+if TYPE_CHECKING:
+    from trials.spec import JobSpec
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -171,6 +175,30 @@ def _summary(h, runner, args) -> int:
     return 1
 
 
+def _with_overrides(job: JobSpec, args: argparse.Namespace) -> JobSpec:
+    """The spec with the count flags applied, each checked by the spec's own rules (before any write)."""
+    from dataclasses import replace
+
+    from trials.spec import rules
+    from trials.spec.node import INT32_MAX, Node
+
+    def flag(name: str) -> Node | None:
+        value = getattr(args, name)
+        return None if value is None else Node(value, "--" + name.replace("_", "-"), "command line")
+
+    n_max, n_par, n_fail = (flag(n) for n in ("max_trial_count", "parallel_trial_count", "max_failed_trial_count"))
+    job = replace(job, **{field: node.integer(lo=0 if field == "max_failed_trial_count" else 1, hi=INT32_MAX)
+                          for field, node in (("max_trial_count", n_max), ("parallel_trial_count", n_par),
+                                              ("max_failed_trial_count", n_fail)) if node is not None})
+    if job.max_failed_trial_count > job.max_trial_count:
+        rules.counts(Node(job.max_trial_count, "--max-trial-count" if n_max else "maxTrialCount", "command line"),
+                     None, Node(job.max_failed_trial_count, "--max-failed-trial-count" if n_fail
+                                else "maxFailedTrialCount", "command line"))
+    if args.seed is not None:  # numpy seeds a sampler with 0..2**32-1; resume adds the trials run
+        Node(args.seed, "--seed", "command line").integer(lo=0, hi=INT32_MAX)
+    return job
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
@@ -179,20 +207,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from trials.spec.load import load_spec
 
     job = load_spec(args.spec)
-    overrides = {}
-    for flag, field in (("max_trial_count", "max_trial_count"), ("parallel_trial_count", "parallel_trial_count"),
-                        ("max_failed_trial_count", "max_failed_trial_count")):
-        value = getattr(args, flag)
-        if value is not None:
-            least = 0 if flag == "max_failed_trial_count" else 1
-            if value < least:
-                raise ConfigError(f"--{flag.replace('_', '-')} must be >= {least}, got {value}")
-            overrides[field] = value
-    if overrides:
-        job = replace(job, **overrides)
-    if job.max_failed_trial_count > job.max_trial_count:
-        raise ConfigError(f"maxFailedTrialCount ({job.max_failed_trial_count}) must be <= "
-                          f"maxTrialCount ({job.max_trial_count})")
+    job = _with_overrides(job, args)
     if args.algorithm:
         algo = Algorithm[args.algorithm]
         job = replace(job, study=replace(job.study, algorithm=algo))
@@ -253,6 +268,10 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 def _cmd_resume(args: argparse.Namespace) -> int:
     from trials.controller import jobs as controller
 
+    if args.max_trial_count is not None:  # the spec's rule, before the job is touched
+        from trials.spec.node import INT32_MAX, Node
+
+        Node(args.max_trial_count, "--max-trial-count", "command line").integer(lo=1, hi=INT32_MAX)
     h = controller.open_job(args.job, root=args.root, storage=args.storage)
     if args.local_command:  # a job created from an image without command can be given one now
         controller.set_command(h, args.local_command)

@@ -165,10 +165,6 @@ def create_job(job: JobSpec, *, root: str, job_id: str | None, spec_path: str | 
     if storage is None and os.path.exists(os.path.join(job_dir, JOURNAL_FILE)):
         raise ConfigError(f"job {job_id!r} already exists in {job_dir}; use `trials resume {job_id}` "
                           f"or choose another --job-id")
-    try:
-        os.makedirs(job_dir, exist_ok=True)
-    except OSError as err:
-        raise ConfigError(f"cannot create the job folder {job_dir}: {err.strerror or err}") from None
     url = storage_url_for(job_dir, storage)
     base_output = resolve_base_output(job, base_output_dir, job_dir)
     job = with_base_output(job, base_output)  # describe and export show the base trials use
@@ -176,6 +172,8 @@ def create_job(job: JobSpec, *, root: str, job_id: str | None, spec_path: str | 
     if job.study.algorithm is Algorithm.GRID_SEARCH:
         n = min(n, grid_size(job.study))
     sampler = choose_sampler_name(job.study, n_trials=n)
+    # Everything that can refuse the options runs before the job folder exists: a bad
+    # --base-output-dir or --storage leaves nothing behind.
     meta = {
         "state": QUEUED, "create_time": rfc3339(time.time()), "job_dir": job_dir,
         "base_output": base_output,
@@ -186,15 +184,27 @@ def create_job(job: JobSpec, *, root: str, job_id: str | None, spec_path: str | 
         "pass_env": list(dict.fromkeys(pass_env)),
         "local": {k: getattr(job.local, k) for k in ("inject_restarts", "grace_period_s", "memory_limit_mb")},
     }
+    database = None if storage is None else open_storage(url)
 
     def build(storage_obj) -> JobStore:
         return JobStore.create(storage_obj, job_id, job, spec_to_storage(job), meta,
                                sampler_name=sampler, seed=seed)
 
-    if storage is None:
-        store = _create_journal_atomically(os.path.join(job_dir, JOURNAL_FILE), job_id, build)
-    else:
-        store = build(open_storage(url))
+    made = not os.path.isdir(job_dir)
+    try:
+        os.makedirs(job_dir, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"cannot create the job folder {job_dir}: {err.strerror or err}") from None
+    try:
+        if database is None:
+            store = _create_journal_atomically(os.path.join(job_dir, JOURNAL_FILE), job_id, build)
+        else:
+            store = build(database)
+    except BaseException:
+        if made:
+            with contextlib.suppress(OSError):
+                os.rmdir(job_dir)  # only if empty: never a folder with anything of value in it
+        raise
     return JobHandle(job_id=job_id, job_dir=job_dir, storage_url=url, store=store, job=job)
 
 
@@ -209,14 +219,16 @@ def _create_journal_atomically(path: str, job_id: str, build) -> JobStore:
         if m and not _pid_alive(int(m.group(1))):
             os.unlink(os.path.join(os.path.dirname(path), name))  # left by a killed creation
     tmp = f"{path}.{os.getpid()}.creating"
-    build(open_storage("journal:" + tmp))
     try:
+        build(open_storage("journal:" + tmp))
         os.link(tmp, path)  # unlike rename, never replaces a job another sweep just created
     except FileExistsError:
         raise ConfigError(f"job {job_id!r} already exists in {os.path.dirname(path)}; use "
                           f"`trials resume {job_id}` or choose another --job-id") from None
     finally:
-        os.unlink(tmp)
+        for leftover in (tmp, tmp + ".lock"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(leftover)
     return JobStore.open(open_storage("journal:" + path), job_id)
 
 
