@@ -31,6 +31,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     for line in trial_view.sample_view(job, local_command=args.local_command or None,
                                        pass_env=args.pass_env):
         print(line)
+    if args.trainer is not None:
+        from trials.controller import preflight
+
+        argv = preflight.trainer_command(job, args.local_command or None,
+                                         target=args.trainer or None)
+        print(preflight.check_trainer(argv, args.spec, required=True))
     return protocol.EXIT_OK
 
 
@@ -220,6 +226,14 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from trials.controller.trial_view import check_command
 
     check_command(job, command, args.spec)  # before a job folder and id are used up
+    if not args.no_trainer_check:
+        from trials.controller import preflight
+
+        argv = preflight.trainer_command(job, command or None)
+        if preflight.is_trials_trainer(argv):  # spec and Config disagree: say so before any trial
+            line = preflight.check_trainer(argv, args.spec, required=False)
+            if line.startswith("note:") and not args.quiet:
+                print(line)
     plan = _device_plan(job, args)  # before creating the job: a spec this machine cannot run
     h = controller.create_job(
         job, root=args.root, job_id=args.job_id, spec_path=args.spec, storage=args.storage,
@@ -452,6 +466,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="check a spec and print what a trial would get")
     p.add_argument("spec", help="gcloud YAML, REST JSON, legacy hptuning_config.yaml or search space")
     _pass_env_arg(p)
+    p.add_argument("--trainer", nargs="?", const="", metavar="TARGET",
+                   help="check every parameter, type, range and choice against a trials.main/trials-run "
+                        "trainer: module:function or file.py[:function], or (no TARGET) the command "
+                        "after -- or the spec's")
     p.set_defaults(handler=_cmd_validate)
 
     p = sub.add_parser("export", help="write a spec or a job's spec as gcloud YAML or REST JSON")
@@ -478,6 +496,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--base-output-dir")
     p.add_argument("--gcs-root", help="local directory standing in for /gcs (default: <job>/gcs)")
     p.add_argument("--project-number", help="CLOUD_ML_PROJECT_ID given to trials (default 000000000000)")
+    p.add_argument("--no-trainer-check", action="store_true",
+                   help="do not ask a trials.main/trials-run trainer to check the spec's flags first")
     _run_args(p)
     p.set_defaults(handler=_cmd_sweep)
 

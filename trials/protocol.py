@@ -39,10 +39,14 @@ ENV_REPLICA = "TRIALS_REPLICA"  # e.g. "workerpool0-0"
 ENV_ATTEMPT = "TRIALS_ATTEMPT"  # 0 for the first start of a replica, +1 per restart
 ENV_LOG_FORMAT = "TRIALS_LOG_FORMAT"  # "json" or "text"; default: text on a terminal, JSON otherwise
 ENV_OUTPUT_ROOT = "TRIALS_OUTPUT_ROOT"  # outside a tuning job: where local runs write (default ./trials-output)
+# `trials validate --trainer` / the sweep's pre-flight: the trainer, run with --help, checks this spec
+# against its own flags and writes {"problems": [...], "n_values": N} as JSON to the _OUT file
+ENV_CHECK_SPEC = "TRIALS_CHECK_SPEC"
+ENV_CHECK_OUT = "TRIALS_CHECK_OUT"
 
 PROJECT_ENV_VARS = (
     ENV_TRIAL_DIR, ENV_GCS_ROOT, ENV_STOP_FILE, ENV_REPLICA, ENV_ATTEMPT, ENV_LOG_FORMAT,
-    ENV_OUTPUT_ROOT,
+    ENV_OUTPUT_ROOT, ENV_CHECK_SPEC, ENV_CHECK_OUT,
 )
 
 # --- What a trial's environment keeps of the host's (issue 13.1) ---------------------------------

@@ -185,6 +185,9 @@ def run(objective: Callable[..., Any], Config: type | None = None, *, spec: Any 
     options = options or RunOptions()
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = prog or os.path.basename(sys.argv[0] or "trial")
+    variables = os.environ if environ is None else environ
+    if variables.get(protocol.ENV_CHECK_OUT) and wants_help(argv):
+        return _answer_check(Config, spec, spec_dir, argv, variables)
     try:
         study, source = _load_spec(spec, spec_dir)
         params = build_params(Config, study, source)
@@ -219,6 +222,20 @@ def run(objective: Callable[..., Any], Config: type | None = None, *, spec: Any 
             guard.__exit__(None, None, None)
         ctx.close()
         ctx._log.undo()
+
+
+def _answer_check(Config: type | None, spec: Any, spec_dir: str | None, argv: Sequence[str],
+                  environ: Mapping[str, str]) -> TrialOutcome:
+    """``trials validate --trainer``: check its spec against this trainer's flags; run nothing."""
+    from trials.runtime import spec_check
+
+    try:
+        study, source = _load_spec(spec, spec_dir)
+        params: Any = build_params(Config, study, source)
+    except ConfigError as err:
+        params = err
+    spec_check.answer(params, argv, environ)
+    return TrialOutcome(protocol.EXIT_OK)
 
 
 def _is_terminal(stream: Any) -> bool:
