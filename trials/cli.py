@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -571,6 +572,9 @@ def _version() -> str:
     return f"trials {__version__}"
 
 
+_UNWRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (2 for bad input, one line on stderr)."""
     parser = build_parser()
@@ -600,6 +604,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _traceback(args, err.exit_code)
         print(f"trials: error: {_scrub(args, _one_line(str(err)))}", file=sys.stderr)
         return err.exit_code
+    except OSError as err:
+        if args.debug:
+            return _traceback(args, protocol.EXIT_ERROR)
+        if err.errno in _UNWRITABLE:  # a read-only job root, a folder of another user
+            where = f" {err.filename}" if err.filename else ""
+            print(f"trials: error: cannot write{_scrub(args, _one_line(where))}: {err.strerror} (trials "
+                  f"{args.command} needs write access to the job folder; check --root or the mount)",
+                  file=sys.stderr)
+            return protocol.EXIT_USAGE
+        print(f"trials: internal error: {type(err).__name__}: {_scrub(args, _one_line(str(err)))} "
+              "(run with --debug for the traceback)", file=sys.stderr)
+        return protocol.EXIT_ERROR
     except Exception as err:  # noqa: BLE001 - the CLI's last line of defence
         if args.debug:
             return _traceback(args, protocol.EXIT_ERROR)
