@@ -6,10 +6,13 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from trials import protocol
 from trials.errors import ConfigError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover - typing is not loaded on a trial's start path
+    from typing import Any
 
 PRIMARY_POOL = "workerpool0"
 _POOL_ORDER = ("workerpool0", "workerpool1", "workerpool2", "workerpool3")
