@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING
 from trials import protocol
 from trials.errors import ConfigError, TrialsError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # each command imports what it needs when it runs
+    from typing import Any
+
+    from trials.controller.devices import DevicePlan
+    from trials.controller.job import JobRunner
+    from trials.controller.jobs import JobHandle
+    from trials.controller.progress import Progress
     from trials.spec import JobSpec
 
 Handler = Callable[[argparse.Namespace], int]
@@ -72,7 +78,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return protocol.EXIT_OK
 
 
-def _progress(h, args):
+def _progress(h: JobHandle, args: argparse.Namespace) -> Progress:
     from trials.controller.progress import Progress
 
     mode = "quiet" if args.quiet else ("json" if args.json_logs else None)
@@ -80,7 +86,7 @@ def _progress(h, args):
                     maximize=h.job.study.metrics[0].maximize, mode=mode)
 
 
-def _device_plan(job, args):
+def _device_plan(job: JobSpec, args: argparse.Namespace) -> DevicePlan:
     """Check the worker options (before a sweep creates its job) and plan the GPUs."""
     from trials.controller import devices
 
@@ -89,7 +95,8 @@ def _device_plan(job, args):
     return devices.plan(job, gpus=args.gpus, ignore_accelerators=args.ignore_accelerators)
 
 
-def _run_and_report(h, args, *, resume: bool, join: bool = False, plan=None) -> int:
+def _run_and_report(h: JobHandle, args: argparse.Namespace, *, resume: bool, join: bool = False,
+                    plan: DevicePlan | None = None) -> int:
     from trials.controller import jobs as controller
     from trials.storage_url import redact
 
@@ -103,20 +110,20 @@ def _run_and_report(h, args, *, resume: bool, join: bool = False, plan=None) -> 
         devices=plan, shared=shared, join=join, pass_env=args.pass_env,
     )
     if not args.quiet and not args.json_logs:
-        who = f"worker {shared.me} joined " if join else ""
+        who = f"worker {shared.me} joined " if join and shared is not None else ""
         print(f"{who}job {h.job_id}: {len(h.store.frozen_trials())} trials, "
               f"{h.job.parallel_trial_count} in parallel; folder {h.job_dir}")
         if shared is not None and not join:
             print(f"more workers join with: trials worker {h.job_id} --storage {redact(h.storage_url)}")
     runner = controller.run_job(h, options, progress=progress, resume=resume, lock=not join)
-    if join and runner.leaving:
+    if join and runner.leaving and shared is not None:
         print(f"worker {shared.me} left job {h.job_id} after starting {runner.n_started} trials; "
               f"its running trials went back to the queue")
         return protocol.EXIT_INTERRUPTED
     return _summary(h, runner, args)
 
 
-def _summary(h, runner, args) -> int:
+def _summary(h: JobHandle, runner: JobRunner, args: argparse.Namespace) -> int:
     from trials.controller import jobs as controller
     from trials.protocol import format_flag
 
@@ -355,7 +362,8 @@ def _cmd_best(args: argparse.Namespace) -> int:
     get = controller.params_of(h)
     meta = h.store.meta()
     metric_ids = h.job.study.metric_ids
-    best = [{"trial_id": str(t.number + 1), "metrics": dict(zip(metric_ids, t.values, strict=False)),
+    best: list[dict[str, Any]] = [
+            {"trial_id": str(t.number + 1), "metrics": dict(zip(metric_ids, t.values, strict=False)),
              "parameters": get(t), "flags": [format_flag(k, v) for k, v in get(t).items()],
              "model_dir": local_path(meta["base_output"].rstrip("/") + f"/{t.number + 1}/model/",
                                      meta["gcs_root"])}
@@ -592,7 +600,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return protocol.EXIT_USAGE
     args.local_command = local_command
     try:
-        return args.handler(args)
+        code: int = args.handler(args)
+        return code
     except BrokenPipeError:  # `trials describe JOB | head`
         sys.stderr.close()
         return protocol.EXIT_OK
@@ -634,7 +643,7 @@ def _command_hint(args: argparse.Namespace, extra: list[str], local_command: lis
     import shlex
 
     given = " ".join(shlex.quote(word) for word in extra)
-    target = getattr(args, "spec", None) or getattr(args, "job", "")
+    target = str(getattr(args, "spec", None) or getattr(args, "job", ""))
     return (f"unexpected arguments {given!r}: put the trainer's command after `--`, as in "
             f"`trials {args.command} {shlex.quote(target)} [options] -- {given}`")
 

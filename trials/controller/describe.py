@@ -45,7 +45,7 @@ def trial_state(t: Any) -> str:
     """The Vertex trial state of an Optuna FrozenTrial (duck-typed: no optuna import here)."""
     state = t.user_attrs.get("state")
     if state in STATE_NAMES:
-        return state
+        return str(state)
     name = getattr(t.state, "name", str(t.state))
     states = {"COMPLETE": "SUCCEEDED", "FAIL": "INFEASIBLE", "RUNNING": "ACTIVE", "PRUNED": "SUCCEEDED"}
     return states.get(name, "REQUESTED")

@@ -57,7 +57,7 @@ def parse_nvidia_smi(text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def detect_gpus(run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> tuple[str, ...]:
+def detect_gpus(run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run) -> tuple[str, ...]:
     """The GPUs ``nvidia-smi -L`` lists; none when it is missing or fails."""
     try:
         done = run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S)

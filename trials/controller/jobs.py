@@ -12,9 +12,9 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trials import protocol
 from trials.controller.describe import job_to_rest, shown
@@ -28,13 +28,18 @@ from trials.controller.job import (
     RunOptions,
 )
 from trials.errors import ConfigError, JobNotFoundError, StorageError
-from trials.spec import Algorithm, JobSpec, LocalOptions
+from trials.spec import Algorithm, JobSpec, LocalOptions, Value
 from trials.storage_url import JOURNAL_FILE, redact
 from trials.study.samplers import choose_sampler_name, make_sampler
 from trials.study.space import grid_size, values_from_optuna
-from trials.study.storage import open_storage
+from trials.study.storage import RetryingRDBStorage, open_storage
 from trials.study.store import JobStore
 from trials.timefmt import rfc3339
+
+if TYPE_CHECKING:
+    from trials.controller.worker import SharedJob
+    from trials.study.storage import BaseStorage
+    from trials.study.store import FrozenTrial
 
 DEFAULT_ROOT = "trials-jobs"
 DEFAULT_PROJECT_NUMBER = "000000000000"
@@ -186,7 +191,7 @@ def create_job(job: JobSpec, *, root: str, job_id: str | None, spec_path: str | 
     }
     database = None if storage is None else open_storage(url)
 
-    def build(storage_obj) -> JobStore:
+    def build(storage_obj: BaseStorage) -> JobStore:
         return JobStore.create(storage_obj, job_id, job, spec_to_storage(job), meta,
                                sampler_name=sampler, seed=seed)
 
@@ -208,7 +213,7 @@ def create_job(job: JobSpec, *, root: str, job_id: str | None, spec_path: str | 
     return JobHandle(job_id=job_id, job_dir=job_dir, storage_url=url, store=store, job=job)
 
 
-def _create_journal_atomically(path: str, job_id: str, build) -> JobStore:
+def _create_journal_atomically(path: str, job_id: str, build: Callable[[BaseStorage], JobStore]) -> JobStore:
     """Write a new job's journal under a temporary name, then link it into place.
 
     A controller killed while creating a job (study, spec, trials: many journal writes) leaves no
@@ -343,7 +348,8 @@ def is_shared(h: JobHandle) -> bool:
     return not is_journal_url(h.storage_url)
 
 
-def shared_job(h: JobHandle, *, stale_after_s: float | None = None, notify=None):
+def shared_job(h: JobHandle, *, stale_after_s: float | None = None,
+               notify: Callable[[str], None] | None = None) -> SharedJob | None:
     """The worker's view of a database job (leases, global cap, takeover), or None for a journal.
 
     ``notify`` gets one line per database outage; the storage then retries through outages.
@@ -355,11 +361,14 @@ def shared_job(h: JobHandle, *, stale_after_s: float | None = None, notify=None)
 
     outages = Outages(notify or (lambda line: print(f"trials: {line}", file=sys.stderr, flush=True)),
                       url=h.storage_url)
-    h.store.storage.outages = outages
+    storage = h.store.storage
+    if isinstance(storage, RetryingRDBStorage):
+        storage.outages = outages
     return SharedJob(h.store, stale_after_s=stale_after_s or DEFAULT_STALE_AFTER_S, outages=outages)
 
 
-def run_job(h: JobHandle, options: RunOptions, *, progress=None, resume: bool = False,
+def run_job(h: JobHandle, options: RunOptions, *, progress: Callable[[str, dict[str, Any]], None] | None = None,
+            resume: bool = False,
             lock: bool = True) -> JobRunner:
     locker = ControllerLock(h.job_dir) if lock else None
     if locker:
@@ -448,7 +457,7 @@ def extend(h: JobHandle, max_trial_count: int) -> int:
 def cancel(h: JobHandle) -> str:
     state = h.store.get_meta("state")
     if state in FINAL_STATES:
-        return state
+        return str(state)
     _repair_if_idle(h)
     h.store.set_meta(state=CANCELLING)
     shared = shared_job(h) if is_shared(h) else None
@@ -484,10 +493,10 @@ def _lock_holder(job_dir: str) -> int | None:
 
 
 # --- describe -------------------------------------------------------------------------------------
-def params_of(h: JobHandle):
+def params_of(h: JobHandle) -> Callable[[FrozenTrial], dict[str, Value]]:
     study = h.job.study
 
-    def get(t) -> dict[str, Any]:
+    def get(t: FrozenTrial) -> dict[str, Value]:
         return values_from_optuna(study, t.params)
 
     return get

@@ -22,7 +22,7 @@ RACY_WINDOW_NS = 1_000_000_000
 _MAX_GAPS_SHOWN = 5
 
 
-def _entry_key(tag: str, step: int, timestamp: float | None, value: float) -> tuple:
+def _entry_key(tag: str, step: int, timestamp: float | None, value: float) -> tuple[object, ...]:
     # Without a timestamp two reports of one step are told apart by their value only.
     if timestamp is None:
         return (tag, step, None, "nan" if math.isnan(value) else value)
@@ -52,7 +52,7 @@ class TrialMetricsReader:
         (False, [], None)
     """
 
-    def __init__(self, hypertune_path: str | os.PathLike, metrics_log_path: str | os.PathLike,
+    def __init__(self, hypertune_path: str | os.PathLike[str], metrics_log_path: str | os.PathLike[str],
                  metric_ids: Iterable[str], *, start_time: float):
         self.hypertune_path = os.fspath(hypertune_path)
         self.metrics_log_path = os.fspath(metrics_log_path)
@@ -68,17 +68,17 @@ class TrialMetricsReader:
         self._dirty: set[int] = set()  # steps changed in a log since the last merge
         # hypertune file state
         self._ht_log = MeasurementLog()
-        self._ht_seen: set[tuple] = set()
+        self._ht_seen: set[tuple[object, ...]] = set()
         self._ht_raw_seen: set[str] = set()
-        self._ht_sig: tuple | None = None
+        self._ht_sig: tuple[int, ...] | None = None
         self._ht_bytes: bytes | None = None
         self._ht_exists = False
         self._ht_last_step: int | None = None  # newest step read in the current attempt
         self._gaps: list[tuple[int | None, int]] = []  # (last step read before, first step after)
         # metrics.jsonl state
         self._jl_log = MeasurementLog()
-        self._jl_seen: set[tuple] = set()
-        self._jl_sig: tuple | None = None
+        self._jl_seen: set[tuple[object, ...]] = set()
+        self._jl_sig: tuple[int, ...] | None = None
         self._jl_ino: int | None = None
         self._jl_offset = 0  # just after the last complete line consumed
         self._jl_skip_partial = False  # inside an over-long line: drop bytes up to the next newline
@@ -314,7 +314,7 @@ class TrialMetricsReader:
         self._ht_last_step = None
 
     @staticmethod
-    def _key(line: HypertuneLine) -> tuple:
+    def _key(line: HypertuneLine) -> tuple[object, ...]:
         return _entry_key(line.tag, line.step, line.timestamp, line.value)
 
     # --- metrics.jsonl ------------------------------------------------------------------------
@@ -386,6 +386,8 @@ class TrialMetricsReader:
             j, h = jl.get(step), ht.get(step)
             if j is None or h is None:
                 m = j if h is None else h
+                if m is None:
+                    continue
             elif h.metrics.keys() <= j.metrics.keys():
                 m = j
             else:

@@ -129,7 +129,7 @@ def _convex_extrapolate(points: Curve, horizon: float) -> float | None:
     steps_left = max(0.0, (horizon - x2) / max(x2 - x1, 1e-12))
     if g1 > 0 and 0 < g2 < g1:
         ratio = g2 / g1
-        return y2 + g2 * ratio * (1 - ratio ** steps_left) / (1 - ratio)
+        return y2 + g2 * ratio * (1 - float(ratio ** steps_left)) / (1 - ratio)
     # Gains not shrinking: extrapolate linearly with the recent gain, never downward.
     return y2 + max(g2, 0.0) * steps_left
 

@@ -153,7 +153,7 @@ def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec,
     from trials.study.samplers import choose_sampler_name
     from trials.study.space import values_from_optuna
     from trials.study.storage import in_memory_storage, open_storage
-    from trials.study.store import JobStore
+    from trials.study.store import Claimed, JobStore
 
     if not isinstance(spec, JobSpec):
         from trials.spec.load import load_spec
@@ -193,7 +193,8 @@ def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec,
         start = time.time()
         state: dict[str, Any] = {"stopped": False, "detail": "", "curve": []}
 
-        def on_report(ctx, step, metrics, claimed=claimed, state=state):
+        def on_report(ctx: Any, step: int, metrics: Mapping[str, float], claimed: Claimed = claimed,
+                      state: dict[str, Any] = state) -> None:
             if primary.metric_id not in metrics:
                 return
             value = metrics[primary.metric_id]
@@ -206,7 +207,7 @@ def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec,
                     state["stopped"], state["detail"] = True, decision.reason
                     ctx.request_stop("early stopping")  # ACTIVE -> STOPPING
 
-        def hook(ctx, on_report=on_report):
+        def hook(ctx: Any, on_report: Callable[..., None] = on_report) -> None:
             ctx.on_report = on_report
 
         store.set_trial_attrs(claimed.storage_id, state="ACTIVE", trial_id=claimed.trial_id,
@@ -221,8 +222,8 @@ def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec,
         failure = None
         if outcome.exit_code not in (protocol.EXIT_OK, protocol.EXIT_STOPPED):
             err = outcome.error
-            reason = f"{type(err).__name__}: {err}" if err is not None else "Error"
-            failure = policy.exit_message(replica.name, outcome.exit_code, [reason])
+            error = f"{type(err).__name__}: {err}" if err is not None else "Error"
+            failure = policy.exit_message(replica.name, outcome.exit_code, [error])
         trial_state, reason, values, final = policy.trial_outcome(
             measurements, study_spec.metrics, best=study_spec.selects_best, failure=failure,
             reported_tags=reader.reported_tags)

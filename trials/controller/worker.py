@@ -17,14 +17,17 @@ import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 
 from trials.outages import Outages
 from trials.spec import StudySpec
+from trials.study.storage import RetryingRDBStorage
 from trials.study.store import Claimed, JobStore
+
+T = TypeVar("T")
 
 LEASE_TABLE = "trials_leases"
 DEFAULT_STALE_AFTER_S = 30.0
@@ -87,6 +90,8 @@ class SharedJob:
         if stale_after_s <= 0:
             raise ValueError(f"stale_after_s must be > 0, got {stale_after_s}")
         self.store = store
+        if not isinstance(store.storage, RetryingRDBStorage):
+            raise TypeError(f"a shared job needs a database storage, got {type(store.storage).__name__}")
         self.engine = store.storage.engine
         self.study_id = store._study_id
         self.me = me or worker_name()
@@ -102,8 +107,11 @@ class SharedJob:
         self._call(self._create_table)
 
     # -- plumbing
-    def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return self.outages.call(fn, *args) if self.outages else fn(*args)
+    def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        if self.outages is None:
+            return fn(*args)
+        result: T = self.outages.call(fn, *args)
+        return result
 
     def _create_table(self) -> None:
         try:

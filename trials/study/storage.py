@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import optuna
-from optuna.storages import BaseStorage
+from optuna.storages import BaseStorage as BaseStorage  # re-exported: the type callers hold
 from optuna.study import StudySummary
 from optuna.trial import TrialState
 

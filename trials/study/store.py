@@ -11,7 +11,8 @@ from typing import Any
 import optuna
 from optuna.storages import BaseStorage
 from optuna.study import StudyDirection
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial as FrozenTrial  # re-exported: what callers read trials as
+from optuna.trial import TrialState
 
 from trials.errors import ConfigError, JobNotFoundError
 from trials.spec import Algorithm, JobSpec, StudySpec, Value
