@@ -201,9 +201,11 @@ def _with_overrides(job: JobSpec, args: argparse.Namespace) -> JobSpec:
         return None if value is None else Node(value, "--" + name.replace("_", "-"), "command line")
 
     n_max, n_par, n_fail = (flag(n) for n in ("max_trial_count", "parallel_trial_count", "max_failed_trial_count"))
-    job = replace(job, **{field: node.integer(lo=0 if field == "max_failed_trial_count" else 1, hi=INT32_MAX)
-                          for field, node in (("max_trial_count", n_max), ("parallel_trial_count", n_par),
-                                              ("max_failed_trial_count", n_fail)) if node is not None})
+    changes: dict[str, Any] = {
+        field: node.integer(lo=0 if field == "max_failed_trial_count" else 1, hi=INT32_MAX)
+        for field, node in (("max_trial_count", n_max), ("parallel_trial_count", n_par),
+                            ("max_failed_trial_count", n_fail)) if node is not None}
+    job = replace(job, **changes)
     if job.max_failed_trial_count > job.max_trial_count:
         rules.counts(Node(job.max_trial_count, "--max-trial-count" if n_max else "maxTrialCount", "command line"),
                      None, Node(job.max_failed_trial_count, "--max-failed-trial-count" if n_fail
