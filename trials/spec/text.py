@@ -8,7 +8,6 @@ from collections.abc import Sequence
 
 from trials.protocol import format_flag, format_value
 from trials.spec import (
-    DISCRETE_MIN_GAP,
     Goal,
     JobSpec,
     LocalOptions,
@@ -83,17 +82,12 @@ def sample_trial(study: StudySpec) -> list[tuple[ParameterSpec, Value]]:
     """The active parameters and their sample values, in StudySpec order."""
     out: list[tuple[ParameterSpec, Value]] = []
 
-    def visit(p: ParameterSpec) -> None:
+    def pick(p: ParameterSpec) -> Value:
         value = sample_value(p)
         out.append((p, value))
-        for cond in p.conditionals:  # only the children this value activates
-            if any(v == value if isinstance(v, str) or isinstance(value, str)
-                   else abs(float(v) - float(value)) <= DISCRETE_MIN_GAP
-                   for v in cond.parent_values):
-                visit(cond.parameter)
+        return value
 
-    for p in study.parameters:
-        visit(p)
+    study.choose(pick)  # only the children each value activates
     return out
 
 
