@@ -27,8 +27,9 @@ def param_importances(study: optuna.Study, *, metric_index: int = 0, maximize: b
     """
     kept = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             if t.number not in leave_out]
-    view = optuna.create_study(directions=study.directions)  # in memory
-    view.add_trials(kept)
+    view = optuna.create_study(directions=study.directions)  # in memory, params and values only
+    view.add_trials([optuna.trial.create_trial(params=t.params, distributions=t.distributions, values=t.values)
+                     for t in kept])
     sign = -1.0 if maximize else 1.0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
