@@ -25,7 +25,7 @@ class FakeScalars:
     def add(self, step, metrics, timestamp):
         self.added.append((step, dict(metrics), timestamp))
 
-    def close(self):
+    def close(self, failed=False):
         self.closed = True
 
 
@@ -150,59 +150,3 @@ def test_reading_skips_torn_lines(tmp_path):
     assert [(m.step, dict(m.metrics)) for m in read_hypertune_file(str(path))] == [(1, {"a": 1.0})]
     assert read_hypertune_file(str(tmp_path / "missing")) == []
     assert read_metrics_log(str(tmp_path / "missing")) == []
-
-
-# --- TensorBoard scalars (trials.runtime.tensorboard) ------------------------------------------------
-def test_scalar_writer_without_tensorboardx_warns_once_and_never_raises(tmp_path):
-    from trials.runtime.tensorboard import ScalarWriter
-
-    def missing(logdir):
-        raise ImportError("No module named 'tensorboardX'")
-
-    warnings = []
-    writer = ScalarWriter(str(tmp_path), warn=warnings.append, factory=missing)
-    writer.add(1, {"a": 1.0})
-    writer.add(2, {"a": 2.0})
-    writer.close()
-    assert len(warnings) == 1 and "tensorboardX" in warnings[0] and "trials[tensorboard]" in warnings[0]
-    assert writer.disabled
-
-
-def test_scalar_writer_errors_are_warned_not_raised(tmp_path):
-    from trials.runtime.tensorboard import ScalarWriter
-
-    class Broken:
-        def add_scalar(self, *args, **kwargs):
-            raise OSError("disk full")
-
-    warnings = []
-    writer = ScalarWriter(str(tmp_path), warn=warnings.append, factory=lambda d: Broken())
-    writer.add(1, {"a": 1.0})
-    writer.add(2, {"a": 1.0})
-    assert len(warnings) == 1 and "disk full" in warnings[0]
-
-
-def test_scalar_writer_writes_event_files_tensorboard_reads(tmp_path):
-    pytest.importorskip("tensorboardX")
-    from trials.runtime.tensorboard import ScalarWriter
-
-    writer = ScalarWriter(str(tmp_path))
-    writer.add(1, {"accuracy": 0.5, "loss": 2.0}, 1796013114.0)
-    writer.add(2, {"accuracy": 0.75, "loss": 1.0}, 1796013115.0)
-    writer.close()
-    events = [p for p in os.listdir(tmp_path) if p.startswith("events.out.tfevents")]
-    assert len(events) == 1
-    data = (tmp_path / events[0]).read_bytes()
-    assert b"accuracy" in data and b"loss" in data
-
-
-def test_tensorboardx_is_imported_without_remote_storage_backends():
-    import subprocess
-    import sys
-
-    pytest.importorskip("tensorboardX")
-    code = ("import sys; from trials.runtime.tensorboard import import_summary_writer; "
-            "import_summary_writer(); print('google.cloud.storage' in sys.modules, "
-            "sys.modules.get('google.cloud.storage', 0) is None)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["False", "False"]

@@ -308,11 +308,25 @@ class TrialContext:
             if self.options.tensorboard and self._writes:
                 from trials.runtime.tensorboard import ScalarWriter
 
-                scalars = ScalarWriter(self.tensorboard_dir, warn=self._warn)
+                scalars = ScalarWriter(self.tensorboard_dir, warn=self._warn, hparams=self._hparams())
             self._reporter = Reporter(metrics_log=self.env.metrics_log,
                                       metric_file=self.env.metric_file, attempt=self.attempt,
                                       scalars=scalars, on_skip=self._skipped)
         return self._reporter
+
+    def _hparams(self) -> dict[str, Any]:
+        """The config's values for TensorBoard's HParams view (numbers, str, bool; others as text)."""
+        from trials.runtime.flags import config_values
+
+        try:
+            values = config_values(self.config)
+        except TypeError:  # a config without fields
+            return {}
+        out: dict[str, Any] = {}
+        for name, value in values.items():
+            raw = getattr(value, "value", value)  # an Enum member: its value
+            out[name] = raw if raw is None or isinstance(raw, (bool, int, float, str)) else repr(raw)
+        return out
 
     def _warn(self, message: str) -> None:
         self._log.logger().warning(message)
@@ -459,6 +473,7 @@ class TrialContext:
         """The first step to run: one after the restored checkpoint's, else 1."""
         return FIRST_STEP if self._restored_step is None else self._restored_step + 1
 
-    def close(self) -> None:
+    def close(self, *, failed: bool = False) -> None:
+        """Close the metric and TensorBoard files (``failed``: the HParams session ends as a failure)."""
         if self._reporter is not None:
-            self._reporter.close()
+            self._reporter.close(failed=failed)

@@ -213,14 +213,16 @@ def run(objective: Callable[..., Any], Config: type | None = None, *, spec: Any 
     if env.is_local:
         print(f"{prog}: local run (no tuning job): outputs go to {env.output_dir}", file=sys.stderr)
     guard = _SignalGuard(ctx) if options.install_signals else None
+    outcome: TrialOutcome | None = None
     try:
         if guard is not None:
             guard.__enter__()
-        return _run_objective(objective, ctx, study, options, prog)
+        outcome = _run_objective(objective, ctx, study, options, prog)
+        return outcome
     finally:
         if guard is not None:
             guard.__exit__(None, None, None)
-        ctx.close()
+        ctx.close(failed=outcome is None or outcome.exit_code not in (protocol.EXIT_OK, protocol.EXIT_STOPPED))
         ctx._log.undo()
 
 

@@ -92,7 +92,8 @@ class Reporter:
         metric_file: where hypertune writes; the library reads ``$CLOUD_ML_HP_METRIC_FILE``, and
             the instance is pointed here if that differs (local runs).
         attempt: this start's attempt number, recorded on each line.
-        scalars: an optional TensorBoard writer with ``add(step, metrics, timestamp)``.
+        scalars: an optional TensorBoard writer with ``add(step, metrics, timestamp)`` and
+            ``close(failed=...)``.
         on_skip: called with (step, last_step) when a step at or below the last one is skipped.
     """
 
@@ -162,12 +163,12 @@ class Reporter:
             self.scalars.add(step_value, values, timestamp)
         return True
 
-    def close(self) -> None:
+    def close(self, *, failed: bool = False) -> None:
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
         if self.scalars is not None:
-            self.scalars.close()
+            self.scalars.close(failed=failed)
 
 
 def _last_timestamp(instance: Any) -> float:
