@@ -1,0 +1,103 @@
+"""The report's plots as a person reads them, checked in the rendered page (the SVG's own text and
+marks): a 20-trial conditional job with stopped trials and a two-metric job."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from jobkit import fake_job
+
+from trials.cli import main
+
+CONDITIONAL = """
+metrics: {accuracy: maximize}
+parameters:
+  learning_rate: {type: double, min: 0.0001, max: 0.3, scale: log}
+  optimizer:
+    type: categorical
+    values: [adam, sgd]
+    when:
+      - values: [sgd]
+        parameters:
+          momentum: {type: discrete, values: [0.0, 0.9]}
+max_trial_count: 20
+"""
+TWO = """
+metrics: {accuracy: maximize, size: minimize}
+parameters:
+  learning_rate: {type: double, min: 0.0001, max: 0.3, scale: log}
+max_trial_count: 6
+"""
+
+
+def _plot(page: str, stem: str) -> str:
+    return re.search(rf"<div class='plot' id='{stem}'>(.*?)</div>", page, re.S).group(1)
+
+
+def _texts(svg: str) -> list[str]:
+    return re.findall(r">([^<>]+)</text>", svg)
+
+
+def _legend(svg: str) -> list[str]:
+    start = svg.index('id="legend_1"')
+    end = svg.find('id="axes_2"', start)  # a colour bar's axes come after the plot's legend
+    return _texts(svg[start:end if end > 0 else None])
+
+
+def _axis_texts(svg: str, axis: int) -> list[str]:
+    start = svg.index(f'id="matplotlib.axis_{axis}"')
+    end = svg.find(f'id="matplotlib.axis_{axis + 1}"', start)
+    return _texts(svg[start:end if end > 0 else None])
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory: pytest.TempPathFactory) -> str:
+    pytest.importorskip("matplotlib")
+    tmp_path = tmp_path_factory.mktemp("plots")
+    outcomes = [("ok", [0.5 + 0.02 * i + 0.01 * s for s in range(5)], False) if i % 4 else
+                ("ok", [0.2], True) for i in range(19)] + [("fail", "boom")]
+    fake_job(tmp_path, CONDITIONAL, outcomes=outcomes)
+    assert main(["report", "rep", "--root", str(tmp_path / "jobs")]) == 0
+    return (tmp_path / "jobs" / "rep" / "report" / "index.html").read_text()
+
+
+def test_history_has_whole_trial_ids_and_marks_stopped_and_failed_trials(page: str) -> None:
+    svg = _plot(page, "optimization_history")
+    *ticks, label = _axis_texts(svg, 1)
+    assert label == "trial id" and ticks and all(t.isdigit() for t in ticks), ticks  # no 2.5, 7.5
+    legend = _legend(svg)
+    assert legend == ["completed trial", "stopped early (value when stopped, not a result)", "best so far",
+                      "failed or infeasible (no value)"]
+    assert "best: trial 19" in _texts(svg)  # the best result, never a stopped trial's value
+
+
+def test_learning_curves_of_20_trials_have_a_colour_bar_not_a_crowded_legend(page: str) -> None:
+    svg = _plot(page, "intermediate_values")
+    legend = _legend(svg)
+    assert legend == ["ran to its end", "stopped early (X: where)"]
+    assert "trial id" in _texts(svg)  # the colour bar's label
+    colours = [re.search(r"stroke: (#[0-9a-f]{6})", g).group(1)
+               for g in re.findall(r'data-trial="\d+">\s*<path[^>]*', svg)]
+    assert len(colours) == 19 and len(set(colours)) == 19  # one colour per trial, none repeated
+
+
+def test_parallel_coordinates_label_inactive_params_and_put_the_best_on_top(page: str) -> None:
+    svg = _plot(page, "parallel_coordinate")
+    texts = _texts(svg)
+    assert "None" not in texts and "inactive" in texts and "stopped early" in texts
+    assert {"0.0001", "0.001", "0.01", "0.1", "0.3"} <= set(texts)  # the log axis, by decade
+    widths = [(tid, float(w)) for tid, w in
+              re.findall(r'data-trial="(\d+)">\s*<path[^>]*stroke-width: ([\d.]+)', svg)]
+    assert widths[-1] == ("19", max(w for _, w in widths))  # the best: drawn last, thickest
+
+
+def test_two_metrics_get_a_pareto_front(tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    fake_job(tmp_path, TWO, outcomes=[("ok", [0.5, 0.9], False), ("ok", [0.6], False), ("ok", [0.3], True),
+                                      None, None, None])
+    assert main(["report", "rep", "--root", str(tmp_path / "jobs")]) == 0
+    page = (tmp_path / "jobs" / "rep" / "report" / "index.html").read_text()
+    svg = _plot(page, "pareto_front")
+    assert "Pareto-optimal trial" in _texts(svg) and "stopped early (not a result)" in _texts(svg)
+    assert "accuracy (higher is better)" in _texts(svg) and "size (lower is better)" in _texts(svg)
