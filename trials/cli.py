@@ -302,6 +302,12 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     controller.check_runnable(h)
     if args.max_trial_count is not None:
         added = controller.extend(h, args.max_trial_count)
+        holder = controller.running_controller(h)
+        if holder is not None:  # the extension took effect: the running controller runs them
+            by = f" (pid {holder})" if holder else ""
+            print(f"job {h.job_id}: added {added} trials (now {h.job.max_trial_count}); the controller "
+                  f"already running the job{by} runs them")
+            return protocol.EXIT_OK
         print(f"job {h.job_id}: added {added} trials")
     return _run_and_report(h, args, resume=True)
 

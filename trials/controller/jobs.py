@@ -464,17 +464,36 @@ def cancel(h: JobHandle) -> str:
     if shared is not None:
         shared.requeue_stale()  # trials of dead workers: nobody else would ever stop them
     holder = _lock_holder(h.job_dir)
-    if holder:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(holder, signal.SIGTERM)
-    elif state in (QUEUED, RUNNING, CANCELLING) and not h.store.running_trials():
+    if holder is not None:  # a live controller stops its trials and ends the job
+        if holder:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(holder, signal.SIGTERM)
+        return CANCELLING
+    if shared is None and state in (QUEUED, RUNNING, CANCELLING):
+        _requeue_orphans(h)  # the controller died: nobody else would ever stop its trials
+    if state in (QUEUED, RUNNING, CANCELLING) and not h.store.running_trials():
         h.store.set_meta(state=CANCELLED, end_time=rfc3339(time.time()),
                          error={"code": 1, "message": "The job was cancelled."})
         return CANCELLED
     return CANCELLING
 
 
+def _requeue_orphans(h: JobHandle) -> None:
+    """Trials a dead controller left RUNNING: kill their leftover replicas, queue them again (as the
+    controller does on cancel: same id and parameters on resume)."""
+    _reap_leftovers(h)
+    for t in h.store.running_trials():
+        h.store.set_trial_attrs(t._trial_id, state="REQUESTED", end_time=None)
+        h.store.requeue(t._trial_id)
+
+
+def running_controller(h: JobHandle) -> int | None:
+    """The pid of the live controller running this job folder (0: pid unknown), or ``None``."""
+    return _lock_holder(h.job_dir)
+
+
 def _lock_holder(job_dir: str) -> int | None:
+    """The pid of the controller holding the job folder's lock; 0 if held, pid not yet written; None if free."""
     path = os.path.join(job_dir, LOCK_FILE)
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -487,7 +506,7 @@ def _lock_holder(job_dir: str) -> int | None:
         except BlockingIOError:
             text = os.read(fd, 200).decode(errors="replace")
             m = re.search(r"pid (\d+)", text)
-            return int(m.group(1)) if m else None
+            return int(m.group(1)) if m else 0  # held, its pid not written yet
     finally:
         os.close(fd)
 
