@@ -1,5 +1,5 @@
 """The report page in a real browser (headless Chromium, skipped where it is not installed): the
-script runs, pointing at a trial's line shows its tip and highlights it in every plot."""
+script runs, pointing at a trial's line shows its tip and highlights it in every plot and table."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def _hover(ws_url: str, page_url: str, selector: str) -> tuple[str, int, bytes]:
+async def _hover(ws_url: str, page_url: str, selector: str) -> tuple[str, list[int], bytes]:
     websockets = pytest.importorskip("websockets")
     async with websockets.connect(ws_url, max_size=2**26) as ws:
         n = 0
@@ -55,12 +55,13 @@ async def _hover(ws_url: str, page_url: str, selector: str) -> tuple[str, int, b
             p.scrollIntoView({{block:'center'}}); var m=p.getScreenCTM(), L=p.getTotalLength(), out=[];
             for (var i=1;i<10;i++){{var q=p.getPointAtLength(L*i/10);
               var s=new DOMPoint(q.x,q.y).matrixTransform(m); out.push([s.x,s.y]);}} return out;}})()""")
-        tip, hot = "", 0
+        tip, hot = "", [0, 0]
         for x, y in points:
             await call("Input.dispatchMouseEvent", type="mouseMoved", x=x, y=y)
-            tip, hot = await value("[document.querySelector('.tip').style.display==='block'"
-                                   "? document.querySelector('.tip').textContent : '',"
-                                   " document.querySelectorAll('.plot .hot').length]")
+            tip, *hot = await value("[document.querySelector('.tip').style.display==='block'"
+                                    "? document.querySelector('.tip').textContent : '',"
+                                    " document.querySelectorAll('.plot .hot').length,"
+                                    " document.querySelectorAll('tr.hot').length]")
             if tip:
                 break
         shot = await call("Page.captureScreenshot", format="png")
@@ -94,4 +95,6 @@ def test_pointing_at_a_trial_shows_its_tip_and_highlights_it_everywhere(tmp_path
         browser.wait(timeout=30)
     (tmp_path / "hover.png").write_bytes(png)
     assert tip.startswith("trial 3 · SUCCEEDED · loss=0.2 · lr=")
-    assert hot == 3  # the same trial in the history, the learning curves and the parallel coordinates
+    # the same trial in the history, the learning curves and the parallel coordinates, and its rows
+    # in the top trials and all trials tables
+    assert hot == [3, 2]

@@ -107,8 +107,9 @@ dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}dt{font-weig
 
 def _table_html(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
-    rows = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
-                   for row in body)
+    by_trial = bool(header) and header[0] == "trial"  # a row names its trial: linked to the plots
+    rows = "".join((f"<tr data-trial='{html.escape(str(row[0]))}'>" if by_trial else "<tr>")
+                   + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in body)
     return f"<table><tr>{head}</tr>{rows}</table>"
 
 

@@ -1,5 +1,5 @@
 """The report page's interactive plots: inline SVG, a tip naming the trial under the pointer, and
-the same trial highlighted in every plot at once. No script or style is fetched from anywhere."""
+the same trial highlighted in every plot and table row at once. Nothing is fetched from anywhere."""
 
 from __future__ import annotations
 
@@ -13,18 +13,18 @@ from trials.controller.report_data import PlotTrial
 _TRIAL_GID = re.compile(r'<g id="trial-(\d+)"')
 
 CSS = """.plot svg{max-width:100%;height:auto;border:1px solid #ddd}
-.plot [data-trial]{cursor:pointer}
+[data-trial]{cursor:pointer}tr.hot td{background:#ffe7a0}
 .plot .hot path,.plot .hot use{stroke:#000!important;stroke-width:3px!important;stroke-opacity:1!important}
 .tip{position:absolute;display:none;background:#fff;border:1px solid #888;padding:.3em .5em;
 font-size:.85em;max-width:40em;pointer-events:none;box-shadow:0 1px 4px #0003}"""
 
-# Hovering a trial's mark shows its tip and highlights it in every plot of the page.
+# Hovering a trial's mark (or its table row) shows its tip and highlights it in every plot and table.
 SCRIPT = """(function(){
 var tips=JSON.parse(document.getElementById('trial-tips').textContent);
 var box=document.createElement('div');box.className='tip';document.body.appendChild(box);
-function mark(id,on){document.querySelectorAll('.plot [data-trial="'+id+'"]').forEach(
+function mark(id,on){document.querySelectorAll('[data-trial="'+id+'"]').forEach(
 function(e){e.classList.toggle('hot',on);});}
-document.querySelectorAll('.plot [data-trial]').forEach(function(g){var id=g.getAttribute('data-trial');
+document.querySelectorAll('[data-trial]').forEach(function(g){var id=g.getAttribute('data-trial');
 g.addEventListener('mouseenter',function(){mark(id,true);box.textContent=tips[id]||('trial '+id);
 box.style.display='block';});
 g.addEventListener('mousemove',function(ev){box.style.left=(ev.pageX+14)+'px';box.style.top=(ev.pageY+14)+'px';});
