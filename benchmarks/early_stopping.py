@@ -1,220 +1,192 @@
-"""Part 4: epochs and training time saved by each stopping spec and by Optuna's pruners, at equal best value.
+"""Part 4: work saved and best result lost by each early-stopping rule and its constants, on five workloads.
 
-The objective is a real learning curve (``trainers/digits.py``: a numpy MLP on scikit-learn's bundled
-digits data, validation accuracy after each epoch). Each variant runs one slot, in-process, with the
-default sampler (``make_sampler("tpe")``, same seed per variant), over the same seeds:
-
-- none: every trial trains all epochs;
-- median / decay_curve / convex: after each epoch ``trials.controller.stopping.decide`` sees the trial's curve
-  and the curves of the trials that ran to completion, exactly as the job loop's ``_check_stopping``
-  does; a stopped trial ends SUCCEEDED with its last measurement (convex: the predicted one) and is
-  told to the sampler as such, and its curve is not used by later decisions (as in ``JobRunner``);
-- successive_halving / hyperband: Optuna's pruners with their defaults (what a user would write),
-  ``trial.report`` + ``should_prune`` each epoch, pruned trials told as PRUNED.
-
-"Best" is the best accuracy any trial actually measured (never the convex rule's prediction).
+The workloads (``benchmarks.stopping_workloads``: digits MLP, the gbdt example, a noisy curve, a
+rising curve with a slow start, one report at global_step=1000) give each seed a job of trials with
+random parameters and their full curves. Each variant replays the same job in trial order, one slot:
+after each report the rule sees the trial's curve so far and the full curves of the trials that ran
+to completion (a stopped trial's curve is not used by later decisions, as in the job loop), through
+``trials.controller.stopping`` with the variant's constants. Work is the steps a trial ran (epochs,
+boosting rounds). "Best" is the best value any trial measured (its BEST measurement). A "futile" stop
+is one at a trial's own last report: it saves nothing and, in a real job, kills the trial as it
+saves its model. The ``old_*`` variants are the rules as they were before issue 16 (2 completed
+trials, 1 point, no guards). Seed noise is the interquartile range over seeds of the best result
+without stopping.
 """
 
 from __future__ import annotations
 
+import itertools
+import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from benchmarks import report
+from benchmarks.stopping_workloads import WORKLOADS, Curve, curves
 
 PART = "stopping"
-EPOCHS = 20
-N_TRIALS = 40
-STOPPING_VARIANTS = ("median", "decay_curve", "convex")
-PRUNER_VARIANTS = ("successive_halving", "hyperband")
-CANDIDATE_VARIANTS = ("median_same_step", "median_2pt_3done")
-VARIANTS = ("none",) + STOPPING_VARIANTS + PRUNER_VARIANTS + CANDIDATE_VARIANTS
-DEFAULT_RULE = "median"  # Vertex's medianAutomatedStoppingSpec: the rule most jobs use
-MAX_LOSS_POINTS = 0.5
+N_TRIALS = 30
+SEEDS = 5
+GOAL_SAVED = 0.40
 
 
-# --- candidate rules (measured to decide the default; not product rules) ----------------------------
-def candidate_rule(name: str):
-    """A variant of the median rule, as a ``decide(spec, current, completed)`` stand-in.
+def variants() -> dict[str, dict[str, Any]]:
+    """name -> constants: the product default, the old rules, and the grid the default was chosen from."""
+    from trials.controller import stopping as st
 
-    - median_same_step: Optuna's MedianPruner semantics: the trial's best value so far against the
-      median of the completed trials' values *at the same step* (not their running averages);
-    - median_2pt_3done: Vertex's rule with the earlier, more cautious defaults (a trial needs 2
-      measurements and 3 trials must have completed; now 1 and 2).
-    """
-    import statistics
-
-    from trials.controller import stopping
-
-    min_completed = 3 if name == "median_2pt_3done" else stopping.MIN_COMPLETED
-    min_points = 2 if name == "median_2pt_3done" else stopping.MIN_POINTS
-
-    def decide(spec, current, completed):
-        if len(completed) < min_completed or len(current) < min_points:
-            return stopping.KEEP
-        x = current[-1][0]
-        at = stopping.value_at if name == "median_same_step" else stopping.running_average_at
-        refs = [r for r in (at(c, x) for c in completed) if r is not None]
-        if len(refs) < min_completed:
-            return stopping.KEEP
-        best = max(v for _, v in current)
-        return stopping.StopDecision(best < statistics.median(refs), name)
-
-    return decide
+    out: dict[str, dict[str, Any]] = {
+        "none": {"rule": "none"}, "old_median": {"rule": "old_median"}, "old_decay_curve": {"rule": "old_decay_curve"},
+        "default_median": {"rule": "median"}, "default_decay_curve": {"rule": "decay_curve"},
+        "default_convex": {"rule": "convex"}}
+    for mc, mp, frac, margin in itertools.product((2, 3, 5), (1, 2), (0.0, 0.1, 0.25, 0.5), (0.0, 0.25, 0.5)):
+        out[f"median c{mc} p{mp} f{frac:g} m{margin:g}"] = {"rule": "median", "min_completed": mc, "min_points": mp,
+                                                             "min_fraction": frac, "margin": margin}
+    for mc, mp, frac in itertools.product((2, 3, 5), (1, 2), (0.0, 0.1, 0.25, 0.5)):
+        out[f"decay c{mc} p{mp} f{frac:g}"] = {"rule": "decay_curve", "min_completed": mc, "min_points": mp,
+                                               "min_fraction": frac}
+    out["default_median"].update(min_completed=st.MIN_COMPLETED, min_points=st.MIN_POINTS,
+                                 min_fraction=st.MIN_FRACTION, margin=st.MEDIAN_MARGIN)
+    return out
 
 
-def study_spec(stopping: str | None):
-    from trials.spec import (
-        Goal,
-        MetricSpec,
-        ParameterSpec,
-        ParameterType,
-        ScaleType,
-        StoppingKind,
-        StoppingSpec,
-        StudySpec,
-    )
+def _old_median(current: Curve, completed: Sequence[Curve]) -> bool:
+    from trials.controller import stopping as st
 
-    def double(name: str, lo: float, hi: float, log: bool = False) -> ParameterSpec:
-        return ParameterSpec(parameter_id=name, type=ParameterType.DOUBLE, min_value=lo, max_value=hi,
-                             scale_type=ScaleType.UNIT_LOG_SCALE if log else ScaleType.UNIT_LINEAR_SCALE)
-
-    params = (
-        double("learning_rate", 1e-3, 1.0, log=True),
-        ParameterSpec(parameter_id="hidden", type=ParameterType.INTEGER, min_value=16, max_value=96,
-                      scale_type=ScaleType.UNIT_LINEAR_SCALE),
-        ParameterSpec(parameter_id="batch_size", type=ParameterType.DISCRETE, values=(32, 64, 128, 256)),
-        double("weight_decay", 1e-6, 1e-1, log=True),
-        double("momentum", 0.0, 0.95),
-    )
-    kinds = {"median": StoppingKind.MEDIAN, "decay_curve": StoppingKind.DECAY_CURVE,
-             "convex": StoppingKind.CONVEX}
-    if stopping in CANDIDATE_VARIANTS:
-        stopping = "median"
-    spec = StoppingSpec(kind=kinds[stopping]) if stopping in kinds else None
-    return StudySpec(metrics=(MetricSpec(metric_id="accuracy", goal=Goal.MAXIMIZE),), parameters=params,
-                     stopping=spec)
+    if len(completed) < 2 or not current:
+        return False
+    x = current[-1][0]
+    averages = [a for a in (st.running_average_at(c, x) for c in completed) if a is not None]
+    return len(averages) >= 2 and max(v for _, v in current) < statistics.median(averages)
 
 
-def run_variant(variant: str, seed: int, n_trials: int, epochs: int) -> dict[str, Any]:
-    """One job of ``n_trials`` trials for one variant and seed; per-trial epochs, CPU seconds, values."""
-    import optuna
+def _old_decay(current: Curve, completed: Sequence[Curve]) -> bool:
+    from trials.controller import stopping as st
 
-    from benchmarks.trainers import digits
-    from trials.controller import stopping
-    from trials.study.samplers import make_sampler
-    from trials.study.space import suggest
+    if len(completed) < 2 or not current:
+        return False
+    x, y = current[-1]
+    gains = [max(v for xx, v in c if xx >= x) - at for c in completed
+             if (at := st.value_at(c, x)) is not None and c[-1][0] > x]
+    return len(gains) >= 2 and y + max(gains) < max(c[-1][1] for c in completed)
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    digits.load_digits()
-    spec = study_spec(variant)
-    decide = candidate_rule(variant) if variant in CANDIDATE_VARIANTS else stopping.decide
-    pruner = None
-    if variant == "successive_halving":
-        pruner = optuna.pruners.SuccessiveHalvingPruner()
-    elif variant == "hyperband":
-        pruner = optuna.pruners.HyperbandPruner()
-    # A fixed name: Hyperband assigns brackets by a hash of the study name and trial number.
-    study = optuna.create_study(study_name=f"{variant}-{seed}", direction="maximize",
-                                sampler=make_sampler("tpe", seed=seed), pruner=pruner)
-    completed: list[list[tuple[float, float]]] = []
-    trials = []
-    for number in range(n_trials):
-        trial = study.ask()
-        params = suggest(trial, spec)
-        curve: list[tuple[float, float]] = []
-        stopped = pruned = False
-        predicted = None
-        t = time.process_time()  # CPU time: the pool's other worker and other load do not count
-        for epoch, accuracy in enumerate(digits.train(params, epochs=epochs, seed=seed * 1000 + number), start=1):
-            curve.append((float(epoch), accuracy))
-            if spec.stopping is not None:
-                decision = decide(spec.stopping, curve, completed)
-                if decision.stop:
-                    stopped = True
-                    predicted = decision.predicted_final
-                    break
-            elif pruner is not None:
-                trial.report(accuracy, epoch)
-                if trial.should_prune():
-                    pruned = True
-                    break
-        seconds = time.process_time() - t
-        if pruned:
-            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+
+def decider(v: dict[str, Any]) -> Callable[[Curve, Sequence[Curve]], bool]:
+    from trials.controller import stopping as st
+
+    rule = v["rule"]
+    kw = {k: v[k] for k in ("min_completed", "min_points", "min_fraction") if k in v}
+    if rule == "none":
+        return lambda cur, done: False
+    if rule == "old_median":
+        return _old_median
+    if rule == "old_decay_curve":
+        return _old_decay
+    if rule == "median":
+        return lambda cur, done: st.median_rule(cur, done, margin=v.get("margin", st.MEDIAN_MARGIN), **kw).stop
+    if rule == "decay_curve":
+        return lambda cur, done: st.decay_curve_rule(cur, done, **kw).stop
+    return lambda cur, done: st.convex_rule(cur, done, max_step=None, min_step=None, min_measurements=None).stop
+
+
+def _work(curve: Curve) -> float:
+    return curve[-1][0] + (1.0 if curve[0][0] == 0 else 0.0)  # steps run (Keras-style epochs count from 0)
+
+
+def replay(job: Sequence[Curve], decide: Callable[[Curve, Sequence[Curve]], bool]) -> dict[str, Any]:
+    completed: list[Curve] = []
+    work = best = 0.0
+    best = float("-inf")
+    n_stopped = futile = 0
+    for full in job:
+        ran = full
+        for i in range(len(full)):
+            if decide(full[:i + 1], completed):
+                ran = full[:i + 1]
+                n_stopped += 1
+                futile += i == len(full) - 1
+                break
         else:
-            study.tell(trial, predicted if predicted is not None else curve[-1][1])
-        if not stopped and not pruned:
-            completed.append(curve)
-        trials.append({"epochs": len(curve), "seconds": seconds, "last": curve[-1][1],
-                       "best": max(v for _, v in curve), "stopped": stopped or pruned})
-    return {"variant": variant, "seed": seed, "trials": trials,
-            "epochs": sum(t["epochs"] for t in trials), "seconds": sum(t["seconds"] for t in trials),
-            "best_final": max(t["last"] for t in trials), "n_stopped": sum(t["stopped"] for t in trials)}
+            completed.append(full)
+        work += _work(ran)
+        best = max(best, max(v for _, v in ran))
+    return {"work": work, "best": best, "n_stopped": n_stopped, "futile": futile}
 
 
-def _run_star(args: tuple) -> dict[str, Any]:
-    return run_variant(*args)
+def run_workload(workload: str, seed: int, n_trials: int) -> list[dict[str, Any]]:
+    job = curves(workload, seed, n_trials)
+    return [{"workload": workload, "seed": seed, "variant": name, **replay(job, decider(v))}
+            for name, v in variants().items()]
+
+
+def _run_star(args: tuple) -> list[dict[str, Any]]:
+    return run_workload(*args)
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per workload and variant: medians over seeds against ``none`` of the same seed; the goal per variant."""
+    by = {(r["workload"], r["variant"], r["seed"]): r for r in runs}
+    workloads = [w for w in WORKLOADS if any(r["workload"] == w for r in runs)]
+    names = list(dict.fromkeys(r["variant"] for r in runs))
+    seeds = sorted({r["seed"] for r in runs})
+    table: dict[str, dict[str, Any]] = {}
+    for w in workloads:
+        base_best = [by[(w, "none", s)]["best"] for s in seeds]
+        q1, q3 = report.quartiles(base_best)
+        for name in names:
+            rs = [by[(w, name, s)] for s in seeds]
+            delta = [r["best"] - by[(w, "none", s)]["best"] for r, s in zip(rs, seeds, strict=True)]
+            base_work = [by[(w, "none", s)]["work"] for s in seeds]
+            table.setdefault(name, {})[w] = {
+                "saved": report.median(1 - r["work"] / b for r, b in zip(rs, base_work, strict=True)),
+                "delta": report.median(delta), "worst_delta": min(delta), "noise": q3 - q1,
+                "n_stopped": report.median(r["n_stopped"] for r in rs), "futile": sum(r["futile"] for r in rs),
+                "best": report.median(r["best"] for r in rs)}
+    goals = {}
+    for name, cells in table.items():
+        saved = report.median(c["saved"] for c in cells.values())
+        no_loss = all(-c["delta"] <= c["noise"] for c in cells.values())
+        futile = sum(c["futile"] for c in cells.values())
+        goals[name] = {"median_saved": saved, "no_loss": no_loss, "futile": futile,
+                       "met": saved >= GOAL_SAVED and no_loss and futile == 0}
+    return {"workloads": workloads, "cells": table, "goals": goals}
+
+
+SHOWN = ("none", "old_median", "old_decay_curve", "default_median", "default_decay_curve", "default_convex")
+
+
+def render(summary: dict[str, Any], n_trials: int, n_seeds: int) -> str:
+    goals, cells = summary["goals"], summary["cells"]
+    text = ""
+    for w in summary["workloads"]:
+        rows = [[name, f"{c['saved'] * 100:.0f} %", c["n_stopped"], c["futile"], c["best"], c["delta"],
+                 c["worst_delta"], c["noise"], "yes" if -c["delta"] <= c["noise"] else "NO"]
+                for name in SHOWN if name in cells for c in [cells[name][w]]]
+        text += report.table(f"Early stopping, {w}: {n_trials} trials, median of {n_seeds} seeds",
+                             ["variant", "work saved", "stopped", "futile stops (all seeds)", "best",
+                              "best - none", "worst seed", "seed noise", "within noise"], rows)
+    ranked = sorted((n for n in goals if n.startswith(("median ", "decay "))),
+                    key=lambda n: (not goals[n]["met"], not goals[n]["no_loss"], goals[n]["futile"],
+                                   -goals[n]["median_saved"]))
+    rows = [[n, f"{goals[n]['median_saved'] * 100:.0f} %", goals[n]["no_loss"], goals[n]["futile"],
+             report.verdict(goals[n]["met"])] + [f"{cells[n][w]['saved'] * 100:.0f} %" for w in summary["workloads"]]
+            for n in [*[s for s in SHOWN[1:] if s in goals], *ranked[:8]]]
+    text += report.table("Goal: >= 40 % of work saved on the median workload, no loss beyond seed noise, "
+                         "no futile stop (best grid variants below the rules)",
+                         ["variant", "median saved", "no loss", "futile", "goal",
+                          *[f"saved {w}" for w in summary["workloads"]]], rows)
+    return text
 
 
 def run(*, quick: bool = False, out_dir: str | None = None, workers: int = 2) -> dict[str, Any]:
-    n_trials, epochs = (8, 4) if quick else (N_TRIALS, EPOCHS)
-    seeds = list(range(1 if quick else 5))
-    jobs = [(v, seed, n_trials, epochs) for seed in seeds for v in VARIANTS]
+    n_trials, seeds = (8, [0]) if quick else (N_TRIALS, list(range(SEEDS)))
+    jobs = [(w, s, n_trials) for w in WORKLOADS for s in seeds]
     t = time.perf_counter()
     with report.worker_pool(workers) as pool:
-        runs = list(pool.map(_run_star, jobs))
+        runs = [r for rs in pool.map(_run_star, jobs) for r in rs]
     wall = time.perf_counter() - t
-    summary = summarize(runs, seeds)
-    result = {"quick": quick, "n_trials": n_trials, "epochs": epochs, "seeds": seeds, "wall_s": wall,
-              "summary": summary,
-              "runs": [{k: v for k, v in r.items() if k != "trials"}
-                       | {"epochs_per_trial": [t["epochs"] for t in r["trials"]]}
-                       for r in runs]}
+    summary = summarize(runs)
+    result = {"quick": quick, "n_trials": n_trials, "seeds": seeds, "wall_s": wall, "summary": summary, "runs": runs}
     path = report.write_result(PART, result, out_dir=out_dir)
-    print(render(summary, n_trials, epochs, len(seeds)))
+    print(render(summary, n_trials, len(seeds)))
     print(f"results: {path}  ({wall:.0f} s)")
     return result
-
-
-def summarize(runs: list[dict[str, Any]], seeds: Sequence[int]) -> dict[str, Any]:
-    """Per variant: medians over seeds of epochs/time saved against ``none`` of the same seed."""
-    by = {(r["variant"], r["seed"]): r for r in runs}
-    rows = {}
-    for v in VARIANTS:
-        saved_epochs, saved_time, delta, best, stopped = [], [], [], [], []
-        for s in seeds:
-            base, r = by[("none", s)], by[(v, s)]
-            saved_epochs.append(1 - r["epochs"] / base["epochs"])
-            saved_time.append(1 - r["seconds"] / base["seconds"])
-            delta.append((r["best_final"] - base["best_final"]) * 100)
-            best.append(r["best_final"])
-            stopped.append(r["n_stopped"])
-        rows[v] = {"epochs_saved": report.median(saved_epochs), "time_saved": report.median(saved_time),
-                   "best_final": report.median(best), "delta_points": report.median(delta),
-                   "worst_delta_points": min(delta), "n_stopped": report.median(stopped),
-                   "epochs": report.median(by[(v, s)]["epochs"] for s in seeds)}
-    def meets(r: dict[str, Any]) -> bool:
-        return r["epochs_saved"] >= 0.40 and r["delta_points"] >= -MAX_LOSS_POINTS
-
-    return {"variants": rows, "default_rule": DEFAULT_RULE,
-            "goal_default_saves_40pct_at_no_loss": meets(rows[DEFAULT_RULE]),
-            "variants_meeting_goal": [v for v, r in rows.items() if v != "none" and meets(r)]}
-
-
-def render(summary: dict[str, Any], n_trials: int, epochs: int, n_seeds: int) -> str:
-    rows = []
-    for v, r in summary["variants"].items():
-        rows.append([v, r["epochs"], f"{r['epochs_saved'] * 100:.0f} %", f"{r['time_saved'] * 100:.0f} %",
-                     r["n_stopped"], r["best_final"], r["delta_points"], r["worst_delta_points"]])
-    text = report.table(
-        f"Early stopping: {n_trials} trials x up to {epochs} epochs, digits MLP, TPE, median of {n_seeds} seeds",
-        ["variant", "epochs", "epochs saved", "train CPU saved", "trials stopped", "best accuracy",
-         "delta vs none (points)", "worst seed delta"], rows)
-    text += report.table("Goal", ["goal", "status"], [[
-        f"default rule ({summary['default_rule']}) saves >= 40 % of epochs within {MAX_LOSS_POINTS} points",
-        report.verdict(summary["goal_default_saves_40pct_at_no_loss"])]])
-    text += ("\nvariants that would meet it (median over seeds): "
-             f"{', '.join(summary['variants_meeting_goal']) or 'none'}\n")
-    return text

@@ -1,137 +1,133 @@
-"""Part 3: simple regret of the default algorithm against random, plain TPE, CMA-ES (and GP) on test functions.
+"""Part 3: simple regret of the default algorithm against OSS Vizier, GP, TPE, CMA-ES and random.
 
-Runs in-process through Optuna with the samplers the controller builds (``trials.study.samplers``): the
-default is ``choose_sampler_name`` + ``make_sampler``, exactly what ALGORITHM_UNSPECIFIED uses, and
-parameters are suggested through ``trials.study.space.suggest`` from a StudySpec as in a job. Trials run
-one after the other (one slot). Each run goes to the largest budget; the regret at a smaller budget
-is read from the same run's first trials (none of these samplers knows the budget). Simple regret =
-true value of the incumbent minus the optimum; for the noisy function the incumbent is chosen by the
-noisy observations and scored by its noise-free value.
+Runs in-process with the samplers the controller builds (``trials.study``): the default is
+``choose_sampler_name`` + ``make_sampler``, exactly what ALGORITHM_UNSPECIFIED uses, and parameters
+are suggested through ``trials.study.suggest`` from a StudySpec as in a job. ``vizier`` is OSS Vizier's
+default designer (GP-UCB-PE, ``benchmarks.search_vizier``), Vertex's own algorithm. ``batch`` trials
+run at once: Optuna asks ``batch`` trials before telling any (TPE's constant liar sees the running
+ones), Vizier suggests a batch (its pure-exploration batch). Each run goes to the largest budget; the
+regret at a smaller budget is read from the same run's first trials (no sampler here knows the
+budget). Simple regret = true value of the incumbent minus the optimum; for the noisy function the
+incumbent is chosen by the noisy observations and scored by its noise-free value.
+
+``python -m benchmarks.search_quality grid OUT.jsonl --samplers ... --seeds ... --trials N --batch B``
+appends one line per finished run (long grids survive interruption); ``table OUT.jsonl ...``
+summarizes whatever finished.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import json
 import math
 import random
+import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from benchmarks import report
+from benchmarks.search_problems import NOISE_SD, PROBLEMS, Problem, problem, study_spec  # noqa: F401
 
 PART = "search"
-NOISE_SD = 0.1  # noisy Hartmann6: Gaussian noise on each observation (the function spans [-3.32, 0])
-
-
-# --- test functions -------------------------------------------------------------------------------
-def branin(x: Sequence[float]) -> float:
-    x1, x2 = x
-    a, b, c, r, s, t = 1.0, 5.1 / (4 * math.pi ** 2), 5 / math.pi, 6.0, 10.0, 1 / (8 * math.pi)
-    return a * (x2 - b * x1 ** 2 + c * x1 - r) ** 2 + s * (1 - t) * math.cos(x1) + s
-
-
-_H_A = ((10, 3, 17, 3.5, 1.7, 8), (0.05, 10, 17, 0.1, 8, 14), (3, 3.5, 1.7, 10, 17, 8), (17, 8, 0.05, 10, 0.1, 14))
-_H_P = ((1312, 1696, 5569, 124, 8283, 5886), (2329, 4135, 8307, 3736, 1004, 9991),
-        (2348, 1451, 3522, 2883, 3047, 6650), (4047, 8828, 8732, 5743, 1091, 381))
-_H_ALPHA = (1.0, 1.2, 3.0, 3.2)
-
-
-def hartmann6(x: Sequence[float]) -> float:
-    total = 0.0
-    for alpha, a, p in zip(_H_ALPHA, _H_A, _H_P, strict=False):
-        total += alpha * math.exp(-sum(ai * (xi - pi * 1e-4) ** 2 for ai, xi, pi in zip(a, x, p, strict=False)))
-    return -total
-
-
-def rosenbrock(x: Sequence[float]) -> float:
-    return sum(100 * (x[i + 1] - x[i] ** 2) ** 2 + (1 - x[i]) ** 2 for i in range(len(x) - 1))
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Problem:
-    name: str
-    fn: Callable[[Sequence[float]], float]
-    bounds: tuple[tuple[float, float], ...]
-    optimum: float
-    noise_sd: float = 0.0
-
-
-PROBLEMS = (
-    Problem(name="branin", fn=branin, bounds=((-5, 10), (0, 15)), optimum=0.39788735772973816),
-    Problem(name="hartmann6", fn=hartmann6, bounds=((0, 1),) * 6, optimum=-3.3223680114155147),
-    Problem(name="rosenbrock5", fn=rosenbrock, bounds=((-5, 10),) * 5, optimum=0.0),
-    Problem(name="noisy_hartmann6", fn=hartmann6, bounds=((0, 1),) * 6, optimum=-3.3223680114155147,
-            noise_sd=NOISE_SD),
-)
-
-
-def study_spec(problem: Problem):
-    from trials.spec import Goal, MetricSpec, ParameterSpec, ParameterType, ScaleType, StudySpec
-
-    params = tuple(ParameterSpec(parameter_id=f"x{i}", type=ParameterType.DOUBLE, min_value=float(lo),
-                                 max_value=float(hi), scale_type=ScaleType.UNIT_LINEAR_SCALE)
-                   for i, (lo, hi) in enumerate(problem.bounds))
-    return StudySpec(metrics=(MetricSpec(metric_id="value", goal=Goal.MINIMIZE),), parameters=params)
 
 
 # --- samplers -------------------------------------------------------------------------------------
 def sampler_names() -> list[str]:
-    """default, random, tpe (plain Optuna), cmaes and gp, each only when its package is installed."""
+    """default, random, tpe (plain Optuna), cmaes, gp and vizier, each only when its package is installed."""
     import importlib.util
 
+    from benchmarks import search_vizier
     from trials.study.samplers import gp_available
 
     cmaes = ["cmaes"] if importlib.util.find_spec("cmaes") is not None else []
-    return ["default", "random", "tpe"] + cmaes + (["gp"] if gp_available() else [])
+    return (["default", "random", "tpe"] + cmaes + (["gp"] if gp_available() else [])
+            + (["vizier"] if search_vizier.available() else []))
 
 
-def missing_note(samplers: list[str]) -> str:
+def missing_note(samplers: Sequence[str]) -> str:
     notes = []
     if "gp" not in samplers:
-        notes.append("GP not measured: torch (its extra) is not installed")
+        notes.append("GP not measured: torch is not installed (pip install trials[bench])")
     if "cmaes" not in samplers:
         notes.append("CMA-ES not measured: the cmaes package is not installed (pip install trials[bench])")
+    if "vizier" not in samplers:
+        notes.append("OSS Vizier not measured: google-vizier[jax] is not installed (pip install trials[bench])")
     return "; ".join(notes) or "every sampler measured"
+
+
+def default_name(spec, n_trials: int) -> str:
+    from trials.study.samplers import choose_sampler_name
+
+    return choose_sampler_name(spec, n_trials=n_trials)
 
 
 def build_sampler(name: str, spec, n_trials: int, seed: int):
     import optuna
 
-    from trials.study.samplers import choose_sampler_name, make_sampler
+    from trials.study.samplers import make_sampler
 
     if name == "default":
-        return make_sampler(choose_sampler_name(spec, n_trials=n_trials), seed=seed)
+        return make_sampler(default_name(spec, n_trials), seed=seed)
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed)  # Optuna's defaults, as a user would write it
     return make_sampler(name, seed=seed)
 
 
-def one_run(problem_name: str, sampler: str, seed: int, n_trials: int) -> dict[str, Any]:
-    """Best-so-far true value after each trial of one (problem, sampler, seed) run."""
-    import optuna
+class _Observer:
+    """Best-so-far regret after each trial; the incumbent is chosen on the (noisy) observations."""
 
-    from trials.study.space import suggest
+    def __init__(self, prob: Problem, seed: int):
+        self.prob, self.optimum = prob, prob.optimum()
+        self.noise = random.Random(seed * 7919 + 1)
+        self.best_obs, self.best_true = math.inf, math.inf
+        self.trace: list[float] = []
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    problem = next(p for p in PROBLEMS if p.name == problem_name)
-    spec = study_spec(problem)
-    study = optuna.create_study(direction="minimize", sampler=build_sampler(sampler, spec, n_trials, seed))
-    noise = random.Random(seed * 7919 + 1)
-    best_obs, best_true, trace = math.inf, math.inf, []
+    def observe(self, params: dict[str, Any]) -> float:
+        true = self.prob.fn(params)
+        observed = true + (self.noise.gauss(0, self.prob.noise_sd) if self.prob.noise_sd else 0.0)
+        if observed < self.best_obs:
+            self.best_obs, self.best_true = observed, true
+        self.trace.append(self.best_true - self.optimum)
+        return observed
+
+
+def one_run(problem_name: str, sampler: str, seed: int, n_trials: int, batch: int = 1) -> dict[str, Any]:
+    """Best-so-far regret after each trial of one (problem, sampler, seed, batch) run, and suggest times."""
+    prob = problem(problem_name)
+    spec = study_spec(prob)
+    obs = _Observer(prob, seed)
+    suggest_s = 0.0
     t = time.perf_counter()
-    for _ in range(n_trials):
-        trial = study.ask()
-        params = suggest(trial, spec)
-        x = [float(params[f"x{i}"]) for i in range(len(problem.bounds))]
-        true = problem.fn(x)
-        observed = true + (noise.gauss(0, problem.noise_sd) if problem.noise_sd else 0.0)
-        study.tell(trial, observed)
-        if observed < best_obs:
-            best_obs, best_true = observed, true
-        trace.append(best_true - problem.optimum)
-    return {"problem": problem_name, "sampler": sampler, "seed": seed, "regret": trace,
-            "seconds": time.perf_counter() - t}
+    if sampler == "vizier":
+        from benchmarks import search_vizier
+
+        designer = search_vizier.Designer(spec, seed)
+        while len(obs.trace) < n_trials:
+            t0 = time.perf_counter()
+            params = designer.suggest(min(batch, n_trials - len(obs.trace)))
+            suggest_s += time.perf_counter() - t0
+            designer.complete([obs.observe(p) for p in params])
+    else:
+        import optuna
+
+        from trials.study.space import suggest
+
+        optuna.logging.set_verbosity(optuna.logging.ERROR)  # not the independent-sampling fallbacks
+        study = optuna.create_study(direction="minimize", sampler=build_sampler(sampler, spec, n_trials, seed))
+        while len(obs.trace) < n_trials:
+            t0 = time.perf_counter()
+            asked = []
+            for _ in range(min(batch, n_trials - len(obs.trace))):
+                trial = study.ask()
+                asked.append((trial, suggest(trial, spec)))
+            suggest_s += time.perf_counter() - t0
+            for trial, params in asked:
+                study.tell(trial, obs.observe(params))
+    return {"problem": problem_name, "sampler": sampler, "seed": seed, "batch": batch, "n_trials": n_trials,
+            "regret": obs.trace, "seconds": time.perf_counter() - t, "suggest_s_per_trial": suggest_s / n_trials,
+            "resolved": default_name(spec, n_trials) if sampler == "default" else sampler}
 
 
 def _run_star(args: tuple) -> dict[str, Any]:
@@ -140,70 +136,164 @@ def _run_star(args: tuple) -> dict[str, Any]:
 
 # --- the part -------------------------------------------------------------------------------------
 def run(*, quick: bool = False, out_dir: str | None = None, workers: int = 2) -> dict[str, Any]:
+    """``python -m benchmarks search``: every problem and sampler, one slot (Vizier: see ``grid``)."""
     budgets = (12, 20) if quick else (40, 100)
     seeds = list(range(2 if quick else 5))
     problems = [p.name for p in PROBLEMS]
-    samplers = sampler_names()
+    samplers = [s for s in sampler_names() if s != "vizier" and not (quick and s == "gp")]
     jobs = [(p, s, seed, budgets[-1]) for p in problems for s in samplers for seed in seeds]
     jobs.sort(key=lambda j: j[1] not in ("default", "tpe"))  # slow ones first for better packing
     t = time.perf_counter()
     with report.worker_pool(workers) as pool:
         runs = list(pool.map(_run_star, jobs))
     wall = time.perf_counter() - t
-    summary = summarize(runs, problems, samplers, budgets)
+    summary = summarize(runs, budgets)
     result = {"quick": quick, "budgets": budgets, "seeds": seeds, "samplers": samplers,
-              "not_measured": missing_note(samplers),
-              "noise_sd": NOISE_SD, "wall_s": wall, "summary": summary,
-              "runs": [{**r, "regret": [r["regret"][b - 1] for b in budgets]} for r in runs]}
+              "not_measured": missing_note(samplers), "noise_sd": NOISE_SD, "wall_s": wall, "summary": summary,
+              "runs": [_slim(r, budgets) for r in runs]}
     path = report.write_result(PART, result, out_dir=out_dir)
-    print(render(summary, samplers, budgets, len(seeds), result["not_measured"]))
+    print(render(summary, budgets, result["not_measured"]))
     print(f"results: {path}  ({wall:.0f} s)")
     return result
 
 
-def summarize(runs: list[dict[str, Any]], problems: list[str], samplers: list[str],
-              budgets: Sequence[int]) -> dict[str, Any]:
-    """Median regret per cell, the best sampler per (problem, budget), and the default's verdict.
+def _slim(r: dict[str, Any], budgets: Sequence[int]) -> dict[str, Any]:
+    return {**r, "regret": {str(b): r["regret"][b - 1] for b in budgets if b <= len(r["regret"])}}
 
-    Seed noise is the interquartile range over seeds of the best sampler's regret: the default is
-    "within noise" when its median exceeds the best median by at most that much.
+
+def _regret_at(r: dict[str, Any], b: int) -> float | None:
+    regret = r["regret"]
+    if isinstance(regret, dict):
+        return regret.get(str(b))
+    return regret[b - 1] if b <= len(regret) else None
+
+
+def summarize(runs: list[dict[str, Any]], budgets: Sequence[int]) -> dict[str, Any]:
+    """Median regret per (problem, batch, budget, sampler), the best sampler, and the default's verdict.
+
+    Seed noise is the interquartile range over seeds of the best sampler's regret (of the default's
+    when the best has fewer than 3 seeds): the default is "within noise" when its median exceeds the
+    best median by at most that much.
     """
     cells: dict[str, Any] = {}
-    verdicts = []
-    for p in problems:
+    names = [p.name for p in PROBLEMS]
+    keys = sorted({(r["problem"], r.get("batch", 1)) for r in runs},
+                  key=lambda k: (names.index(k[0]) if k[0] in names else 99, k[1]))
+    for prob, batch in keys:
         for b in budgets:
-            row = {}
-            for s in samplers:
-                values = [r["regret"][b - 1] for r in runs if r["problem"] == p and r["sampler"] == s]
+            row: dict[str, Any] = {}
+            for r in runs:
+                if r["problem"] != prob or r.get("batch", 1) != batch:
+                    continue
+                value = _regret_at(r, b)
+                if value is not None:
+                    row.setdefault(r["sampler"], []).append(r)
+            if "default" not in row:
+                continue
+            stats = {}
+            for s, rs in row.items():
+                values = [_regret_at(r, b) for r in rs]
                 q1, q3 = report.quartiles(values)
-                row[s] = {"median": report.median(values), "q1": q1, "q3": q3,
-                          "seconds": report.median(r["seconds"] for r in runs
-                                                   if r["problem"] == p and r["sampler"] == s)}
-            best = min(samplers, key=lambda s: row[s]["median"])
-            noise = row[best]["q3"] - row[best]["q1"]
-            gap = row["default"]["median"] - row[best]["median"]
-            ok = gap <= noise
-            cells[f"{p}@{b}"] = {"samplers": row, "best": best, "noise": noise, "default_gap": gap,
-                                 "default_within_noise": ok}
-            verdicts.append(ok)
-    return {"cells": cells, "default_never_worse_than_best_beyond_noise": all(verdicts)}
+                stats[s] = {"median": report.median(values), "q1": q1, "q3": q3, "n": len(values),
+                            "suggest_s": report.median(r["suggest_s_per_trial"] for r in rs),
+                            "resolved": rs[0].get("resolved", s)}
+            best = min(stats, key=lambda s: stats[s]["median"])
+            ref = best if stats[best]["n"] >= 3 else "default"
+            noise = stats[ref]["q3"] - stats[ref]["q1"]
+            gap = stats["default"]["median"] - stats[best]["median"]
+            cells[f"{prob}@{b}x{batch}"] = {"problem": prob, "budget": b, "batch": batch, "samplers": stats,
+                                             "best": best, "noise": noise, "default_gap": gap,
+                                             "default_within_noise": gap <= noise}
+    verdicts = [c["default_within_noise"] for c in cells.values()]
+    return {"cells": cells, "default_never_worse_than_best_beyond_noise": bool(verdicts) and all(verdicts)}
 
 
-def render(summary: dict[str, Any], samplers: list[str], budgets: Sequence[int], n_seeds: int, gp_note: str) -> str:
-    rows = []
-    for key, cell in summary["cells"].items():
-        problem, budget = key.split("@")
-        best = cell["best"]
-        rows.append([problem, budget] + [cell["samplers"][s]["median"] for s in samplers]
-                    + [best, cell["default_gap"], cell["noise"], report.verdict(cell["default_within_noise"])])
+ORDER = ("default", "vizier", "gp", "tpe", "cmaes", "random")
+
+
+def render(summary: dict[str, Any], budgets: Sequence[int], note: str) -> str:
+    samplers = [s for s in ORDER if any(s in c["samplers"] for c in summary["cells"].values())]
+    rows, times = [], {}
+    for cell in summary["cells"].values():
+        st = cell["samplers"]
+        rows.append([cell["problem"], cell["budget"], cell["batch"], st["default"]["resolved"]]
+                    + [st[s]["median"] if s in st else float("nan") for s in samplers]
+                    + [cell["best"], cell["default_gap"], cell["noise"], report.verdict(cell["default_within_noise"])])
+        for s in samplers:
+            if s in st and cell["budget"] == budgets[-1]:
+                times.setdefault((s, cell["batch"]), []).append(st[s]["suggest_s"])
+    seeds = {s: max((c["samplers"][s]["n"] for c in summary["cells"].values() if s in c["samplers"]), default=0)
+             for s in samplers}
     text = report.table(
-        f"Search quality: median simple regret over {n_seeds} seeds (lower is better)",
-        ["problem", "trials"] + samplers + ["best", "default - best", "seed noise (IQR)", "default within noise"],
-        rows)
-    text += f"\n{gp_note}.\n"
-    if "tpe" in samplers and all(c["samplers"]["default"]["median"] == c["samplers"]["tpe"]["median"]
-                                 for c in summary["cells"].values()):
-        text += ("The default and plain Optuna TPE are the same sampler here: Optuna 5's TPESampler already "
-                 "defaults to multivariate + constant liar for one objective, and group=True only matters "
-                 "for conditional spaces.\n")
-    return text
+        "Search quality: median simple regret over seeds (lower is better; seeds: "
+        + ", ".join(f"{s} {n}" for s, n in seeds.items()) + ")",
+        ["problem", "trials", "batch", "default is"] + samplers
+        + ["best", "default - best", "seed noise (IQR)", "default within noise"], rows)
+    text += report.table("Wall time per suggestion (median over problems, largest budget)",
+                         ["sampler", "batch", "ms per suggestion"],
+                         [[s, q, report.median(v) * 1000] for (s, q), v in sorted(times.items())])
+    return text + f"\n{note}.\n"
+
+
+def _load(paths: Sequence[str]) -> list[dict[str, Any]]:
+    runs = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            runs.extend(json.loads(line) for line in f if line.strip())
+    return runs
+
+
+def _same_as_default(path: str, prob: str, sampler: str, seed: int, batch: int, n_trials: int) -> dict | None:
+    """The default's finished run when ``sampler`` is what the default resolves to (the same sampler, seed)."""
+    if sampler == "default" or default_name(study_spec(problem(prob)), n_trials) != sampler:
+        return None
+    try:
+        runs = _load([path])
+    except FileNotFoundError:
+        return None
+    for r in runs:
+        if (r["problem"], r["sampler"], r["seed"], r["batch"], r["n_trials"]) == \
+                (prob, "default", seed, batch, n_trials):
+            return {**r, "sampler": sampler, "resolved": sampler, "copied_from": "default"}
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.search_quality")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("grid", help="run a grid, one JSON line per finished run")
+    g.add_argument("out")
+    g.add_argument("--problems", default=",".join(p.name for p in PROBLEMS))
+    g.add_argument("--samplers", default="default,random,tpe,cmaes,gp")
+    g.add_argument("--seeds", default="0,1,2,3,4")
+    g.add_argument("--trials", type=int, default=100)
+    g.add_argument("--batch", default="1")
+    t = sub.add_parser("table", help="summarize JSON-line files")
+    t.add_argument("files", nargs="+")
+    t.add_argument("--budgets", default="40,100")
+    args = parser.parse_args(argv)
+    if args.cmd == "table":
+        budgets = [int(b) for b in args.budgets.split(",")]
+        summary = summarize(_load(args.files), budgets)
+        print(render(summary, budgets, missing_note(sampler_names())))
+        return 0
+    done = set()
+    with contextlib.suppress(FileNotFoundError):
+        done = {(r["problem"], r["sampler"], r["seed"], r["batch"], r["n_trials"]) for r in _load([args.out])}
+    for seed in (int(s) for s in args.seeds.split(",")):
+        for batch in (int(b) for b in args.batch.split(",")):
+            for prob in args.problems.split(","):
+                for sampler in args.samplers.split(","):
+                    if (prob, sampler, seed, batch, args.trials) in done:
+                        continue
+                    r = _same_as_default(args.out, prob, sampler, seed, batch, args.trials) \
+                        or one_run(prob, sampler, seed, args.trials, batch)
+                    with open(args.out, "a", encoding="utf-8") as f:
+                        f.write(json.dumps(r) + "\n")
+                    print(f"{prob} {sampler} seed {seed} batch {batch}: regret {r['regret'][-1]:.4g}, "
+                          f"{r['suggest_s_per_trial']:.3f} s/suggestion", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

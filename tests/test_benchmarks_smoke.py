@@ -10,6 +10,7 @@ import pytest
 from benchmarks import controller_overhead as co
 from benchmarks import early_stopping as es
 from benchmarks import report, scale
+from benchmarks import search_problems as sp
 from benchmarks import search_quality as sq
 
 TINY = co.Sizes(n_trials=2, epochs=2, work_ms=1.0, repeats=1, profile_trials=2)
@@ -17,42 +18,39 @@ TINY = co.Sizes(n_trials=2, epochs=2, work_ms=1.0, repeats=1, profile_trials=2)
 
 # --- pure parts -------------------------------------------------------------------------------------
 def test_test_functions_reach_their_known_optima():
-    assert sq.branin((math.pi, 2.275)) == pytest.approx(0.397887, abs=1e-6)
-    assert sq.hartmann6((0.20169, 0.150011, 0.476874, 0.275332, 0.311652, 0.6573)) == pytest.approx(-3.32237, abs=1e-4)
-    assert sq.rosenbrock([1.0] * 5) == 0.0
-    for p in sq.PROBLEMS:
-        assert p.fn([lo for lo, _ in p.bounds]) > p.optimum
+    assert sp.branin((math.pi, 2.275)) == pytest.approx(0.397887, abs=1e-6)
+    assert sp.hartmann6((0.20169, 0.150011, 0.476874, 0.275332, 0.311652, 0.6573)) == pytest.approx(-3.32237, abs=1e-4)
+    assert sp.rosenbrock([1.0] * 5) == 0.0
+    assert sp.conditional({"branch": "b", "b_x": 0.7, "b_n": 5}) == 0.0
+    assert sp.mixed({"x1": math.pi, "n": 2, "kind": "plain"}) == pytest.approx(sp.mixed_optimum(), abs=0.05)
+    for p in sp.PROBLEMS:
+        if p.bounds:
+            assert p.fn({f"x{i}": lo for i, (lo, _) in enumerate(p.bounds)}) > p.optimum()
+        assert sp.study_spec(p).parameters
 
 
 def test_search_summary_flags_a_default_worse_than_the_best_beyond_noise():
     runs = []
     for seed, (good, bad) in enumerate([(0.1, 5.0), (0.2, 5.1), (0.15, 4.9)]):
-        runs.append({"problem": "p", "sampler": "tpe", "seed": seed, "regret": [good], "seconds": 0.1})
-        runs.append({"problem": "p", "sampler": "default", "seed": seed, "regret": [bad], "seconds": 0.1})
-    summary = sq.summarize(runs, ["p"], ["default", "tpe"], [1])
-    cell = summary["cells"]["p@1"]
+        for sampler, value in (("tpe", good), ("default", bad)):
+            runs.append({"problem": "branin", "sampler": sampler, "seed": seed, "batch": 1, "regret": [value],
+                         "suggest_s_per_trial": 0.1})
+    summary = sq.summarize(runs, [1])
+    cell = summary["cells"]["branin@1x1"]
     assert cell["best"] == "tpe" and not cell["default_within_noise"]
     assert summary["default_never_worse_than_best_beyond_noise"] is False
+    assert "| branin " in sq.render(summary, [1], "note")
 
 
-def test_stopping_summary_measures_savings_against_the_same_seed():
-    runs = [{"variant": v, "seed": 0, "epochs": 100 if v == "none" else 50, "seconds": 2.0 if v == "none" else 1.0,
-             "best_final": 0.98 if v == "none" else 0.978, "n_stopped": 0 if v == "none" else 5}
-            for v in es.VARIANTS]
-    summary = es.summarize(runs, [0])
-    row = summary["variants"]["median"]
-    assert row["epochs_saved"] == pytest.approx(0.5) and row["time_saved"] == pytest.approx(0.5)
-    assert row["delta_points"] == pytest.approx(-0.2)
-    assert summary["goal_default_saves_40pct_at_no_loss"] is True
-
-
-def test_candidate_median_rules_stop_a_trial_below_the_completed_curves():
-    completed = [[(1.0, 0.5), (2.0, 0.8), (3.0, 0.9)]] * 3
-    low = [(1.0, 0.1), (2.0, 0.2)]
-    for name in es.CANDIDATE_VARIANTS:
-        decide = es.candidate_rule(name)
-        assert decide(None, low, completed).stop
-        assert not decide(None, [(1.0, 0.6), (2.0, 0.85)], completed).stop
+def test_stopping_replay_counts_work_stops_and_futile_stops():
+    job = [[(1000.0, v)] for v in (0.9, 0.8, 0.85, 0.7, 0.6)]  # one report per trial, at its end
+    old = es.replay(job, es.decider({"rule": "old_median"}))
+    assert old["futile"] == old["n_stopped"] > 0 and old["work"] == 5000  # stops that save nothing
+    new = es.replay(job, es.decider(es.variants()["default_median"]))
+    assert new["n_stopped"] == 0 and new["best"] == 0.9
+    rising = [[(float(t), q * t) for t in range(1, 11)] for q in (1.0, 0.9, 0.95, 0.1)]
+    out = es.replay(rising, es.decider(es.variants()["default_median"]))
+    assert out["n_stopped"] == 1 and out["work"] < 40 and out["futile"] == 0
 
 
 def test_scale_window_cost_and_tables():
@@ -87,12 +85,12 @@ def test_floor_naive_and_sweep_run_the_same_trials():
 
 @pytest.mark.integration
 def test_search_and_stopping_runs_in_process():
-    run = sq.one_run("noisy_hartmann6", "default", 0, 4)
-    assert len(run["regret"]) == 4 and all(r >= 0 for r in run["regret"])
-    assert run["regret"] == sorted(run["regret"], reverse=True)  # best so far never gets worse
-    for variant in ("none", "median", "successive_halving"):
-        out = es.run_variant(variant, 0, 4, 3)
-        assert len(out["trials"]) == 4 and 0 <= out["best_final"] <= 1
+    for name in ("noisy_hartmann6", "conditional", "mixed"):
+        run = sq.one_run(name, "tpe", 0, 4, batch=2)
+        assert len(run["regret"]) == 4 and all(r >= -1e-9 for r in run["regret"])
+        assert run["regret"] == sorted(run["regret"], reverse=True)  # best so far never gets worse
+    out = es.run_workload("noisy", 0, 4)
+    assert {r["variant"] for r in out} == set(es.variants())
 
 
 @pytest.mark.integration
@@ -121,7 +119,7 @@ def test_runner_writes_a_part_result_and_rejects_unknown_parts(tmp_path, capsys)
 
     assert main(["stopping", "--quick", "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "stopping.json").read_text())
-    assert set(data["summary"]["variants"]) == set(es.VARIANTS)
+    assert set(data["summary"]["goals"]) == set(es.variants())
     assert "Early stopping" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["no-such-part"])

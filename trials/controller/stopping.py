@@ -17,6 +17,15 @@ larger is better (minimized metrics are negated by the caller via ``orient``).
   the best final value. The extrapolation is calibrated on the completed curves (it adds the largest
   under-prediction it made on them from the same x), so a curve like the best one is never stopped.
   The prediction is returned so the caller records it as the trial's last measurement, as Vertex does.
+
+Every rule first passes the same guards (``guard``), so a stop always saves work and is never made
+on too little evidence: enough completed trials; completed trials that report more than once (a job
+whose trials report only at the end, such as AI Platform's single report at global_step=1000, has
+nothing to stop early); a trial with enough reports of its own; and never at or beyond the last x
+any completed trial reached (the trial is about to end anyway). The median rule also needs the
+trial to be clearly below the median, by a margin that is a fraction of the completed trials'
+spread at that x, so a trial 0.07 % below a noisy median is not stopped. ``ended_early`` says
+whether a stopped trial really ended before its end (it may have finished while being stopped).
 """
 
 from __future__ import annotations
@@ -31,11 +40,11 @@ from trials.spec import StoppingKind, StoppingSpec
 
 Curve = Sequence[tuple[float, float]]  # (x, value), x increasing
 
-# Measured in benchmarks/early_stopping.py (numpy MLP on digits, 40 trials x 5 seeds): requiring 3
-# completed trials and 2 points saved 18 % of epochs; 2 and 1 save ~47 % at no median loss. Vertex's
-# median rule states no minimum at all.
-MIN_COMPLETED = 2  # completed curves needed before any rule may stop a trial
-MIN_POINTS = 1  # measurements of the running trial needed before any rule may stop it
+# Chosen in benchmarks/early_stopping.py over five workloads (see benchmarks/README.md, part 4).
+MIN_COMPLETED = 3  # completed curves needed before any rule may stop a trial
+MIN_POINTS = 2  # measurements of the running trial needed before any rule may stop it
+MIN_FRACTION = 0.1  # no stop before this fraction of the horizon (Vertex's convex minStepCount default)
+MEDIAN_MARGIN = 0.25  # median rule: stop only below median - margin x (IQR of the completed at x)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,11 +83,46 @@ def value_at(curve: Curve, x: float) -> float | None:
     return curve[n - 1][1] if n else None
 
 
+def horizon(completed: Sequence[Curve]) -> float | None:
+    """The last x any completed trial reached (None without completed curves)."""
+    ends = [c[-1][0] for c in completed if c]
+    return max(ends) if ends else None
+
+
+def guard(current: Curve, completed: Sequence[Curve], *, min_completed: int = MIN_COMPLETED,
+          min_points: int = MIN_POINTS, min_fraction: float = MIN_FRACTION) -> bool:
+    """Whether any rule may stop ``current`` now: enough evidence, and a stop would save work."""
+    completed = [c for c in completed if c]
+    if len(completed) < min_completed or len(current) < max(min_points, 1):
+        return False
+    if statistics.median(len(c) for c in completed) < 2:
+        return False  # completed trials report once (at their end): nothing to save, nothing to compare
+    end = horizon(completed)
+    x = current[-1][0]
+    return end is not None and min_fraction * end <= x < end
+
+
+def ended_early(current: Curve, completed: Sequence[Curve]) -> bool:
+    """Whether a trial told to stop really ended before its end: its last x is before the horizon."""
+    end = horizon([c for c in completed if c])
+    return bool(current) and end is not None and current[-1][0] < end
+
+
+def _iqr(values: Sequence[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return q[2] - q[0]
+
+
 def median_rule(current: Curve, completed: Sequence[Curve], *, min_completed: int = MIN_COMPLETED,
-                maximize: bool = True, elapsed: bool = False) -> StopDecision:
+                min_points: int = MIN_POINTS, min_fraction: float = MIN_FRACTION,
+                margin: float = MEDIAN_MARGIN, maximize: bool = True, elapsed: bool = False) -> StopDecision:
     """Stop when the best value so far is worse than the median of the completed trials' running
-    averages at the same point (``elapsed``: the curves' x is seconds, else steps; it words the reason)."""
-    if len(completed) < min_completed or len(current) < MIN_POINTS:
+    averages at the same point by more than ``margin`` x their IQR there (``elapsed``: the curves' x is
+    seconds, else steps; it words the reason)."""
+    if not guard(current, completed, min_completed=min_completed, min_points=min_points,
+                 min_fraction=min_fraction):
         return KEEP
     x = current[-1][0]
     averages = [a for a in (running_average_at(c, x) for c in completed) if a is not None]
@@ -86,7 +130,7 @@ def median_rule(current: Curve, completed: Sequence[Curve], *, min_completed: in
         return KEEP
     median = statistics.median(averages)
     best = max((v for _, v in current if not math.isnan(v)), default=-math.inf)
-    if best < median:
+    if best < median - margin * _iqr(averages):
         worse = "below" if maximize else "above"
         return StopDecision(True, f"best value {_show(best, maximize)} is {worse} the median running "
                                   f"average {_show(median, maximize)} of {len(averages)} completed "
@@ -95,8 +139,10 @@ def median_rule(current: Curve, completed: Sequence[Curve], *, min_completed: in
 
 
 def decay_curve_rule(current: Curve, completed: Sequence[Curve], *, min_completed: int = MIN_COMPLETED,
+                     min_points: int = MIN_POINTS, min_fraction: float = MIN_FRACTION,
                      maximize: bool = True) -> StopDecision:
-    if len(completed) < min_completed or len(current) < MIN_POINTS:
+    if not guard(current, completed, min_completed=min_completed, min_points=min_points,
+                 min_fraction=min_fraction):
         return KEEP
     x, y = current[-1]
     if math.isnan(y):
@@ -144,14 +190,14 @@ def convex_rule(
     maximize: bool = True,
 ) -> StopDecision:
     need = min_measurements if min_measurements is not None else 5
-    if len(completed) <= need or len(current) < max(need, 3):
+    if len(completed) <= need or len(current) < max(need, 3) or not guard(current, completed):
         return KEEP
-    horizon = max_step if max_step else max(c[-1][0] for c in completed if c)
-    floor = min_step if min_step is not None else horizon / 10
+    end = max_step if max_step else max(c[-1][0] for c in completed if c)
+    floor = min_step if min_step is not None else end / 10
     x, y = current[-1]
-    if x < floor or x >= horizon or math.isnan(y):
+    if x < floor or x >= end or math.isnan(y):
         return KEEP
-    predicted = _convex_extrapolate(current, horizon)
+    predicted = _convex_extrapolate(current, end)
     if predicted is None:
         return KEEP
     # Calibrate on the completed curves: add the largest amount by which the same extrapolation,
@@ -159,16 +205,16 @@ def convex_rule(
     errors = []
     for c in completed:
         head = [p for p in c if p[0] <= x]
-        guess = _convex_extrapolate(head, horizon)
+        guess = _convex_extrapolate(head, end)
         if guess is not None:
             errors.append(c[-1][1] - guess)
     predicted += max([0.0, *errors])
     best_final = max(c[-1][1] for c in completed if c)
     if predicted < best_final:
-        return StopDecision(True, f"convex extrapolation to {horizon:g} predicts "
+        return StopDecision(True, f"convex extrapolation to {end:g} predicts "
                                   f"{_show(predicted, maximize)}, worse than the best "
                                   f"{_show(best_final, maximize)}",
-                            predicted_final=predicted, predicted_x=horizon)
+                            predicted_final=predicted, predicted_x=end)
     return KEEP
 
 
