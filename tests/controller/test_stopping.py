@@ -100,8 +100,9 @@ def test_decide_dispatches_by_kind():
 
 
 def test_median_reason_says_at_which_step_or_second():
-    done = [[(1.0, 0.9), (2.0, 0.9)], [(1.0, 0.8), (2.0, 0.8)]]
-    by_step = stopping.median_rule([(1.0, 0.1)], done)
-    assert by_step.stop and by_step.reason.endswith("of 2 completed trials at step 1")
-    by_time = stopping.median_rule([(1.5, 0.1)], done, elapsed=True)
-    assert by_time.stop and by_time.reason.endswith("of 2 completed trials at 1.5 s")
+    done = [[(1.0, 0.9), (2.0, 0.9), (3.0, 0.9)], [(1.0, 0.8), (2.0, 0.8), (3.0, 0.8)],
+            [(1.0, 0.85), (2.0, 0.85), (3.0, 0.85)]]
+    by_step = stopping.median_rule([(1.0, 0.1), (2.0, 0.1)], done)
+    assert by_step.stop and by_step.reason.endswith("of 3 completed trials at step 2")
+    by_time = stopping.median_rule([(1.0, 0.1), (1.5, 0.1)], done, elapsed=True)
+    assert by_time.stop and by_time.reason.endswith("of 3 completed trials at 1.5 s")

@@ -52,6 +52,18 @@ def test_tune_stops_trials_early_with_the_spec_rule(tmp_path):
     assert all(t["state"] == "SUCCEEDED" for t in stopped)  # stopped early = SUCCEEDED, as on Vertex
 
 
+def test_a_trial_that_ignores_the_stop_and_runs_to_its_end_is_not_stopped_early(tmp_path):
+    def stubborn(config, ctx):
+        for step in range(1, 7):
+            ctx.report(step, score=1 - (config.x - 0.3) ** 2 - 0.01 * config.n + 0.001 * step)
+
+    spec = loads_spec(SPACE + "stopping: {type: median}\n")
+    result = trials.tune(stubborn, spec, Config, directory=str(tmp_path), seed=1, max_trial_count=12)
+    assert all(len(t["measurements"]) == 6 for t in result.trials)
+    attrs = [t.user_attrs for t in result.store.frozen_trials()]
+    assert not any(a.get("stopped_early") for a in attrs)
+
+
 def test_exception_fails_the_trial_and_ends_the_job_like_vertex(tmp_path):
     def boom(config, ctx):
         raise RuntimeError("diverged")

@@ -235,13 +235,15 @@ def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec,
             attrs["infeasible_reason"] = reason
         if failure:
             attrs["failed"] = True
-        if state["stopped"]:
+        # Told to stop but ran to the end anyway (it ignored should_stop): not stopped early.
+        stopped = bool(state["stopped"]) and stopping.ended_early(state["curve"], completed)
+        if stopped:
             attrs.update(stopped_early=True, stop_reason=state["detail"])
         store.set_trial_attrs(claimed.storage_id, **attrs)
         if trial_state == "SUCCEEDED":
-            store.complete(claimed.number, values, stopped_early=bool(state["stopped"]))
+            store.complete(claimed.number, values, stopped_early=stopped)
             n_succeeded += 1
-            if not state["stopped"] and state["curve"]:
+            if not stopped and state["curve"]:
                 completed.append(list(state["curve"]))
         else:
             store.fail(claimed.number)
