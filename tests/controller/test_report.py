@@ -207,3 +207,12 @@ def test_report_with_plots_several_metrics_has_a_pareto_front_and_skips_importan
     assert r.skipped == (("Parameter importances", "needs at least 2 completed trials and more than 1 "
                           "parameter; this job has 2 completed trials (not stopped early) and 1 parameter"),)
     assert r.top_title == "Pareto-optimal trials (acc, size)"
+
+
+def test_importances_of_identical_results_are_skipped_with_optuna_s_reason(tmp_path):
+    pytest.importorskip("matplotlib")
+    h = fake_job(tmp_path, outcomes=[("ok", [0.5], False)] * 3)
+    r = report.write_report(h)
+    assert r.skipped == (("Parameter importances", "Optuna could not compute them: Encountered zero total "
+                          "variance in all trees."),)
+    assert len(r.images) == 3

@@ -184,7 +184,11 @@ def _plots(trials: Sequence[PlotTrial], metric_ids: Sequence[str], maximize: Seq
             raise Skip(f"needs at least 2 completed trials and more than 1 parameter; this job has "
                        f"{n_done} completed trial{'s' if n_done != 1 else ''} (not stopped early) and "
                        f"{len(axes)} parameter{'s' if len(axes) != 1 else ''}")
-        importances_bar(ax, importances(), primary)
+        try:
+            values = importances()
+        except (ValueError, RuntimeError) as err:  # Optuna's "cannot evaluate this study" errors
+            raise Skip(f"Optuna could not compute them: {err}") from err
+        importances_bar(ax, values, primary)
         return (f"Parameter importances for {primary}" + (" (primary metric)" if multi else ""),
                 "How much of the variation of the result each parameter explains (sums to 1), over the "
                 "trials that ran to their end; a conditional parameter that some trials lack is left out.")
