@@ -360,6 +360,19 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_repair(args: argparse.Namespace) -> int:
+    from trials.controller import jobs as controller
+
+    kept, dropped, backup = controller.repair_job(args.root, args.job)
+    if not dropped:
+        print(f"job {args.job}: the journal is readable ({kept} records); nothing to repair")
+        return 0
+    print(f"job {args.job}: kept {kept} records, dropped {len(dropped)}; the original is {backup}")
+    for line in dropped:
+        print(f"  dropped {line}")
+    return 0
+
+
 def _cmd_best(args: argparse.Namespace) -> int:
     import json
 
@@ -564,6 +577,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job")
     _job_args(p)
     p.set_defaults(handler=_cmd_cancel)
+
+    p = sub.add_parser("repair", help="rewrite a job's journal with every readable record; say what was dropped")
+    p.add_argument("job")
+    p.add_argument("--root", default="trials-jobs", help="directory holding one folder per job (default ./trials-jobs)")
+    p.set_defaults(handler=_cmd_repair)
 
     p = sub.add_parser("best", help="the best trial's flags and model directory")
     p.add_argument("job")

@@ -478,6 +478,27 @@ def cancel(h: JobHandle) -> str:
     return CANCELLING
 
 
+def repair_job(root: str, job_id: str) -> tuple[int, list[str], str | None]:
+    """Rewrite a job's journal with every readable record (``trials repair``).
+
+    Returns the records kept, a description of each line dropped, and where the original was kept.
+    """
+    from trials.study.journal_check import repair
+
+    job_dir = job_dir_of(root, job_id)
+    path = os.path.join(job_dir, JOURNAL_FILE)
+    if not os.path.isfile(path):
+        raise JobNotFoundError(f"no journal of job {job_id!r} at {path}; pass --root")
+    holder = _lock_holder(job_dir)
+    if holder is not None:
+        who = f"pid {holder}" if holder else "pid unknown"
+        raise ConfigError(f"job {job_id} is being run by a controller ({who}); stop it first")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path + ".lock")  # a killed writer's: nobody writes now
+    result, backup = repair(path)
+    return len(result.good), [f"line {b.line}: {b.reason}" for b in result.bad], backup
+
+
 def _requeue_orphans(h: JobHandle) -> None:
     """Trials a dead controller left RUNNING: kill their leftover replicas, queue them again (as the
     controller does on cancel: same id and parameters on resume)."""

@@ -38,10 +38,19 @@ def open_storage(url: str, *, heartbeat_interval_s: int | None = None,
     if is_journal_url(url):
         from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 
+        from trials.study.journal_check import corrupt_error
+
         path = journal_path(url)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        backend = JournalFileBackend(path, lock_obj=JournalFileOpenLock(path))
-        return optuna.storages.JournalStorage(backend)
+        try:
+            backend = JournalFileBackend(path, lock_obj=JournalFileOpenLock(path))
+            return optuna.storages.JournalStorage(backend)
+        except OSError as err:
+            if not isinstance(err, IsADirectoryError):
+                raise
+            raise corrupt_error(path, err) from None
+        except Exception as err:  # noqa: BLE001 - a bad line: JSONDecodeError, UnicodeDecodeError, ...
+            raise corrupt_error(path, err) from None
     if "://" not in url:
         raise ConfigError(
             f"--storage: expected journal:PATH, a .log file or a database URL such as "
