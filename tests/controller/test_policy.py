@@ -46,19 +46,31 @@ def test_restart_budget_is_five_then_permanent():
     assert d.kind is ExitKind.PERMANENT
     assert d.message.startswith(
         "The replica workerpool0-0 exited with a non-zero status of 3. Termination reason: Error.")
-    assert "restarted 5 times" in d.message
+    assert "restarted 5 times" in d.detail[-1]
 
 
-def test_exit_message_quotes_the_exception_and_tail():
+def test_exit_message_is_vertex_text_and_the_exception_goes_to_the_detail():
     tail = ["Traceback (most recent call last):", '  File "t.py", line 1', "ValueError: bad lr", ""]
-    msg = policy.exit_message("workerpool1-0", 1, tail)
-    assert msg.startswith("The replica workerpool1-0 exited with a non-zero status of 1. "
-                          "Termination reason: ValueError: bad lr.")
-    assert "Last stderr lines:" in msg and "\n" not in msg
+    d = policy.classify_exit(1, replica="workerpool1-0", stop_requested=False, oom_killed=False,
+                             restarts_so_far=0, stderr_tail=tail)
+    assert d.message == ("The replica workerpool1-0 exited with a non-zero status of 1. "
+                         "Termination reason: Error.")
+    assert d.detail == ("ValueError: bad lr", '  File "t.py", line 1')
+    assert policy.exit_message("workerpool0-0", 139) == (
+        "The replica workerpool0-0 exited with a non-zero status of 139. Termination reason: Error.")
 
 
-def test_signal_reason_without_stderr():
-    assert "SIGSEGV" in policy.exit_message("workerpool0-0", 139, [])
+def test_a_job_ended_by_failures_names_the_flag():
+    from trials.spec import JobSpec, StudySpec
+    from trials.spec.model import MetricSpec as Metric
+    from trials.spec.model import ParameterSpec, ParameterType
+
+    study = StudySpec(metrics=(Metric(metric_id="m"),), parameters=(
+        ParameterSpec(parameter_id="x", type=ParameterType.INTEGER, min_value=1, max_value=2),))
+    for limit, failed in ((0, 1), (2, 2)):
+        msg = policy.job_failure(JobSpec(study=study, max_trial_count=5, max_failed_trial_count=limit),
+                                 n_failed=failed, n_succeeded=0, first_failure="Trial 1: x")
+        assert "--max-failed-trial-count N" in msg
 
 
 def m(step, **metrics):

@@ -77,6 +77,12 @@ class Jobs:
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)
 
+    def local(self, job_id: str) -> dict[str, Any]:
+        """Per trial id, the local details (``describe --format local-json``): error_detail, attempts."""
+        out = self.cli("describe", job_id, "--format", "local-json")
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)["trials"]
+
     def optuna_study(self, job_id: str):
         """The job's study opened by plain Optuna (no trials code involved)."""
         import optuna

@@ -56,10 +56,12 @@ def test_crash_at_random_epoch_fails_alone_and_a_transient_exit_restarts(jobs) -
     rest = jobs.describe(job_id)
     assert rest["state"] == "JOB_STATE_SUCCEEDED"
     trials = by_fault(rest)
+    local = jobs.local(job_id)
     for t in trials["crash"]:
         assert t["state"] == "INFEASIBLE"
-        reason = t["infeasibleReason"]
-        assert "exited with a non-zero status of 1" in reason
+        assert t["infeasibleReason"] == ("The replica workerpool0-0 exited with a non-zero status of 1. "
+                                         "Termination reason: Error.")  # Vertex's words
+        reason = local[t["id"]]["error_detail"][0]  # the exception, in the local view
         assert "RuntimeError: injected crash at epoch" in reason
         epoch = int(reason.split("injected crash at epoch ")[1].split(".")[0].split()[0])
         assert steps(t) == list(range(1, epoch)), "the steps before the crash are kept"
@@ -162,7 +164,8 @@ def test_file_size_limit_fails_the_trial_with_its_reason_and_the_job_goes_on(job
     assert out.returncode == 0, out.stderr
     trials = by_fault(jobs.describe(job_id))
     assert trials["fill"][0]["state"] == "INFEASIBLE"
-    assert "OSError: [Errno 27] File too large" in trials["fill"][0]["infeasibleReason"]
+    detail = jobs.local(job_id)[trials["fill"][0]["id"]]["error_detail"]
+    assert "OSError: [Errno 27] File too large" in detail[0]
     assert trials["none"][0]["state"] == "SUCCEEDED"
 
 
@@ -193,13 +196,14 @@ def test_full_disk_in_trial_directories_fails_those_trials_only(jobs, tmp_path: 
         out = jobs.sweep(spec, job_id, "--fault=fill", "--fill-mb=1")  # trial 2: fills its disk
         assert out.returncode == 0, out.stderr
         trials = jobs.describe(job_id)["trials"]
+        local = jobs.local(job_id)
     finally:
         for m in mounts:
             subprocess.run(["umount", str(m)], capture_output=True)
     assert trials[0]["state"] == "INFEASIBLE"
     assert trials[0]["infeasibleReason"].startswith("The trial could not be started: No space left on device")
     assert trials[1]["state"] == "INFEASIBLE"
-    assert "No space left on device: the filesystem of" in trials[1]["infeasibleReason"]
+    assert "No space left on device: the filesystem of" in local[trials[1]["id"]]["error_detail"][0]
     assert trials[2]["state"] == "SUCCEEDED"
 
 

@@ -146,7 +146,10 @@ def test_user_error_is_permanent_and_quoted(tmp_path):
     trials_cli("sweep", str(spec), "--job-id", "e", cwd=tmp_path, check=False)
     job = describe(tmp_path, "e")
     assert [t["state"] for t in job["trials"]] == ["INFEASIBLE", "INFEASIBLE"]
-    assert "Termination reason: ValueError: bad x" in job["trials"][0]["infeasibleReason"]
+    assert job["trials"][0]["infeasibleReason"] == (
+        "The replica workerpool0-0 exited with a non-zero status of 1. Termination reason: Error.")
+    assert local(tmp_path, "e")["1"]["error_detail"][0].startswith("ValueError: bad x")
+    assert job["error"]["code"] == 3
     assert len(local(tmp_path, "e")["1"]["attempts"]) == 1  # exit 1: no restart
     assert job["state"] == "JOB_STATE_FAILED" and "maxFailedTrialCount=2" in job["error"]["message"]
 

@@ -104,8 +104,8 @@ def job_to_rest(job_id: str, meta: Mapping[str, Any], trials: Sequence[Any],
     return out
 
 
-LOCAL_FIELDS = ("attempts", "stopped_early", "stop_reason", "injected_restarts", "metrics_warning",
-                "unknown_tags", "trial_dir", "worker")
+LOCAL_FIELDS = ("error_detail", "attempts", "stopped_early", "stop_reason", "injected_restarts",
+                "metrics_warning", "unknown_tags", "trial_dir", "worker")
 
 
 def local_details(trials: Sequence[Any]) -> dict[str, dict[str, Any]]:
@@ -150,12 +150,22 @@ def rows(rest: Mapping[str, Any], metric_ids: Sequence[str], *,
         params = {p["parameterId"]: p["value"] for p in t.get("parameters", [])}
         mine = local.get(t["id"], {})
         reason = str(t.get("infeasibleReason") or mine.get("stop_reason") or "")
+        if mine.get("error_detail"):  # Vertex's text says only "Error": the exception says why
+            reason = f"{_exit_words(reason)}{mine['error_detail'][0]}"
         body.append([
             t["id"], t["state"], *[_cell(final.get(m), fmt) for m in metric_ids],
             *[_cell(params.get(p), fmt) for p in param_ids], str(len(t.get("measurements", []))),
             "yes" if mine.get("stopped_early") else "", reason if exact else reason[:80],
         ])
     return header, body
+
+
+def _exit_words(reason: str) -> str:
+    """``exit 1: `` from Vertex's ``… exited with a non-zero status of 1. …`` (else nothing)."""
+    marker = "non-zero status of "
+    if marker not in reason:
+        return ""
+    return "exit " + reason.split(marker, 1)[1].split(".", 1)[0] + ": "
 
 
 def _cell(v: Any, fmt: Callable[[Any], str]) -> str:

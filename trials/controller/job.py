@@ -82,6 +82,7 @@ class TrialRun:
     predicted: tuple[float, float] | None = None  # convex rule: (x, oriented value)
     reported_steps: int = -1
     live_elapsed: dict[str, float] = field(default_factory=dict)  # step -> elapsed s, for describe
+    failure_detail: tuple[str, ...] = ()  # the exception and traceback tail, for the local view
     warned_tags: bool = False
     injected: int = 0
     injected_by: dict[str, int] = field(default_factory=dict)  # replica -> injected restarts
@@ -435,10 +436,13 @@ class JobRunner:
                         if other.poll() is None:
                             other.begin_stop(now)
             elif kind is policy.ExitKind.RESTARTABLE:
-                run.attempts[-1]["reason"] = policy.exit_message(lau.name, status, tail)
+                run.attempts[-1]["reason"] = policy.exit_message(lau.name, status)
+                if decision.detail:
+                    run.attempts[-1]["detail"] = list(decision.detail)
                 self._schedule_restart(run, lau, now, "exit")
             elif kind in (policy.ExitKind.PERMANENT, policy.ExitKind.OOM):
                 run.failure = decision.message
+                run.failure_detail = decision.detail
                 self._begin_stop(run, now, "failed")
 
     def _schedule_restart(self, run: TrialRun, lau: launch.ReplicaLaunch, now: float, why: str) -> None:
@@ -502,11 +506,16 @@ class JobRunner:
                 open(os.path.join(run.paths.trial_dir, protocol.STOP_FILE), "w").close()
         except OSError:
             pass
-        for r in run.replicas.values():
-            if r.poll() is None:
-                r.begin_stop(now)
+        live = [r for r in run.replicas.values() if r.poll() is None]
+        for r in live:
+            r.begin_stop(now)
         if reason == "early":
             self.store.set_trial_attrs(run.claimed.storage_id, state="STOPPING")
+        if reason == "failed":  # the failure itself is said once, when the trial ends
+            if live:
+                self.progress("trial_stopping", {"trial_id": run.trial_id, "reason": reason,
+                                                 "detail": "stopping its other replicas"})
+            return
         self.progress("trial_stopping", {"trial_id": run.trial_id, "reason": reason,
                                          "detail": run.stop_detail or run.failure or ""})
 
@@ -629,6 +638,8 @@ class JobRunner:
             "measurements": [measurement_to_dict(m) for m in measurements],
             "attempts": run.attempts, "end_time": rfc3339(time.time()),
         }
+        if run.failure and run.failure_detail:
+            attrs["error_detail"] = list(run.failure_detail)
         if run.reader.unknown_tags:
             attrs["unknown_tags"] = sorted(run.reader.unknown_tags)
         if run.reader.missing_steps_warning:
@@ -681,6 +692,7 @@ class JobRunner:
             "trial_id": run.trial_id, "state": state, "reason": reason, "values": values,
             "stopped_early": run.stopped_early, "steps": len(measurements),
             "seconds": self.clock() - run.start_mono, "params": run.claimed.params,
+            **({"detail": list(run.failure_detail)} if run.failure and run.failure_detail else {}),
         })
 
     def _outcome(self, run: TrialRun, measurements: list[Measurement]):
@@ -709,7 +721,7 @@ class JobRunner:
             elif sum(self.shared.counts()):
                 return self.store.get_meta("state")  # left with trials still to run
         if self.job_error is not None:
-            state, error = FAILED, {"code": 9, "message": self.job_error}
+            state, error = FAILED, {"code": policy.JOB_FAILED_CODE, "message": self.job_error}
         elif self.cancel_requested:
             state, error = CANCELLED, {"code": 1, "message": "The job was cancelled."}
         else:

@@ -9,10 +9,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from trials import protocol
+from trials.controller import crash
 from trials.records import Measurement
 from trials.spec import JobSpec, MetricSpec
 from trials.timefmt import duration
 
+ALLOW_MORE = "--max-failed-trial-count N allows N failed trials"
+JOB_FAILED_CODE = 3  # google.rpc.Code INVALID_ARGUMENT: what Vertex reports for user-code failures
 MAX_RESTARTS_PER_REPLICA = 5  # Vertex: "up to 5 restarts per worker"
 PERMANENT_EXIT_CODES = frozenset({protocol.EXIT_ERROR, protocol.EXIT_USAGE})
 TRANSIENT_SIGNAL_CODES = frozenset({6, 134, 11, 139})  # SIGABRT, SIGSEGV (custom containers: 128+n)
@@ -31,6 +34,7 @@ class ExitDecision:
     kind: ExitKind
     status: int
     message: str | None = None  # Vertex-style error text when the trial fails
+    detail: tuple[str, ...] = ()  # the exception and the traceback's last lines (local view)
 
 
 def classify_exit(
@@ -50,46 +54,24 @@ def classify_exit(
         return ExitDecision(kind=ExitKind.OOM, status=status, message=oom_message(replica, status))
     if stop_requested:
         return ExitDecision(kind=ExitKind.STOPPED, status=status)
+    detail = tuple(crash.summary(stderr_tail))
     if status in PERMANENT_EXIT_CODES:
-        return ExitDecision(
-            kind=ExitKind.PERMANENT, status=status,
-            message=exit_message(replica, status, stderr_tail),
-        )
+        return ExitDecision(kind=ExitKind.PERMANENT, status=status,
+                            message=exit_message(replica, status), detail=detail)
     if restarts_so_far >= max_restarts:
         return ExitDecision(
-            kind=ExitKind.PERMANENT, status=status,
-            message=exit_message(replica, status, stderr_tail)
-            + f" The replica was restarted {restarts_so_far} times (the limit) and failed again.",
-        )
-    return ExitDecision(kind=ExitKind.RESTARTABLE, status=status)
+            kind=ExitKind.PERMANENT, status=status, message=exit_message(replica, status),
+            detail=(*detail, f"(restarted {restarts_so_far} times, the limit of restarts per "
+                             f"worker, and failed again)"))
+    return ExitDecision(kind=ExitKind.RESTARTABLE, status=status, detail=detail)
 
 
-def termination_reason(status: int, stderr_tail: Sequence[str]) -> str:
-    """Vertex's REASON: the last meaningful stderr line (the exception), else a signal name."""
-    for line in reversed([line.strip() for line in stderr_tail]):
-        if line:
-            return line
-    if status > 128:
-        import signal
-
-        try:
-            return f"Killed by signal {signal.Signals(status - 128).name}"
-        except ValueError:
-            pass
-    return "Error"
-
-
-def exit_message(replica: str, status: int, stderr_tail: Sequence[str] = ()) -> str:
-    """``The replica workerpool0-0 exited with a non-zero status of 1. Termination reason: …``"""
-    reason = termination_reason(status, stderr_tail)
-    message = (
-        f"The replica {replica} exited with a non-zero status of {status}. "
-        f"Termination reason: {reason.rstrip('.')}."
-    )
-    tail = [line.strip() for line in stderr_tail if line.strip()][-3:]
-    if len(tail) > 1:
-        message += " Last stderr lines: " + " | ".join(tail)
-    return message
+def exit_message(replica: str, status: int) -> str:
+    """Vertex's words for a user-code failure: ``The replica workerpool0-0 exited with a non-zero
+    status of 1. Termination reason: Error.`` (the container's termination reason; the exception
+    goes to the local view: ``crash.summary``)."""
+    return (f"The replica {replica} exited with a non-zero status of {status}. "
+            f"Termination reason: Error.")
 
 
 def oom_message(replica: str, status: int) -> str:
@@ -181,16 +163,17 @@ def job_failure(
     if limit > 0:
         if n_failed >= limit:
             return (
-                f"{n_failed} trials failed, reaching maxFailedTrialCount={limit}; the job stopped. "
-                f"First failure: {first_failure}"
+                f"{n_failed} trials failed, reaching maxFailedTrialCount={limit}; the job stopped "
+                f"({ALLOW_MORE}). First failure: {first_failure}"
             )
         return None
     if n_failed and n_succeeded == 0:
-        return f"The first trial failed, so the job stopped (maxFailedTrialCount unset). {first_failure}"
+        return (f"The first trial failed, so the job stopped (maxFailedTrialCount unset; "
+                f"{ALLOW_MORE}). {first_failure}")
     if n_failed >= 3 and n_failed > n_succeeded:
         return (
             f"{n_failed} trials failed against {n_succeeded} that succeeded (maxFailedTrialCount "
-            f"unset); the job stopped. First failure: {first_failure}"
+            f"unset; {ALLOW_MORE}); the job stopped. First failure: {first_failure}"
         )
     return None
 

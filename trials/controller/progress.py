@@ -63,8 +63,9 @@ class Progress:
             if data.get("stopped_early"):
                 when = "(stopped early) " + (f"at step {data['last_step']}" if data.get("last_step") is not None
                                              else when)
-            self._line(f"trial {data['trial_id']} {data['state']} {when}, {data['seconds']:.1f}s: {result}",
-                       event, data)
+            detail = "".join(f"\n    {line}" for line in data.get("detail") or ())
+            self._line(f"trial {data['trial_id']} {data['state']} {when}, {data['seconds']:.1f}s: {result}"
+                       + detail, event, data)
             if data.get("missing_metric") and not self.told_missing_metric:  # once, at the first such trial
                 self.told_missing_metric = True
                 self._handle("warning", {"trial_id": data["trial_id"], "message": missing_metric_advice(

@@ -130,7 +130,8 @@ def tune(
 def _checked(result: TuneResult, first_error: BaseException | None) -> TuneResult:
     """The result, or TuneError when there is none to give."""
     if result.state != "JOB_STATE_SUCCEEDED":
-        raise TuneError(f"trials.tune: job {result.job_id} {result.state}: {result.error}",
+        cause = f" ({type(first_error).__name__}: {first_error})" if first_error is not None else ""
+        raise TuneError(f"trials.tune: job {result.job_id} {result.state}: {result.error}{cause}",
                         result) from first_error
     if result.best is None:
         reasons = [t.get("infeasibleReason", "") for t in result.trials if t.get("infeasibleReason")]
@@ -222,8 +223,8 @@ def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec,
         failure = None
         if outcome.exit_code not in (protocol.EXIT_OK, protocol.EXIT_STOPPED):
             err = outcome.error
-            error = f"{type(err).__name__}: {err}" if err is not None else "Error"
-            failure = policy.exit_message(replica.name, outcome.exit_code, [error])
+            detail = f"{type(err).__name__}: {err}" if err is not None else "Error"
+            failure = policy.exit_message(replica.name, outcome.exit_code)
         trial_state, reason, values, final = policy.trial_outcome(
             measurements, study_spec.metrics, best=study_spec.selects_best, failure=failure,
             reported_tags=reader.reported_tags)
@@ -234,7 +235,7 @@ def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec,
         if reason:
             attrs["infeasible_reason"] = reason
         if failure:
-            attrs["failed"] = True
+            attrs.update(failed=True, error_detail=[detail])
         # Told to stop but ran to the end anyway (it ignored should_stop): not stopped early.
         stopped = bool(state["stopped"]) and stopping.ended_early(state["curve"], completed)
         if stopped:
@@ -261,7 +262,7 @@ def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec,
             on_trial(rest)
 
     state_name = "JOB_STATE_FAILED" if job_error else "JOB_STATE_SUCCEEDED"
-    store.set_meta(state=state_name, error={"code": 9, "message": job_error} if job_error else None)
+    store.set_meta(state=state_name, error={"code": policy.JOB_FAILED_CODE, "message": job_error} if job_error else None)
     best = None
     ok = [t for t in results if t["state"] == "SUCCEEDED"]
     if ok:
