@@ -15,7 +15,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "trials"
 
 VOCABULARY = {f"trials.{m}" for m in (
-    "errors", "files", "hypertune_file", "outages", "protocol", "records", "storage_url", "timefmt")}
+    "errors", "files", "hypertune_file", "outages", "printable", "protocol", "records", "storage_url",
+    "timefmt")}
 ENTRY = {"trials", "trials.__main__", "trials.cli", "trials.pytest_plugin"}
 # role -> the roles it may import (itself included); the arrows point one way
 ALLOWED = {

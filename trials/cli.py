@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from trials import protocol
 from trials.errors import ConfigError, TrialsError
+from trials.printable import printable
 
 if TYPE_CHECKING:  # each command imports what it needs when it runs
     from typing import Any
@@ -165,7 +166,7 @@ def _summary(h: JobHandle, runner: JobRunner, args: argparse.Namespace) -> int:
                    if not problems else "INCONSISTENT: " + ", ".join(problems))
         print(f"chaos: {runner.injected_total} restarts injected; measurements {verdict}")
     if error:
-        print(f"error: {error.get('message')}")
+        print(f"error: {printable(str(error.get('message')))}")
     best = controller.best_trials(h)
     get = controller.params_of(h)
     pareto = len(h.job.study.metrics) > 1
@@ -178,7 +179,7 @@ def _summary(h: JobHandle, runner: JobRunner, args: argparse.Namespace) -> int:
     if nothing_worked:
         first = next((t.user_attrs.get("infeasible_reason") for t in trials if t.user_attrs.get("infeasible_reason")),
                      "")
-        print(f"error: no trial succeeded, so this job found nothing (first reason: {first})")
+        print(f"error: no trial succeeded, so this job found nothing (first reason: {printable(str(first))})")
         return code
     if state == "JOB_STATE_SUCCEEDED":
         return 0
@@ -333,7 +334,7 @@ def _cmd_describe(args: argparse.Namespace) -> int:
         return 0
     print(f"job {h.job_id}  {rest['state']}  {len(rest['trials'])} trials  folder {h.job_dir}")
     if rest.get("error"):
-        print(f"error: {rest['error'].get('message')}")
+        print(f"error: {printable(str(rest['error'].get('message')))}")
     print(describe.format_table(header, body))
     return 0
 

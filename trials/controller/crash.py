@@ -11,6 +11,8 @@ import json
 import re
 from collections.abc import Sequence
 
+from trials.printable import printable
+
 MAX_FRAME_LINES = 4  # the traceback's last lines kept beside the exception
 MAX_LINE_CHARS = 300
 _TRACEBACK = "Traceback (most recent call last):"
@@ -68,6 +70,5 @@ def summary(stderr_tail: Sequence[str]) -> list[str]:
 
 
 def _clip(line: str) -> str:
-    text = line if line.isprintable() else "".join(
-        ch if ch.isprintable() else repr(ch)[1:-1] for ch in line)
+    text = printable(line)  # a trainer's ESC, BEL, NUL never reach a terminal, a page or JSON
     return text if len(text) <= MAX_LINE_CHARS else text[:MAX_LINE_CHARS - 3] + "..."

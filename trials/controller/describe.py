@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from trials.printable import printable
 from trials.protocol import format_value
 from trials.timefmt import duration
 
@@ -180,8 +181,10 @@ def display(v: Any, digits: int = 6) -> str:
 
 
 def format_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
+    header = [printable(str(c)) for c in header]  # a trainer's reason or tag: never raw to a terminal
+    body = [[printable(str(c)) for c in row] for row in body]
     if body:
-        widths = [max(len(str(c)) for c in col) for col in zip(header, *body, strict=False)]
+        widths = [max(len(c) for c in col) for col in zip(header, *body, strict=False)]
     else:
         widths = [len(h) for h in header]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths, strict=False)).rstrip()]
@@ -193,6 +196,6 @@ def format_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
 def format_csv(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf)
-    writer.writerow(header)
-    writer.writerows(body)
+    writer.writerow([printable(str(c)) for c in header])
+    writer.writerows([printable(str(c)) for c in row] for row in body)
     return buf.getvalue()

@@ -10,6 +10,7 @@ from typing import Any, TextIO
 
 from trials.controller.describe import display
 from trials.controller.policy import missing_metric_advice
+from trials.printable import printable
 
 
 class Progress:
@@ -103,6 +104,7 @@ class Progress:
     def _line(self, text: str, event: str, data: dict[str, Any], force: bool = False) -> None:
         if self.mode == "quiet" and not force:
             return
+        text = printable(text)  # trial reasons, tags and warnings may carry a trainer's bytes
         if self.mode == "json":
             self._emit_json(event, data, text)
             return

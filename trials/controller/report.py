@@ -16,6 +16,7 @@ from trials.controller.report_parallel import param_axes
 from trials.controller.report_plots import PLOT_STEMS, Figure, draw_plots, matplotlib_available
 from trials.controller.report_svg import CSS as SVG_CSS
 from trials.controller.report_svg import inline_svg, tips_script, trial_tips
+from trials.printable import printable
 
 REPORT_DIR = "report"
 INDEX_FILE = "index.html"
@@ -105,11 +106,16 @@ th{background:#f2f2f2}.note{color:#555}.bad{color:#b00}
 dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}dt{font-weight:bold}"""
 
 
+def _text(value: object) -> str:
+    """Text for the page: control characters escaped (a trainer's reason may hold them), then HTML."""
+    return html.escape(printable(str(value)))
+
+
 def _table_html(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
-    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
+    head = "".join(f"<th>{_text(h)}</th>" for h in header)
     by_trial = bool(header) and header[0] == "trial"  # a row names its trial: linked to the plots
-    rows = "".join((f"<tr data-trial='{html.escape(str(row[0]))}'>" if by_trial else "<tr>")
-                   + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in body)
+    rows = "".join((f"<tr data-trial='{_text(row[0])}'>" if by_trial else "<tr>")
+                   + "".join(f"<td>{_text(c)}</td>" for c in row) + "</tr>" for row in body)
     return f"<table><tr>{head}</tr>{rows}</table>"
 
 
@@ -118,7 +124,7 @@ def render_html(*, job_id: str, rest: Mapping[str, Any], metric_ids: Sequence[st
                 skipped: Sequence[tuple[str, str]], plots_note: str | None, job_dir: str,
                 sampler: str | None) -> str:
     """The whole page as one string: the plots inline as SVG, with a tip per trial (``tips``) on hover."""
-    e = html.escape
+    e = _text
     n = counts(rest)
     goals = ", ".join(f"{m} ({'maximize' if mx else 'minimize'})" for m, mx in zip(metric_ids, maximize, strict=False))
     study = rest.get("studySpec", {})

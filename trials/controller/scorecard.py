@@ -11,11 +11,12 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from trials.printable import printable as escape
+
 
 def printable(text: str, limit: int = 200) -> str:
     """A trainer's text made safe for a terminal: control characters escaped, length bounded."""
-    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-    return out if len(out) <= limit else out[: limit - 1] + "…"
+    return escape(text, limit=limit)
 
 
 class Verdict(str, enum.Enum):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import NoReturn, TypeVar
 
 from trials.errors import SpecError
+from trials.printable import printable
 
 E = TypeVar("E", bound=enum.Enum)
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -51,9 +52,7 @@ def show(value: object) -> str:
 def one_line(text: str) -> str:
     """Escape line breaks and other unprintable characters (keys may hold them) so a message
     stays on one line."""
-    if text.isprintable():
-        return text
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+    return printable(text)
 
 
 def _keys(mapping: Mapping[str, object]) -> str:

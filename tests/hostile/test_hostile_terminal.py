@@ -1,0 +1,63 @@
+"""A trainer's raw stderr (ESC sequences, OSC title, BEL, NUL, invalid UTF-8) never reaches a terminal,
+an HTML page or a JSON document unescaped: progress lines, summary, describe, report."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "faults"))
+from faultkit import Jobs  # noqa: E402
+
+pytestmark = [pytest.mark.faults]
+
+HOSTILE = b"\x1b[2J\x1b]0;pwned\x07\x00\xff\xfe BOOM\x1b[31m \xe2\x80\xae fake\rline"
+TRAINER = f"""\
+import sys
+sys.stderr.buffer.write(b"starting\\n" + {HOSTILE!r} + b"\\n")
+sys.stderr.flush()
+sys.exit(1)
+"""
+RAW = ("\x1b", "\x07", "\x00", "\u202e", "\r")
+
+
+@pytest.fixture
+def jobs(tmp_path: Path):
+    j = Jobs(tmp_path)
+    yield j
+    j.cleanup()
+
+
+def _clean(text: str, where: str) -> None:
+    for ch in RAW:
+        assert ch not in text, f"{ch!r} reached {where} raw: {text!r}"
+
+
+@pytest.mark.parametrize("mode", [[], ["--json-logs"]], ids=["plain", "json-logs"])
+def test_a_trainers_control_characters_are_escaped_everywhere(jobs: Jobs, mode: list[str]) -> None:
+    trainer = jobs.root / "hostile.py"
+    trainer.write_text(TRAINER)
+    job_id = jobs.job_id("esc")
+    out = jobs.cli("sweep", jobs.spec(n=1, max_failed=1), "--job-id", job_id, *mode, "--",
+                   sys.executable, str(trainer))
+    assert out.returncode == 1, out.stdout + out.stderr
+    _clean(out.stdout + out.stderr, "the sweep's output")
+    assert "\\x1b[2J\\x1b]0;pwned\\x07\\x00" in out.stdout.replace("\\\\", "\\"), out.stdout
+    table = jobs.cli("describe", job_id)
+    assert table.returncode == 0, table.stderr
+    _clean(table.stdout, "the describe table")
+    assert "BOOM" in table.stdout
+    csv = jobs.cli("describe", job_id, "--format", "csv")
+    _clean(csv.stdout, "the describe CSV")
+    rest = json.loads(jobs.cli("describe", job_id, "--format", "json").stdout)
+    reason = rest["trials"][0]["infeasibleReason"]
+    _clean(reason, "the stored termination reason")
+    assert "\\x1b[2J" in reason and "BOOM" in reason
+    report = jobs.cli("report", job_id, "--no-plots")
+    assert report.returncode == 0, report.stderr
+    page = (jobs.job_dir(job_id) / "report" / "index.html").read_text()
+    _clean(page, "the HTML report")
+    assert "\\x1b[2J" in page
