@@ -14,7 +14,7 @@ from faultkit import Jobs  # noqa: E402
 
 pytestmark = [pytest.mark.faults]
 
-HOSTILE = b"\x1b[2J\x1b]0;pwned\x07\x00\xff\xfe BOOM\x1b[31m \xe2\x80\xae fake\rline"
+HOSTILE = b"\x1b[2J\x1b]0;pwned\x07\x00\xff\xfe BOOM\x1b[31m \xe2\x80\xae fake\x1b[0m end"
 TRAINER = f"""\
 import sys
 sys.stderr.buffer.write(b"starting\\n" + {HOSTILE!r} + b"\\n")
@@ -52,12 +52,32 @@ def test_a_trainers_control_characters_are_escaped_everywhere(jobs: Jobs, mode: 
     assert "BOOM" in table.stdout
     csv = jobs.cli("describe", job_id, "--format", "csv")
     _clean(csv.stdout, "the describe CSV")
-    rest = json.loads(jobs.cli("describe", job_id, "--format", "json").stdout)
-    reason = rest["trials"][0]["infeasibleReason"]
-    _clean(reason, "the stored termination reason")
-    assert "\\x1b[2J" in reason and "BOOM" in reason
+    described = jobs.cli("describe", job_id, "--format", "json").stdout
+    _clean(json.dumps(json.loads(described), ensure_ascii=False), "the describe JSON")
     report = jobs.cli("report", job_id, "--no-plots")
     assert report.returncode == 0, report.stderr
     page = (jobs.job_dir(job_id) / "report" / "index.html").read_text()
     _clean(page, "the HTML report")
     assert "\\x1b[2J" in page
+
+
+TAG_TRAINER = """\
+import json, os, time
+line = {"loss": "0.5", "acc\\u001b]0;pwned\\u0007\\u001b[2J": "0.9", "global_step": "1", "timestamp": time.time()}
+with open(os.environ["CLOUD_ML_HP_METRIC_FILE"], "w") as f:
+    f.write(json.dumps(line) + "\\n")
+"""
+
+
+def test_a_metric_tag_with_control_characters_is_escaped_in_warnings_and_describe(jobs: Jobs) -> None:
+    trainer = jobs.root / "tags.py"
+    trainer.write_text(TAG_TRAINER)
+    job_id = jobs.job_id("esctag")
+    out = jobs.cli("sweep", jobs.spec(n=1), "--job-id", job_id, "--", sys.executable, str(trainer))
+    assert out.returncode == 0, out.stdout + out.stderr
+    _clean(out.stdout + out.stderr, "the sweep's output")
+    assert "acc\\x1b]0;pwned\\x07" in out.stdout + out.stderr, out.stdout + out.stderr
+    for fmt in ("table", "csv", "json"):
+        shown = jobs.cli("describe", job_id, "--format", fmt)
+        assert shown.returncode == 0, shown.stderr
+        _clean(shown.stdout, f"describe --format {fmt}")

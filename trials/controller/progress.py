@@ -104,7 +104,8 @@ class Progress:
     def _line(self, text: str, event: str, data: dict[str, Any], force: bool = False) -> None:
         if self.mode == "quiet" and not force:
             return
-        text = printable(text)  # trial reasons, tags and warnings may carry a trainer's bytes
+        # trial reasons, tags and warnings may carry a trainer's bytes; our own line breaks stay
+        text = "\n".join(printable(line) for line in text.split("\n"))
         if self.mode == "json":
             self._emit_json(event, data, text)
             return
