@@ -75,7 +75,7 @@ def test_sigkilled_worker_trial_is_taken_over_and_resumes_from_checkpoint(tmp_pa
     assert takeover and "stopped heartbeating" in takeover[0]["reason"], attempts
     starts = [e for e in events(tmp_path) if e["trial"] == killed and e["event"] == "start"]
     assert len(starts) == 2 and starts[0]["from_epoch"] == 0 and starts[1]["from_epoch"] >= 2, starts
-    described = trials_cli(tmp_path, "describe", job_id, "--storage", pg_url, "--format", "json")
+    described = trials_cli(tmp_path, "describe", job_id, "--storage", pg_url, "--format", "local-json")
     assert victim in described.stdout  # the attempts, naming the dead worker, are in describe
 
 

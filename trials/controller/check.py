@@ -153,6 +153,10 @@ class _Probe:
                 return False
             time.sleep(_POLL_S)
 
+    def wait_all(self, deadline: float) -> None:
+        while any(r.poll() is None for r in self.replicas) and self.clock() < deadline:
+            time.sleep(_POLL_S)
+
     def terminate(self, grace_s: float) -> float | None:
         """SIGTERM every replica's group; SIGKILL what is left after ``grace_s``. Returns the seconds
         the primary took to exit, or None when it had to be killed."""
@@ -229,6 +233,9 @@ def run_check(job: JobSpec, options: CheckOptions, *, echo: Callable[[str], None
                      f"(--time-limit {budget:.0f}); its later epochs were not seen")
         probe.terminate(options.grace_s)
     else:
+        # The other replicas may lag the primary (they start later): let them end on their own so
+        # that what they report and save is seen, within the primary's own run time again.
+        probe.wait_all(min(t0 + 0.45 * budget, probe.clock() + probe.clock() - probe.start + 5.0))
         probe.kill()
     clean = probe.seen(0, stopped=not exited, outside=_changed(before, _snapshot(cwd, exclude=folder)))
     secondary = probe.seen(1, stopped=not exited, outside=[]) if len(launches) > 1 else None
