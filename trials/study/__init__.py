@@ -7,6 +7,8 @@ Trials are created up front as WAITING (``maxTrialCount`` of them, or the grid s
 of controllers or workers claim them atomically and can never exceed the count.
 
 Modules: ``storage`` (opening a storage from a URL; the outage-retrying database storage),
-``journal`` (batched journal writes), ``space`` (the search space in Optuna's terms), ``samplers``,
-``store`` (``JobStore``: one job in a storage).
+``journal`` (batched journal writes), ``journal_check`` (finding and repairing unreadable journal
+lines), ``space`` (the search space in Optuna's terms), ``samplers``, ``store`` (``JobStore``: one
+job in a storage), ``importances`` (parameter importances for the report). The Optuna-free parts
+of storage handling live in the vocabulary: ``trials.storage_url``, ``trials.outages``.
 """
