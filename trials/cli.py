@@ -91,8 +91,12 @@ def _device_plan(job: JobSpec, args: argparse.Namespace) -> DevicePlan:
     """Check the worker options (before a sweep creates its job) and plan the GPUs."""
     from trials.controller import devices
 
-    if args.stale_after is not None and not args.stale_after > 0:
-        raise ConfigError(f"--stale-after must be > 0 seconds, got {args.stale_after}")
+    if args.stale_after is not None:
+        from trials.controller.worker import MIN_STALE_AFTER_S
+
+        if not args.stale_after >= MIN_STALE_AFTER_S:
+            raise ConfigError(f"--stale-after must be >= {MIN_STALE_AFTER_S:g} seconds (the job's lease "
+                              f"timeout; workers heartbeat 6 times within it), got {args.stale_after}")
     return devices.plan(job, gpus=args.gpus, ignore_accelerators=args.ignore_accelerators)
 
 
@@ -249,7 +253,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     h = controller.create_job(
         job, root=args.root, job_id=args.job_id, spec_path=args.spec, storage=args.storage,
         base_output_dir=args.base_output_dir, project_number=args.project_number,
-        local_command=command or None, seed=args.seed, gcs_root=args.gcs_root,
+        local_command=command or None, seed=args.seed, gcs_root=args.gcs_root, stale_after_s=args.stale_after,
         pass_env=args.pass_env,
     )
     return _run_and_report(h, args, resume=False, plan=plan)

@@ -29,7 +29,7 @@ def write_spec(path, *, events, points=4, parallel=2, epochs=4, sleep=0.1, accel
     return path
 
 
-def create_job(tmp_path, url, job_id, **spec):
+def create_job(tmp_path, url, job_id, stale_after_s=None, **spec):
     """Create the job in PostgreSQL without running it (workers join afterwards)."""
     from trials.controller import jobs as controller
     from trials.spec.load import load_spec
@@ -37,7 +37,8 @@ def create_job(tmp_path, url, job_id, **spec):
     spec_path = write_spec(tmp_path / "job.yaml", events=tmp_path / "events.jsonl", **spec)
     h = controller.create_job(load_spec(str(spec_path)), root=str(tmp_path / "jobs"), job_id=job_id,
                               spec_path=str(spec_path), storage=url, base_output_dir=None,
-                              project_number=None, local_command=None, cwd=str(tmp_path))
+                              project_number=None, local_command=None, cwd=str(tmp_path),
+                              stale_after_s=stale_after_s)
     return h
 
 

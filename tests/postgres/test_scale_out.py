@@ -47,7 +47,7 @@ def test_three_workers_exact_count_global_cap_no_duplicate(tmp_path, pg_url, job
 
 
 def test_sigkilled_worker_trial_is_taken_over_and_resumes_from_checkpoint(tmp_path, pg_url, job_id):
-    create_job(tmp_path, pg_url, job_id, points=3, parallel=2, epochs=8, sleep=0.25)
+    create_job(tmp_path, pg_url, job_id, points=3, parallel=2, epochs=8, sleep=0.25, stale_after_s=2)
     a = start_worker(tmp_path, pg_url, job_id, "--parallel-trial-count", "1", "--stale-after", "2", name="a")
     h = open_job(tmp_path, pg_url, job_id)
     victim = f"{socket.gethostname()}:{a.pid}"

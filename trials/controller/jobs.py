@@ -161,7 +161,7 @@ def create_job(job: JobSpec, *, root: str, job_id: str | None, spec_path: str | 
                storage: str | None, base_output_dir: str | None, project_number: str | None,
                local_command: Sequence[str] | None, cwd: str | None = None,
                seed: int | None = None, gcs_root: str | None = None,
-               pass_env: Sequence[str] = ()) -> JobHandle:
+               pass_env: Sequence[str] = (), stale_after_s: float | None = None) -> JobHandle:
     if job.trial_job is None and not local_command:  # before the folder and id are used up
         raise ConfigError(f"{spec_path or 'the spec'} has no trialJobSpec and no command: give the "
                           f"trial command after --, e.g. trials sweep SPEC -- python train.py")
@@ -189,6 +189,10 @@ def create_job(job: JobSpec, *, root: str, job_id: str | None, spec_path: str | 
         "pass_env": list(dict.fromkeys(pass_env)),
         "local": {k: getattr(job.local, k) for k in ("inject_restarts", "grace_period_s", "memory_limit_mb")},
     }
+    if storage is not None:  # a database job: every worker takes over a trial after the same silence
+        from trials.controller.worker import DEFAULT_STALE_AFTER_S
+
+        meta["stale_after_s"] = stale_after_s or DEFAULT_STALE_AFTER_S
     database = None if storage is None else open_storage(url)
 
     def build(storage_obj: BaseStorage) -> JobStore:
@@ -359,12 +363,19 @@ def shared_job(h: JobHandle, *, stale_after_s: float | None = None,
     from trials.controller.worker import DEFAULT_STALE_AFTER_S, SharedJob
     from trials.outages import Outages
 
-    outages = Outages(notify or (lambda line: print(f"trials: {line}", file=sys.stderr, flush=True)),
-                      url=h.storage_url)
+    say = notify or (lambda line: print(f"trials: {line}", file=sys.stderr, flush=True))
+    outages = Outages(say, url=h.storage_url)
     storage = h.store.storage
     if isinstance(storage, RetryingRDBStorage):
         storage.outages = outages
-    return SharedJob(h.store, stale_after_s=stale_after_s or DEFAULT_STALE_AFTER_S, outages=outages)
+    job_value = h.store.get_meta("stale_after_s")
+    if job_value is None:  # a job created before the lease timeout was the job's: its first worker sets it
+        job_value = stale_after_s or DEFAULT_STALE_AFTER_S
+        h.store.set_meta(stale_after_s=job_value)
+    elif stale_after_s is not None and stale_after_s != job_value:
+        say(f"--stale-after {stale_after_s:g} ignored: the job's lease timeout is {float(job_value):g}s "
+            f"(set when it was created), the same for every worker")
+    return SharedJob(h.store, stale_after_s=float(job_value), outages=outages)
 
 
 def run_job(h: JobHandle, options: RunOptions, *, progress: Callable[[str, dict[str, Any]], None] | None = None,

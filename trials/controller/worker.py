@@ -31,6 +31,9 @@ T = TypeVar("T")
 
 LEASE_TABLE = "trials_leases"
 DEFAULT_STALE_AFTER_S = 30.0
+# The lease timeout is the job's (stored with it, the same for every worker): never so short that a
+# scheduling hiccup of a healthy worker loses its trials. Heartbeats come 6 times per timeout.
+MIN_STALE_AFTER_S = 2.0
 ADVISORY_LOCK_CLASS = 0x7472  # "tr": first key of pg_advisory_xact_lock(class, study_id)
 
 _NOW_SQL = {
@@ -87,8 +90,8 @@ class SharedJob:
     def __init__(self, store: JobStore, *, stale_after_s: float = DEFAULT_STALE_AFTER_S,
                  me: str | None = None, outages: Outages | None = None,
                  clock: Callable[[], float] = time.monotonic):
-        if stale_after_s <= 0:
-            raise ValueError(f"stale_after_s must be > 0, got {stale_after_s}")
+        if not stale_after_s >= MIN_STALE_AFTER_S:
+            raise ValueError(f"stale_after_s must be >= {MIN_STALE_AFTER_S}, got {stale_after_s}")
         self.store = store
         if not isinstance(store.storage, RetryingRDBStorage):
             raise TypeError(f"a shared job needs a database storage, got {type(store.storage).__name__}")
