@@ -99,6 +99,9 @@ EXIT_INTERRUPTED = 130  # Ctrl-C on the CLI
 # --- Files in a trial directory -------------------------------------------------------------------
 METRICS_LOG = "metrics.jsonl"  # the runtime's lossless log of every report
 HYPERTUNE_FILE = "hypertune.metrics"  # CLOUD_ML_HP_METRIC_FILE of the primary replica
+# The largest step a storage keeps: Optuna's RDB schema stores a step as a 32-bit INTEGER, so every
+# storage refuses larger ones alike (a journal and PostgreSQL hold the same measurements).
+MAX_STEP = 2**31 - 1
 # Keys cloudml-hypertune writes beside the metric tags of each line: a metric cannot be named so.
 HYPERTUNE_RESERVED_KEYS = frozenset({"checkpoint_path", "global_step", "timestamp", "trial"})
 ARGS_FILE = "args.json"

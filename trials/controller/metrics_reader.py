@@ -205,6 +205,11 @@ class TrialMetricsReader:
         # A trainer may plant a FIFO, link or device: opening it could block or leave the trial folder.
         self._skipped.setdefault(path, f"{path} is {kind}, not a regular file: its metrics are not read")
 
+    def _refuse_step(self, path: str, step: int) -> None:
+        # Like any malformed record: kept out of every storage alike (PostgreSQL's column is 32-bit).
+        self._skipped.setdefault(f"{path}#steps", f"{path}: step {step} is beyond the storage's range "
+                                 f"(0..{protocol.MAX_STEP}); reports with such steps are refused")
+
     def _read(self, path: str, *, max_bytes: int, offset: int = 0) -> bytes | None:
         try:
             return files.read_regular(path, max_bytes=max_bytes, offset=offset)
@@ -298,6 +303,9 @@ class TrialMetricsReader:
             key = self._key(line)
             if key in self._ht_seen:
                 continue
+            if line.step > protocol.MAX_STEP:
+                self._refuse_step(self.hypertune_path, line.step)
+                continue
             self._ht_seen.add(key)
             self._reported.add(line.tag)
             self._ht_last_step = line.step  # the file is oldest first: the last new line is newest
@@ -356,6 +364,9 @@ class TrialMetricsReader:
         new: list[Measurement] = []
         changed = False
         for m in records:
+            if m.step > protocol.MAX_STEP:
+                self._refuse_step(self.metrics_log_path, m.step)
+                continue
             kept = {}
             for tag, value in m.metrics.items():
                 key = _entry_key(tag, m.step, m.timestamp, value) + (m.attempt,)
