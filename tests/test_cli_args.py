@@ -26,3 +26,10 @@ def test_other_unknown_arguments_keep_argparse_usage(tmp_path):
     assert out.returncode == 2 and "unrecognized arguments: --bogus" in out.stderr
     out = trials_cli("describe", "job", "extra", cwd=tmp_path)
     assert out.returncode == 2 and "unrecognized arguments: extra" in out.stderr and "`--`" not in out.stderr
+
+
+def test_validate_trainer_without_double_dash(tmp_path):
+    out = trials_cli("validate", "spec.yaml", "--trainer", "python", "train.py", cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr == (
+        "trials validate: error: unexpected arguments 'python train.py': put the trainer's command after `--`, "
+        "as in `trials validate spec.yaml --trainer -- python train.py`\n")

@@ -673,10 +673,15 @@ def _command_hint(args: argparse.Namespace, extra: list[str], local_command: lis
         return None
     import shlex
 
-    given = " ".join(shlex.quote(word) for word in extra)
+    words = list(extra)
+    options = "[options]"
+    if getattr(args, "trainer", None):  # `validate SPEC --trainer python train.py`: argparse took `python`
+        words.insert(0, args.trainer)
+        options = "--trainer"
+    given = " ".join(shlex.quote(word) for word in words)
     target = str(getattr(args, "spec", None) or getattr(args, "job", ""))
     return (f"unexpected arguments {given!r}: put the trainer's command after `--`, as in "
-            f"`trials {args.command} {shlex.quote(target)} [options] -- {given}`")
+            f"`trials {args.command} {shlex.quote(target)} {options} -- {given}`")
 
 
 def _scrub(args: argparse.Namespace, text: str) -> str:
