@@ -126,40 +126,63 @@ def parse_records(text: str) -> list[Measurement]:
     return out
 
 
-class MeasurementLog:
-    """Measurements of one trial merged across reads and restarts, keyed by step.
+Key = tuple[int, int]  # (step, occurrence): the k-th report of a step within one attempt
 
-    A later report for a step that already has a value replaces it only for the metrics it carries
-    (a restarted replica that re-reports a step wins); ``conflicts`` counts steps reported twice with
-    different values, for the consistency check of chaos mode.
+
+class MeasurementLog:
+    """Measurements of one trial merged across reads and restarts, keyed by (step, occurrence).
+
+    Reports of different metrics at one step form one measurement; a metric reported again at
+    the same step in the same attempt (reports without ``global_step`` all say step 0) starts a
+    new measurement, kept in report order, as the hypertune file keeps them. A restarted replica
+    (a later attempt) that re-reports a step replaces that step's values only for the metrics it
+    carries; ``conflicts`` counts values reported twice with a different value, for the
+    consistency check of chaos mode; ``repeats`` counts reports that repeated a step.
     """
 
-    __slots__ = ("by_step", "conflicts")
+    __slots__ = ("by_key", "conflicts", "repeats", "_seen")
 
     def __init__(self) -> None:
-        self.by_step: dict[int, Measurement] = {}
+        self.by_key: dict[Key, Measurement] = {}
         self.conflicts = 0
+        self.repeats = 0
+        self._seen: dict[tuple[int, int, str], int] = {}  # (attempt, step, tag) -> reports so far
 
-    def add(self, measurements: Iterable[Measurement]) -> None:
+    @property
+    def by_step(self) -> dict[int, Measurement]:
+        """The first measurement of each step."""
+        return {step: m for (step, k), m in self.by_key.items() if k == 0}
+
+    def add(self, measurements: Iterable[Measurement]) -> list[Key]:
+        """Take in reports (oldest first); returns the keys they were stored under."""
+        keys = []
         for m in measurements:
-            old = self.by_step.get(m.step)
+            k = max((self._seen.get((m.attempt, m.step, tag), 0) for tag in m.metrics), default=0)
+            for tag in m.metrics:
+                self._seen[(m.attempt, m.step, tag)] = k + 1
+            if k:
+                self.repeats += 1
+            key = (m.step, k)
+            keys.append(key)
+            old = self.by_key.get(key)
             if old is None:
-                self.by_step[m.step] = m
+                self.by_key[key] = m
                 continue
             merged = dict(old.metrics)
-            for k, v in m.metrics.items():
-                if k in merged and not _same(merged[k], v):
+            for name, v in m.metrics.items():
+                if name in merged and not _same(merged[name], v):
                     self.conflicts += 1
-                merged[k] = v
-            self.by_step[m.step] = Measurement(
+                merged[name] = v
+            self.by_key[key] = Measurement(
                 step=m.step, metrics=merged,
                 timestamp=m.timestamp if m.timestamp is not None else old.timestamp,
                 elapsed_s=m.elapsed_s if m.elapsed_s is not None else old.elapsed_s,
                 attempt=max(m.attempt, old.attempt),
             )
+        return keys
 
     def ordered(self) -> list[Measurement]:
-        return [self.by_step[s] for s in sorted(self.by_step)]
+        return [self.by_key[key] for key in sorted(self.by_key)]
 
 
 def _same(a: float, b: float) -> bool:

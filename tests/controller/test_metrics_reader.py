@@ -256,14 +256,47 @@ def test_no_metric_ids_keeps_every_tag(paths):
     assert set(reader.measurements()[0].metrics) == {"a", "b"} and reader.unknown_tags == set()
 
 
-def test_repeated_step_without_global_step_keeps_the_last_value(paths):
+def test_reports_without_global_step_are_each_their_own_measurement_in_order(paths):
     fake = FakeHypertune(paths[0])
-    for value in (0.1, 0.2, 0.3):
+    for value in (0.1, 0.9, 0.3):
         fake.report("acc", value)  # no global_step: every line says "0"
     reader = make_reader(paths, metric_ids=["acc"])
     reader.poll()
-    (m,) = reader.measurements()
-    assert m.step == 0 and m.metrics["acc"] == 0.3
+    ms = reader.measurements()
+    assert [(m.step, m.metrics["acc"]) for m in ms] == [(0, 0.1), (0, 0.9), (0, 0.3)]
+    assert "repeated a step" in reader.repeated_steps_warning
+    from trials.controller.policy import select_final
+    from trials.spec import MetricSpec
+
+    acc = MetricSpec(metric_id="acc")
+    assert select_final(ms, [acc], best=True).metrics["acc"] == 0.9  # BEST is the best, not the last
+    assert select_final(ms, [acc], best=False).metrics["acc"] == 0.3
+
+
+def test_two_metrics_at_one_step_are_one_measurement_and_a_repeat_starts_another(paths):
+    fake = FakeHypertune(paths[0])
+    fake.report("acc", 0.5, step=3)
+    fake.report("loss", 1.5, step=3)
+    fake.report("acc", 0.6, step=3)
+    fake.report("loss", 1.4, step=3)
+    reader = make_reader(paths, metric_ids=["acc", "loss"])
+    reader.poll()
+    assert [dict(m.metrics) for m in reader.measurements()] == [{"acc": 0.5, "loss": 1.5},
+                                                               {"acc": 0.6, "loss": 1.4}]
+
+
+def test_a_restart_that_reports_a_step_again_replaces_it(paths):
+    fake = FakeHypertune(paths[0])
+    fake.report("acc", 0.5, step=1)
+    reader = make_reader(paths, metric_ids=["acc"])
+    reader.poll(final=True)
+    reader.on_restart()
+    fake.queue.clear()  # the restarted process's HyperTune starts a fresh file
+    fake.report("acc", 0.5, step=1)
+    fake.report("acc", 0.7, step=2)
+    reader.poll(final=True)
+    assert [(m.step, m.metrics["acc"]) for m in reader.measurements()] == [(1, 0.5), (2, 0.7)]
+    assert reader.repeated_steps_warning is None
 
 
 # --- the 100-entry cap ------------------------------------------------------------------------------
@@ -312,15 +345,16 @@ def test_exactly_100_reports_between_reads_is_not_a_loss(paths):
     assert steps_of(reader) == list(range(80)) and reader.missing_steps_warning is None
 
 
-def test_gap_inside_one_step_is_not_a_missing_step(paths):
+def test_gap_inside_one_repeated_step_loses_reports_and_says_so(paths):
     fake, reader = FakeHypertune(paths[0]), make_reader(paths, metric_ids=["acc"])
     fake.report("acc", 0.1)
     reader.poll()
-    for i in range(150):  # no global_step: every report is step 0
+    for i in range(150):  # no global_step: every report is step 0, each its own measurement
         fake.report("acc", i / 1000)
     reader.poll()
-    (m,) = reader.measurements()
-    assert m.metrics["acc"] == 0.149 and reader.missing_steps_warning is None
+    ms = reader.measurements()
+    assert len(ms) == 101 and ms[-1].metrics["acc"] == 0.149  # the file kept only the last 100
+    assert "may be missing" in reader.missing_steps_warning
 
 
 def test_full_file_overlapping_what_was_read_does_not_warn(paths):
@@ -580,7 +614,7 @@ def test_same_size_rewrite_within_the_same_mtime_is_not_missed(paths):
         f.write(line % ("0.1", 1, "1000001.5") + line % ("0.2", 2, "1000003.5"))
     os.utime(paths[0], ns=(mtime, mtime))
     assert reader.poll() is True
-    assert reader.measurements()[1].metrics["acc"] == 0.2
+    assert reader.measurements()[-1].metrics["acc"] == 0.2
 
 
 def test_poll_cost(paths, capsys):

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from trials import files, protocol
 from trials.hypertune_file import HypertuneLine, parse_hypertune_line
-from trials.records import Measurement, MeasurementLog, parse_records
+from trials.records import Key, Measurement, MeasurementLog, parse_records
 
 HYPERTUNE_MAX_ENTRIES = 100  # cloudml-hypertune keeps only its last 100 reports (deque maxlen=100)
 MAX_HYPERTUNE_BYTES = 4 * 1024 * 1024  # a real file is ~15 KB; of anything larger read only the tail
@@ -63,9 +63,9 @@ class TrialMetricsReader:
         self._read_error: str | None = None
         self._skipped: dict[str, str] = {}  # path -> why it is not read (a FIFO, a symlink, ...)
         self._cache: list[Measurement] = []
-        self._merged: dict[int, Measurement] = {}
-        self._order: list[int] = []  # the steps of _merged, sorted
-        self._dirty: set[int] = set()  # steps changed in a log since the last merge
+        self._merged: dict[Key, Measurement] = {}
+        self._order: list[Key] = []  # the (step, occurrence) keys of _merged, sorted
+        self._dirty: set[Key] = set()  # keys changed in a log since the last merge
         # hypertune file state
         self._ht_log = MeasurementLog()
         self._ht_seen: set[tuple[object, ...]] = set()
@@ -101,7 +101,8 @@ class TrialMetricsReader:
         self._ht_bytes = None
 
     def measurements(self) -> list[Measurement]:
-        """Every measurement read so far, one per step, ordered by step, with ``elapsed_s`` set."""
+        """Every measurement read so far, ordered by step (repeats of a step in report order),
+        with ``elapsed_s`` set."""
         if self._dirty:
             self._merge()
         return list(self._cache)
@@ -158,8 +159,8 @@ class TrialMetricsReader:
         The cap cannot tell "exactly 100 reports since the last read" from "more than 100", so a
         gap is only a suspicion; adjacent complete steps (or a complete step 0) clear it.
         """
-        if not self.metric_ids:
-            return False
+        if not self.metric_ids or self._ht_log.repeats:
+            return False  # repeated steps: each report is a measurement, a gap loses some
         by_step = self._ht_log.by_step
 
         def complete(step: int) -> bool:
@@ -387,14 +388,26 @@ class TrialMetricsReader:
 
     # --- merge ----------------------------------------------------------------------------------
     def _add(self, log: MeasurementLog, measurements: list[Measurement]) -> None:
-        log.add(measurements)
-        self._dirty.update(m.step for m in measurements)
+        self._dirty.update(log.add(measurements))
+
+    @property
+    def repeated_steps_warning(self) -> str | None:
+        """Said when a metric was reported twice at one step (reports without ``global_step`` are
+        all at step 0): each report is kept as its own measurement, in report order."""
+        log = self._jl_log if self._jl_exists else self._ht_log
+        if not log.repeats:
+            return None
+        return (f"{log.repeats} report{'s' if log.repeats > 1 else ''} repeated a step already "
+                f"reported (reports without global_step are all at step 0): each is kept as its own "
+                f"measurement in report order, but early stopping sees only the first of a step; "
+                f"pass global_step (hypertune) or the step (ctx.report) to number them")
 
     def _merge(self) -> None:
-        """Rebuild the changed steps; metrics.jsonl wins per metric, the hypertune file fills in."""
-        jl, ht = self._jl_log.by_step, self._ht_log.by_step
-        for step in sorted(self._dirty):
-            j, h = jl.get(step), ht.get(step)
+        """Rebuild the changed measurements; metrics.jsonl wins per metric, the hypertune file
+        fills in."""
+        jl, ht = self._jl_log.by_key, self._ht_log.by_key
+        for key in sorted(self._dirty):
+            j, h = jl.get(key), ht.get(key)
             if j is None or h is None:
                 m = j if h is None else h
                 if m is None:
@@ -402,13 +415,13 @@ class TrialMetricsReader:
             elif h.metrics.keys() <= j.metrics.keys():
                 m = j
             else:
-                m = Measurement(step=step, metrics={**h.metrics, **j.metrics},
+                m = Measurement(step=key[0], metrics={**h.metrics, **j.metrics},
                                 timestamp=j.timestamp, attempt=j.attempt)
-            if step not in self._merged:
-                if self._order and step < self._order[-1]:
-                    bisect.insort(self._order, step)
+            if key not in self._merged:
+                if self._order and key < self._order[-1]:
+                    bisect.insort(self._order, key)
                 else:
-                    self._order.append(step)
-            self._merged[step] = m.with_elapsed(self.start_time)
+                    self._order.append(key)
+            self._merged[key] = m.with_elapsed(self.start_time)
         self._dirty.clear()
-        self._cache = [self._merged[s] for s in self._order]
+        self._cache = [self._merged[k] for k in self._order]
