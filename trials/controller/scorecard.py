@@ -11,12 +11,11 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from trials.printable import printable as escape
+from trials.printable import printable as _escape
 
 
-def printable(text: str, limit: int = 200) -> str:
-    """A trainer's text made safe for a terminal: control characters escaped, length bounded."""
-    return escape(text, limit=limit)
+def _printable(text: str) -> str:
+    return _escape(text, limit=200)
 
 
 class Verdict(str, enum.Enum):
@@ -107,7 +106,7 @@ def _steps(reports: Sequence[Report], metric_ids: Sequence[str]) -> list[int | N
 
 
 def _list(items: Sequence[str], n: int = 3) -> str:
-    shown = ", ".join(printable(i) for i in items[:n])
+    shown = ", ".join(_printable(i) for i in items[:n])
     return shown + (f" and {len(items) - n} more" if len(items) > n else "")
 
 
@@ -116,7 +115,7 @@ def _runs(o: Observations) -> Line:
     if c.exit_code == 0 or (c.stopped_by_check and c.reports):
         how = "exited 0" if c.exit_code == 0 else "was stopped by the time box after reporting"
         return Line(check="runs", verdict=Verdict.PASS, seen=f"{how} in {c.duration_s:.1f} s")
-    tail = f": {printable(c.error_tail[-1])}" if c.error_tail else ""
+    tail = f": {_printable(c.error_tail[-1])}" if c.error_tail else ""
     code = "never exited" if c.exit_code is None else f"exited with status {c.exit_code}"
     return Line(check="runs", verdict=Verdict.FAIL, seen=f"{code} in {c.duration_s:.1f} s{tail}",
                 fix="run it alone with the printed flags and fix the error", rule="")
@@ -220,7 +219,7 @@ def _resume(o: Observations) -> Line:
     before = [x for x in (s.reported_before_restart or s.sent_after_steps) if x is not None]
     after = [x for x in _steps(s.restart.reports, o.metric_ids) if x is not None]
     if s.restart.exit_code not in (0, None) and not after:
-        tail = f": {printable(s.restart.error_tail[-1])}" if s.restart.error_tail else ""
+        tail = f": {_printable(s.restart.error_tail[-1])}" if s.restart.error_tail else ""
         return Line(check="resume after restart", verdict=Verdict.FAIL,
                     seen=f"the restarted replica exited with status {s.restart.exit_code}{tail}",
                     fix="a restart runs the same command again: it must start from the checkpoint",
