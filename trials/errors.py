@@ -64,3 +64,11 @@ class JobNotFoundError(StorageError, LookupError):
     """No job with the given id exists under the root or in the storage."""
 
     exit_code = 2
+
+
+class DiskFullError(TrialsError, OSError):
+    """The disk holding the job filled up (or a file-size limit was hit): the job is paused.
+
+    The job loop stopped every replica; the running trials stay RUNNING in the storage and run
+    again on ``trials resume`` once there is space. Exit code 1.
+    """

@@ -107,6 +107,7 @@ HYPERTUNE_RESERVED_KEYS = frozenset({"checkpoint_path", "global_step", "timestam
 ARGS_FILE = "args.json"
 ENV_FILE = "env.json"
 STOP_FILE = "STOP"
+PIDS_FILE = "pids.json"  # every replica group the controller started for the trial (reaped on resume)
 CHECKPOINT_PREFIX = "ckpt-"
 # checkpoint formats by name -> file suffix (``ckpt-<step:08d><suffix>``); "auto" picks one by the state
 CHECKPOINT_FORMATS = {"json": ".json", "npz": ".npz", "torch": ".pt", "pickle": ".pkl"}

@@ -10,6 +10,7 @@ skipping a torn last line. Values are JSON numbers (NaN/inf as the strings "nan"
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 
@@ -203,3 +204,60 @@ def measurement_to_dict(m: Measurement) -> dict[str, Any]:
 def measurement_from_dict(d: Mapping[str, Any]) -> Measurement:
     return Measurement(step=int(d["step"]), elapsed_s=d.get("elapsed_s"),
                        metrics={k: float(v) for k, v in d["metrics"].items()})
+
+
+# --- States and reasons recorded for a job and its trials -------------------------------------------
+class _StrValued(str, enum.Enum):
+    """A string-valued enum that prints and formats as its value (3.11's StrEnum, on 3.10 too).
+
+    Members only ever get added: stored records and other tools compare against the strings.
+    """
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, format_spec: str) -> str:
+        return format(str(self.value), format_spec)
+
+
+class JobState(_StrValued):
+    """Vertex's ``JobState`` of a HyperparameterTuningJob."""
+
+    QUEUED = "JOB_STATE_QUEUED"
+    PENDING = "JOB_STATE_PENDING"
+    RUNNING = "JOB_STATE_RUNNING"
+    SUCCEEDED = "JOB_STATE_SUCCEEDED"
+    FAILED = "JOB_STATE_FAILED"
+    CANCELLING = "JOB_STATE_CANCELLING"
+    CANCELLED = "JOB_STATE_CANCELLED"
+
+
+FINAL_JOB_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+class TrialState(_StrValued):
+    """Vertex's ``Trial.State`` (the ``state`` attribute of a trial in the storage)."""
+
+    REQUESTED = "REQUESTED"
+    ACTIVE = "ACTIVE"
+    STOPPING = "STOPPING"
+    SUCCEEDED = "SUCCEEDED"
+    INFEASIBLE = "INFEASIBLE"
+
+
+class StopReason(_StrValued):
+    """Why the job loop stops a running trial."""
+
+    SUCCESS = "success"  # the primary replica exited 0: the others are stopped
+    EARLY = "early"  # the early-stopping rule
+    TIMEOUT = "timeout"  # trialJobSpec.scheduling.timeout
+    FAILED = "failed"  # a permanent failure (exit 1, OOM, restart budget, could not start)
+    CANCEL = "cancel"  # the job is cancelled: the trial goes back to the queue
+    JOB_END = "job_end"  # the job failed (too many failed trials): the trial goes back to the queue
+    LEAVE = "leave"  # a `trials worker` leaves the job: the trial goes back to the queue
+    LOST = "lost"  # another worker took the trial over: this worker records nothing more
+
+    @property
+    def requeues(self) -> bool:
+        """Whether a trial stopped for this reason is not at fault and runs again later."""
+        return self in (StopReason.CANCEL, StopReason.JOB_END, StopReason.LEAVE)

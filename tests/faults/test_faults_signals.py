@@ -1,4 +1,4 @@
-"""SIGTERM or SIGINT to the controller: the job is CANCELLED cleanly (no process left) and resumes."""
+"""SIGTERM, SIGINT or SIGHUP to the controller: the job is CANCELLED cleanly (no process left) and resumes."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def wait_for(predicate, timeout_s: float = 20.0) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])
 def test_signal_cancels_the_job_cleanly_and_it_resumes(jobs, sig: signal.Signals) -> None:
     job_id = jobs.job_id(sig.name.lower())
     spec = jobs.spec(n=4, parallel=2)
@@ -67,3 +67,19 @@ def test_second_sigint_kills_replicas_that_ignore_sigterm_at_once(jobs) -> None:
     assert proc.returncode == 130, err
     assert "JOB_STATE_CANCELLED" in out
     assert wait_no_processes(job_id) == []
+
+
+def test_sighup_after_the_terminal_is_gone_cancels_cleanly(jobs) -> None:
+    # Issue 12 item 9: the SSH session closes: the controller's output goes nowhere and it gets
+    # SIGHUP. It used to die at once (exit 129), leaving the job RUNNING and its replicas running.
+    job_id = jobs.job_id("hup")
+    proc = jobs.start("sweep", jobs.spec(n=2, parallel=2), "--job-id", job_id, "--grace-period", "2", "--",
+                      "python", TRAINER, "--epochs=200", "--sleep=0.05")
+    wait_for(lambda: all((jobs.job_dir(job_id) / str(i) / "hypertune.metrics").exists() for i in (1, 2)))
+    proc.stdout.close()  # the terminal is gone: every later write fails
+    proc.send_signal(signal.SIGHUP)
+    proc.wait(timeout=30)
+    assert proc.returncode != -signal.SIGHUP
+    assert wait_no_processes(job_id) == [], "a replica outlived the controller"
+    assert jobs.describe(job_id)["state"] == "JOB_STATE_CANCELLED"
+    assert "RUNNING" not in [t.state.name for t in jobs.optuna_study(job_id).trials]

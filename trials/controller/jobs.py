@@ -434,7 +434,7 @@ def _reap_leftovers(h: JobHandle) -> int:
 
     records = []
     for t in h.store.running_trials():
-        path = os.path.join(h.job_dir, str(t.number + 1), "pids.json")
+        path = os.path.join(h.job_dir, str(t.number + 1), protocol.PIDS_FILE)
         try:
             with open(path, encoding="utf-8") as f:
                 records.extend(json.load(f))

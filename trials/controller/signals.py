@@ -1,4 +1,8 @@
-"""How the job loop sleeps and hears signals: SIGINT/SIGTERM handlers, and a SIGCHLD wake-up.
+"""How the job loop sleeps and hears signals: SIGINT/SIGTERM/SIGHUP handlers, and a SIGCHLD wake-up.
+
+SIGHUP (the terminal or the SSH session closed) is a stop request like SIGTERM: the job is
+cancelled cleanly, its replicas stopped, instead of the controller dying at once (exit 129) and
+leaving the job RUNNING with replicas behind.
 
 A replica's exit wakes the loop at once (SIGCHLD → the wake-up fd → ``select``) instead of after
 a poll interval, so a finished trial's slot is refilled without delay. Outside the main thread
@@ -14,6 +18,8 @@ import threading
 import time
 from collections.abc import Callable
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
 
 class LoopSignals:
     """Install with ``install(on_stop)``; ``wait(timeout)`` sleeps until a child exits or time is up."""
@@ -22,14 +28,14 @@ class LoopSignals:
         self._wake_r: int | None = None
 
     def install(self, on_stop: Callable[[int], None]) -> Callable[[], None]:
-        """Route SIGINT/SIGTERM to ``on_stop(signum)`` and SIGCHLD to the wake-up fd.
+        """Route SIGINT/SIGTERM/SIGHUP to ``on_stop(signum)`` and SIGCHLD to the wake-up fd.
 
         Returns the function that restores the previous handlers.
         """
         if threading.current_thread() is not threading.main_thread():
             return lambda: None
         previous = {}
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             previous[sig] = signal.signal(sig, lambda signum, frame: on_stop(signum))
         r, w = os.pipe()
         os.set_blocking(r, False)

@@ -148,7 +148,7 @@ def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec,
     """Run the job in ``job_dir``; (result, the first failed trial's exception)."""
     from trials.controller.describe import trial_to_rest
     from trials.controller.metrics_reader import TrialMetricsReader
-    from trials.records import measurement_to_dict
+    from trials.controller.outcome import finished_trial, record_finished
     from trials.runtime import entrypoint
     from trials.runtime.context import RunOptions
     from trials.study.samplers import choose_sampler_name
@@ -225,29 +225,16 @@ def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec,
             err = outcome.error
             detail = f"{type(err).__name__}: {err}" if err is not None else "Error"
             failure = policy.exit_message(replica.name, outcome.exit_code)
-        trial_state, reason, values, final = policy.trial_outcome(
-            measurements, study_spec.metrics, best=study_spec.selects_best, failure=failure,
-            reported_tags=reader.reported_tags)
-        attrs: dict[str, Any] = {"state": trial_state, "end_time": _rfc(time.time()),
-                                 "measurements": [measurement_to_dict(m) for m in measurements]}
-        if final is not None:
-            attrs["final_measurement"] = measurement_to_dict(final)
-        if reason:
-            attrs["infeasible_reason"] = reason
-        if failure:
-            attrs.update(failed=True, error_detail=[detail])
         # Told to stop but ran to the end anyway (it ignored should_stop): not stopped early.
         stopped = bool(state["stopped"]) and stopping.ended_early(state["curve"], completed)
-        if stopped:
-            attrs.update(stopped_early=True, stop_reason=state["detail"])
-        store.set_trial_attrs(claimed.storage_id, **attrs)
-        if trial_state == "SUCCEEDED":
-            store.complete(claimed.number, values, stopped_early=stopped)
+        finished = finished_trial(measurements, study_spec, failure=failure, reported_tags=reader.reported_tags,
+                                  end_time=_rfc(time.time()), stopped_early=stopped, stop_detail=state["detail"])
+        record_finished(store, number=claimed.number, storage_id=claimed.storage_id, outcome=finished,
+                        extra={"error_detail": [detail]} if failure else None)
+        if finished.succeeded:
             n_succeeded += 1
             if not stopped and state["curve"]:
                 completed.append(list(state["curve"]))
-        else:
-            store.fail(claimed.number)
         if failure:
             n_failed += 1
             first_error = first_error or outcome.error
@@ -262,7 +249,8 @@ def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec,
             on_trial(rest)
 
     state_name = "JOB_STATE_FAILED" if job_error else "JOB_STATE_SUCCEEDED"
-    store.set_meta(state=state_name, error={"code": policy.JOB_FAILED_CODE, "message": job_error} if job_error else None)
+    store.set_meta(state=state_name,
+                   error={"code": policy.JOB_FAILED_CODE, "message": job_error} if job_error else None)
     best = None
     ok = [t for t in results if t["state"] == "SUCCEEDED"]
     if ok:

@@ -1,0 +1,370 @@
+"""The job loop replayed: fake replicas on a fake clock, a real journal storage, no subprocess.
+
+Each test is a history (what every replica attempt does, when signals come) and what the job must
+record from it. Modelled on honcho's tests/test_manager.py.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trials import protocol
+from trials.controller import jobs as controller
+from trials.controller.job import JobRunner
+from trials.records import JobState
+from trials.spec.load import loads_spec
+
+SPEC = """\
+metrics: {{loss: minimize}}
+parameters:
+  x: {{type: double, min: 0.0, max: 1.0}}
+command: [python, train.py]
+max_trial_count: {n}
+parallel_trial_count: {parallel}
+max_failed_trial_count: {max_failed}
+{extra}
+"""
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def wall(self) -> float:
+        return 1_800_000_000.0 + self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
+
+
+class FakeSignals:
+    """Waiting advances the clock; ``at`` delivers signals or runs hooks at given times."""
+
+    def __init__(self, clock: FakeClock, at: list[tuple[float, Any]] | None = None):
+        self.clock = clock
+        self.at = sorted(at or [], key=lambda item: item[0])
+        self.on_stop: Callable[[int], None] | None = None
+
+    def install(self, on_stop: Callable[[int], None]) -> Callable[[], None]:
+        self.on_stop = on_stop
+        return lambda: None
+
+    def wait(self, timeout: float) -> None:
+        self.clock.t += timeout
+        while self.at and self.at[0][0] <= self.clock.t - 1000.0:
+            _, what = self.at.pop(0)
+            if callable(what):
+                what()
+            else:
+                assert self.on_stop is not None
+                self.on_stop(what)
+
+
+@dataclass
+class Script:
+    """What one attempt of a replica does, in seconds of the fake clock since it started."""
+
+    steps: int = 3
+    step_s: float = 1.0
+    exit_code: int = 0  # after the last step
+    crash_at_step: int | None = None  # exits with crash_code instead of reporting this step
+    crash_code: int = 139
+    exit_on_poll: int | None = None  # exits with crash_code just before its n-th poll sees it
+    on_term: str = "exit"  # "exit": dies at once (143); "ignore": only SIGKILL ends it
+    term_code: int = 143
+    offset: float = 0.0  # added to every reported value
+
+
+@dataclass
+class FakeReplica:
+    clock: FakeClock
+    name: str
+    env: dict[str, str]
+    script: Script
+    start: float = 0.0
+    returncode: int | None = None
+    stop_requested_at: float | None = None
+    oom_killed: bool = False
+    signals: list[int] = field(default_factory=list)
+    reports: list[str] = field(default_factory=list)
+    n_polls: int = 0
+
+    def __post_init__(self) -> None:
+        self.start = self.clock.t
+
+    def _run(self) -> None:
+        """Catch up with the clock: report the steps that came due, exit when the script says."""
+        s = self.script
+        elapsed = self.clock.t - self.start
+        due = min(s.steps, int(elapsed / s.step_s + 1e-9))
+        for step in range(len(self.reports) + 1, due + 1):
+            if step == s.crash_at_step:
+                self.returncode = s.crash_code
+                return
+            self._report(step)
+        if due == s.steps and self.name.endswith("-0"):
+            self.returncode = s.exit_code
+
+    def _report(self, step: int) -> None:
+        x = float(self.env.get("X", "0.5"))
+        value = s_value(x, step, self.script.offset)
+        self.reports.append(json.dumps({"loss": str(value), "global_step": str(step),
+                                        "timestamp": self.clock.wall(), "trial": self.env[protocol.ENV_TRIAL_ID],
+                                        "checkpoint_path": ""}))
+        Path(self.env[protocol.ENV_METRIC_FILE]).write_text("\n".join(self.reports) + "\n")
+
+    def poll(self) -> int | None:
+        self.n_polls += 1
+        if self.returncode is None and self.script.exit_on_poll == self.n_polls:
+            self.returncode = self.script.crash_code  # exited since the last poll
+        if self.returncode is None:
+            self._run()
+        return self.returncode
+
+    def begin_stop(self, now: float) -> float:
+        if self.stop_requested_at is None:
+            self.stop_requested_at = now
+            if self.returncode is None:
+                self.signals.append(signal.SIGTERM)
+                if self.script.on_term == "exit":
+                    self.returncode = self.script.term_code
+        return self.stop_requested_at
+
+    def advance_stop(self, now: float, grace_s: float) -> bool:
+        started = self.begin_stop(now)
+        if self.poll() is not None:
+            return True
+        if now - started >= grace_s:
+            self.send_signal_group(signal.SIGKILL)
+        return False
+
+    def send_signal_group(self, sig: int) -> None:
+        self.signals.append(sig)
+        if sig == signal.SIGKILL and self.returncode is None:
+            self.returncode = 137
+
+    def record(self) -> dict[str, Any]:
+        return {"name": self.name, "pid": 1_000_000, "pgid": 1_000_000, "start_time": None}
+
+    def close(self) -> None:
+        pass
+
+
+def s_value(x: float, step: int, offset: float = 0.0) -> float:
+    return offset + (x - 0.3) ** 2 + 1.0 / (step + 1)
+
+
+class FakeFactory:
+    """Starts fake replicas; ``plan(trial_id, attempt)`` gives each attempt's script."""
+
+    def __init__(self, clock: FakeClock, plan: Callable[[str, int], Script]):
+        self.clock = clock
+        self.plan = plan
+        self.started: list[FakeReplica] = []
+
+    def __call__(self, argv: list[str], *, env: dict[str, str], cwd: str, stdout_path: str, stderr_path: str,
+                 name: str, echo: Any = None, memory_limit_mb: int | None = None) -> FakeReplica:
+        x = next(a.split("=", 1)[1] for a in argv if a.startswith("--x="))
+        script = self.plan(env[protocol.ENV_TRIAL_ID], int(env[protocol.ENV_ATTEMPT]))
+        replica = FakeReplica(self.clock, name, {**env, "X": x}, script)
+        self.started.append(replica)
+        return replica
+
+
+@dataclass
+class Run:
+    state: str
+    trials: list[Any]
+    factory: FakeFactory
+    events: list[tuple[str, dict[str, Any]]]
+    runner: JobRunner
+    job_dir: Path
+
+    def attempts(self, n: int) -> list[int]:
+        return [a["exitStatus"] for a in self.trials[n].user_attrs.get("attempts", []) if "exitStatus" in a]
+
+    def steps(self, n: int) -> list[int]:
+        return [m["step"] for m in self.trials[n].user_attrs["measurements"]]
+
+
+def replay(tmp_path: Path, plan: Callable[[str, int], Script], *, n: int = 1, parallel: int = 1,
+           max_failed: int = 0, extra: str = "", at: list[tuple[float, Any]] | None = None,
+           inject: float = 0.0, seed: int = 1, shared: Any = None,
+           hooks: Callable[[JobRunner], list[Any]] | None = None) -> Run:
+    job = loads_spec(SPEC.format(n=n, parallel=parallel, max_failed=max_failed, extra=extra), source="t.yaml")
+    h = controller.create_job(job, root=str(tmp_path / "jobs"), job_id="replay", spec_path=None, storage=None,
+                              base_output_dir=None, project_number=None, local_command=None, seed=seed)
+    options = controller.run_options(h, echo=False, grace_period_s=2.0, memory_limit_mb=None,
+                                     inject_restarts=inject, slots=None, seed=seed, shared=shared)
+    clock = FakeClock()
+    factory = FakeFactory(clock, plan)
+    events: list[tuple[str, dict[str, Any]]] = []
+    signals = FakeSignals(clock, at)
+    runner = JobRunner(h.store, h.job, options, progress=lambda e, d: events.append((e, d)), clock=clock,
+                       replica_factory=factory, signals=signals)
+    if hooks is not None:
+        signals.at = sorted(signals.at + hooks(runner), key=lambda item: item[0])
+    state = runner.run()
+    trials = sorted(h.store.frozen_trials(), key=lambda t: t.number)
+    return Run(state=state, trials=trials, factory=factory, events=events, runner=runner,
+               job_dir=Path(h.job_dir))
+
+
+def test_a_replica_that_crashes_once_is_restarted_and_the_trial_succeeds(tmp_path: Path) -> None:
+    run = replay(tmp_path, lambda trial, attempt: Script(steps=5, crash_at_step=3 if attempt == 0 else None))
+    assert run.state == JobState.SUCCEEDED
+    t = run.trials[0]
+    assert t.user_attrs["state"] == "SUCCEEDED"
+    assert run.steps(0) == [1, 2, 3, 4, 5]
+    assert run.attempts(0) == [139, 0]
+    assert "exited with a non-zero status of 139" in t.user_attrs["attempts"][0]["reason"]
+    assert [r.env[protocol.ENV_ATTEMPT] for r in run.factory.started] == ["0", "1"]
+
+
+def test_a_replica_that_crashes_six_times_fails_the_trial_after_five_restarts(tmp_path: Path) -> None:
+    run = replay(tmp_path, lambda trial, attempt: Script(steps=5, crash_at_step=2))
+    assert run.state == JobState.FAILED
+    t = run.trials[0]
+    assert t.user_attrs["state"] == "INFEASIBLE" and t.user_attrs["failed"]
+    assert run.attempts(0) == [139] * 6
+    assert "exited with a non-zero status of 139" in t.user_attrs["infeasible_reason"]
+    assert "restarted 5 times, the limit" in t.user_attrs["error_detail"][-1]
+    assert len(run.factory.started) == 6
+
+
+def test_an_exit_between_two_polls_is_classified_on_the_next_pass(tmp_path: Path) -> None:
+    # The bug of issue 11 §1: the replica is running at the pass's poll, then exits before a later
+    # poll of the same pass. Its exit must be classified (a restart), never judged unrecorded.
+    run = replay(tmp_path, lambda trial, attempt: Script(steps=4, exit_on_poll=2 if attempt == 0 else None))
+    t = run.trials[0]
+    assert t.user_attrs["state"] == "SUCCEEDED"
+    assert run.attempts(0) == [139, 0]
+    assert run.steps(0) == [1, 2, 3, 4]
+
+
+def test_chaos_injection_during_start_up_restarts_the_replica(tmp_path: Path) -> None:
+    # The trainer dies at once on SIGTERM, before it reported anything: every injection must end
+    # an attempt that is restarted, and every trial ends with all its steps.
+    run = replay(tmp_path, lambda trial, attempt: Script(steps=3, step_s=1.0), n=4, parallel=2,
+                 inject=2.0, seed=3)
+    assert run.runner.injected_total > 0
+    for i, t in enumerate(run.trials):
+        assert t.user_attrs["state"] == "SUCCEEDED", t.user_attrs
+        assert run.steps(i) == [1, 2, 3]
+        exits = run.attempts(i)
+        assert exits[-1] == 0 and set(exits[:-1]) <= {143}
+        assert len(exits) - 1 == t.user_attrs.get("injected_restarts", 0)
+    assert any(e == "injected_restart" for e, _ in run.events)
+    assert run.runner.lost_steps_total == 0
+
+
+def test_an_exit_during_a_stop_is_recorded_not_restarted(tmp_path: Path) -> None:
+    # A cancel stops the trial; the replica crashes (exit 1) while stopping: not a failure, no
+    # restart; the trial goes back to the queue and the job is CANCELLED.
+    run = replay(tmp_path, lambda trial, attempt: Script(steps=10, term_code=1), at=[(2.5, signal.SIGTERM)])
+    assert run.state == JobState.CANCELLED
+    t = run.trials[0]
+    assert t.user_attrs["state"] == "REQUESTED"
+    assert t.state.name == "WAITING"
+    assert run.attempts(0) == [1]
+    assert len(run.factory.started) == 1
+    assert run.factory.started[0].signals[0] == signal.SIGTERM
+
+
+def test_cancel_stops_every_replica_and_requeues_the_trials(tmp_path: Path) -> None:
+    run = replay(tmp_path, lambda trial, attempt: Script(steps=50, on_term="ignore"), n=3, parallel=2,
+                 at=[(1.5, signal.SIGINT)])
+    assert run.state == JobState.CANCELLED
+    started = run.factory.started
+    assert len(started) == 2
+    for r in started:
+        assert r.signals[:2] == [signal.SIGTERM, signal.SIGKILL]  # the grace period ran out
+    assert [t.user_attrs.get("state") for t in run.trials[:2]] == ["REQUESTED", "REQUESTED"]
+    assert all(t.state.name == "WAITING" for t in run.trials)
+    assert ("job_cancelling", {}) in run.events
+
+
+def test_a_trial_over_its_timeout_is_stopped_and_fails(tmp_path: Path) -> None:
+    run = replay(tmp_path, lambda trial, attempt: Script(steps=100), extra="timeout: 5")
+    t = run.trials[0]
+    assert t.user_attrs["state"] == "INFEASIBLE"
+    assert "maximum running time of 5s" in t.user_attrs["infeasible_reason"]
+    assert run.attempts(0) == [143]
+    assert run.state == JobState.FAILED
+    assert (run.job_dir / "1" / protocol.STOP_FILE).exists()
+
+
+def test_early_stopping_stops_a_worse_trial(tmp_path: Path) -> None:
+    run = replay(tmp_path, lambda trial, attempt: Script(steps=10, offset=10.0 if trial == "5" else 0.0),
+                 n=5, extra="stopping: {type: median}")
+    assert run.state == JobState.SUCCEEDED
+    *completed, worse = run.trials
+    assert [t.state.name for t in completed] == ["COMPLETE"] * 4
+    assert worse.user_attrs["stopped_early"] and worse.user_attrs["state"] == "SUCCEEDED"
+    assert worse.state.name == "PRUNED"
+    assert len(run.steps(4)) < 10
+    assert run.attempts(4) == [143]
+    assert run.factory.started[4].signals[0] == signal.SIGTERM
+    assert (run.job_dir / "5" / protocol.STOP_FILE).exists()
+
+
+class FakeShared:
+    """The worker's view of a database job, minimal: one worker, the lease lost at a set time."""
+
+    me = "host:1"
+    heartbeat_s = 1.0
+    n_waiting = n_running = 0
+
+    def __init__(self) -> None:
+        self.store: Any = None
+        self.lose: set[int] = set()
+        self.released: list[int] = []
+
+    def claim(self, study: Any, *, cap: int) -> Any:
+        return self.store.claim(study)
+
+    def beat_due(self) -> bool:
+        return True
+
+    def beat(self, ids: list[int]) -> list[int]:
+        return [i for i in ids if i in self.lose]
+
+    def owns(self, storage_id: int) -> bool:
+        return storage_id not in self.lose
+
+    def release(self, storage_id: int) -> None:
+        self.released.append(storage_id)
+
+    def counts(self) -> tuple[int, int]:
+        return (0, 0)
+
+    def others_active(self) -> int:
+        return 0
+
+    def requeue_stale(self) -> int:
+        return 0
+
+
+def test_a_worker_that_lost_its_lease_stops_the_replicas_and_writes_nothing(tmp_path: Path) -> None:
+    shared = FakeShared()
+
+    def hooks(runner: JobRunner) -> list[Any]:
+        shared.store = runner.store
+        return [(2.5, lambda: shared.lose.add(runner.running["1"].claimed.storage_id))]
+
+    run = replay(tmp_path, lambda trial, attempt: Script(steps=10), shared=shared, hooks=hooks)
+    t = run.trials[0]
+    assert ("trial_requeued", {"trial_id": "1", "lost": True}) in run.events
+    assert run.factory.started[0].signals[0] == signal.SIGTERM
+    assert "end_time" not in t.user_attrs and t.user_attrs["state"] == "ACTIVE"  # the new owner records it
+    assert len(t.intermediate_values) <= 3  # nothing written after the lease was lost
+    assert not (run.job_dir / "1" / protocol.STOP_FILE).exists()  # its folder is the new owner's
+    assert not any(e == "trial_done" for e, _ in run.events)

@@ -1,0 +1,49 @@
+"""The job's own storage cannot grow (a full disk, a file-size limit): the job pauses, nothing is lost."""
+
+from __future__ import annotations
+
+import resource
+import time
+
+import pytest
+from faultkit import TRAINER, wait_no_processes
+
+pytestmark = [pytest.mark.faults]
+
+
+def test_a_journal_that_cannot_grow_pauses_the_job_and_resume_finishes_it(jobs) -> None:
+    # Issue 12 item 12: the controller died of `OSError: No space left on device` in append_logs
+    # and left the job RUNNING. Here, once trial 1 is recorded, the controller may not grow any
+    # file by more than 2 kB (RLIMIT_FSIZE: EFBIG, as a full disk gives ENOSPC).
+    job_id = jobs.job_id("full")
+    proc = jobs.start("sweep", jobs.spec(n=3, parallel=1), "--job-id", job_id, "--grace-period", "2",
+                      "--", "python", TRAINER, "--epochs=60", "--sleep=0.05")
+    journal = jobs.job_dir(job_id) / "journal.log"
+
+    def trial_one_done() -> bool:
+        return journal.exists() and any(
+            t.user_attrs.get("state") == "SUCCEEDED" for t in jobs.optuna_study(job_id).trials)
+
+    deadline = time.monotonic() + 60
+    while not trial_one_done():
+        assert time.monotonic() < deadline and proc.poll() is None, "trial 1 never finished"
+        time.sleep(0.1)
+    before = {t.number: (t.user_attrs, t.values) for t in jobs.optuna_study(job_id).trials
+              if t.user_attrs.get("state") == "SUCCEEDED"}
+    limit = journal.stat().st_size + 2048
+    resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (limit, limit))
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, out[-2000:] + err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "disk is full" in lines[0] and f"trials resume {job_id}" in lines[0], err
+    assert "internal error" not in err and "Traceback" not in err
+    assert wait_no_processes(job_id) == [], "a replica outlived the paused controller"
+
+    resumed = jobs.cli("resume", job_id, "--grace-period", "2", timeout=120)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr
+    study = jobs.optuna_study(job_id)
+    assert study.user_attrs["trials:state"] == "JOB_STATE_SUCCEEDED"
+    assert [t.user_attrs["state"] for t in study.trials] == ["SUCCEEDED"] * 3
+    for number, (attrs, values) in before.items():  # what was recorded before the pause is kept
+        assert study.trials[number].user_attrs == attrs and study.trials[number].values == values

@@ -1,0 +1,139 @@
+"""Starting a claimed trial: its folder and files, its replicas' commands and environments, and each
+replica start (first or restart) through the injected replica factory."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from typing import Any, TextIO
+
+from trials import protocol
+from trials.controller import launch, trial_files
+from trials.controller.devices import DeviceAllocator, DevicePlan, replica_env
+from trials.controller.effects import Clock, ReplicaFactory
+from trials.controller.metrics_reader import TrialMetricsReader
+from trials.controller.process import free_port, reap_leftovers
+from trials.controller.trial_run import TrialRun
+from trials.errors import ConfigError
+from trials.spec import JobSpec
+from trials.study.store import Claimed
+from trials.timefmt import rfc3339
+
+
+class TrialLauncher:
+    """Prepares trial folders and starts replicas for one job loop.
+
+    Args:
+        job: the job spec; ``job_id`` its id; ``trial_job_rest`` the stored trialJobSpec (REST form).
+        options: the loop's ``RunOptions`` (paths, command, echo, memory limit, devices, pass_env).
+        factory: starts one replica (``process.start_replica`` in production).
+        clock: wall time for the records.
+        alloc: hands out devices to trials (None: devices untouched).
+    """
+
+    def __init__(self, job: JobSpec, job_id: str, options: Any, *, factory: ReplicaFactory, clock: Clock,
+                 trial_job_rest: Mapping[str, Any], alloc: DeviceAllocator | None,
+                 environ: Mapping[str, str] | None = None):
+        self.job = job
+        self.job_id = job_id
+        self.opt = options
+        self.factory = factory
+        self.clock = clock
+        self.trial_job_rest = dict(trial_job_rest)
+        self.alloc = alloc
+        self.environ = dict(os.environ if environ is None else environ)
+
+    def _reader(self, paths: launch.TrialPaths, metric_file: str) -> TrialMetricsReader:
+        return TrialMetricsReader(metric_file, os.path.join(paths.trial_dir, protocol.METRICS_LOG),
+                                  self.job.study.reported_metric_ids, start_time=self.clock.wall())
+
+    def empty_run(self, claimed: Claimed, now: float) -> TrialRun:
+        """A run with no replica: for a trial that could not be prepared (it fails at once)."""
+        paths = launch.trial_paths(self.opt.job_dir, self.opt.base_output, claimed.trial_id)
+        reader = self._reader(paths, os.path.join(paths.trial_dir, protocol.HYPERTUNE_FILE))
+        return TrialRun(claimed=claimed, paths=paths, launches=[], reader=reader,
+                        start_wall=self.clock.wall(), start_mono=now)
+
+    def prepare(self, claimed: Claimed, now: float, previous_attempts: list[dict[str, Any]]) -> TrialRun:
+        """Create the trial folder and its files; the run has no replica started yet.
+
+        Raises:
+            OSError: the folder or a file could not be written (a full disk, a planted directory).
+            ConfigError: the replicas' commands cannot be built.
+        """
+        paths = launch.trial_paths(self.opt.job_dir, self.opt.base_output, claimed.trial_id)
+        os.makedirs(paths.trial_dir, exist_ok=True)
+        trial_files.clear_stop(paths.trial_dir)
+        for d in (paths.model_dir, paths.checkpoint_dir, paths.tensorboard_dir):
+            os.makedirs(protocol.local_path(d, self.opt.gcs_root), exist_ok=True)
+        n_replicas = len(self.job.trial_job.replicas()) if self.job.trial_job else 1
+        ports = [free_port() for _ in range(n_replicas)] if n_replicas > 1 else [2222]
+        launches = launch.build_replicas(
+            job=self.job, job_id=self.job_id, trial_id=claimed.trial_id,
+            params=claimed.params, paths=paths, project_number=self.opt.project_number,
+            local_command=self.opt.local_command,
+            base_env=launch.clean_base_env(self.environ, self.opt.pass_env),
+            ports=ports, gcs_root=self.opt.gcs_root, job_spec_rest=self.trial_job_rest,
+        )
+        run = TrialRun(claimed=claimed, paths=paths, launches=launches,
+                       reader=self._reader(paths, launches[0].metric_file),
+                       start_wall=self.clock.wall(), start_mono=now)
+        if self.alloc is not None:
+            run.devices = self.alloc.allocate(claimed.trial_id, self.opt.devices.counts)
+        if claimed.resumed:
+            # Measurements of earlier attempts stay in the trial directory and are read again.
+            run.attempts = list(previous_attempts)
+            entry = {"reason": claimed.resume_reason or "resumed after the controller stopped",
+                     "time": rfc3339(self.clock.wall())}
+            if claimed.previous_worker:
+                entry["worker"] = claimed.previous_worker
+                self._reap_previous(claimed.previous_worker, paths.trial_dir)
+            run.attempts.append(entry)
+            run.reader.poll(final=True)  # what the earlier attempt reported (its processes are gone)
+            run.reader.on_restart()
+        trial_files.write_args(paths.trial_dir, claimed.trial_id, claimed.params,
+                               {lau.name: lau.argv for lau in launches})
+        trial_files.write_env(paths.trial_dir, {lau.name: lau.env for lau in launches}, self.environ)
+        return run
+
+    def start(self, run: TrialRun, lau: launch.ReplicaLaunch, *, attempt: int, echo: TextIO | None) -> None:
+        """Start (or restart) one replica and list it in ``pids.json``.
+
+        Raises:
+            OSError, ConfigError: it could not be started; the caller fails the trial.
+        """
+        env = dict(lau.env)
+        env[protocol.ENV_ATTEMPT] = str(attempt)
+        plan: DevicePlan | None = self.opt.devices
+        if plan is not None:
+            group = run.devices[run.launches.index(lau)] if run.devices is not None else None
+            env.update(replica_env(group, hide=plan.hide))
+        replica = self.factory(
+            list(lau.argv), env=env, cwd=self.opt.cwd,
+            stdout_path=os.path.join(run.paths.trial_dir, protocol.stdout_log(lau.name)),
+            stderr_path=os.path.join(run.paths.trial_dir, protocol.stderr_log(lau.name)),
+            name=f"{run.trial_id}/{lau.name}" if echo else lau.name,
+            echo=echo, memory_limit_mb=self.opt.memory_limit_mb,
+        )
+        run.replicas[lau.name] = replica
+        run.exited.pop(lau.name, None)
+        # Every replica started in this run stays listed: a resumed controller reaps their groups.
+        run.pid_records.append(replica.record())
+        trial_files.write_pids(run.paths.trial_dir, run.pid_records)
+
+    @staticmethod
+    def _reap_previous(previous_worker: str, trial_dir: str) -> None:
+        """A dead worker on this host may have left replicas of the trial running: stop them."""
+        if previous_worker.rsplit(":", 1)[0] != socket.gethostname():
+            return
+        records = trial_files.read_pids(trial_dir)
+        if records:
+            reap_leftovers(records)
+
+
+def start_error_text(err: OSError | ConfigError, trial_dir: str) -> str:
+    """One line for a trial that could not be prepared or a replica that could not be started."""
+    if not isinstance(err, OSError):
+        return str(err).rstrip(".")
+    return f"{err.strerror or err} ({getattr(err, 'filename', None) or trial_dir})"

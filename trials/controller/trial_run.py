@@ -1,0 +1,167 @@
+"""One running trial's bookkeeping (replicas, attempts, restarts, why it stops) and the pure decision
+of what a replica's exit means for it.
+
+Each exit is classified exactly once, from the one poll of the loop tick that saw it
+(:meth:`TrialRun.new_exits`); a trial is finished only when every replica's exit has been
+classified and no restart is pending (:meth:`TrialRun.all_exits_classified`).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trials.controller import launch, policy
+from trials.controller.effects import ReplicaHandle
+from trials.controller.metrics_reader import TrialMetricsReader
+from trials.records import StopReason
+from trials.study.store import Claimed
+
+
+class Verdict(str, enum.Enum):
+    RECORD = "record"  # nothing to decide: the trial is stopping, or a restart is already pending
+    SUCCESS = "success"  # the primary replica succeeded: stop the others, the trial is done
+    RESTART = "restart"  # restart the replica (same trial id, same env)
+    FAIL = "fail"  # the trial fails with ``message``
+    WAIT = "wait"  # a non-primary replica finished: wait for the primary
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExitDecision:
+    verdict: Verdict
+    message: str | None = None  # the trial's failure, or the restarted attempt's reason
+    detail: tuple[str, ...] = ()  # the exception and the traceback's last lines (local view)
+    injected: bool = False  # a chaos-mode restart (does not use up the crash budget)
+
+
+def decide_exit(
+    status: int,
+    *,
+    replica: str,
+    is_primary: bool,
+    oom_killed: bool,
+    told_to_stop: bool,
+    trial_stop: StopReason | None,
+    restart_pending: bool,
+    n_crash_restarts: int,
+    stderr_tail: Sequence[str] = (),
+) -> ExitDecision:
+    """What one replica's exit means for its trial (pure).
+
+    Args:
+        status: Vertex-style exit status (128 + signal).
+        told_to_stop: the loop had sent this replica SIGTERM (a chaos injection when the trial
+            itself is not stopping).
+        trial_stop: why the whole trial is stopping, or None while it runs.
+        restart_pending: the replica was stopped to be restarted (restartJobOnWorkerRestart).
+        n_crash_restarts: restarts of this replica after crashes so far (injections excluded).
+    """
+    if trial_stop is not None or restart_pending:
+        return ExitDecision(verdict=Verdict.RECORD)
+    injected = told_to_stop
+    decision = policy.classify_exit(status, replica=replica, stop_requested=False, oom_killed=oom_killed,
+                                    restarts_so_far=0 if injected else n_crash_restarts,
+                                    stderr_tail=stderr_tail)
+    kind = decision.kind
+    if injected and (kind is policy.ExitKind.RESTARTABLE or (kind is policy.ExitKind.SUCCEEDED and not is_primary)):
+        return ExitDecision(verdict=Verdict.RESTART, injected=True)  # a maintenance restart
+    if kind is policy.ExitKind.SUCCEEDED:
+        return ExitDecision(verdict=Verdict.SUCCESS if is_primary else Verdict.WAIT)
+    if kind is policy.ExitKind.RESTARTABLE:
+        return ExitDecision(verdict=Verdict.RESTART, message=policy.exit_message(replica, status),
+                            detail=decision.detail)
+    return ExitDecision(verdict=Verdict.FAIL, message=decision.message, detail=decision.detail)
+
+
+@dataclass(eq=False)
+class TrialRun:
+    """A claimed trial while its replicas run: what the loop knows and has decided about it."""
+
+    claimed: Claimed
+    paths: launch.TrialPaths
+    launches: list[launch.ReplicaLaunch]
+    reader: TrialMetricsReader
+    start_wall: float
+    start_mono: float
+    replicas: dict[str, ReplicaHandle] = field(default_factory=dict)
+    restarts: dict[str, int] = field(default_factory=dict)
+    injected_by: dict[str, int] = field(default_factory=dict)  # replica -> injected restarts
+    exited: dict[str, int] = field(default_factory=dict)  # replica -> classified exit status
+    restart_at: dict[str, float] = field(default_factory=dict)  # replicas stopping to be restarted
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    stop_reason: StopReason | None = None
+    failure: str | None = None
+    failure_detail: tuple[str, ...] = ()  # the exception and traceback tail, for the local view
+    stopped_early: bool = False
+    stop_detail: str = ""
+    predicted: tuple[float, float] | None = None  # convex rule: (x, oriented value)
+    reported_steps: int = -1
+    live_elapsed: dict[str, float] = field(default_factory=dict)  # step -> elapsed s, for describe
+    warned_tags: bool = False
+    injected: int = 0
+    next_injection: float = math.inf
+    next_metrics_poll: float = 0.0
+    devices: tuple[tuple[str, ...], ...] | None = None  # per replica, primary first
+    pid_records: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def trial_id(self) -> str:
+        return self.claimed.trial_id
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop_reason is not None
+
+    @property
+    def lost(self) -> bool:
+        return self.stop_reason is StopReason.LOST
+
+    def launch_of(self, name: str) -> launch.ReplicaLaunch:
+        return next(lau for lau in self.launches if lau.name == name)
+
+    def new_exits(self) -> dict[str, int]:
+        """THE poll of a tick: replicas whose exit is not classified yet and that have exited now."""
+        out = {}
+        for name, replica in self.replicas.items():
+            if name in self.exited:
+                continue
+            status = replica.poll()
+            if status is not None:
+                out[name] = status
+        return out
+
+    def all_exits_classified(self) -> bool:
+        """Every replica's exit was seen by a snapshot and classified; no restart is pending."""
+        return not self.restart_at and all(name in self.exited for name in self.replicas)
+
+    def record_exit(self, name: str, status: int, *, oom_killed: bool, time: str) -> dict[str, Any]:
+        """Book an exit (once): the replica's attempt ends with ``status``."""
+        self.exited[name] = status
+        entry = {"replica": name, "attempt": self.restarts.get(name, 0), "exitStatus": status,
+                 "time": time, "oomKilled": bool(oom_killed)}
+        self.attempts.append(entry)
+        return entry
+
+    def n_crash_restarts(self, name: str) -> int:
+        return self.restarts.get(name, 0) - self.injected_by.get(name, 0)
+
+    def schedule_restart(self, names: Sequence[str], now: float, *, injected: bool) -> None:
+        """These replicas restart once their groups are gone (each restart counted once)."""
+        for name in names:
+            if name in self.restart_at:
+                continue
+            self.restarts[name] = self.restarts.get(name, 0) + 1
+            if injected:
+                self.injected_by[name] = self.injected_by.get(name, 0) + 1
+            self.restart_at[name] = now
+
+    def injectable(self) -> list[str]:
+        """Replicas a chaos injection may stop: running, not told to stop, no restart pending."""
+        return [lau.name for lau in self.launches
+                if lau.name in self.replicas and lau.name not in self.exited
+                and lau.name not in self.restart_at
+                and self.replicas[lau.name].stop_requested_at is None
+                and self.replicas[lau.name].poll() is None]

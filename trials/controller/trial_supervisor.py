@@ -1,0 +1,149 @@
+"""What happens to one running trial's replicas: exits, restarts, stops, timeouts, chaos injections.
+
+Each handler consumes one event of a loop pass and asks a pure function what it means
+(``trial_run.decide_exit``, ``policy``, ``chaos``); its effects are signals to the replicas (through
+their handles), replica starts (through the launcher and its injected factory), the ``STOP`` file,
+and progress events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from trials.controller import policy
+from trials.controller.chaos import Chaos
+from trials.controller.effects import Clock
+from trials.controller.trial_files import request_stop, stderr_tail
+from trials.controller.trial_launch import TrialLauncher, start_error_text
+from trials.controller.trial_run import TrialRun, Verdict, decide_exit
+from trials.errors import ConfigError
+from trials.records import StopReason, TrialState
+from trials.study.store import JobStore
+from trials.timefmt import rfc3339
+
+
+class TrialSupervisor:
+    """Handles the events of running trials for one job loop."""
+
+    def __init__(self, *, store: JobStore, launcher: TrialLauncher, chaos: Chaos, clock: Clock,
+                 progress: Callable[[str, dict[str, Any]], None], grace_s: float, timeout_s: float | None,
+                 restart_all: bool, echo: TextIO | None):
+        self.store = store
+        self.launcher = launcher
+        self.chaos = chaos
+        self.clock = clock
+        self.progress = progress
+        self.grace_s = grace_s
+        self.timeout_s = timeout_s
+        self.restart_all = restart_all
+        self.echo = echo
+        self.n_injected = 0
+
+    def on_exit(self, run: TrialRun, name: str, status: int, now: float) -> None:
+        r = run.replicas[name]
+        entry = run.record_exit(name, status, oom_killed=r.oom_killed, time=rfc3339(self.clock.wall()))
+        r.close()
+        lau = run.launch_of(name)
+        decision = decide_exit(
+            status, replica=name, is_primary=lau.is_primary, oom_killed=r.oom_killed,
+            told_to_stop=r.stop_requested_at is not None, trial_stop=run.stop_reason,
+            restart_pending=name in run.restart_at, n_crash_restarts=run.n_crash_restarts(name),
+            stderr_tail=stderr_tail(run.paths.trial_dir, name, status) if status else (),
+        )
+        if decision.verdict is Verdict.RESTART:
+            if decision.message:
+                entry["reason"] = decision.message
+            if decision.detail:
+                entry["detail"] = list(decision.detail)
+            self._schedule_restart(run, name, now, injected=decision.injected)
+        elif decision.verdict is Verdict.SUCCESS:
+            self.begin_stop(run, now, StopReason.SUCCESS)  # the primary exited 0: stop the others
+        elif decision.verdict is Verdict.FAIL:
+            self.fail(run, now, decision.message or policy.exit_message(name, status), decision.detail)
+
+    def _schedule_restart(self, run: TrialRun, name: str, now: float, *, injected: bool) -> None:
+        names = [lau.name for lau in run.launches] if self.restart_all else [name]
+        for other in names:
+            if other not in run.exited:
+                run.replicas[other].begin_stop(now)  # restartJobOnWorkerRestart: the whole trial restarts
+        run.schedule_restart(names, now, injected=injected)
+        why = "injected maintenance restart" if injected else "exit"
+        self.progress("replica_restart", {"trial_id": run.trial_id, "replica": name, "why": why,
+                                          "restarts": run.restarts[name]})
+
+    def on_restarts_due(self, run: TrialRun, now: float) -> None:
+        for name in list(run.restart_at):
+            r = run.replicas[name]
+            r.begin_stop(now)  # the leader or what is left of its group
+            if not r.advance_stop(now, self.grace_s):
+                continue
+            del run.restart_at[name]
+            if name not in run.exited:  # stopped for the restart; its exit is booked, not judged
+                run.record_exit(name, r.poll() or 0, oom_killed=r.oom_killed, time=rfc3339(self.clock.wall()))
+                r.close()
+            if run.stopping:
+                continue
+            lau = run.launch_of(name)
+            if lau.is_primary:
+                run.reader.poll(final=True)  # the last reports of the attempt that ended
+                run.reader.on_restart()
+            try:
+                self.launcher.start(run, lau, attempt=run.restarts[name], echo=self.echo)
+            except (OSError, ConfigError) as err:  # e.g. a full disk: the trial fails, the job goes on
+                self.fail(run, now, f"The replica {name} could not be restarted: "
+                                     f"{start_error_text(err, run.paths.trial_dir)}.")
+
+    def on_timers(self, run: TrialRun, now: float, job_stop: StopReason | None) -> None:
+        if run.stopping:
+            return
+        if self.timeout_s and now - run.start_mono > self.timeout_s:
+            run.failure = policy.timeout_message(self.timeout_s)
+            self.begin_stop(run, now, StopReason.TIMEOUT)
+        elif job_stop is not None:
+            self.begin_stop(run, now, job_stop)
+        elif now >= run.next_injection:
+            self._inject(run, now)
+
+    def _inject(self, run: TrialRun, now: float) -> None:
+        run.next_injection = self.chaos.next_due(now)
+        name = self.chaos.pick(run.injectable())
+        if name is None:
+            return
+        run.replicas[name].begin_stop(now)  # SIGTERM, as before VM maintenance
+        run.injected += 1
+        self.n_injected += 1
+        self.progress("injected_restart", {"trial_id": run.trial_id, "replica": name})
+
+    def fail(self, run: TrialRun, now: float, message: str, detail: tuple[str, ...] = ()) -> None:
+        if run.failure is None:
+            run.failure, run.failure_detail = message, detail
+        self.begin_stop(run, now, StopReason.FAILED)
+
+    def begin_stop(self, run: TrialRun, now: float, reason: StopReason) -> None:
+        if run.stopping and run.stop_reason is not StopReason.SUCCESS:
+            return
+        run.stop_reason = reason
+        run.restart_at.clear()
+        if reason not in (StopReason.LOST, StopReason.SUCCESS):  # a lost trial's folder is another worker's
+            request_stop(run.paths.trial_dir)  # the runtime also watches this file (trainers masking SIGTERM)
+        live = [r for name, r in run.replicas.items() if name not in run.exited]
+        for r in live:
+            r.begin_stop(now)
+        if reason is StopReason.EARLY:
+            self.store.set_trial_attrs(run.claimed.storage_id, state=TrialState.STOPPING.value)
+        if reason is StopReason.FAILED:  # the failure itself is said once, when the trial ends
+            if live:
+                self.progress("trial_stopping", {"trial_id": run.trial_id, "reason": reason.value,
+                                                 "detail": "stopping its other replicas"})
+        elif reason is not StopReason.SUCCESS:
+            self.progress("trial_stopping", {"trial_id": run.trial_id, "reason": reason.value,
+                                             "detail": run.stop_detail or run.failure or ""})
+
+    def groups_gone(self, run: TrialRun, now: float) -> bool:
+        """Every leader exited: stop what is left of their groups (children that outlived them)."""
+        done = True
+        for r in run.replicas.values():
+            r.begin_stop(now)
+            done = r.advance_stop(now, self.grace_s) and done
+        return done
