@@ -100,6 +100,9 @@ def main(argv=None):
             peers.append(conn)
         server.close()
     elif world > 1:
+        # The controller stops the workers as soon as the primary exits 0, which may be before a
+        # worker has applied the last update: the handler is set before training, not after it.
+        signal.signal(signal.SIGTERM, _on_term)
         link = connect(addr, port, args.connect_timeout_s)
         link.settimeout(None)
     w = np.zeros(x.shape[1])
@@ -132,13 +135,26 @@ def main(argv=None):
     return 0
 
 
-def serve_until_stopped(rank):
-    def on_term(signum, frame):
-        print(f"rank {rank}: SIGTERM received after the primary finished; exiting", flush=True)
-        sys.exit(0)
+_STOP = {"rank": 0, "requested": False, "done": False}
 
-    signal.signal(signal.SIGTERM, on_term)
+
+def _on_term(signum, frame):
+    _STOP["requested"] = True
+    if _STOP["done"]:
+        _stopped()
+
+
+def _stopped():
+    print(f"rank {_STOP['rank']}: SIGTERM received after the primary finished; exiting", flush=True)
+    sys.exit(0)
+
+
+def serve_until_stopped(rank):
+    _STOP["rank"] = rank
     print(f"rank {rank}: training done; waiting to be stopped", flush=True)
+    _STOP["done"] = True
+    if _STOP["requested"]:  # the stop came while this worker finished its last update
+        _stopped()
     while True:
         time.sleep(3600)
 

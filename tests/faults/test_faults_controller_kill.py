@@ -53,6 +53,20 @@ def check_against(earlier: list[dict[int, dict[str, Any]]], now: dict[int, dict[
                 assert t == old, f"finished trial {number + 1} changed after a controller kill"
 
 
+def wait_until_running(jobs, job_id: str, proc, timeout_s: float = 60.0) -> None:
+    """The kill schedule waits for what it kills: this controller holds the job's lock (the job
+    exists and its loop is about to run), however slowly it started on a loaded machine."""
+    lock = jobs.job_dir(job_id) / "controller.lock"
+    deadline = time.monotonic() + timeout_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            if lock.read_text() == f"pid {proc.pid}":
+                return
+        except OSError:
+            pass
+        time.sleep(0.02)
+
+
 def test_sigkill_at_20_random_points_then_resume(jobs) -> None:
     rng = random.Random(SEED)
     job_id = jobs.job_id("kill")
@@ -64,6 +78,7 @@ def test_sigkill_at_20_random_points_then_resume(jobs) -> None:
     n_killed = 0
     done_at_kill = []
     for _ in range(N_KILLS):
+        wait_until_running(jobs, job_id, proc)
         time.sleep(rng.uniform(0.1, 1.2))
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
