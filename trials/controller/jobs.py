@@ -179,7 +179,7 @@ def create_job(job: JobSpec, *, root: str, job_id: str | None, spec_path: str | 
     sampler = choose_sampler_name(job.study, n_trials=n)
     # Everything that can refuse the options runs before the job folder exists: a bad
     # --base-output-dir or --storage leaves nothing behind.
-    meta = {
+    meta: dict[str, Any] = {
         "state": QUEUED, "create_time": rfc3339(time.time()), "job_dir": job_dir,
         "base_output": base_output,
         "gcs_root": os.path.abspath(gcs_root) if gcs_root else os.path.join(job_dir, "gcs"),
