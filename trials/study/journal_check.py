@@ -10,6 +10,7 @@ from typing import Any
 
 from optuna.storages.journal._storage import JournalStorageReplayResult
 
+from trials import files
 from trials.errors import StorageError
 
 _SHOWN = 3  # bad lines named in a message
@@ -112,11 +113,6 @@ def repair(path: str) -> tuple[Scan, str | None]:
     if not result.bad:
         return result, None
     backup = f"{path}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
-    tmp = f"{path}.{os.getpid()}.repair"
-    with open(tmp, "wb") as f:
-        f.writelines(result.good)
-        f.flush()
-        os.fsync(f.fileno())
     os.link(path, backup)
-    os.replace(tmp, path)
+    files.write_atomic(path, b"".join(result.good), fsync=True)
     return result, backup
