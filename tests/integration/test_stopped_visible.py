@@ -41,7 +41,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (tmp_path / "spec.yaml").write_text(SPEC)
     run = trials_cli(tmp_path, "sweep", "spec.yaml", "--job-id", "st")
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "trial 4 SUCCEEDED (stopped early)" in run.stdout
+    assert "trial 4 SUCCEEDED (stopped early) at step " in run.stdout  # the step it reached
     return tmp_path
 
 

@@ -354,6 +354,10 @@ class JobRunner(JobProgress):
             "values": outcome.values, "stopped_early": run.stopped_early, "steps": len(outcome.measurements),
             "seconds": self.clock.monotonic() - run.start_mono, "params": run.claimed.params,
             **({"detail": list(run.failure_detail)} if run.failure and run.failure_detail else {}),
+            "last_step": measurements[-1].step if measurements else None,  # reported, not predicted
+            # ended without the spec's metric: the progress says once what to do about it
+            "missing_metric": not outcome.succeeded and not run.failure and "final_measurement" not in outcome.attrs,
+            "reported_tags": sorted(run.reader.reported_tags), "metrics_source": run.reader.source,
         })
 
     # ------------------------------------------------------------------ the way out
