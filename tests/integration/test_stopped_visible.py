@@ -16,17 +16,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 COUNTER = ROOT / "tests" / "scripts" / "counter_trial.py"
-# score = learning_rate * step, to minimize: grid order 0.1, 0.2, 0.3, 0.9: once 3 trials completed,
-# trial 4 runs far worse than all of them
+# score = learning_rate * step, to minimize: grid order 0.1 ... 1.1, so trial 11 runs worst of all
+# (the rules wait for 10 completed trials: trials 1-10 always run to their end)
 SPEC = f"""
 metrics: {{score: minimize}}
 parameters:
-  learning_rate: {{type: discrete, values: [0.1, 0.2, 0.3, 0.9]}}
+  learning_rate: {{type: discrete, values: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1]}}
 algorithm: grid
 stopping: {{type: median}}
-max_trial_count: 4
+max_trial_count: 11
 parallel_trial_count: 1
-command: [{sys.executable}, {COUNTER}, --epochs=8, --sleep_s=0.4]
+command: [{sys.executable}, {COUNTER}, --epochs=8, --sleep_s=0.15]
 """
 
 
@@ -41,25 +41,25 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (tmp_path / "spec.yaml").write_text(SPEC)
     run = trials_cli(tmp_path, "sweep", "spec.yaml", "--job-id", "st")
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "trial 4 SUCCEEDED (stopped early) at step " in run.stdout  # the step it reached
+    assert "trial 11 SUCCEEDED (stopped early) at step " in run.stdout  # the step it reached
     return tmp_path
 
 
 def test_describe_table_and_csv_show_the_stop(job: Path) -> None:
     rows = list(csv.DictReader(io.StringIO(trials_cli(job, "describe", "st", "--format", "csv").stdout)))
     assert [(r["trial"], r["state"], r["stopped early"]) for r in rows] == [
-        ("1", "SUCCEEDED", ""), ("2", "SUCCEEDED", ""), ("3", "SUCCEEDED", ""), ("4", "SUCCEEDED", "yes")]
-    assert "median" in rows[3]["reason"] and rows[0]["reason"] == ""
+        *((str(i), "SUCCEEDED", "") for i in range(1, 11)), ("11", "SUCCEEDED", "yes")]
+    assert "median" in rows[10]["reason"] and rows[0]["reason"] == ""
     table = trials_cli(job, "describe", "st").stdout.splitlines()
-    assert "stopped early" in table[1] and table[5].split()[:2] == ["4", "SUCCEEDED"] and " yes " in table[5]
+    assert "stopped early" in table[1] and table[12].split()[:2] == ["11", "SUCCEEDED"] and " yes " in table[12]
 
 
 def test_optuna_storage_has_it_pruned_with_the_reason(job: Path) -> None:
     storage = optuna.storages.JournalStorage(
         optuna.storages.journal.JournalFileBackend(str(job / "jobs" / "st" / "journal.log")))
     trials = optuna.load_study(study_name="st", storage=storage).get_trials(deepcopy=False)
-    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE", "COMPLETE", "PRUNED"]
-    assert trials[3].user_attrs["stopped_early"] is True and "median" in trials[3].user_attrs["stop_reason"]
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 10 + ["PRUNED"]
+    assert trials[10].user_attrs["stopped_early"] is True and "median" in trials[10].user_attrs["stop_reason"]
 
 
 def test_best_and_report_never_take_the_stopped_value_as_a_result(job: Path) -> None:
@@ -69,4 +69,4 @@ def test_best_and_report_never_take_the_stopped_value_as_a_result(job: Path) -> 
     assert out.returncode == 0, out.stderr
     page = (job / "jobs" / "st" / "report" / "index.html").read_text()
     assert "<h2>Stopped early</h2>" in page and "<th>stopped early</th>" in page
-    assert page.count("<svg") >= 3 and '"4": "trial 4 · SUCCEEDED, stopped early at step' in page
+    assert page.count("<svg") >= 3 and '"11": "trial 11 · SUCCEEDED, stopped early at step' in page

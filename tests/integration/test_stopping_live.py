@@ -37,18 +37,19 @@ trainingInput:
   hyperparameters:
     goal: MINIMIZE
     hyperparameterMetricTag: loss
-    maxTrials: 6
+    maxTrials: 12
     maxParallelTrials: 1
     algorithm: GRID_SEARCH
     enableTrialEarlyStopping: true
     params:
-    - {parameterName: loss, type: DISCRETE, discreteValues: [1, 2, 3, 4, 5, 6]}
+    - {parameterName: loss, type: DISCRETE, discreteValues: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]}
   masterConfig: {imageUri: local}
   args: ["--save_s=1.5"]
 """, "single", [sys.executable, str(SCRIPTS / "final_report_trainer.py")])
     trials = job["trials"]
-    assert len(trials) == 6 and all(t["state"] == "SUCCEEDED" for t in trials)
-    assert len(local) == 6 and not any(local[t["id"]].get("stopped_early") for t in trials), local
+    assert len(trials) == 12 and all(t["state"] == "SUCCEEDED" for t in trials)
+    assert len(local) == 12 and not any(local[t["id"]].get("stopped_early") for t in trials), local
     for t in trials:
         assert [m["stepCount"] for m in t["measurements"]] == ["1000"]
         assert (tmp_path / "jobs" / "single" / t["id"] / "model" / "model.txt").exists(), t["id"]
+
