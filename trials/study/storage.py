@@ -62,6 +62,12 @@ def open_storage(url: str, *, heartbeat_interval_s: int | None = None,
         kwargs["grace_period"] = grace_period_s or heartbeat_interval_s * 4
     url = _postgres_driver(url)
     engine: dict[str, Any] = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    if url.startswith(("postgresql", "postgres")):
+        from trials.study import pg_session
+
+        engine["connect_args"] = pg_session.connect_args()
+        if "psycopg2" in url:
+            pg_session.install_answer_deadline()
     try:
         return RetryingRDBStorage(url, engine_kwargs=engine, **kwargs)
     except Exception as err:  # noqa: BLE001 - driver errors vary; name the URL without secrets
