@@ -124,7 +124,9 @@ def test_nan_final_value_makes_the_trial_infeasible(jobs) -> None:
     assert trial["state"] == "INFEASIBLE"
     assert "objective metric loss has the non-finite final value nan" in trial["infeasibleReason"]
     assert steps(trial)[:2] == [1, 2], "the finite steps are kept"
-    assert out.returncode == 0  # infeasible is not failed: the job itself succeeded
+    # infeasible is not failed: the job itself succeeded, but no trial did, so the sweep exits 1
+    assert jobs.describe(job_id)["state"] == "JOB_STATE_SUCCEEDED"
+    assert out.returncode == 1 and "error: no trial succeeded" in out.stdout
 
 
 def test_wrong_tag_warns_and_names_the_reported_tags(jobs) -> None:
