@@ -53,3 +53,25 @@ trainingInput:
         assert [m["stepCount"] for m in t["measurements"]] == ["1000"]
         assert (tmp_path / "jobs" / "single" / t["id"] / "model" / "model.txt").exists(), t["id"]
 
+
+def test_a_trial_told_to_stop_that_runs_to_its_end_is_not_stopped_early(tmp_path):
+    """examples/argparse_hypertune: trials that ran 10 of 10 steps were counted stopped early. A trial
+    that ignores SIGTERM and finishes all its steps ran to its end: it is not stopped early."""
+    job, local = sweep(tmp_path, """\
+trainingInput:
+  scaleTier: BASIC
+  hyperparameters:
+    goal: MINIMIZE
+    hyperparameterMetricTag: loss
+    maxTrials: 12
+    maxParallelTrials: 1
+    algorithm: GRID_SEARCH
+    enableTrialEarlyStopping: true
+    params:
+    - {parameterName: loss, type: DISCRETE, discreteValues: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]}
+  masterConfig: {imageUri: local}
+""", "stubborn", [sys.executable, str(SCRIPTS / "stubborn_trainer.py")])
+    trials = job["trials"]
+    assert len(trials) == 12 and all(t["state"] == "SUCCEEDED" for t in trials)
+    assert all(len(t["measurements"]) == 8 for t in trials)  # every trial ran all its epochs
+    assert not any(local[t["id"]].get("stopped_early") for t in trials), local

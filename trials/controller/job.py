@@ -316,6 +316,8 @@ class JobRunner(JobProgress):
         self._metrics.warn_unknown_tags(run)
         self._metrics.report_new(run)
         measurements = [m.with_elapsed(run.start_wall) for m in run.reader.measurements()]
+        if run.stopped_early and not self._metrics.ended_early(measurements):
+            run.stopped_early, run.predicted = False, None  # it reached its end while being stopped
         self.conflicts_total += run.reader.conflicts
         if run.injected:
             self.lost_steps_total += policy.missing_steps([m.step for m in measurements])

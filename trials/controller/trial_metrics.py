@@ -75,6 +75,11 @@ class TrialMetrics:
         current = self.curve(run.reader.measurements(), run.start_wall)
         return stopping.decide(spec, current, self.completed_curves(), maximize=self.job.study.metrics[0].maximize)
 
+    def ended_early(self, measurements: Sequence[Measurement]) -> bool:
+        """Whether a trial told to stop ended before the last x completed trials reached (a trial that
+        finished its work while being stopped was not stopped early)."""
+        return stopping.ended_early(self.curve(measurements), self.completed_curves())
+
     def curve(self, measurements: Sequence[Measurement], start: float | None = None) -> list[tuple[float, float]]:
         spec = self.job.study.stopping
         primary = self.job.study.metrics[0]
