@@ -303,17 +303,18 @@ def test_a_trial_over_its_timeout_is_stopped_and_fails(tmp_path: Path) -> None:
 
 
 def test_early_stopping_stops_a_worse_trial(tmp_path: Path) -> None:
-    run = replay(tmp_path, lambda trial, attempt: Script(steps=10, offset=10.0 if trial == "5" else 0.0),
-                 n=5, extra="stopping: {type: median}")
+    # the rules wait for 10 completed trials (trials.controller.stopping.MIN_COMPLETED)
+    run = replay(tmp_path, lambda trial, attempt: Script(steps=10, offset=10.0 if trial == "11" else 0.0),
+                 n=11, extra="stopping: {type: median}")
     assert run.state == JobState.SUCCEEDED
     *completed, worse = run.trials
-    assert [t.state.name for t in completed] == ["COMPLETE"] * 4
+    assert [t.state.name for t in completed] == ["COMPLETE"] * 10
     assert worse.user_attrs["stopped_early"] and worse.user_attrs["state"] == "SUCCEEDED"
     assert worse.state.name == "PRUNED"
-    assert len(run.steps(4)) < 10
-    assert run.attempts(4) == [143]
-    assert run.factory.started[4].signals[0] == signal.SIGTERM
-    assert (run.job_dir / "5" / protocol.STOP_FILE).exists()
+    assert len(run.steps(10)) < 10
+    assert run.attempts(10) == [143]
+    assert run.factory.started[10].signals[0] == signal.SIGTERM
+    assert (run.job_dir / "11" / protocol.STOP_FILE).exists()
 
 
 class FakeShared:
