@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import json
 import math
+import os
 import random
 import sys
 import time
@@ -93,8 +94,13 @@ class _Observer:
         return observed
 
 
-def one_run(problem_name: str, sampler: str, seed: int, n_trials: int, batch: int = 1) -> dict[str, Any]:
-    """Best-so-far regret after each trial of one (problem, sampler, seed, batch) run, and suggest times."""
+def one_run(problem_name: str, sampler: str, seed: int, n_trials: int, batch: int = 1,
+            partial: str | None = None) -> dict[str, Any]:
+    """Best-so-far regret after each trial of one (problem, sampler, seed, batch) run, and suggest times.
+
+    ``partial``: a file rewritten after each batch with the run so far (a slow run cut short still counts
+    for the budgets it reached).
+    """
     prob = problem(problem_name)
     spec = study_spec(prob)
     obs = _Observer(prob, seed)
@@ -109,6 +115,8 @@ def one_run(problem_name: str, sampler: str, seed: int, n_trials: int, batch: in
             params = designer.suggest(min(batch, n_trials - len(obs.trace)))
             suggest_s += time.perf_counter() - t0
             designer.complete([obs.observe(p) for p in params])
+            if partial:
+                _write_partial(partial, problem_name, sampler, seed, batch, n_trials, obs.trace, suggest_s)
     else:
         import optuna
 
@@ -128,6 +136,15 @@ def one_run(problem_name: str, sampler: str, seed: int, n_trials: int, batch: in
     return {"problem": problem_name, "sampler": sampler, "seed": seed, "batch": batch, "n_trials": n_trials,
             "regret": obs.trace, "seconds": time.perf_counter() - t, "suggest_s_per_trial": suggest_s / n_trials,
             "resolved": default_name(spec, n_trials) if sampler == "default" else sampler}
+
+
+def _write_partial(path: str, problem_name: str, sampler: str, seed: int, batch: int, n_trials: int,
+                   trace: list[float], suggest_s: float) -> None:
+    record = {"problem": problem_name, "sampler": sampler, "seed": seed, "batch": batch, "n_trials": n_trials,
+              "regret": trace, "partial": True, "suggest_s_per_trial": suggest_s / max(len(trace), 1)}
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+    os.replace(path + ".tmp", path)
 
 
 def _run_star(args: tuple) -> dict[str, Any]:
@@ -287,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     if (prob, sampler, seed, batch, args.trials) in done:
                         continue
                     r = _same_as_default(args.out, prob, sampler, seed, batch, args.trials) \
-                        or one_run(prob, sampler, seed, args.trials, batch)
+                        or one_run(prob, sampler, seed, args.trials, batch, partial=args.out + ".partial")
                     with open(args.out, "a", encoding="utf-8") as f:
                         f.write(json.dumps(r) + "\n")
                     print(f"{prob} {sampler} seed {seed} batch {batch}: regret {r['regret'][-1]:.4g}, "
