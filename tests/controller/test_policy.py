@@ -21,8 +21,8 @@ def decide(status, **kw):
     (1, ExitKind.PERMANENT),  # an exception in user code
     (2, ExitKind.PERMANENT),  # bad flags
     (3, ExitKind.RESTARTABLE),
-    (134, ExitKind.RESTARTABLE),  # SIGABRT in a custom container: transient
-    (139, ExitKind.RESTARTABLE),  # SIGSEGV: transient
+    (134, ExitKind.RETRY_JOB),  # SIGABRT in a custom container: transient, the CustomJob again
+    (139, ExitKind.RETRY_JOB),  # SIGSEGV: transient
     (137, ExitKind.RESTARTABLE),  # SIGKILL not by the memory watchdog (e.g. VM maintenance)
     (75, ExitKind.RESTARTABLE),  # stopped on request, but nobody asked: restart
 ])
@@ -47,6 +47,16 @@ def test_restart_budget_is_five_then_permanent():
     assert d.message.startswith(
         "The replica workerpool0-0 exited with a non-zero status of 3. Termination reason: Error.")
     assert "restarted 5 times" in d.detail[-1]
+
+
+def test_transient_exits_retry_the_whole_custom_job_three_times_then_fail():
+    for status in (6, 134, 11, 139):
+        d = decide(status, restarts_so_far=0)
+        assert d.kind is ExitKind.RETRY_JOB and d.budget == "job retry 1 of 3"
+    assert decide(139, job_retries_so_far=2).budget == "job retry 3 of 3"
+    d = decide(139, job_retries_so_far=3)
+    assert d.kind is ExitKind.PERMANENT and "retried 3 times" in d.detail[-1]
+    assert decide(3, restarts_so_far=1).budget == "worker restart 2 of 5"  # the other budget
 
 
 def test_exit_message_is_vertex_text_and_the_exception_goes_to_the_detail():

@@ -19,6 +19,7 @@ JOB_FAILED_CODE = 3  # google.rpc.Code INVALID_ARGUMENT: what Vertex reports for
 MAX_RESTARTS_PER_REPLICA = 5  # Vertex: "up to 5 restarts per worker"
 PERMANENT_EXIT_CODES = frozenset({protocol.EXIT_ERROR, protocol.EXIT_USAGE})
 TRANSIENT_SIGNAL_CODES = frozenset({6, 134, 11, 139})  # SIGABRT, SIGSEGV (custom containers: 128+n)
+MAX_JOB_RETRIES = 3  # Vertex: such an exit "may be transient": the whole job is retried up to 3 times
 
 
 class ExitKind(str, enum.Enum):
@@ -27,6 +28,7 @@ class ExitKind(str, enum.Enum):
     PERMANENT = "permanent"  # user code error: the trial fails
     OOM = "oom"  # killed for memory: the trial fails
     RESTARTABLE = "restartable"  # restart the replica (same trial id, same env)
+    RETRY_JOB = "retry_job"  # a transient exit: the trial's whole CustomJob runs again
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,6 +37,7 @@ class ExitDecision:
     status: int
     message: str | None = None  # Vertex-style error text when the trial fails
     detail: tuple[str, ...] = ()  # the exception and the traceback's last lines (local view)
+    budget: str = ""  # which retry budget a restart uses: "worker restart 2 of 5", "job retry 1 of 3"
 
 
 def classify_exit(
@@ -46,8 +49,15 @@ def classify_exit(
     restarts_so_far: int,
     stderr_tail: Sequence[str] = (),
     max_restarts: int = MAX_RESTARTS_PER_REPLICA,
+    job_retries_so_far: int = 0,
+    max_job_retries: int = MAX_JOB_RETRIES,
 ) -> ExitDecision:
-    """Decide what a replica's exit means. ``status`` is Vertex-style (128+signal for signals)."""
+    """Decide what a replica's exit means. ``status`` is Vertex-style (128+signal for signals).
+
+    Two budgets, as Vertex documents them: a non-permanent exit restarts that worker, up to
+    ``max_restarts`` times; a transient exit (SIGABRT 6/134, SIGSEGV 11/139) retries the trial's
+    whole CustomJob, up to ``max_job_retries`` times. Exits 1 and 2 (user code) are permanent.
+    """
     if status == 0:
         return ExitDecision(kind=ExitKind.SUCCEEDED, status=0)
     if oom_killed:
@@ -58,12 +68,21 @@ def classify_exit(
     if status in PERMANENT_EXIT_CODES:
         return ExitDecision(kind=ExitKind.PERMANENT, status=status,
                             message=exit_message(replica, status), detail=detail)
+    if status in TRANSIENT_SIGNAL_CODES:
+        if job_retries_so_far >= max_job_retries:
+            return ExitDecision(
+                kind=ExitKind.PERMANENT, status=status, message=exit_message(replica, status),
+                detail=(*detail, f"(the trial's CustomJob was retried {job_retries_so_far} times, "
+                                 f"the limit for transient exits, and failed again)"))
+        return ExitDecision(kind=ExitKind.RETRY_JOB, status=status, detail=detail,
+                            budget=f"job retry {job_retries_so_far + 1} of {max_job_retries}")
     if restarts_so_far >= max_restarts:
         return ExitDecision(
             kind=ExitKind.PERMANENT, status=status, message=exit_message(replica, status),
             detail=(*detail, f"(restarted {restarts_so_far} times, the limit of restarts per "
                              f"worker, and failed again)"))
-    return ExitDecision(kind=ExitKind.RESTARTABLE, status=status, detail=detail)
+    return ExitDecision(kind=ExitKind.RESTARTABLE, status=status, detail=detail,
+                        budget=f"worker restart {restarts_so_far + 1} of {max_restarts}")
 
 
 def exit_message(replica: str, status: int) -> str:
