@@ -230,14 +230,26 @@ def test_a_replica_that_crashes_once_is_restarted_and_the_trial_succeeds(tmp_pat
 
 
 def test_a_replica_that_crashes_six_times_fails_the_trial_after_five_restarts(tmp_path: Path) -> None:
-    run = replay(tmp_path, lambda trial, attempt: Script(steps=5, crash_at_step=2))
+    run = replay(tmp_path, lambda trial, attempt: Script(steps=5, crash_at_step=2, crash_code=3))
     assert run.state == JobState.FAILED
     t = run.trials[0]
     assert t.user_attrs["state"] == "INFEASIBLE" and t.user_attrs["failed"]
-    assert run.attempts(0) == [139] * 6
-    assert "exited with a non-zero status of 139" in t.user_attrs["infeasible_reason"]
+    assert run.attempts(0) == [3] * 6
+    assert "exited with a non-zero status of 3" in t.user_attrs["infeasible_reason"]
     assert "restarted 5 times, the limit" in t.user_attrs["error_detail"][-1]
+    assert [a.get("budget") for a in t.user_attrs["attempts"][:5]] == [
+        f"worker restart {i} of 5" for i in range(1, 6)]
     assert len(run.factory.started) == 6
+
+
+def test_a_transient_exit_retries_the_custom_job_three_times(tmp_path: Path) -> None:
+    run = replay(tmp_path, lambda trial, attempt: Script(steps=5, crash_at_step=2))  # SIGSEGV: 139
+    t = run.trials[0]
+    assert t.user_attrs["state"] == "INFEASIBLE"
+    assert run.attempts(0) == [139] * 4  # the first run and 3 job retries
+    assert [a.get("budget") for a in t.user_attrs["attempts"][:3]] == [
+        f"job retry {i} of 3" for i in range(1, 4)]
+    assert "the limit for transient exits" in t.user_attrs["error_detail"][-1]
 
 
 def test_an_exit_between_two_polls_is_classified_on_the_next_pass(tmp_path: Path) -> None:

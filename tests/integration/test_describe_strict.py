@@ -137,5 +137,43 @@ def test_running_then_cancelled(tmp_path: Path) -> None:
         if sweep.poll() is None:
             sweep.kill()
             sweep.wait()
-    message, _ = strict(tmp_path, "live")
+    message, body = strict(tmp_path, "live")
     assert message.state.name == "JOB_STATE_CANCELLED" and message.error.code == 1
+    requeued = [t for t in body["trials"] if t["state"] == "REQUESTED"]
+    assert requeued, body["trials"]
+    for t in requeued:  # back in the queue: nothing of the interrupted run is shown as its own
+        assert not {"startTime", "measurements", "finalMeasurement", "endTime"} & set(t)
+
+
+def test_a_trial_past_its_timeout_is_stopping_during_its_grace(tmp_path: Path) -> None:
+    (tmp_path / "trainer.py").write_text(
+        "import signal, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: None)  # takes its whole grace period\n"
+        "time.sleep(60)\n")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC.replace("{METRICS}", "{loss: minimize}").replace("max_trial_count: 2", "max_trial_count: 1")
+                    .replace("max_failed_trial_count: 2", "max_failed_trial_count: 1")
+                    + "command: [python, trainer.py]\ntimeout: 1s\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "trials", "sweep", str(spec), "--job-id", "slow", "--root", str(tmp_path / "jobs"),
+         "--grace-period", "8"],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        states = set()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and sweep.poll() is None and "STOPPING" not in states:
+            run = _cli(tmp_path, "describe", "slow", "--format", "json", check=False)
+            if run.returncode == 0:
+                message = types.HyperparameterTuningJob.from_json(run.stdout, ignore_unknown_fields=False)
+                states |= {t.state.name for t in message.trials}
+            time.sleep(0.3)
+        assert "STOPPING" in states
+        sweep.wait(timeout=60)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.wait()
+    message, _ = strict(tmp_path, "slow")
+    assert message.trials[0].state.name == "INFEASIBLE"
+    assert "maximum running time" in message.trials[0].infeasible_reason

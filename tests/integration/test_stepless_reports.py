@@ -31,6 +31,8 @@ def test_every_report_is_a_measurement_and_best_is_the_best(tmp_path: Path) -> N
                           "--", "python", "trainer.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
+    out = run.stdout + run.stderr
+    assert out.count("repeated a step already reported") == 1  # said once for the job, not per trial
     body = json.loads(subprocess.run([sys.executable, "-m", "trials", "describe", "s", "--root", root, "--format",
                                       "json"], cwd=tmp_path, env=env, capture_output=True, text=True,
                                      check=True).stdout)

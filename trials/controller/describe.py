@@ -53,8 +53,10 @@ def trial_state(t: Any) -> str:
 
 
 def shown(t: Any) -> bool:
-    """Whether a trial is part of the job's view: it started (a trial only queued is not shown)."""
-    return trial_state(t) != "REQUESTED" or bool(t.user_attrs.get("start_time"))
+    """Whether a trial is part of the job's view: it started, now or before it was sent back to the
+    queue (a trial only queued is not shown)."""
+    return (trial_state(t) != "REQUESTED" or bool(t.user_attrs.get("start_time"))
+            or bool(t.user_attrs.get("requeued")))
 
 
 def trial_to_rest(t: Any, params: Mapping[str, Any], metric_ids: Sequence[str]) -> dict[str, Any]:
@@ -64,6 +66,8 @@ def trial_to_rest(t: Any, params: Mapping[str, Any], metric_ids: Sequence[str]) 
     out: dict[str, Any] = {"id": str(t.number + 1), "state": state}
     out["parameters"] = [{"parameterId": k, "value": v} for k, v in params.items()]
     measurements = attrs.get("measurements")
+    if state == "REQUESTED":  # waiting to run (again): no start time, no measurements of an old run
+        return out
     if measurements is None and t.intermediate_values:
         live = attrs.get("live_elapsed_s") or {}
         measurements = [{"step": s, "metrics": {metric_ids[0]: v}, "elapsed_s": live.get(str(s))}

@@ -330,12 +330,21 @@ class JobRunner(JobProgress):
         if run.reader.missing_steps_warning:
             extra["metrics_warning"] = run.reader.missing_steps_warning
             self.progress("warning", {"trial_id": run.trial_id, "message": run.reader.missing_steps_warning})
+        repeated = run.reader.repeated_steps_warning
+        if repeated:
+            extra["metrics_warning"] = "; ".join(filter(None, (extra.get("metrics_warning"), repeated)))
+            if not self._warned_repeated_steps:  # once per job: every trial of a trainer does it
+                self._warned_repeated_steps = True
+                self.progress("warning", {"trial_id": run.trial_id, "message": f"trial {run.trial_id}: {repeated}"})
         if run.injected:
             extra["injected_restarts"] = run.injected
         if run.stop_reason is not None and run.stop_reason.requeues:
             # Not the trial's fault: it goes back to the queue and runs again on resume.
+            # ACTIVE -> REQUESTED: a trial not yet run again has no start time and no measurements
+            # (what this run reported stays in its folder and in previous_measurements)
             self.store.set_trial_attrs(sid, **extra, state=TrialState.REQUESTED.value, end_time=None,
-                                       measurements=[measurement_to_dict(m) for m in measurements])
+                                       start_time=None, measurements=None, requeued=True,
+                                       previous_measurements=[measurement_to_dict(m) for m in measurements])
             self.store.requeue(sid)
             if self.shared is not None:
                 self.shared.release(sid)

@@ -41,6 +41,7 @@ class JobProgress:
         self.max_parallel = 0
         self.conflicts_total = 0
         self.lost_steps_total = 0  # chaos mode: gaps in the step sequence of restarted trials
+        self._warned_repeated_steps = False  # reports repeating a step: said once per job
         self._last_state_check = -STATE_CHECK_INTERVAL_S
 
     @property

@@ -25,6 +25,7 @@ class Verdict(str, enum.Enum):
     RECORD = "record"  # nothing to decide: the trial is stopping, or a restart is already pending
     SUCCESS = "success"  # the primary replica succeeded: stop the others, the trial is done
     RESTART = "restart"  # restart the replica (same trial id, same env)
+    RETRY_JOB = "retry_job"  # a transient exit: every replica of the trial starts again
     FAIL = "fail"  # the trial fails with ``message``
     WAIT = "wait"  # a non-primary replica finished: wait for the primary
 
@@ -35,6 +36,7 @@ class ExitDecision:
     message: str | None = None  # the trial's failure, or the restarted attempt's reason
     detail: tuple[str, ...] = ()  # the exception and the traceback's last lines (local view)
     injected: bool = False  # a chaos-mode restart (does not use up the crash budget)
+    budget: str = ""  # the retry budget a restart uses ("worker restart 2 of 5", "job retry 1 of 3")
 
 
 def decide_exit(
@@ -48,6 +50,7 @@ def decide_exit(
     restart_pending: bool,
     n_crash_restarts: int,
     stderr_tail: Sequence[str] = (),
+    n_job_retries: int = 0,
 ) -> ExitDecision:
     """What one replica's exit means for its trial (pure).
 
@@ -57,14 +60,16 @@ def decide_exit(
             itself is not stopping).
         trial_stop: why the whole trial is stopping, or None while it runs.
         restart_pending: the replica was stopped to be restarted (restartJobOnWorkerRestart).
-        n_crash_restarts: restarts of this replica after crashes so far (injections excluded).
+        n_crash_restarts: restarts of this replica after its own crashes so far (injections and
+            restarts caused by other replicas excluded).
+        n_job_retries: retries of the trial's whole CustomJob after transient exits so far.
     """
     if trial_stop is not None or restart_pending:
         return ExitDecision(verdict=Verdict.RECORD)
     injected = told_to_stop
     decision = policy.classify_exit(status, replica=replica, stop_requested=False, oom_killed=oom_killed,
                                     restarts_so_far=0 if injected else n_crash_restarts,
-                                    stderr_tail=stderr_tail)
+                                    stderr_tail=stderr_tail, job_retries_so_far=n_job_retries)
     kind = decision.kind
     if injected and (kind is policy.ExitKind.RESTARTABLE or (kind is policy.ExitKind.SUCCEEDED and not is_primary)):
         return ExitDecision(verdict=Verdict.RESTART, injected=True)  # a maintenance restart
@@ -72,7 +77,10 @@ def decide_exit(
         return ExitDecision(verdict=Verdict.SUCCESS if is_primary else Verdict.WAIT)
     if kind is policy.ExitKind.RESTARTABLE:
         return ExitDecision(verdict=Verdict.RESTART, message=policy.exit_message(replica, status),
-                            detail=decision.detail)
+                            detail=decision.detail, budget=decision.budget)
+    if kind is policy.ExitKind.RETRY_JOB:
+        return ExitDecision(verdict=Verdict.RETRY_JOB, message=policy.exit_message(replica, status),
+                            detail=decision.detail, budget=decision.budget)
     return ExitDecision(verdict=Verdict.FAIL, message=decision.message, detail=decision.detail)
 
 
@@ -89,6 +97,10 @@ class TrialRun:
     replicas: dict[str, ReplicaHandle] = field(default_factory=dict)
     restarts: dict[str, int] = field(default_factory=dict)
     injected_by: dict[str, int] = field(default_factory=dict)  # replica -> injected restarts
+    # replica -> restarts it did not cause (restartJobOnWorkerRestart, job retries)
+    collateral_by: dict[str, int] = field(default_factory=dict)
+    job_retries: int = 0  # the trial's CustomJob retried whole after transient exits
+    running_attempt: dict[str, int] = field(default_factory=dict)  # replica -> its TRIALS_ATTEMPT now
     exited: dict[str, int] = field(default_factory=dict)  # replica -> classified exit status
     restart_at: dict[str, float] = field(default_factory=dict)  # replicas stopping to be restarted
     attempts: list[dict[str, Any]] = field(default_factory=list)
@@ -140,22 +152,31 @@ class TrialRun:
     def record_exit(self, name: str, status: int, *, oom_killed: bool, time: str) -> dict[str, Any]:
         """Book an exit (once): the replica's attempt ends with ``status``."""
         self.exited[name] = status
-        entry = {"replica": name, "attempt": self.restarts.get(name, 0), "exitStatus": status,
+        entry = {"replica": name, "attempt": self.running_attempt.get(name, 0), "exitStatus": status,
                  "time": time, "oomKilled": bool(oom_killed)}
         self.attempts.append(entry)
         return entry
 
     def n_crash_restarts(self, name: str) -> int:
-        return self.restarts.get(name, 0) - self.injected_by.get(name, 0)
+        """Restarts of ``name`` after its own crashes (its budget of worker restarts)."""
+        return (self.restarts.get(name, 0) - self.injected_by.get(name, 0)
+                - self.collateral_by.get(name, 0))
 
-    def schedule_restart(self, names: Sequence[str], now: float, *, injected: bool) -> None:
-        """These replicas restart once their groups are gone (each restart counted once)."""
+    def schedule_restart(self, names: Sequence[str], now: float, *, injected: bool,
+                         cause: str | None = None) -> None:
+        """These replicas restart once their groups are gone (each restart counted once).
+
+        ``cause``: the replica whose exit caused the restarts; the others' restarts are collateral
+        and do not use up their own budget (a job retry passes ``""``: none is the cause).
+        """
         for name in names:
             if name in self.restart_at:
                 continue
             self.restarts[name] = self.restarts.get(name, 0) + 1
             if injected:
                 self.injected_by[name] = self.injected_by.get(name, 0) + 1
+            elif cause is not None and name != cause:
+                self.collateral_by[name] = self.collateral_by.get(name, 0) + 1
             self.restart_at[name] = now
 
     def injectable(self) -> list[str]:

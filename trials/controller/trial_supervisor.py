@@ -50,27 +50,50 @@ class TrialSupervisor:
             told_to_stop=r.stop_requested_at is not None, trial_stop=run.stop_reason,
             restart_pending=name in run.restart_at, n_crash_restarts=run.n_crash_restarts(name),
             stderr_tail=stderr_tail(run.paths.trial_dir, name, status) if status else (),
+            n_job_retries=run.job_retries,
         )
-        if decision.verdict is Verdict.RESTART:
+        if decision.verdict in (Verdict.RESTART, Verdict.RETRY_JOB):
             if decision.message:
                 entry["reason"] = decision.message
             if decision.detail:
                 entry["detail"] = list(decision.detail)
-            self._schedule_restart(run, name, now, injected=decision.injected)
+            if decision.budget:
+                entry["budget"] = decision.budget  # which Vertex retry budget this restart uses
+            if decision.verdict is Verdict.RETRY_JOB:
+                self._retry_job(run, name, status, now, decision.budget)
+            else:
+                self._schedule_restart(run, name, now, injected=decision.injected,
+                                       budget=decision.budget)
         elif decision.verdict is Verdict.SUCCESS:
             self.begin_stop(run, now, StopReason.SUCCESS)  # the primary exited 0: stop the others
         elif decision.verdict is Verdict.FAIL:
             self.fail(run, now, decision.message or policy.exit_message(name, status), decision.detail)
 
-    def _schedule_restart(self, run: TrialRun, name: str, now: float, *, injected: bool) -> None:
+    def _schedule_restart(self, run: TrialRun, name: str, now: float, *, injected: bool,
+                          budget: str = "") -> None:
         names = [lau.name for lau in run.launches] if self.restart_all else [name]
         for other in names:
             if other not in run.exited:
                 run.replicas[other].begin_stop(now)  # restartJobOnWorkerRestart: the whole trial restarts
-        run.schedule_restart(names, now, injected=injected)
-        why = "injected maintenance restart" if injected else "exit"
+        run.schedule_restart(names, now, injected=injected, cause=name)
+        why = "injected maintenance restart" if injected else f"exit {run.exited.get(name)}, {budget}"
+        if self.restart_all and len(names) > 1 and not injected:
+            why += ", with the whole trial (restartJobOnWorkerRestart)"
         self.progress("replica_restart", {"trial_id": run.trial_id, "replica": name, "why": why,
                                           "restarts": run.restarts[name]})
+
+    def _retry_job(self, run: TrialRun, name: str, status: int, now: float, budget: str) -> None:
+        """A transient exit (SIGABRT, SIGSEGV): Vertex retries the whole job; here the trial's
+        CustomJob, every replica started again (same trial id, ``TRIALS_ATTEMPT`` + 1)."""
+        names = [lau.name for lau in run.launches]
+        for other in names:
+            if other not in run.exited:
+                run.replicas[other].begin_stop(now)
+        run.job_retries += 1
+        run.schedule_restart(names, now, injected=False, cause="")
+        self.progress("replica_restart", {
+            "trial_id": run.trial_id, "replica": name, "restarts": run.restarts[name],
+            "why": f"transient exit {status}: the trial's CustomJob runs again, {budget}"})
 
     def on_restarts_due(self, run: TrialRun, now: float) -> None:
         for name in list(run.restart_at):
@@ -89,6 +112,7 @@ class TrialSupervisor:
                 run.reader.poll(final=True)  # the last reports of the attempt that ended
                 run.reader.on_restart()
             try:
+                run.running_attempt[name] = run.restarts[name]
                 self.launcher.start(run, lau, attempt=run.restarts[name], echo=self.echo)
             except (OSError, ConfigError) as err:  # e.g. a full disk: the trial fails, the job goes on
                 self.fail(run, now, f"The replica {name} could not be restarted: "
@@ -130,7 +154,7 @@ class TrialSupervisor:
         live = [r for name, r in run.replicas.items() if name not in run.exited]
         for r in live:
             r.begin_stop(now)
-        if reason is StopReason.EARLY:
+        if reason in (StopReason.EARLY, StopReason.TIMEOUT):  # ACTIVE -> STOPPING during the grace
             self.store.set_trial_attrs(run.claimed.storage_id, state=TrialState.STOPPING.value)
         if reason is StopReason.FAILED:  # the failure itself is said once, when the trial ends
             if live:
