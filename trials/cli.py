@@ -331,7 +331,7 @@ def _cmd_describe(args: argparse.Namespace) -> int:
     if args.format == "json":  # exactly the v1 HyperparameterTuningJob
         print(json.dumps(rest, indent=2))
         return 0
-    header, body = describe.rows(rest, h.job.study.metric_ids, local=controller.describe_local(h)["trials"],
+    header, body = describe.rows(rest, h.job.study.reported_metric_ids, local=controller.describe_local(h)["trials"],
                                  exact=args.format == "csv")
     if args.format == "csv":
         sys.stdout.write(describe.format_csv(header, body))
