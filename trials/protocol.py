@@ -38,6 +38,7 @@ ENV_STOP_FILE = "TRIALS_STOP_FILE"  # a stop request: the runtime stops when thi
 ENV_REPLICA = "TRIALS_REPLICA"  # e.g. "workerpool0-0"
 ENV_ATTEMPT = "TRIALS_ATTEMPT"  # 0 for the first start of a replica, +1 per restart
 ENV_LOG_FORMAT = "TRIALS_LOG_FORMAT"  # "json" or "text"; default: text on a terminal, JSON otherwise
+ENV_SANDBOX = "TRIALS_SANDBOX"  # "off": replicas run as plain children, without their container view
 ENV_OUTPUT_ROOT = "TRIALS_OUTPUT_ROOT"  # outside a tuning job: where local runs write (default ./trials-output)
 # `trials validate --trainer` / the sweep's pre-flight: the trainer, run with --help, checks this spec
 # against its own flags and writes {"problems": [...], "n_values": N} as JSON to the _OUT file
@@ -46,7 +47,7 @@ ENV_CHECK_OUT = "TRIALS_CHECK_OUT"
 
 PROJECT_ENV_VARS = (
     ENV_TRIAL_DIR, ENV_GCS_ROOT, ENV_STOP_FILE, ENV_REPLICA, ENV_ATTEMPT, ENV_LOG_FORMAT,
-    ENV_OUTPUT_ROOT, ENV_CHECK_SPEC, ENV_CHECK_OUT,
+    ENV_OUTPUT_ROOT, ENV_CHECK_SPEC, ENV_CHECK_OUT, ENV_SANDBOX,
 )
 
 # --- What a trial's environment keeps of the host's (issue 13.1) ---------------------------------
@@ -108,6 +109,7 @@ ARGS_FILE = "args.json"
 ENV_FILE = "env.json"
 STOP_FILE = "STOP"
 PIDS_FILE = "pids.json"  # every replica group the controller started for the trial (reaped on resume)
+SANDBOX_DIR = "sandbox"  # <replica>.<n>/upper: what a sandboxed replica wrote in its launch folder
 CHECKPOINT_PREFIX = "ckpt-"
 # checkpoint formats by name -> file suffix (``ckpt-<step:08d><suffix>``); "auto" picks one by the state
 CHECKPOINT_FORMATS = {"json": ".json", "npz": ".npz", "torch": ".pt", "pickle": ".pkl"}

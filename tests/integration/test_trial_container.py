@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -122,3 +124,161 @@ def test_a_legacy_job_dir_reaches_the_trainer_as_job_dir(tmp_path):
     assert got["env"]["AIP_MODEL_DIR"] == f"{tmp_path / 'out'}/1/model/"
     out = trials_cli("describe", "legacy", "--format", "json", cwd=tmp_path).stdout
     assert json.loads(out)["trials"][0]["finalMeasurement"]["metrics"][0]["metricId"] == "Taxi Model Accuracy"
+
+
+# --- the container view: own working folder, /gcs, process tree, planted links (13.2, 13.3, 12.1, 12.8)
+def sandbox_on() -> bool:
+    from trials.controller import sandbox
+
+    probe = Path(tempfile.mkdtemp(prefix="trials-probe-"))
+    try:
+        return sandbox.detect(launch_dir=str(probe), job_dir=str(probe / "job"), gcs_root=str(probe / "gcs"),
+                              environ={}).on
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+
+
+needs_sandbox = pytest.mark.skipif(not sys.platform.startswith("linux") or not sandbox_on(),
+                                   reason="no mount namespaces here (the fallback tests still run)")
+
+
+@needs_sandbox
+def test_parallel_trials_each_find_their_own_out_txt_and_the_launch_folder_is_untouched(tmp_path):
+    spec = write_spec(tmp_path / "spec.yaml", trials=2, parallel=2, args=("--sleep=1.5",))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    trials_cli("sweep", str(spec), "--job-id", "cow", cwd=tmp_path)
+    for trial in ("1", "2"):
+        got = seen(tmp_path, "cow", trial)
+        assert got["found"] == trial and got["cwd"] == str(tmp_path)
+        upper = tmp_path / "trials-jobs" / "cow" / trial / "sandbox" / "workerpool0-0.0" / "upper"
+        assert (upper / "out.txt").read_text() == trial  # kept for inspection
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*before, "trials-jobs"])
+    assert not (tmp_path / "out.txt").exists()
+
+
+@needs_sandbox
+def test_a_trainer_writing_under_gcs_puts_its_model_where_best_says(tmp_path):
+    spec = write_spec(tmp_path / "spec.yaml", trials=2, args=("--gcs-model",))
+    trials_cli("sweep", str(spec), "--job-id", "fuse", "--base-output-dir", "gs://bucket/run", cwd=tmp_path)
+    got = seen(tmp_path, "fuse")
+    assert got["env"]["AIP_MODEL_DIR"] == "gs://bucket/run/1/model/"
+    assert got["model"] == "/gcs/bucket/run/1/model/model.txt"
+    out = trials_cli("best", "fuse", cwd=tmp_path).stdout
+    model_dir = Path(next(line for line in out.splitlines() if "model:" in line).split("model:")[1].strip())
+    assert model_dir.is_relative_to(tmp_path / "trials-jobs" / "fuse" / "gcs")
+    assert (model_dir / "model.txt").read_text().startswith("model of trial")
+    assert not Path("/gcs/bucket").exists()  # nothing created outside the job folder
+
+
+@needs_sandbox
+def test_the_journal_is_out_of_reach_and_a_planted_log_link_is_not_followed(tmp_path):
+    trainer = tmp_path / "plant.py"
+    trainer.write_text(
+        "import os, sys\n"
+        "trial = os.environ['TRIALS_TRIAL_DIR']\n"
+        "reach = os.path.exists(os.path.join(trial, '..', 'journal.log'))\n"
+        "open(os.path.join(trial, 'reach.txt'), 'w').write(str(reach))\n"
+        "if os.environ['TRIALS_ATTEMPT'] == '0':\n"
+        "    log = os.path.join(trial, 'workerpool0-0.stdout.log')\n"
+        "    os.unlink(log)\n"
+        "    os.symlink('../journal.log', log)\n"
+        "    os.kill(os.getpid(), 11)\n"
+        "import hypertune\n"
+        "print('second attempt output')\n"
+        "hypertune.HyperTune().report_hyperparameter_tuning_metric("
+        "hyperparameter_metric_tag='score', metric_value=1.0, global_step=1)\n")
+    spec = write_spec(tmp_path / "spec.yaml", command=False)
+    journal = tmp_path / "trials-jobs" / "plant" / "journal.log"
+    trials_cli("sweep", str(spec), "--job-id", "plant", "--", "python", str(trainer), cwd=tmp_path)
+    rest = json.loads(trials_cli("describe", "plant", "--format", "json", cwd=tmp_path).stdout)
+    assert rest["state"] == "JOB_STATE_SUCCEEDED"
+    assert b"second attempt output" not in journal.read_bytes()
+    log = tmp_path / "trials-jobs" / "plant" / "1" / "workerpool0-0.stdout.log"
+    assert not log.is_symlink() and "second attempt output" in log.read_text()
+    assert (tmp_path / "trials-jobs" / "plant" / "1" / "reach.txt").read_text() == "False"
+
+
+def test_a_planted_log_link_is_not_followed_without_the_sandbox(tmp_path):
+    from trials.controller.process import start_replica
+
+    victim = tmp_path / "journal.log"
+    victim.write_text("precious\n")
+    log = tmp_path / "trial" / "workerpool0-0.stdout.log"
+    log.parent.mkdir()
+    log.symlink_to("../journal.log")
+    r = start_replica([sys.executable, "-c", "print('out')"], env=dict(os.environ), cwd=str(tmp_path),
+                      stdout_path=str(log), stderr_path=str(log), name="workerpool0-0")
+    r._proc.wait(timeout=60)
+    assert r.poll() == 0
+    assert victim.read_text() == "precious\n"
+    assert not log.is_symlink() and log.read_text() == "out\n"
+
+
+def test_grandchildren_that_call_setsid_die_with_the_trial_and_are_named(tmp_path):
+    trainer = tmp_path / "daemon.py"
+    trainer.write_text(
+        "import os, subprocess, sys, hypertune\n"
+        "p = subprocess.Popen(['sleep', '240'], start_new_session=True)\n"
+        "open(os.path.join(os.environ['TRIALS_TRIAL_DIR'], 'orphan.pid'), 'w').write(str(p.pid))\n"
+        "hypertune.HyperTune().report_hyperparameter_tuning_metric("
+        "hyperparameter_metric_tag='score', metric_value=1.0, global_step=1)\n")
+    spec = write_spec(tmp_path / "spec.yaml", command=False)
+    proc = trials_cli("sweep", str(spec), "--job-id", "orphans", "--", "python", str(trainer), cwd=tmp_path)
+    pid = int((tmp_path / "trials-jobs" / "orphans" / "1" / "orphan.pid").read_text())
+    from trials.controller.tree import cgroup_parent
+
+    if cgroup_parent() is None:
+        pytest.skip("no writable cgroup v2 here: a replica is tracked by its process group only")
+    assert not _alive(pid), f"the setsid() grandchild {pid} survived the trial"
+    assert f"left 1 processes running; killed them: {pid} (sleep)" in proc.stdout
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except OSError:
+        return False
+
+
+def test_without_namespaces_the_trials_run_as_before_and_it_is_said_once(tmp_path):
+    spec = write_spec(tmp_path / "spec.yaml", trials=2, args=("--gcs-model",))
+    proc = trials_cli("sweep", str(spec), "--job-id", "plain", cwd=tmp_path, check=False,
+                      env={"TRIALS_SANDBOX": "off"})
+    assert proc.stdout.count("the sandbox is off (TRIALS_SANDBOX=off)") == 1
+    assert "--base-output-dir" in proc.stdout
+    assert (tmp_path / "out.txt").exists()  # the shared launch folder, as before
+    assert not (tmp_path / "trials-jobs" / "plain" / "1" / "sandbox").exists()
+
+
+@needs_sandbox
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to switch user")
+def test_an_unprivileged_user_gets_the_same_view_through_a_user_namespace():
+    tmp_path = Path(tempfile.mkdtemp(prefix="trials-nobody-"))  # pytest's folders are root-only
+    try:
+        _unprivileged_sweep(tmp_path)
+    finally:
+        shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def _unprivileged_sweep(tmp_path: Path) -> None:
+    tmp_path.chmod(0o777)
+    spec = write_spec(tmp_path / "spec.yaml", trials=2, parallel=2, args=("--sleep=1", "--gcs-model"),
+                      command=False)
+    spec.chmod(0o644)
+    # The trainer runs under the system python: this test's interpreter may sit in a folder
+    # (/root/...) that only the host's root may open once inside a user namespace.
+    system_python = shutil.which("python3", path="/usr/bin:/bin") or "python3"
+    argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+            sys.executable, "-m", "trials", "sweep", str(spec), "--job-id", "nobody",
+            "--base-output-dir", "gs://b/r", "--", system_python, TRAINER]
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / ".cache")}
+    proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=180, env=env)
+    if "the sandbox is off" in proc.stdout:
+        pytest.skip(f"unprivileged user namespaces are refused here: {proc.stdout.splitlines()[1]}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for trial in ("1", "2"):
+        got = seen(tmp_path, "nobody", trial)
+        assert got["found"] == trial and got["model"] == f"/gcs/b/r/{trial}/model/model.txt"
+        assert (tmp_path / "trials-jobs" / "nobody" / "gcs" / "b" / "r" / trial / "model" / "model.txt").exists()
+    assert not (tmp_path / "out.txt").exists()

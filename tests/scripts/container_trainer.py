@@ -10,7 +10,10 @@ import json
 import os
 import time
 
-import hypertune
+try:
+    import hypertune
+except ImportError:  # run by a system python (the unprivileged test): write what hypertune writes
+    hypertune = None
 
 p = argparse.ArgumentParser()
 p.add_argument("--x", type=float, default=0.5)
@@ -40,5 +43,11 @@ seen = {"env": dict(os.environ), "cwd": os.getcwd(), "found": found, "job_dir": 
         "model": model}
 with open(os.path.join(os.environ["TRIALS_TRIAL_DIR"], "seen.json"), "w") as f:
     json.dump(seen, f)
-hypertune.HyperTune().report_hyperparameter_tuning_metric(
-    hyperparameter_metric_tag=a.tag, metric_value=1.0 - (a.x - 0.3) ** 2, global_step=1)
+value = 1.0 - (a.x - 0.3) ** 2
+if hypertune is not None:
+    hypertune.HyperTune().report_hyperparameter_tuning_metric(
+        hyperparameter_metric_tag=a.tag, metric_value=value, global_step=1)
+else:
+    with open(os.environ["CLOUD_ML_HP_METRIC_FILE"], "w") as f:
+        f.write(json.dumps({"timestamp": time.time(), "trial": trial, a.tag: str(value), "global_step": "1",
+                            "checkpoint_path": ""}) + "\n")

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from trials.controller import policy
+from trials import protocol
+from trials.controller import gcs_emulator, policy, sandbox
 from trials.controller.chaos import Chaos
 from trials.controller.devices import DeviceAllocator, DevicePlan
 from trials.controller.effects import Clock, ReplicaFactory, Signals, SystemClock
@@ -66,6 +67,7 @@ class RunOptions:
     join: bool = False  # a `trials worker`: Ctrl-C / SIGTERM leaves the job instead of cancelling it
     devices: DevicePlan | None = None  # GPUs handed to replicas (None: CUDA_VISIBLE_DEVICES untouched)
     pass_env: tuple[str, ...] = ()  # withheld host variables passed to replicas anyway (--pass-env)
+    sandbox: Any = None  # trials.controller.sandbox.Sandbox; None: detected when the run starts
 
 
 class JobRunner(JobProgress):
@@ -107,6 +109,24 @@ class JobRunner(JobProgress):
         """Chaos mode: restarts injected so far."""
         return int(self._sup.n_injected)
 
+    def _start_container(self) -> gcs_emulator.Emulator | None:
+        """The replicas' container view and the local Cloud Storage endpoint, each said once if absent.
+
+        Only the production factory is wrapped: an injected one (tests) starts replicas as it likes.
+        """
+        if self._launcher.factory is not start_replica:
+            return None
+        view = self.opt.sandbox or sandbox.detect(launch_dir=self.opt.cwd, job_dir=self.opt.job_dir,
+                                                  gcs_root=self.opt.gcs_root)
+        if not view.on:
+            self.progress("warning", {"message": view.describe()})
+        gcs, why = gcs_emulator.start(self.opt.gcs_root)
+        if gcs is None and gcs_emulator.available():
+            self.progress("warning", {"message": f"no local Cloud Storage endpoint: {why}"})
+        extra = {protocol.ENV_STORAGE_EMULATOR_HOST: gcs.host} if gcs is not None else {}
+        self._launcher.factory = sandbox.SandboxedStart(view, extra)
+        return gcs
+
     # ------------------------------------------------------------------ public
     def resume_running(self) -> int:
         """Queue the trials left RUNNING by a dead controller to run again (same id and params)."""
@@ -117,6 +137,7 @@ class JobRunner(JobProgress):
     def run(self) -> str:
         """Run the job; returns its final Vertex job state."""
         self.begin_job()
+        gcs = self._start_container()
         restore = self._signals.install(self.on_stop_signal)
         full: OSError | None = None
         try:
@@ -128,6 +149,8 @@ class JobRunner(JobProgress):
         finally:
             self._stop_everything()
             restore()
+            if gcs is not None:
+                gcs.stop()
         if full is not None:
             where = f" writing {full.filename}" if full.filename else ""
             raise DiskFullError(
@@ -296,8 +319,13 @@ class JobRunner(JobProgress):
         del self.running[run.trial_id]
         if self._alloc is not None:
             self._alloc.release(run.trial_id)
-        for r in run.replicas.values():
+        for name, r in run.replicas.items():
             r.close()
+            leftovers = getattr(r, "leftovers", None)  # process.Replica: killed after its leader exited
+            if leftovers:
+                self.progress("warning", {"trial_id": run.trial_id, "message": (
+                    f"trial {run.trial_id}: {name} exited and left {len(leftovers)} processes running; "
+                    f"killed them: {', '.join(leftovers)}")})
         if not run.lost and self.shared is not None and not self.shared.owns(run.claimed.storage_id):
             run.stop_reason = StopReason.LOST
         if not run.lost:

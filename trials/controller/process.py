@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -14,6 +15,9 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, TextIO
 
+from trials import files
+from trials.controller import shim
+from trials.controller.tree import CgroupTree
 from trials.errors import ConfigError
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -170,7 +174,7 @@ class _Echo(threading.Thread):
 
     def run(self) -> None:
         try:
-            with open(self._path, "rb") as log:
+            with os.fdopen(files.open_regular(self._path, os.O_RDONLY), "rb") as log:
                 log.seek(self._offset)
                 pending = b""
                 while True:
@@ -234,6 +238,7 @@ class Replica:
         echoes: Sequence[_Echo] = (),
         kill: Callable[[int, int], None] = kill_group,
         alive: Callable[[int], bool] = group_alive,
+        tree: CgroupTree | None = None,
     ):
         self._proc = proc
         self.name = name
@@ -252,6 +257,9 @@ class Replica:
         self._echoes = list(echoes)
         self._kill = kill
         self._alive = alive
+        self.tree = tree  # every descendant, also those that left the group with setsid()
+        self.upper_dir: str | None = None  # sandboxed: where its writes to the launch folder are
+        self.leftovers: list[str] = []  # "pid (name)" of descendants killed after the leader exited
 
     def __repr__(self) -> str:
         return f"Replica(name={self.name!r}, pid={self.pid}, returncode={self.returncode})"
@@ -281,12 +289,23 @@ class Replica:
         }
 
     def send_signal_group(self, sig: int) -> None:
-        """Send ``sig`` to the whole process group; a group that is already gone is fine."""
+        """Send ``sig`` to the whole process group and the rest of its tree; gone is fine."""
         self._kill(self.pgid, sig)
+        if self.tree is not None:
+            if sig == signal.SIGKILL:
+                self.tree.kill()
+            else:
+                self.tree.signal(sig, skip_group=self.pgid)
 
     def running(self) -> bool:
-        """Whether the leader or any process left in its group still runs."""
-        return self.poll() is None or self._alive(self.pgid)
+        """Whether the leader, any process left in its group, or any descendant still runs."""
+        if self.poll() is None or self._alive(self.pgid):
+            return True
+        return self.tree is not None and bool(self.tree.pids())
+
+    def _note_leftovers(self) -> None:
+        if self.tree is not None and self.returncode is not None and not self.leftovers:
+            self.leftovers = self.tree.describe(self.tree.pids())
 
     def check_memory(self) -> bool:
         """Kill the group with SIGKILL when its summed RSS is over ``memory_limit_mb``.
@@ -313,6 +332,8 @@ class Replica:
         if self.stop_requested_at is not None:
             return self.stop_requested_at
         self.stop_requested_at = now  # RUNNING -> STOPPING
+        self.poll()
+        self._note_leftovers()  # the leader is gone: what still runs outlived it
         if self.running():
             self.send_signal_group(signal.SIGTERM)
         return now
@@ -353,6 +374,8 @@ class Replica:
         for echo in self._echoes:
             echo.join(max(0.0, deadline - time.monotonic()))
         self._echoes = []
+        if self.tree is not None and not self.running():
+            self.tree.remove()
 
 
 def check_memory_all(replicas: Iterable[Replica]) -> list[Replica]:
@@ -374,14 +397,19 @@ def start_replica(
     name: str,
     echo: TextIO | None = None,
     memory_limit_mb: int | None = None,
+    shim_ops: Sequence[str] = (),
+    tree: CgroupTree | None = None,
 ) -> Replica:
     """Start one replica in its own process group.
 
     The child gets exactly ``env`` (the caller builds it; ``argv[0]`` is looked up on its PATH),
     stdin from /dev/null, and stdout/stderr appended to the given files so a restart's output
-    follows the previous attempt's. On Linux it is SIGKILLed when the thread that started it
-    dies (PR_SET_PDEATHSIG), so call this from the long-lived job loop thread, not a short-lived
-    worker thread. Processes it forks do not inherit that: :func:`reap_leftovers` covers them.
+    follows the previous attempt's (a link or FIFO planted at a log path is replaced, never
+    followed). It starts through the exec shim (``shim.c``: no fork of the controller, which
+    ``preexec_fn`` would force), which makes it die with the thread that started it
+    (PR_SET_PDEATHSIG; call this from the long-lived job loop thread), joins ``tree`` so every
+    descendant can be found and killed, applies ``shim_ops`` (the sandbox), then execs ``argv``.
+    Without a shim (no C compiler) a Python ``preexec_fn`` sets PR_SET_PDEATHSIG instead.
 
     Args:
         argv: the command, never passed through a shell.
@@ -392,6 +420,8 @@ def start_replica(
         name: replica name (``workerpool0-0``), the echo prefix ``[name] ``.
         echo: when given, each new log line is also copied there by a thread following the file.
         memory_limit_mb: limit enforced by :meth:`Replica.check_memory`.
+        shim_ops: operations for the shim before exec (see ``shim.c``); needs the shim.
+        tree: the cgroup the replica and all its descendants join.
 
     Raises:
         ConfigError: empty argv, missing cwd, or ``argv[0]`` missing or not executable.
@@ -403,17 +433,30 @@ def start_replica(
         raise ConfigError(f"replica {name}: memory limit must be > 0 MB, got {memory_limit_mb}")
     if not os.path.isdir(cwd):
         raise ConfigError(f"replica {name}: working directory {cwd!r} does not exist")
+    program = _resolve(name, argv[0], cwd, env)
+    try:
+        wrapper = shim.shim_path()
+    except shim.ShimUnavailable:
+        if shim_ops:
+            raise
+        wrapper = None
+    errors_r, errors_w = os.pipe() if wrapper is not None else (-1, -1)
+    if wrapper is not None:
+        full = [wrapper, str(os.getpid()), tree.procs_file if tree else "-", str(errors_w), *shim_ops,
+                "--", program, *argv[1:]]
+    else:
+        full = [program, *argv[1:]]
     paths = list(dict.fromkeys([stdout_path, stderr_path]))
-    logs = {}
+    logs: dict[str, int] = {}
     try:
         for path in paths:  # an unwritable log is an OSError, not a ConfigError
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            logs[path] = open(path, "ab")
-        offsets = {path: os.fstat(log.fileno()).st_size for path, log in logs.items()}
-        prctl = _prctl()
+            logs[path] = _open_log(path)
+        offsets = {path: os.fstat(fd).st_size for path, fd in logs.items()}
+        prctl = _prctl() if wrapper is None else None
         try:
             proc = subprocess.Popen(
-                argv,
+                full,
                 env=dict(env),
                 cwd=cwd,
                 stdin=subprocess.DEVNULL,
@@ -421,13 +464,21 @@ def start_replica(
                 stderr=logs[stderr_path],
                 start_new_session=True,
                 close_fds=True,
+                pass_fds=() if errors_w < 0 else (errors_w,),
                 preexec_fn=None if prctl is None else _die_with_parent(os.getpid(), prctl),
             )
         except OSError as err:
             raise ConfigError(_launch_error(name, argv[0], cwd, env, err)) from err
+        finally:
+            if errors_w >= 0:
+                os.close(errors_w)
+        if errors_r >= 0:
+            _raise_shim_error(proc, errors_r, name, argv[0], cwd, env)
     finally:
-        for log in logs.values():
-            log.close()
+        for fd in logs.values():
+            os.close(fd)
+        if errors_r >= 0:
+            os.close(errors_r)
     echoes = []
     if echo is not None:
         echoes = [_Echo(path, offsets[path], f"[{name}] ", echo) for path in paths]
@@ -442,7 +493,50 @@ def start_replica(
         memory_limit_mb=memory_limit_mb,
         start_time=process_start_time(proc.pid),
         echoes=echoes,
+        tree=tree,
     )
+
+
+def _raise_shim_error(proc: Any, fd: int, name: str, program: str, cwd: str,
+                      env: Mapping[str, str]) -> None:
+    """EOF once the trainer is exec'd; otherwise the shim's ``ERRNO message``: raise it."""
+    chunks = []
+    while chunk := os.read(fd, 4096):
+        chunks.append(chunk)
+    if not chunks:
+        return
+    proc.wait()
+    code, _, message = b"".join(chunks).decode("utf-8", "replace").partition(" ")
+    if message.startswith("exec:"):
+        errno_ = int(code) if code.isdigit() else 0
+        raise ConfigError(_launch_error(name, program, cwd, env, OSError(errno_, os.strerror(errno_))))
+    raise ConfigError(f"replica {name}: the sandbox could not be set up: {message}")
+
+
+def _open_log(path: str) -> int:
+    """Append to a replica log; a symlink, FIFO or device a trainer planted there is replaced."""
+    try:
+        return files.open_append(path)
+    except files.NotRegularFileError:
+        if os.path.isdir(path) and not os.path.islink(path):
+            raise
+        os.unlink(path)  # the trainer's own entry: its earlier output is what it replaced
+        return files.open_append(path)
+
+
+def _resolve(name: str, program: str, cwd: str, env: Mapping[str, str]) -> str:
+    """``program`` as the shim will exec it; the same errors Popen gave for a missing command."""
+    if "/" in program:
+        found: str | None = program if os.path.isabs(program) else os.path.join(cwd, program)
+        if not os.path.exists(found):  # type: ignore[arg-type]
+            found = None
+    else:
+        found = shutil.which(program, mode=os.F_OK, path=env.get("PATH", os.defpath))
+    if found is None:
+        raise ConfigError(_launch_error(name, program, cwd, env, FileNotFoundError()))
+    if os.path.isdir(found) or not os.access(found, os.X_OK):
+        raise ConfigError(_launch_error(name, program, cwd, env, PermissionError()))
+    return program if "/" in program else found
 
 
 def _launch_error(name: str, program: str, cwd: str, env: Mapping[str, str], err: OSError) -> str:
@@ -506,7 +600,7 @@ def reap_leftovers(
 def tail_lines(path: str, n: int = 20, max_bytes: int = 64_000) -> list[str]:
     """The last ``n`` lines of a log, reading at most ``max_bytes`` from its end ([] if missing)."""
     try:
-        with open(path, "rb") as log:
+        with os.fdopen(files.open_regular(path, os.O_RDONLY), "rb") as log:
             size = log.seek(0, os.SEEK_END)
             start = max(0, size - max_bytes)
             log.seek(start)

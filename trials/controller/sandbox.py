@@ -1,0 +1,185 @@
+"""Each replica in its container view: a private copy-on-write launch folder, /gcs, the job folder hidden.
+
+A replica starts through the exec shim (``shim.c``) in a new mount namespace (a user namespace too
+when not root): the launch folder is an overlay whose writes land in ``<trial>/sandbox/<replica>.<n>/
+upper``, the job folder is an empty tmpfs with only the trial's own folders mounted back (so no
+trainer reaches ``journal.log`` or another trial), and ``/gcs`` is the job's bucket folder. Where
+that cannot work (not Linux, no compiler, a kernel that refuses the namespaces or overlayfs,
+``TRIALS_SANDBOX=off``) :func:`detect` says why once and replicas run as plain children.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from trials import protocol
+from trials.controller import shim
+from trials.controller.process import Replica, start_replica
+from trials.controller.tree import CgroupTree
+
+OFF_VALUES = ("off", "0", "no", "false")
+_PROBE_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sandbox:
+    """How this job's replicas start. ``namespace`` is None when the sandbox is off (see ``reason``)."""
+
+    launch_dir: str
+    job_dir: str
+    gcs_root: str
+    namespace: str | None = None  # "mount" (root) or "user" (unprivileged user namespace)
+    reason: str = ""
+
+    @property
+    def on(self) -> bool:
+        return self.namespace is not None
+
+    def describe(self) -> str:
+        """One line for the user: what each replica gets, or why it runs as a plain child."""
+        if self.on:
+            return (f"each replica works in a private copy-on-write view of {self.launch_dir} "
+                    f"(its writes stay in <trial>/{protocol.SANDBOX_DIR}/), /gcs is {self.gcs_root}")
+        return (f"the sandbox is off ({self.reason}): trials share {self.launch_dir}, see the host's "
+                f"file system and have no /gcs (write outputs with --base-output-dir DIR)")
+
+
+def off(launch_dir: str, job_dir: str, gcs_root: str, reason: str) -> Sandbox:
+    return Sandbox(launch_dir=launch_dir, job_dir=job_dir, gcs_root=gcs_root, reason=reason)
+
+
+def detect(*, launch_dir: str, job_dir: str, gcs_root: str,
+           environ: Mapping[str, str] | None = None) -> Sandbox:
+    """Decide once per job whether replicas get their container view, by trying it for real."""
+    environ = os.environ if environ is None else environ
+    launch_dir, job_dir, gcs_root = (os.path.abspath(p) for p in (launch_dir, job_dir, gcs_root))
+    if environ.get(protocol.ENV_SANDBOX, "").strip().lower() in OFF_VALUES:
+        return off(launch_dir, job_dir, gcs_root, f"{protocol.ENV_SANDBOX}={environ[protocol.ENV_SANDBOX]}")
+    if launch_dir == "/":
+        return off(launch_dir, job_dir, gcs_root, f"the launch folder {launch_dir} cannot be overlaid")
+    try:
+        program = shim.shim_path()
+    except shim.ShimUnavailable as err:
+        return off(launch_dir, job_dir, gcs_root, str(err))
+    candidate = Sandbox(launch_dir=launch_dir, job_dir=job_dir, gcs_root=gcs_root,
+                        namespace="mount" if os.geteuid() == 0 else "user")
+    problem = _probe(candidate, program)
+    return off(launch_dir, job_dir, gcs_root, problem) if problem else candidate
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _probe(sandbox: Sandbox, program: str) -> str | None:
+    """Start ``true`` in a throw-away view of the job; the shim's error line when that fails."""
+    probe_dir = os.path.join(sandbox.job_dir, f".sandbox-probe-{os.getpid()}")
+    try:
+        os.makedirs(sandbox.gcs_root, exist_ok=True)  # the job's buckets: /gcs in every replica
+        os.makedirs(probe_dir, exist_ok=True)
+        state = new_state_dir(probe_dir, "probe")
+        ops = replica_ops(sandbox, state_dir=state, writable=(probe_dir,))
+        true = shutil.which("true") or "/bin/true"
+        proc = subprocess.run([program, "0", "-", "-", *ops, "--", true],
+                              capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S, check=False)
+    except (OSError, subprocess.SubprocessError) as err:
+        return f"the sandbox probe failed: {err}"
+    finally:
+        _remove_tree(probe_dir)
+    if proc.returncode == 0:
+        return None
+    lines = proc.stderr.strip().splitlines()
+    return lines[-1] if lines else f"the sandbox probe exited {proc.returncode}"
+
+
+def _remove_tree(folder: str) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def new_state_dir(trial_dir: str, replica: str) -> str:
+    """``<trial>/sandbox/<replica>.<n>``: a fresh upper layer per start, earlier ones kept."""
+    base = os.path.join(trial_dir, protocol.SANDBOX_DIR)
+    os.makedirs(base, exist_ok=True)
+    n = 0
+    while True:
+        state = os.path.join(base, f"{replica}.{n}")
+        try:
+            os.mkdir(state)
+            break
+        except FileExistsError:
+            n += 1
+    for name in ("upper", "work", "root"):
+        os.mkdir(os.path.join(state, name))
+    return state
+
+
+def upper_dir(state_dir: str) -> str:
+    """Where a sandboxed replica's writes to its launch folder land (as changed files)."""
+    return os.path.join(state_dir, "upper")
+
+
+def replica_ops(sandbox: Sandbox, *, state_dir: str, writable: Sequence[str]) -> list[str]:
+    """The shim's operations for one replica; ``writable`` folders are mounted through as they are."""
+    ops = ["ns", str(sandbox.namespace),
+           "overlay", sandbox.launch_dir, upper_dir(state_dir), os.path.join(state_dir, "work")]
+    if not _inside(sandbox.launch_dir, sandbox.job_dir):
+        ops += ["hide", sandbox.job_dir]  # journal.log and the other trials are out of reach
+    chosen: list[str] = []
+    for path in sorted({os.path.abspath(p) for p in (*writable, sandbox.gcs_root)}, key=len):
+        if not any(_inside(path, parent) for parent in chosen):
+            chosen.append(path)
+    for path in chosen:
+        ops += ["bind", path]
+    ops += ["gcs", sandbox.gcs_root, os.path.join(state_dir, "root"), "cd", sandbox.launch_dir]
+    return ops
+
+
+def start_sandboxed(sandbox: Sandbox, argv: Sequence[str], *, env: Mapping[str, str],
+                    trial_dir: str, outputs: Sequence[str], replica: str,
+                    **options: Any) -> Replica:
+    """Start one replica in its container view (or as a plain child when the sandbox is off).
+
+    ``outputs``: folders the replica writes through to the host besides its trial folder (its
+    local ``AIP_*`` base folder). ``options`` go to :func:`process.start_replica` (log paths,
+    name, echo, memory limit). The replica's ``upper_dir`` then names where its other writes are.
+    """
+    tree = CgroupTree.create(f"{os.path.basename(trial_dir)}-{replica}")
+    if not sandbox.on:
+        return start_replica(argv, env=env, cwd=sandbox.launch_dir, tree=tree, **options)
+    state = new_state_dir(trial_dir, replica)
+    for folder in outputs:
+        os.makedirs(folder, exist_ok=True)
+    ops = replica_ops(sandbox, state_dir=state, writable=(trial_dir, *outputs))
+    started = start_replica(argv, env=env, cwd=sandbox.launch_dir, tree=tree, shim_ops=ops, **options)
+    started.upper_dir = upper_dir(state)
+    return started
+
+
+class SandboxedStart:
+    """A replica factory with ``process.start_replica``'s signature that starts replicas in their view.
+
+    The trial folder is the log files' folder, the replica name and the ``AIP_*`` base come from
+    the replica's environment; ``extra_env`` is added to it (``STORAGE_EMULATOR_HOST``).
+    """
+
+    def __init__(self, sandbox: Sandbox, extra_env: Mapping[str, str] | None = None):
+        self.sandbox = sandbox
+        self.extra_env = dict(extra_env or {})
+
+    def __call__(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, stdout_path: str,
+                 stderr_path: str, name: str, echo: Any = None, memory_limit_mb: int | None = None) -> Replica:
+        trial_dir = os.path.dirname(os.path.abspath(stdout_path))
+        replica = env.get(protocol.ENV_REPLICA) or os.path.basename(stdout_path).split(".", 1)[0]
+        outputs = []
+        model_dir = env.get(protocol.ENV_MODEL_DIR)
+        if model_dir:  # <base>/<trial>/model/: the replica writes <base>/<trial>/ through
+            local = protocol.local_path(model_dir, env.get(protocol.ENV_GCS_ROOT) or self.sandbox.gcs_root)
+            outputs.append(os.path.dirname(local.rstrip("/")))
+        return start_sandboxed(self.sandbox, argv, env={**env, **self.extra_env}, trial_dir=trial_dir,
+                               outputs=outputs, replica=replica, stdout_path=stdout_path,
+                               stderr_path=stderr_path, name=name, echo=echo, memory_limit_mb=memory_limit_mb)

@@ -1,0 +1,211 @@
+/* The exec shim every replica starts through (trials/controller/shim.py builds it with cc).
+ *
+ * It does, in order, what Python could only do between fork and exec (preexec_fn forces a full
+ * fork of the controller): die with the controller (PR_SET_PDEATHSIG), join the replica's cgroup
+ * so every descendant is tracked, and optionally build the replica's container view in a new mount
+ * namespace. Then it execs the trainer: nothing of it stays in the process.
+ *
+ *   trials-shim PPID CGROUP_PROCS|- ERRFD|- [OP ...] -- PROGRAM [ARG ...]
+ *
+ * OPs, applied in order (bind and gcs sources are opened after `ns`, before any other mount):
+ *   ns user|mount       new mount namespace (user: also a user namespace mapping our own uid/gid)
+ *   overlay DIR UPPER WORK   DIR becomes a copy-on-write view of itself (writes go to UPPER)
+ *   hide DIR            an empty tmpfs over DIR (later binds create their mount points in it)
+ *   bind PATH           PATH (opened before any mount) mounted back over PATH, writable
+ *   gcs SRC NEWROOT     SRC (opened before any mount) appears at /gcs: bound there when /gcs
+ *                       exists, otherwise / is rebuilt in a tmpfs at NEWROOT with /gcs added
+ *   cd DIR              the working directory (entered after the mounts)
+ *
+ * Setup failures print one line "trials-shim: STEP: PATH: ERROR" to stderr and exit 125; an exec
+ * failure exits 127. Both also write "ERRNO STEP: PATH: ERROR" to ERRFD (close-on-exec: the
+ * controller reads EOF once the trainer runs), so the controller can raise instead of recording a
+ * failed replica, as Popen does for a missing program.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define MAX_FDS 64
+
+static int errfd = -1;
+
+static void report(int err, const char *step, const char *path) {
+    fprintf(stderr, "trials-shim: %s: %s: %s\n", step, path, strerror(err));
+    if (errfd >= 0) dprintf(errfd, "%d %s: %s: %s", err, step, path, strerror(err));
+}
+
+static int fail(const char *step, const char *path) {
+    report(errno, step, path);
+    _exit(125);
+    return 125;
+}
+
+static void write_file(const char *path, const char *text) {
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) fail("open", path);
+    ssize_t n = write(fd, text, strlen(text));
+    if (n != (ssize_t)strlen(text)) fail("write", path);
+    close(fd);
+}
+
+static void mkdirs(const char *path) {
+    char buf[4096];
+    size_t len = strlen(path);
+    if (len >= sizeof buf) { errno = ENAMETOOLONG; fail("mkdir", path); }
+    memcpy(buf, path, len + 1);
+    for (size_t i = 1; i <= len; i++) {
+        if (buf[i] == '/' || buf[i] == '\0') {
+            char c = buf[i];
+            buf[i] = '\0';
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST) fail("mkdir", buf);
+            buf[i] = c;
+        }
+    }
+}
+
+static void bind_fd(int fd, const char *target) {
+    char src[64];
+    snprintf(src, sizeof src, "/proc/self/fd/%d", fd);
+    struct stat st;
+    if (stat(target, &st) != 0) mkdirs(target);
+    if (mount(src, target, NULL, MS_BIND | MS_REC, NULL) != 0) fail("bind", target);
+}
+
+/* / rebuilt in a tmpfs at NEWROOT: every entry of / bound in (with its submounts), /gcs added. */
+static void new_root_with_gcs(int gcs_fd, const char *newroot) {
+    if (mount("tmpfs", newroot, "tmpfs", MS_NOSUID, "mode=0755") != 0) fail("tmpfs", newroot);
+    DIR *root = opendir("/");
+    if (root == NULL) fail("opendir", "/");
+    char target[4096], link[4096];
+    struct dirent *e;
+    while ((e = readdir(root)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        char source[4096];
+        snprintf(source, sizeof source, "/%s", e->d_name);
+        snprintf(target, sizeof target, "%s/%s", newroot, e->d_name);
+        struct stat st;
+        if (lstat(source, &st) != 0) continue;
+        if (S_ISLNK(st.st_mode)) {
+            ssize_t n = readlink(source, link, sizeof link - 1);
+            if (n < 0) fail("readlink", source);
+            link[n] = '\0';
+            if (symlink(link, target) != 0) fail("symlink", target);
+            continue;
+        }
+        if (S_ISDIR(st.st_mode)) {
+            if (mkdir(target, 0755) != 0) fail("mkdir", target);
+        } else {
+            int fd = open(target, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+            if (fd < 0) fail("create", target);
+            close(fd);
+        }
+        if (mount(source, target, NULL, MS_BIND | MS_REC, NULL) != 0) fail("bind", source);
+    }
+    closedir(root);
+    snprintf(target, sizeof target, "%s/gcs", newroot);
+    if (mkdir(target, 0755) != 0 && errno != EEXIST) fail("mkdir", target);
+    bind_fd(gcs_fd, target);
+    snprintf(target, sizeof target, "%s/.old-root", newroot);
+    if (mkdir(target, 0700) != 0) fail("mkdir", target);
+    if (syscall(SYS_pivot_root, newroot, target) != 0) fail("pivot_root", newroot);
+    if (chdir("/") != 0) fail("chdir", "/");
+    if (umount2("/.old-root", MNT_DETACH) != 0) fail("umount", "/.old-root");
+    rmdir("/.old-root");
+    mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL);  /* nobody adds to this root */
+}
+
+static int open_dir(const char *path) {
+    int fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) fail("open", path);
+    return fd;
+}
+
+static int open_sources(int argc, char **argv, int from, int end, int *fds) {
+    int n = 0;
+    (void)argc;
+    for (int k = from; k < end; k++) {
+        if ((strcmp(argv[k], "bind") == 0 || strcmp(argv[k], "gcs") == 0) && k + 1 < end) {
+            if (n == MAX_FDS) { errno = E2BIG; fail("bind", argv[k + 1]); }
+            fds[n++] = open_dir(argv[k + 1]);
+        }
+    }
+    return n;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 5) { fprintf(stderr, "usage: trials-shim PPID CGROUP_PROCS ERRFD [OP ...] -- PROGRAM [ARG ...]\n"); return 125; }
+    if (strcmp(argv[3], "-") != 0) {
+        errfd = atoi(argv[3]);
+        fcntl(errfd, F_SETFD, FD_CLOEXEC);
+    }
+    pid_t parent = (pid_t)atol(argv[1]);
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail("prctl", "PR_SET_PDEATHSIG");
+    if (parent > 0 && getppid() != parent) _exit(137);  /* the controller died before prctl */
+    if (strcmp(argv[2], "-") != 0) write_file(argv[2], "0\n");  /* this process and all it starts */
+    int i = 4, end = 4;
+    while (end < argc && strcmp(argv[end], "--") != 0) end++;
+    if (end + 1 >= argc) { fprintf(stderr, "trials-shim: no program after --\n"); return 125; }
+    int fds[MAX_FDS], nfds = -1;  /* bind sources: opened in the new namespace before any mount */
+    const char *cwd = NULL;
+    int next_fd = 0;
+    uid_t uid = getuid();
+    gid_t gid = getgid();
+    while (i < end) {
+        const char *op = argv[i];
+        if (nfds < 0 && strcmp(op, "ns") != 0) nfds = open_sources(argc, argv, i, end, fds);
+        if (strcmp(op, "ns") == 0 && i + 1 < end) {
+            int user = strcmp(argv[i + 1], "user") == 0;
+            if (unshare(CLONE_NEWNS | (user ? CLONE_NEWUSER : 0)) != 0) fail("unshare", argv[i + 1]);
+            if (user) {
+                char map[64];
+                write_file("/proc/self/setgroups", "deny");
+                snprintf(map, sizeof map, "%u %u 1\n", (unsigned)uid, (unsigned)uid);
+                write_file("/proc/self/uid_map", map);
+                snprintf(map, sizeof map, "%u %u 1\n", (unsigned)gid, (unsigned)gid);
+                write_file("/proc/self/gid_map", map);
+            }
+            if (mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) fail("private", "/");
+            i += 2;
+        } else if (strcmp(op, "overlay") == 0 && i + 3 < end) {
+            char opts[12288];
+            int n = snprintf(opts, sizeof opts, "lowerdir=%s,upperdir=%s,workdir=%s",
+                             argv[i + 1], argv[i + 2], argv[i + 3]);
+            if (n < 0 || (size_t)n >= sizeof opts) { errno = ENAMETOOLONG; fail("overlay", argv[i + 1]); }
+            if (mount("overlay", argv[i + 1], "overlay", 0, opts) != 0) fail("overlay", argv[i + 1]);
+            i += 4;
+        } else if (strcmp(op, "hide") == 0 && i + 1 < end) {
+            if (mount("tmpfs", argv[i + 1], "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") != 0) fail("hide", argv[i + 1]);
+            i += 2;
+        } else if (strcmp(op, "bind") == 0 && i + 1 < end) {
+            bind_fd(fds[next_fd++], argv[i + 1]);
+            i += 2;
+        } else if (strcmp(op, "gcs") == 0 && i + 2 < end) {
+            int fd = fds[next_fd++];
+            struct stat st;
+            if (stat("/gcs", &st) == 0 && S_ISDIR(st.st_mode)) bind_fd(fd, "/gcs");
+            else new_root_with_gcs(fd, argv[i + 2]);
+            i += 3;
+        } else if (strcmp(op, "cd") == 0 && i + 1 < end) {
+            cwd = argv[i + 1];
+            i += 2;
+        } else {
+            fprintf(stderr, "trials-shim: unknown or incomplete op %s\n", op);
+            return 125;
+        }
+    }
+    if (cwd != NULL && chdir(cwd) != 0) fail("chdir", cwd);
+    execv(argv[end + 1], argv + end + 1);  /* the controller resolved PATH: no sh fallback */
+    report(errno, "exec", argv[end + 1]);
+    return 127;
+}

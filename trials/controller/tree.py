@@ -1,0 +1,128 @@
+"""A replica's whole process tree as a cgroup v2: descendants that call setsid() are still in it."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import itertools
+import os
+import signal
+
+_PROC = "/proc"
+_counter = itertools.count()
+
+
+def _cgroup2_mount(mountinfo: str) -> str | None:
+    for line in mountinfo.splitlines():
+        fields = line.split(" - ", 1)
+        if len(fields) == 2 and fields[1].split()[0] == "cgroup2":
+            return fields[0].split()[4].replace("\\040", " ")
+    return None
+
+
+def own_cgroup(proc_cgroup: str) -> str | None:
+    """This process's cgroup v2 path from ``/proc/self/cgroup`` (the ``0::PATH`` line)."""
+    for line in proc_cgroup.splitlines():
+        if line.startswith("0::"):
+            return line[3:]
+    return None
+
+
+@functools.cache
+def cgroup_parent() -> str | None:
+    """A cgroup v2 folder this controller may create replica cgroups in, or None.
+
+    ``<cgroup2 mount><our cgroup>/trials-<pid>``: created once; None when there is no cgroup v2
+    hierarchy or it is not ours to write (then a replica is tracked by its process group only).
+    """
+    try:
+        with open(f"{_PROC}/self/mountinfo", encoding="utf-8") as f:
+            mount = _cgroup2_mount(f.read())
+        with open(f"{_PROC}/self/cgroup", encoding="utf-8") as f:
+            path = own_cgroup(f.read())
+    except OSError:
+        return None
+    if mount is None or path is None:
+        return None
+    folder = os.path.join(mount, path.lstrip("/"), f"trials-{os.getpid()}")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        if not os.access(os.path.join(folder, "cgroup.procs"), os.W_OK):
+            return None
+    except OSError:
+        return None
+    atexit.register(_remove, folder)
+    return folder
+
+
+def _remove(folder: str) -> None:
+    with contextlib.suppress(OSError):
+        os.rmdir(folder)
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"{_PROC}/{pid}/comm", encoding="utf-8", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
+class CgroupTree:
+    """The cgroup a replica's shim joins before exec: every process it starts stays in it."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.procs_file = os.path.join(path, "cgroup.procs")
+
+    @classmethod
+    def create(cls, name: str) -> CgroupTree | None:
+        """A new, empty cgroup for one replica start, or None where cgroups are not available."""
+        parent = cgroup_parent()
+        if parent is None:
+            return None
+        safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+        path = os.path.join(parent, f"{safe}-{next(_counter)}")
+        try:
+            os.mkdir(path)
+        except OSError:
+            return None
+        return cls(path)
+
+    def pids(self) -> list[int]:
+        """The processes in the tree now (zombies are already out of it)."""
+        try:
+            with open(self.procs_file, encoding="ascii") as f:
+                return [int(line) for line in f.read().split()]
+        except (OSError, ValueError):
+            return []
+
+    def describe(self, pids: list[int]) -> list[str]:
+        return [f"{pid} ({_comm(pid)})" for pid in pids]
+
+    def signal(self, sig: int, *, skip_group: int | None = None) -> list[int]:
+        """Send ``sig`` to every process of the tree (not those of ``skip_group``); returns the pids."""
+        sent = []
+        for pid in self.pids():
+            with contextlib.suppress(OSError):
+                if skip_group is not None and os.getpgid(pid) == skip_group:
+                    continue
+                os.kill(pid, sig)
+                sent.append(pid)
+        return sent
+
+    def kill(self) -> None:
+        """SIGKILL the whole tree (``cgroup.kill`` where the kernel has it: no process escapes)."""
+        try:
+            with open(os.path.join(self.path, "cgroup.kill"), "w", encoding="ascii") as f:
+                f.write("1")
+            return
+        except OSError:
+            pass
+        self.signal(signal.SIGKILL)
+
+    def remove(self) -> None:
+        """Delete the cgroup once it is empty (a no-op while processes remain)."""
+        with contextlib.suppress(OSError):
+            os.rmdir(self.path)
