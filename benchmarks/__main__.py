@@ -16,6 +16,7 @@ PARTS = {
     "search": "benchmarks.search_quality",
     "stopping": "benchmarks.early_stopping",
     "scale": "benchmarks.scale",
+    "sandbox": "benchmarks.sandbox_start",
 }
 
 

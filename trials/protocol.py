@@ -38,6 +38,8 @@ ENV_STOP_FILE = "TRIALS_STOP_FILE"  # a stop request: the runtime stops when thi
 ENV_REPLICA = "TRIALS_REPLICA"  # e.g. "workerpool0-0"
 ENV_ATTEMPT = "TRIALS_ATTEMPT"  # 0 for the first start of a replica, +1 per restart
 ENV_LOG_FORMAT = "TRIALS_LOG_FORMAT"  # "json" or "text"; default: text on a terminal, JSON otherwise
+ENV_GCS_EMULATOR = "TRIALS_GCS_EMULATOR"  # "off": no local Cloud Storage endpoint even with trials[gcs]
+ENV_STORAGE_EMULATOR_HOST = "STORAGE_EMULATOR_HOST"  # google-cloud-storage's endpoint override
 ENV_SANDBOX = "TRIALS_SANDBOX"  # "off": replicas run as plain children, without their container view
 ENV_OUTPUT_ROOT = "TRIALS_OUTPUT_ROOT"  # outside a tuning job: where local runs write (default ./trials-output)
 # `trials validate --trainer` / the sweep's pre-flight: the trainer, run with --help, checks this spec
@@ -47,7 +49,7 @@ ENV_CHECK_OUT = "TRIALS_CHECK_OUT"
 
 PROJECT_ENV_VARS = (
     ENV_TRIAL_DIR, ENV_GCS_ROOT, ENV_STOP_FILE, ENV_REPLICA, ENV_ATTEMPT, ENV_LOG_FORMAT,
-    ENV_OUTPUT_ROOT, ENV_CHECK_SPEC, ENV_CHECK_OUT, ENV_SANDBOX,
+    ENV_OUTPUT_ROOT, ENV_CHECK_SPEC, ENV_CHECK_OUT, ENV_SANDBOX, ENV_GCS_EMULATOR,
 )
 
 # --- What a trial's environment keeps of the host's (issue 13.1) ---------------------------------

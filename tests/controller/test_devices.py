@@ -156,7 +156,10 @@ def gpu_spec(tmp_path, *, accelerators, parallel, points=4):
 
 
 def sweep(tmp_path, *argv):
-    return subprocess.run([sys.executable, "-m", "trials", "sweep", *argv], cwd=tmp_path,
+    # From a folder of its own: the trainers' events file is outside their (copy-on-write) launch folder.
+    launch = tmp_path / "launch"
+    launch.mkdir(exist_ok=True)
+    return subprocess.run([sys.executable, "-m", "trials", "sweep", *argv], cwd=launch,
                           capture_output=True, text=True, timeout=60)
 
 
@@ -167,7 +170,7 @@ def test_cli_without_gpus_exits_2_in_one_line_before_creating_the_job(tmp_path, 
     run = sweep(tmp_path, str(spec), "--job-id", "g")
     assert run.returncode == 2, run
     assert len(run.stderr.strip().splitlines()) == 1 and "no GPU" in run.stderr
-    assert not (tmp_path / "trials-jobs" / "g").exists()
+    assert not (tmp_path / "launch" / "trials-jobs" / "g").exists()
 
 
 @pytest.mark.integration

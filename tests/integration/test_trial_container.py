@@ -5,6 +5,7 @@ Real `trials` processes and real trainers (tests/scripts/container_trainer.py).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -282,3 +283,60 @@ def _unprivileged_sweep(tmp_path: Path) -> None:
         assert got["found"] == trial and got["model"] == f"/gcs/b/r/{trial}/model/model.txt"
         assert (tmp_path / "trials-jobs" / "nobody" / "gcs" / "b" / "r" / trial / "model" / "model.txt").exists()
     assert not (tmp_path / "out.txt").exists()
+
+
+# --- gs:// through google-cloud-storage (13.4): the trials[gcs] extra -----------------------------
+GCS_TRAINER = '''
+import os
+from google.cloud import storage
+
+bucket = storage.Client().bucket("b")
+mine = "trial-" + os.environ["CLOUD_ML_TRIAL_ID"]
+os.makedirs("/gcs/b/fuse", exist_ok=True)
+with open(f"/gcs/b/fuse/{mine}.txt", "w") as f:  # the Cloud Storage FUSE idiom
+    f.write("through /gcs")
+bucket.blob(f"client/{mine}.txt").upload_from_string("through the client")  # the client idiom
+got = {
+    "client_reads_fuse": bucket.blob(f"fuse/{mine}.txt").download_as_text(),
+    "fuse_reads_client": open(f"/gcs/b/client/{mine}.txt").read(),
+    "data": bucket.blob("data/input.csv").download_as_text(),
+    "listed": sorted(b.name for b in storage.Client().list_blobs("b", prefix="client/")),
+}
+import json, hypertune
+with open(os.path.join(os.environ["TRIALS_TRIAL_DIR"], "gcs.json"), "w") as f:
+    json.dump(got, f)
+hypertune.HyperTune().report_hyperparameter_tuning_metric(
+    hyperparameter_metric_tag="score", metric_value=1.0, global_step=1)
+'''
+
+
+@needs_sandbox
+@pytest.mark.skipif(not all(importlib.util.find_spec(m) for m in ("gcp_storage_emulator", "google.cloud.storage")),
+                    reason="the gcs extra is not installed (pip install 'trials[gcs]')")
+def test_a_client_uploader_and_a_gcs_writer_see_each_others_objects(tmp_path):
+    trainer = tmp_path / "gcs_trainer.py"
+    trainer.write_text(GCS_TRAINER)
+    data = tmp_path / "trials-jobs" / "both" / "gcs" / "b" / "data"
+    data.mkdir(parents=True)
+    (data / "input.csv").write_text("x,y\n1,2\n")  # the user put the data in the local bucket
+    spec = write_spec(tmp_path / "spec.yaml", trials=2, command=False)
+    trials_cli("sweep", str(spec), "--job-id", "both", "--", "python", str(trainer), cwd=tmp_path,
+               env={"STORAGE_EMULATOR_HOST": "http://host-emulator:1"})
+    for trial in ("1", "2"):
+        got = json.loads((tmp_path / "trials-jobs" / "both" / trial / "gcs.json").read_text())
+        assert got["client_reads_fuse"] == "through /gcs" and got["fuse_reads_client"] == "through the client"
+        assert got["data"] == "x,y\n1,2\n" and f"client/trial-{trial}.txt" in got["listed"]
+    bucket = tmp_path / "trials-jobs" / "both" / "gcs" / "b"
+    assert (bucket / "client" / "trial-2.txt").read_text() == "through the client"
+    assert "trial-1.txt" in [p.name for p in (bucket / "client").iterdir()]
+    servers = [pid for pid in os.listdir("/proc") if pid.isdigit() and _cmdline_has(pid, str(bucket.parent))]
+    assert not servers, "the local Cloud Storage endpoint outlived its job"
+
+
+def _cmdline_has(pid: str, text: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+    except OSError:
+        return False
+    return b"gcs_server" in cmdline and text.encode() in cmdline

@@ -1,0 +1,104 @@
+"""Per-replica cost of the container view (issue 13): replica starts with and without the sandbox.
+
+Each start goes through ``process.start_replica`` / ``sandbox.start_sandboxed`` exactly as the job
+loop starts a replica, and is timed until the replica has exited and been reaped. Six ways, run
+interleaved in one process so machine noise hits them alike:
+
+- ``preexec fork (before)``: ``start_replica`` as it was (a Python ``preexec_fn`` for
+  PR_SET_PDEATHSIG, which forces a full fork of the controller), no cgroup;
+- ``shim``: the exec shim only (PR_SET_PDEATHSIG, a fresh cgroup joined): what every replica pays now;
+- ``shim + sandbox``: the shim plus the whole view (namespace, overlay, hidden job folder, /gcs);
+- the same three with ``python -c pass`` as the trainer: the ratio a real trial start sees.
+
+The goal: ``sandbox`` − ``shim`` < 10 ms per replica start.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+from benchmarks import report
+
+GOAL_MS = 10.0
+
+
+def _before(argv: list[str], log: str, cwd: str) -> None:
+    """The start as it was: ``start_replica`` without the shim (a ``preexec_fn`` fork), no cgroup."""
+    from trials.controller import process, shim
+
+    def unavailable() -> str:
+        raise shim.ShimUnavailable("benchmark: the start before the shim")
+
+    real = shim.shim_path
+    shim.shim_path = unavailable  # type: ignore[assignment]
+    try:
+        r = process.start_replica(argv, env=dict(os.environ), cwd=cwd, stdout_path=log, stderr_path=log,
+                                  name="workerpool0-0")
+    finally:
+        shim.shim_path = real  # type: ignore[assignment]
+    r._proc.wait()
+    r.close()
+
+
+def run(*, quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
+    from trials.controller import sandbox
+
+    repeats = 5 if quick else 41
+    work = tempfile.mkdtemp(prefix="bench-sandbox-")
+    try:
+        launch, job = os.path.join(work, "launch"), os.path.join(work, "launch", "trials-jobs", "bench")
+        trial = os.path.join(job, "1")
+        os.makedirs(trial)
+        view = sandbox.detect(launch_dir=launch, job_dir=job, gcs_root=os.path.join(job, "gcs"))
+        if not view.on:
+            print(f"sandbox part skipped: {view.reason}")
+            return {"skipped": view.reason}
+        plain = sandbox.off(view.launch_dir, view.job_dir, view.gcs_root, "benchmark")
+        true = shutil.which("true") or "/bin/true"
+        log = os.path.join(trial, "workerpool0-0.stdout.log")
+
+        def start(box: sandbox.Sandbox, argv: list[str]) -> None:
+            r = sandbox.start_sandboxed(box, argv, env=dict(os.environ), trial_dir=trial, outputs=[],
+                                        replica="workerpool0-0", stdout_path=log, stderr_path=log,
+                                        name="workerpool0-0")
+            r._proc.wait()
+            r.close()
+
+        ways = {
+            "true: preexec fork (before)": lambda: _before([true], log, launch),
+            "true: shim": lambda: start(plain, [true]),
+            "true: shim + sandbox": lambda: start(view, [true]),
+            "python -c pass: preexec fork (before)": lambda: _before([sys.executable, "-c", "pass"], log, launch),
+            "python -c pass: shim": lambda: start(plain, [sys.executable, "-c", "pass"]),
+            "python -c pass: shim + sandbox": lambda: start(view, [sys.executable, "-c", "pass"]),
+        }
+        times: dict[str, list[float]] = {label: [] for label in ways}
+        for i in range(repeats + 2):
+            for label, way in ways.items():
+                t = time.perf_counter()
+                way()
+                if i >= 2:  # two warm-ups
+                    times[label].append(time.perf_counter() - t)
+            shutil.rmtree(os.path.join(trial, "sandbox"), ignore_errors=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    med = {label: statistics.median(v) * 1000 for label, v in times.items()}
+    cost = med["true: shim + sandbox"] - med["true: shim"]
+    ratio = med["python -c pass: shim + sandbox"] / med["python -c pass: shim"]
+    data = {"quick": quick, "repeats": repeats, "median_ms": med,
+            "sandbox_cost_ms": cost, "python_start_ratio": ratio,
+            "goals": {f"sandbox cost < {GOAL_MS} ms per replica start": cost < GOAL_MS}}
+    path = report.write_result("sandbox", data, out_dir=out_dir)
+    rows = [[label, value, min(times[label]) * 1000] for label, value in med.items()]
+    print(report.table(f"Replica start until reaped: median of {repeats} interleaved runs",
+                       ["start", "median ms", "min ms"], rows))
+    print(f"sandbox cost per replica start: {cost:.2f} ms ({report.verdict(cost < GOAL_MS)} < {GOAL_MS} ms); "
+          f"python -c pass with/without the sandbox: x{ratio:.2f}")
+    print(f"results: {path}")
+    return data
