@@ -191,7 +191,9 @@ def run_mode(mode: str, sizes: Sizes, slots: int, *, profile: str | None = None)
             cmd = [report.PYTHON, "-m", "benchmarks.controller_overhead", mode, str(slots), workdir,
                    _sizes_json(sizes)]
         t = time.perf_counter()
-        proc = subprocess.run(cmd, env=env, cwd=workdir, capture_output=True, text=True)
+        launch = os.path.join(workdir, "launch")  # times.txt stays outside the trials' copy-on-write view
+        os.makedirs(launch, exist_ok=True)
+        proc = subprocess.run(cmd, env=env, cwd=launch, capture_output=True, text=True)
         wall = time.perf_counter() - t
         if proc.returncode != 0:
             raise RuntimeError(f"{mode} run failed ({proc.returncode}): {proc.stderr[-2000:]}")

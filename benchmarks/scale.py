@@ -70,7 +70,9 @@ def sweep_scale(n_trials: int, slots: int = 2) -> dict[str, Any]:
     try:
         t = time.perf_counter()
         with open(os.path.join(workdir, "out.log"), "w") as log:
-            proc = subprocess.Popen(cmd, env=env, cwd=workdir, stdout=log, stderr=subprocess.STDOUT)
+            launch = os.path.join(workdir, "launch")  # times.txt outside the trials' copy-on-write view
+            os.makedirs(launch, exist_ok=True)
+            proc = subprocess.Popen(cmd, env=env, cwd=launch, stdout=log, stderr=subprocess.STDOUT)
             while proc.poll() is None:
                 s = _proc_sample(proc.pid)
                 if s is not None:

@@ -46,8 +46,11 @@ def start(gcs_root: str, environ: Mapping[str, str] | None = None) -> tuple[Emul
         return None, f"{protocol.ENV_GCS_EMULATOR}={environ[protocol.ENV_GCS_EMULATOR]}"
     if not available():
         return None, "the gcs extra is not installed (pip install 'trials[gcs]')"
-    proc = subprocess.Popen([sys.executable, "-m", "trials.controller.gcs_server", gcs_root],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "trials.controller.gcs_server", gcs_root],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    except OSError as err:
+        return None, f"the local Cloud Storage endpoint could not be started: {err}"
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
     if not line.isdigit():

@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=httpd.shutdown).start())
     threading.Thread(target=_stop_on_eof, args=(httpd,), daemon=True).start()
     print(port, flush=True)
-    httpd.serve_forever()
+    httpd.serve_forever(poll_interval=0.05)
     httpd.server_close()
     return 0
 
