@@ -55,7 +55,7 @@ def start(gcs_root: str, environ: Mapping[str, str] | None = None) -> tuple[Emul
     line = proc.stdout.readline().strip()
     if not line.isdigit():
         proc.kill()
-        _, err = proc.communicate(timeout=_START_TIMEOUT_S)
-        last = (err.strip().splitlines() or ["no output"])[-1]
+        _, stderr = proc.communicate(timeout=_START_TIMEOUT_S)
+        last = (stderr.strip().splitlines() or ["no output"])[-1]
         return None, f"the local Cloud Storage endpoint did not start: {last}"
     return Emulator(proc, int(line)), ""
