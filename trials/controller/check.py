@@ -9,9 +9,7 @@ output folders so that what it saves can be told apart. The verdicts are in
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import sys
 import tempfile
 import time
@@ -20,20 +18,15 @@ from dataclasses import dataclass, field, replace
 
 from trials import files, protocol
 from trials.controller import launch, scorecard
+from trials.controller.check_probe import Probe, changed, snapshot, walk
 from trials.controller.identity_audit import AUDIT_ENV, SITECUSTOMIZE
-from trials.controller.process import Replica, free_port, start_replica
+from trials.controller.process import free_port
 from trials.errors import ConfigError
-from trials.hypertune_file import parse_hypertune_text
 from trials.spec.model import JobSpec, ParameterSpec, ParameterType, StudySpec, Value
 
 DEFAULT_TIME_LIMIT_S = 180.0
 DEFAULT_GRACE_S = 10.0
-_POLL_S = 0.1
-_MAX_LOG_BYTES = 4 << 20
-_MAX_WALK = 20_000
 _EPOCH_WORDS = ("epoch", "step", "iteration", "iter", "n_iter", "rounds", "estimators")
-_IGNORED_NAMES = {"__pycache__", ".git", ".hg", ".svn", ".pytest_cache", ".mypy_cache", ".ruff_cache",
-                  ".ipynb_checkpoints"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -113,97 +106,6 @@ def _typed(p: ParameterSpec, raw: str) -> Value:
     return value
 
 
-class _Probe:
-    """One run of all replicas of trial "1" in one folder, watched until it ends or is stopped."""
-
-    def __init__(self, launches: Sequence[launch.ReplicaLaunch], *, trial_dir: str, cwd: str,
-                 clock: Callable[[], float] = time.monotonic):
-        self.launches = launches
-        self.trial_dir = trial_dir
-        self.cwd = cwd
-        self.clock = clock
-        self.replicas: list[Replica] = []
-        self.start = 0.0
-        self.first_report_s: float | None = None
-
-    def begin(self) -> None:
-        self.start = self.clock()
-        for lau in self.launches:
-            self.replicas.append(start_replica(
-                lau.argv, env=lau.env, cwd=self.cwd, name=lau.name,
-                stdout_path=os.path.join(self.trial_dir, protocol.stdout_log(lau.name)),
-                stderr_path=os.path.join(self.trial_dir, protocol.stderr_log(lau.name))))
-
-    def primary_reports(self) -> list[scorecard.Report]:
-        return _read_reports(self.launches[0].metric_file)
-
-    def watch(self, deadline: float, until: Callable[[list[scorecard.Report]], bool] | None = None) -> bool:
-        """Wait until the primary exits, ``until`` holds, or ``deadline``; True when the primary exited."""
-        primary = self.replicas[0]
-        while True:
-            exited = primary.poll() is not None
-            reports = self.primary_reports()
-            if reports and self.first_report_s is None:
-                self.first_report_s = self.clock() - self.start
-            if exited:
-                return True
-            if until is not None and until(reports):
-                return False
-            if self.clock() >= deadline:
-                return False
-            time.sleep(_POLL_S)
-
-    def wait_all(self, deadline: float) -> None:
-        while any(r.poll() is None for r in self.replicas) and self.clock() < deadline:
-            time.sleep(_POLL_S)
-
-    def terminate(self, grace_s: float) -> float | None:
-        """SIGTERM every replica's group; SIGKILL what is left after ``grace_s``. Returns the seconds
-        the primary took to exit, or None when it had to be killed."""
-        sent = self.clock()
-        for r in self.replicas:
-            if r.poll() is None:
-                r.send_signal_group(signal.SIGTERM)
-        took: float | None = None
-        while self.clock() - sent < grace_s:
-            if self.replicas[0].poll() is not None and took is None:
-                took = self.clock() - sent
-            if all(r.poll() is not None for r in self.replicas):
-                break
-            time.sleep(_POLL_S)
-        if took is None and self.replicas[0].poll() is not None:
-            took = self.clock() - sent
-        self.kill()
-        return took
-
-    def kill(self) -> None:
-        for r in self.replicas:
-            if r.poll() is None:
-                r.send_signal_group(signal.SIGKILL)
-        for r in self.replicas:
-            r.close()
-
-    def seen(self, index: int, *, stopped: bool, outside: list[str]) -> scorecard.RunSeen:
-        lau, rep = self.launches[index], self.replicas[index]
-        out = _read_text(os.path.join(self.trial_dir, protocol.stdout_log(lau.name)))
-        err = _read_text(os.path.join(self.trial_dir, protocol.stderr_log(lau.name)))
-        lines = [line for line in (out + "\n" + err).splitlines() if line.strip()]
-        err_lines = [line for line in err.splitlines() if line.strip()] or lines
-        n_json = sum(1 for line in lines if _is_json_object(line))
-        audit = _read_text(lau.env.get(AUDIT_ENV, ""))
-        return scorecard.RunSeen(
-            exit_code=rep.poll(), duration_s=self.clock() - self.start, stopped_by_check=stopped,
-            reports=_read_reports(lau.metric_file), first_report_s=self.first_report_s if index == 0 else None,
-            error_tail=[_message(line) for line in err_lines[-3:]], n_log_lines=len(lines), n_json_lines=n_json,
-            written={area: _walk(lau.env.get(var, "")) for area, var in _AREAS.items()},
-            outside_writes=outside, identity_reads=sorted(set(audit.splitlines())),
-        )
-
-
-_AREAS = {"model": protocol.ENV_MODEL_DIR, "checkpoints": protocol.ENV_CHECKPOINT_DIR,
-          "logs": protocol.ENV_TENSORBOARD_LOG_DIR}
-
-
 def run_check(job: JobSpec, options: CheckOptions, *, echo: Callable[[str], None] = lambda _m: None) -> CheckResult:
     """Run the probes within ``options.time_limit_s`` and judge them."""
     params = first_params(job.study, options.params)
@@ -224,8 +126,8 @@ def run_check(job: JobSpec, options: CheckOptions, *, echo: Callable[[str], None
     # 1. the clean run
     echo(f"clean run with {_flags_text(job, params)}")
     launches, trial_dir = launches_for("clean")
-    before = _snapshot(cwd, exclude=folder)
-    probe = _Probe(launches, trial_dir=trial_dir, cwd=cwd)
+    before = snapshot(cwd, exclude=folder)
+    probe = Probe(launches, trial_dir=trial_dir, cwd=cwd)
     probe.begin()
     exited = probe.watch(t0 + 0.45 * budget)
     if not exited:
@@ -237,7 +139,7 @@ def run_check(job: JobSpec, options: CheckOptions, *, echo: Callable[[str], None
         # that what they report and save is seen, within the primary's own run time again.
         probe.wait_all(min(t0 + 0.45 * budget, probe.clock() + probe.clock() - probe.start + 5.0))
         probe.kill()
-    clean = probe.seen(0, stopped=not exited, outside=_changed(before, _snapshot(cwd, exclude=folder)))
+    clean = probe.seen(0, stopped=not exited, outside=changed(before, snapshot(cwd, exclude=folder)))
     secondary = probe.seen(1, stopped=not exited, outside=[]) if len(launches) > 1 else None
     obs = scorecard.Observations(metric_ids=job.study.metric_ids, clean=clean, secondary=secondary,
                                  secondary_name=launches[1].name if len(launches) > 1 else "",
@@ -249,8 +151,8 @@ def run_check(job: JobSpec, options: CheckOptions, *, echo: Callable[[str], None
         at = max(1, len(steps) // 2)
         echo(f"restart probe: SIGTERM after {at} report(s), then the same command again")
         launches, trial_dir = launches_for("restart")
-        before = _snapshot(cwd, exclude=folder)
-        probe = _Probe(launches, trial_dir=trial_dir, cwd=cwd)
+        before = snapshot(cwd, exclude=folder)
+        probe = Probe(launches, trial_dir=trial_dir, cwd=cwd)
         probe.begin()
         primary = job.study.metric_ids[0]
         done = probe.watch(t0 + 0.75 * budget, until=lambda rs: sum(r.tag == primary for r in rs) >= at)
@@ -266,10 +168,10 @@ def run_check(job: JobSpec, options: CheckOptions, *, echo: Callable[[str], None
             for lau in launches:  # a restarted replica starts with a fresh metric file, as on a new VM
                 if os.path.lexists(lau.metric_file):
                     os.replace(lau.metric_file, lau.metric_file + ".attempt-0")
-            stop.checkpoints_before_restart = _walk(launches[0].env.get(protocol.ENV_CHECKPOINT_DIR, ""))
-            first_outside = _changed(before, _snapshot(cwd, exclude=folder))
+            stop.checkpoints_before_restart = walk(launches[0].env.get(protocol.ENV_CHECKPOINT_DIR, ""))
+            first_outside = changed(before, snapshot(cwd, exclude=folder))
             launches, trial_dir = launches_for("restart", attempt=1)
-            again = _Probe(launches, trial_dir=trial_dir, cwd=cwd)
+            again = Probe(launches, trial_dir=trial_dir, cwd=cwd)
             again.begin()
             finished = again.watch(t0 + 0.95 * budget)
             if not finished:
@@ -279,7 +181,7 @@ def run_check(job: JobSpec, options: CheckOptions, *, echo: Callable[[str], None
                 again.kill()
             stop.restart = again.seen(0, stopped=not finished,
                                       outside=sorted(set(first_outside) | set(
-                                          _changed(before, _snapshot(cwd, exclude=folder)))))
+                                          changed(before, snapshot(cwd, exclude=folder)))))
             obs.stop = stop
     lines = scorecard.judge(obs)
     if not options.folder:
@@ -319,81 +221,6 @@ def _launches(job: JobSpec, params: Mapping[str, Value], options: CheckOptions, 
 
 def _flags_text(job: JobSpec, params: Mapping[str, Value]) -> str:
     return " ".join(launch.trial_flags(job.study, params)) or "no flags"
-
-
-def _read_text(path: str) -> str:
-    if not path:
-        return ""
-    try:
-        return files.read_regular(path, max_bytes=_MAX_LOG_BYTES).decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-def _read_reports(metric_file: str) -> list[scorecard.Report]:
-    return [scorecard.Report(tag=h.tag, step=h.step or None, value=h.value)
-            for h in parse_hypertune_text(_read_text(metric_file))]
-
-
-def _is_json_object(line: str) -> bool:
-    line = line.strip()
-    if not line.startswith("{"):
-        return False
-    try:
-        return isinstance(json.loads(line), dict)
-    except ValueError:
-        return False
-
-
-def _message(line: str) -> str:
-    if _is_json_object(line):
-        entry = json.loads(line)
-        for key in ("message", "msg", "textPayload"):
-            if isinstance(entry.get(key), str):
-                return str(entry[key]).splitlines()[-1] if entry[key] else ""
-    return line.strip()
-
-
-def _walk(top: str) -> list[str]:
-    """Regular files under ``top`` (relative names), without following links; bounded."""
-    if not top or top.startswith("gs://") or not os.path.isdir(top):
-        return []
-    found: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(top):
-        dirnames[:] = sorted(dirnames)
-        for name in sorted(filenames):
-            found.append(os.path.relpath(os.path.join(dirpath, name), top))
-            if len(found) >= 1000:
-                return found
-    return found
-
-
-Snapshot = dict[str, tuple[int, int]]
-
-
-def _snapshot(top: str, *, exclude: str) -> Snapshot:
-    """(mtime, size) of each file under the working folder, to see what a run wrote there."""
-    out: Snapshot = {}
-    exclude = os.path.abspath(exclude)
-    for dirpath, dirnames, filenames in os.walk(top):
-        dirnames[:] = [d for d in dirnames if d not in _IGNORED_NAMES
-                       and os.path.abspath(os.path.join(dirpath, d)) != exclude]
-        for name in filenames:
-            if name.endswith((".pyc", ".pyo")):
-                continue
-            path = os.path.join(dirpath, name)
-            try:
-                st = os.lstat(path)
-            except OSError:
-                continue
-            out[os.path.relpath(path, top)] = (st.st_mtime_ns, st.st_size)
-            if len(out) >= _MAX_WALK:
-                return out
-    return out
-
-
-def _changed(before: Snapshot, after: Snapshot) -> list[str]:
-    return sorted(p for p, sig in after.items() if before.get(p) != sig)
 
 
 def _remove_tree(top: str) -> None:
