@@ -73,6 +73,7 @@ def test_a_worker_frozen_holding_the_claim_lock_stalls_the_others_only_for_a_bou
     wait_for(ready.exists, 30, "the holder to take the claim lock")
     started = time.monotonic()
     worker = start_worker(tmp_path, pg_url, job_id, name="b")
+    stopped.append(worker)
     assert finish([worker], timeout_s=120) == [0], output(tmp_path, "b")
     took = time.monotonic() - started
     text = output(tmp_path, "b")
@@ -91,6 +92,7 @@ def test_a_silent_partition_is_reported_like_an_outage_and_the_job_recovers(tmp_
     url = f"{parts.scheme}://{parts.username or 'postgres'}@127.0.0.1:{port}{parts.path}"
     create_job(tmp_path, url, job_id, points=2, parallel=1, epochs=40, sleep=0.2)
     worker = start_worker(tmp_path, url, job_id, name="w")
+    stopped.append(worker)  # killed even if the test fails before finish()
     wait_for(lambda: any(e["event"] == "epoch" and e["epoch"] >= 2 for e in events(tmp_path)), 30,
              "the first trial to report")
     os.kill(proxy.pid, signal.SIGSTOP)  # every connection frozen: no FIN, no RST, no answer
