@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from trials import protocol
-from trials.controller import gcs_emulator, policy, sandbox
+from trials.controller import gcs_emulator, launch, policy, sandbox
 from trials.controller.chaos import Chaos
 from trials.controller.devices import DeviceAllocator, DevicePlan
 from trials.controller.effects import Clock, ReplicaFactory, Signals, SystemClock
@@ -188,10 +188,18 @@ class JobRunner(JobProgress):
             if self._alloc is not None and self.opt.devices is not None \
                     and not self._alloc.fits(self.opt.devices.counts):
                 return  # the next trial waits in REQUESTED until its devices are free
-            claimed = self._next_claim(now)
+            with self.store.batch():  # the claim and the trial's first attributes: one journal write
+                claimed = self._next_claim(now)
+                if claimed is not None and not claimed.resumed:
+                    self.store.set_trial_attrs(claimed.storage_id, **self._active_attrs(claimed))
             if claimed is None:
                 return
             self._launch(claimed, now)
+
+    def _active_attrs(self, claimed: Claimed) -> dict[str, Any]:
+        paths = launch.trial_paths(self.opt.job_dir, self.opt.base_output, claimed.trial_id)
+        return {"state": TrialState.ACTIVE.value, "trial_id": claimed.trial_id, "worker": self.worker_name,
+                "trial_dir": paths.trial_dir, "start_time": rfc3339(self.clock.wall())}
 
     def _next_claim(self, now: float) -> Claimed | None:
         if self._pending_resumed:
@@ -228,13 +236,12 @@ class JobRunner(JobProgress):
                 self._sup.fail(run, now, f"The trial could not be started: "
                                      f"{start_error_text(err, run.paths.trial_dir)}.")
                 return
-        attrs: dict[str, Any] = {"state": TrialState.ACTIVE.value, "trial_id": claimed.trial_id,
-                                 "worker": self.worker_name, "trial_dir": run.paths.trial_dir}
-        if not claimed.resumed:
-            attrs["start_time"] = rfc3339(run.start_wall)
-        elif self.shared is not None:
-            attrs["attempts"] = run.attempts  # visible in `describe` while the re-run goes on
-        self.store.set_trial_attrs(claimed.storage_id, **attrs)
+        if claimed.resumed:  # (a fresh claim got its attributes with the claim)
+            attrs: dict[str, Any] = {"state": TrialState.ACTIVE.value, "trial_id": claimed.trial_id,
+                                     "worker": self.worker_name, "trial_dir": run.paths.trial_dir}
+            if self.shared is not None:
+                attrs["attempts"] = run.attempts  # visible in `describe` while the re-run goes on
+            self.store.set_trial_attrs(claimed.storage_id, **attrs)
         self.n_started += 1
         run.next_injection = self._chaos.next_due(now)
         self.progress("trial_started", {"trial_id": claimed.trial_id, "params": claimed.params,
@@ -330,7 +337,8 @@ class JobRunner(JobProgress):
             run.stop_reason = StopReason.LOST
         if not run.lost:
             try:
-                self._record(run)
+                with self.store.batch():  # its last steps, attributes and state: one journal write
+                    self._record(run)
             except RuntimeError as err:
                 if not self._taken_over(run, err):
                     raise

@@ -3,11 +3,16 @@ they are exactly as expected (otherwise the callers fall back to the public sett
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import json
+import os
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import optuna
 from optuna.storages import BaseStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.storages.journal._file import get_lock_file
 
 try:  # the journal's operation codes
     from optuna.storages.journal._storage import JournalOperation as _JournalOperation
@@ -39,3 +44,67 @@ def append(storage: BaseStorage, records: Sequence[tuple[int, dict[str, Any]]]) 
         backend.append_logs([{"op_code": op, "worker_id": worker_id, **fields} for op, fields in records])
         storage._sync_with_backend()
     return True
+
+
+class _Deferred:
+    """Stands in for a JournalFileBackend inside :func:`one_write`: writes are kept (and replayed in
+    memory at once), then reach the file together."""
+
+    def __init__(self, inner: Any, n_in_file: int):
+        self.inner = inner
+        self.n_in_file = n_in_file
+        self.pending: list[dict[str, Any]] = []
+
+    def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
+        return iter(self.pending[max(0, log_number_from - self.n_in_file):])
+
+    def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        self.pending.extend(logs)
+
+    def flush(self) -> None:
+        """Append the kept records with one write and one fsync (the caller holds the journal's lock)."""
+        if not self.pending:
+            return
+        lines = [(json.dumps(log, separators=(",", ":")) + "\n").encode("utf-8") for log in self.pending]
+        with open(self.inner._file_path, "ab") as f:
+            f.write(b"".join(lines))
+            f.flush()
+            os.fsync(f.fileno())
+        offsets = self.inner._log_number_offset  # where each record starts: the next read seeks there
+        for i, line in enumerate(lines, start=self.n_in_file):
+            offsets[i + 1] = offsets[i] + len(line)
+
+
+@contextlib.contextmanager
+def one_write(storage: BaseStorage) -> Iterator[None]:
+    """Every journal write inside the block reaches the file at its end: one lock, one write, one fsync.
+
+    Inside, the storage sees its own writes at once (they are replayed in memory as they are made);
+    other processes' writes wait for the block (it holds the journal's file lock), so the records'
+    order in the file is the order they were applied in. Use it for short runs of writes such as a
+    claim (RUNNING, each suggested parameter, the trial's attributes). Any other storage, or an
+    Optuna whose journal internals differ: the block changes nothing.
+    """
+    backend = getattr(storage, "_backend", None)
+    if isinstance(backend, _Deferred):  # already inside a block: its end writes
+        yield
+        return
+    if (type(storage) is not optuna.storages.JournalStorage or type(backend) is not JournalFileBackend
+            or not all(hasattr(backend, a) for a in ("_lock", "_file_path", "_log_number_offset"))
+            or not hasattr(storage, "_replay_result") or not hasattr(storage, "_thread_lock")):
+        yield
+        return
+    with get_lock_file(backend._lock):
+        with storage._thread_lock:
+            storage._sync_with_backend()
+        n_in_file = storage._replay_result.log_number_read
+        if n_in_file not in backend._log_number_offset:  # nothing read yet: where records end is unknown
+            yield
+            return
+        deferred = _Deferred(backend, n_in_file)
+        storage._backend = deferred  # type: ignore[assignment]
+        try:
+            yield
+        finally:
+            storage._backend = backend
+            deferred.flush()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -138,6 +139,10 @@ class JobStore:
         known = getattr(self.study._storage, "_trial_id_to_study_id_and_number", None)
         if known is not None and trial_id not in known:
             self.study._storage.get_all_trials(self._study_id, deepcopy=False)
+
+    def batch(self) -> contextlib.AbstractContextManager[None]:
+        """A block whose writes reach a journal file in one write and one fsync (see ``journal.one_write``)."""
+        return journal.one_write(self.storage)
 
     def running_trials(self) -> list[FrozenTrial]:
         return self.frozen_trials((TrialState.RUNNING,))

@@ -1,0 +1,80 @@
+"""journal.one_write: a claim's writes (RUNNING, each parameter, the trial's attributes) in one fsync,
+and the journal file stays exactly what plain Optuna would read."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+
+from trials.spec.load import loads_spec
+from trials.study.journal import one_write
+from trials.study.store import JobStore
+
+SPEC = """\
+metrics: {loss: minimize}
+parameters:
+  x: {type: double, min: 0.0, max: 1.0}
+  n: {type: integer, min: 1, max: 9}
+  kind: {type: categorical, values: [a, b]}
+max_trial_count: 4
+"""
+
+
+def open_store(path: Path) -> tuple[JobStore, object]:
+    job = loads_spec(SPEC, source="t.yaml")
+    storage = JournalStorage(JournalFileBackend(str(path)))
+    store = JobStore.create(storage, "j", job, {}, {}, sampler_name="tpe", seed=1)
+    return store, job
+
+
+def plain(path: Path) -> list[optuna.trial.FrozenTrial]:
+    return optuna.load_study(study_name="j", storage=JournalStorage(JournalFileBackend(str(path)))).trials
+
+
+def test_a_claim_in_one_write_is_one_fsync_and_plain_optuna_reads_it(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "journal.log"
+    store, job = open_store(path)
+    calls = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real_fsync(fd))[1])
+    with store.batch():
+        claimed = store.claim(job.study)
+        assert claimed is not None
+        store.set_trial_attrs(claimed.storage_id, state="ACTIVE", trial_id=claimed.trial_id)
+        # inside the block the store sees its own writes
+        assert store.storage.get_trial(claimed.storage_id).user_attrs["state"] == "ACTIVE"
+    assert len(calls) == 1
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    first = plain(path)[0]
+    assert first.state.name == "RUNNING" and first.user_attrs == {"state": "ACTIVE", "trial_id": "1"}
+    assert set(first.params) == {"x", "n", "kind"}
+    # the store goes on from where the block left it, and another writer's records interleave right
+    other = JournalStorage(JournalFileBackend(str(path)))
+    other.set_trial_user_attr(claimed.storage_id, "from_other", 1)
+    store.set_trial_attrs(claimed.storage_id, after=2)
+    with store.batch():
+        second = store.claim(job.study)
+    assert second is not None
+    attrs = store.storage.get_trial(claimed.storage_id).user_attrs
+    assert attrs["from_other"] == 1 and attrs["after"] == 2
+    trials = plain(path)
+    assert [t.state.name for t in trials] == ["RUNNING", "RUNNING", "WAITING", "WAITING"]
+    assert trials[0].user_attrs == attrs
+    assert trials[1].params == store.storage.get_trial(second.storage_id).params
+
+
+def test_writes_before_an_error_in_the_block_still_reach_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "journal.log"
+    store, job = open_store(path)
+    with pytest.raises(RuntimeError), store.batch():
+        claimed = store.claim(job.study)
+        assert claimed is not None
+        with one_write(store.storage):  # nested: the outer block writes
+            store.set_trial_attrs(claimed.storage_id, state="ACTIVE")
+        raise RuntimeError("boom")
+    assert plain(path)[0].user_attrs == {"state": "ACTIVE"}
