@@ -34,7 +34,7 @@ def create_job(tmp_path, url, job_id, stale_after_s=None, **spec):
     from trials.controller import jobs as controller
     from trials.spec.load import load_spec
 
-    spec_path = write_spec(tmp_path / "job.yaml", events=tmp_path / "events.jsonl", **spec)
+    spec_path = write_spec(tmp_path / "job.yaml", events=events_path(tmp_path), **spec)
     h = controller.create_job(load_spec(str(spec_path)), root=str(tmp_path / "jobs"), job_id=job_id,
                               spec_path=str(spec_path), storage=url, base_output_dir=None,
                               project_number=None, local_command=None, cwd=str(tmp_path),
@@ -56,8 +56,15 @@ def trials_cli(tmp_path, *argv, timeout=30):
                           text=True, timeout=timeout)
 
 
+def events_path(tmp_path):
+    """Outside the launch folder (the workers' cwd): a trial's writes there stay in its own overlay."""
+    folder = tmp_path.with_name(tmp_path.name + "-events")
+    folder.mkdir(exist_ok=True)
+    return folder / "events.jsonl"
+
+
 def events(tmp_path):
-    path = tmp_path / "events.jsonl"
+    path = events_path(tmp_path)
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
