@@ -38,9 +38,3 @@ def pg_url():
 def job_id():
     return "t" + uuid.uuid4().hex[:12]  # every test its own job (study): tests never collide
 
-
-@pytest.fixture(autouse=True)
-def _trainers_share_the_test_folder(monkeypatch):
-    """The scale-out trainers log their events to the test's folder, outside the job folder: with
-    the replica sandbox on, each replica would write its own private copy of it."""
-    monkeypatch.setenv("TRIALS_SANDBOX", "off")
