@@ -268,7 +268,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         raise ConfigError(f"--time-limit must be > 0 seconds, got {args.time_limit}")
     options = CheckOptions(
         time_limit_s=args.time_limit, grace_s=args.grace_period, params=parse_params(args.params, job.study),
-        local_command=args.local_command or None, folder=args.keep,
+        local_command=args.local_command or None, folder=args.keep, pass_env=tuple(args.pass_env),
     )
     return check_main(job, options, fmt=args.format)
 
@@ -554,6 +554,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long a replica may take to exit after SIGTERM (default 10)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--keep", metavar="DIR", help="keep the runs' folders (logs, outputs) in DIR")
+    _pass_env_arg(p)
     p.set_defaults(handler=_cmd_check)
 
     p = sub.add_parser("worker", help="join a job in a database and run its trials until it is done",

@@ -153,3 +153,27 @@ def test_the_host_cloud_identity_is_withheld_unless_passed():
     assert launch.withheld_env(host, ["AWS_PROFILE"]) == [
         "BOTO_CONFIG", "CLOUDSDK_CONFIG", "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT",
         "SSH_AUTH_SOCK"]
+
+
+def test_pass_env_is_on_every_command_that_starts_trials(monkeypatch, tmp_path):
+    from trials.cli import build_parser
+    from trials.controller import check
+
+    parser = build_parser()
+    for argv in (["sweep", "s.yaml"], ["resume", "j"], ["worker", "j"], ["check", "s.yaml"], ["validate", "s.yaml"]):
+        args = parser.parse_args([*argv, "--pass-env", "GOOGLE_CLOUD_PROJECT", "--pass-env", "AWS_PROFILE"])
+        assert args.pass_env == ["GOOGLE_CLOUD_PROJECT", "AWS_PROFILE"], argv
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "p")
+    monkeypatch.setenv("AWS_PROFILE", "a")
+    seen = {}
+    real = launch.clean_base_env
+
+    def spy(environ, pass_env=()):
+        seen["pass_env"] = tuple(pass_env)
+        return real(environ, pass_env)
+
+    monkeypatch.setattr(check.launch, "clean_base_env", spy)
+    job = _job((WorkerPoolSpec(),))
+    check._launches(job, {"a": 1}, check.CheckOptions(local_command=["python", "t.py"], pass_env=("AWS_PROFILE",)),
+                    folder=str(tmp_path), audit_dir=str(tmp_path / "audit"), attempt=0)
+    assert seen["pass_env"] == ("AWS_PROFILE",)

@@ -38,6 +38,7 @@ class CheckOptions:
     project_number: str = "000000000000"
     cwd: str = "."
     folder: str | None = None  # where runs keep their files (default: a temporary folder, removed)
+    pass_env: tuple[str, ...] = ()  # withheld host variables passed anyway (--pass-env)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -203,7 +204,7 @@ def _launches(job: JobSpec, params: Mapping[str, Value], options: CheckOptions, 
     out = launch.build_replicas(
         job=job, job_id="check", trial_id="1", params=params, paths=paths,
         project_number=options.project_number, local_command=options.local_command,
-        base_env=launch.clean_base_env(os.environ), ports=[free_port() for _ in range(n)],
+        base_env=launch.clean_base_env(os.environ, options.pass_env), ports=[free_port() for _ in range(n)],
         gcs_root=os.path.join(folder, "gcs"), attempt=attempt,
     )
     result = []
