@@ -45,7 +45,9 @@ def cgroup_parent() -> str | None:
         return None
     if mount is None or path is None:
         return None
-    folder = os.path.join(mount, path.lstrip("/"), f"trials-{os.getpid()}")
+    own = os.path.join(mount, path.lstrip("/"))
+    remove_stale(own)
+    folder = os.path.join(own, f"trials-{os.getpid()}")
     try:
         os.makedirs(folder, exist_ok=True)
         if not os.access(os.path.join(folder, "cgroup.procs"), os.W_OK):
@@ -57,8 +59,26 @@ def cgroup_parent() -> str | None:
 
 
 def _remove(folder: str) -> None:
+    """Remove a controller's cgroup folder and its empty replica cgroups (busy ones stay)."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            if entry.is_dir(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    os.rmdir(entry.path)
     with contextlib.suppress(OSError):
         os.rmdir(folder)
+
+
+def remove_stale(parent: str) -> None:
+    """Remove what controllers that died without cleaning up (SIGKILL) left: ``trials-<dead pid>``."""
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return
+    for entry in entries:
+        pid = entry.name.removeprefix("trials-")
+        if entry.name.startswith("trials-") and pid.isdigit() and not os.path.exists(f"{_PROC}/{pid}"):
+            _remove(entry.path)
 
 
 def _comm(pid: int) -> str:

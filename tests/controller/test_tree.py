@@ -1,0 +1,34 @@
+"""trials/controller/tree.py: cgroup folders of dead controllers are cleaned up, busy ones kept."""
+
+from __future__ import annotations
+
+import os
+
+from trials.controller import tree
+
+
+def _dead_pid() -> int:
+    pid = 4_000_000
+    while os.path.exists(f"/proc/{pid}"):
+        pid += 1
+    return pid
+
+
+def test_stale_controller_folders_go_and_live_ones_stay(tmp_path):
+    dead = tmp_path / f"trials-{_dead_pid()}"
+    (dead / "3-workerpool0-0-2").mkdir(parents=True)
+    busy = tmp_path / f"trials-{_dead_pid() + 1}"
+    (busy / "1-workerpool0-0-0" / "still-has-a-child").mkdir(parents=True)  # rmdir refuses, as with processes
+    live = tmp_path / f"trials-{os.getpid()}"
+    (live / "1-workerpool0-0-0").mkdir(parents=True)
+    other = tmp_path / "not-ours"
+    other.mkdir()
+    tree.remove_stale(str(tmp_path))
+    assert not dead.exists()
+    assert (busy / "1-workerpool0-0-0").exists()
+    assert (live / "1-workerpool0-0-0").exists() and other.exists()
+
+
+def test_own_cgroup_is_read_from_the_unified_line():
+    assert tree.own_cgroup("4:memory:/x\n0::/user.slice/session-1.scope\n") == "/user.slice/session-1.scope"
+    assert tree.own_cgroup("4:memory:/x\n") is None
