@@ -54,9 +54,11 @@ def _job(pools, study=STUDY, base="/out"):
 
 def _build(job, local=None, n=1):
     paths = launch.trial_paths("/jobs/j", "/out", "3")
-    return launch.build_replicas(job=job, job_id="j", trial_id="3", params={"lr": 0.01, "units": 32.0, "optimizer": "adam"},
+    return launch.build_replicas(job=job, job_id="j", trial_id="3",
+                                 params={"lr": 0.01, "units": 32.0, "optimizer": "adam"},
                                  paths=paths, project_number="123", local_command=local,
-                                 base_env={"PATH": "/bin", "HOME": "/h"}, ports=list(range(5000, 5000 + n)), gcs_root="/g")
+                                 base_env={"PATH": "/bin", "HOME": "/h"}, ports=list(range(5000, 5000 + n)),
+                                 gcs_root="/g")
 
 
 def test_single_replica_env_contract():
@@ -118,7 +120,8 @@ def test_skipped_pool_keeps_pool_numbers():
 
 
 def test_python_package_runs_module_and_local_command_overrides():
-    pool = WorkerPoolSpec(python_package=PythonPackageSpec(executor_image_uri="e", python_module="pkg.train", args=("--a=1",)))
+    pool = WorkerPoolSpec(python_package=PythonPackageSpec(executor_image_uri="e", python_module="pkg.train",
+                                                           args=("--a=1",)))
     (r,) = _build(_job((pool,)))
     assert r.argv[:3] == (sys.executable, "-m", "pkg.train")
     (r,) = _build(_job((pool,)), local=["./run.sh", "x"])

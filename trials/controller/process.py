@@ -617,4 +617,5 @@ def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago (for MASTER_PORT)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
