@@ -100,3 +100,25 @@ def test_bad_params_are_one_line_errors(tmp_path, capsys, monkeypatch):
     assert "--params: learning_rate" in err and len(err.strip().splitlines()) == 1
     assert main(["check", "spec.yaml", "--params", "lr=0.05", "--", sys.executable, TRAINER]) == 2
     assert "unknown parameter 'lr'" in capsys.readouterr().err
+
+
+def test_without_the_sandbox_writes_are_still_seen_and_the_scorecard_says_why(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TRIALS_SANDBOX", "off")
+    code, flagged, card = check(tmp_path, capsys, monkeypatch, SHORT, sys.executable, TRAINER,
+                                "--break=writes-workdir", "--epoch_s=0.2")
+    assert flagged == {"writes outside AIP dirs": "fail"}, card
+    assert any("the sandbox is off (TRIALS_SANDBOX=off)" in note for note in card["notes"])
+    assert (tmp_path / "out.txt").exists()  # a plain child writes the real folder
+
+
+def test_with_the_sandbox_a_trainers_writes_stay_out_of_the_working_folder(tmp_path, tmp_path_factory, capsys,
+                                                                          monkeypatch):
+    from trials.controller import sandbox
+
+    aside = tmp_path_factory.mktemp("probe")
+    if not sandbox.detect(launch_dir=str(tmp_path), job_dir=str(aside / "j"), gcs_root=str(aside / "g")).on:
+        pytest.skip("no mount namespace here: the fallback is tested above")
+    code, flagged, card = check(tmp_path, capsys, monkeypatch, SHORT, sys.executable, TRAINER,
+                                "--break=writes-workdir", "--epoch_s=0.2")
+    assert flagged == {"writes outside AIP dirs": "fail"}, card
+    assert card["notes"] == [] and sorted(os.listdir(tmp_path)) == ["spec.yaml"]

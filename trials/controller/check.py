@@ -17,11 +17,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from trials import files, protocol
-from trials.controller import launch, scorecard
-from trials.controller.check_probe import Probe, changed, snapshot, walk
+from trials.controller import launch, sandbox, scorecard
+from trials.controller.check_probe import Probe, walk
 from trials.controller.identity_audit import AUDIT_ENV, SITECUSTOMIZE
-from trials.controller.process import free_port
+from trials.controller.process import free_port, start_replica
 from trials.errors import ConfigError
+from trials.spec.export import with_base_output
 from trials.spec.model import JobSpec, ParameterSpec, ParameterType, StudySpec, Value
 
 DEFAULT_TIME_LIMIT_S = 180.0
@@ -112,23 +113,20 @@ def run_check(job: JobSpec, options: CheckOptions, *, echo: Callable[[str], None
     params = first_params(job.study, options.params)
     folder = options.folder or tempfile.mkdtemp(prefix="trials-check-")
     os.makedirs(folder, exist_ok=True)
-    audit_dir = os.path.join(folder, "audit")
-    os.makedirs(audit_dir, exist_ok=True)
-    files.write_text_atomic(os.path.join(audit_dir, "sitecustomize.py"), SITECUSTOMIZE)
     cwd = os.path.abspath(options.cwd)
+    view = sandbox.detect(launch_dir=cwd, job_dir=folder, gcs_root=os.path.join(folder, "gcs"))
+    start = sandbox.SandboxedStart(view) if view.on else start_replica
     t0 = time.monotonic()
     budget = options.time_limit_s
-    notes: list[str] = []
+    notes: list[str] = [] if view.on else [view.describe()]
 
-    def launches_for(probe: str, attempt: int = 0) -> tuple[list[launch.ReplicaLaunch], str]:
-        return _launches(job, params, options, folder=os.path.join(folder, probe), audit_dir=audit_dir,
-                         attempt=attempt)
+    def probe_for(name: str, attempt: int = 0) -> Probe:
+        launches, trial_dir = _launches(job, params, options, folder=os.path.join(folder, name), attempt=attempt)
+        return Probe(launches, trial_dir=trial_dir, cwd=cwd, start=start, exclude=folder)
 
     # 1. the clean run
     echo(f"clean run with {_flags_text(job, params)}")
-    launches, trial_dir = launches_for("clean")
-    before = snapshot(cwd, exclude=folder)
-    probe = Probe(launches, trial_dir=trial_dir, cwd=cwd)
+    probe = probe_for("clean")
     probe.begin()
     exited = probe.watch(t0 + 0.45 * budget)
     if not exited:
@@ -140,20 +138,19 @@ def run_check(job: JobSpec, options: CheckOptions, *, echo: Callable[[str], None
         # that what they report and save is seen, within the primary's own run time again.
         probe.wait_all(min(t0 + 0.45 * budget, probe.clock() + probe.clock() - probe.start + 5.0))
         probe.kill()
-    clean = probe.seen(0, stopped=not exited, outside=changed(before, snapshot(cwd, exclude=folder)))
+    clean = probe.seen(0, stopped=not exited, outside=probe.outside_writes())
+    launches = probe.launches
     secondary = probe.seen(1, stopped=not exited, outside=[]) if len(launches) > 1 else None
     obs = scorecard.Observations(metric_ids=job.study.metric_ids, clean=clean, secondary=secondary,
                                  secondary_name=launches[1].name if len(launches) > 1 else "",
-                                 notes=notes)
+                                 sandboxed=view.on, notes=notes)
 
     # 2. SIGTERM in the middle, then a restart in the same folders
     steps = [r.step for r in clean.reports if r.tag == job.study.metric_ids[0]]
     if len(steps) >= 2 and clean.exit_code == 0:
         at = max(1, len(steps) // 2)
         echo(f"restart probe: SIGTERM after {at} report(s), then the same command again")
-        launches, trial_dir = launches_for("restart")
-        before = snapshot(cwd, exclude=folder)
-        probe = Probe(launches, trial_dir=trial_dir, cwd=cwd)
+        probe = probe_for("restart")
         probe.begin()
         primary = job.study.metric_ids[0]
         done = probe.watch(t0 + 0.75 * budget, until=lambda rs: sum(r.tag == primary for r in rs) >= at)
@@ -166,13 +163,12 @@ def run_check(job: JobSpec, options: CheckOptions, *, echo: Callable[[str], None
             stop.exit_after_s = probe.terminate(options.grace_s)
             stop.exit_code = probe.replicas[0].poll()
             stop.reported_before_restart = [r.step for r in probe.primary_reports() if r.tag == primary]
-            for lau in launches:  # a restarted replica starts with a fresh metric file, as on a new VM
+            for lau in probe.launches:  # a restarted replica starts with a fresh metric file, as on a new VM
                 if os.path.lexists(lau.metric_file):
                     os.replace(lau.metric_file, lau.metric_file + ".attempt-0")
-            stop.checkpoints_before_restart = walk(launches[0].env.get(protocol.ENV_CHECKPOINT_DIR, ""))
-            first_outside = changed(before, snapshot(cwd, exclude=folder))
-            launches, trial_dir = launches_for("restart", attempt=1)
-            again = Probe(launches, trial_dir=trial_dir, cwd=cwd)
+            stop.checkpoints_before_restart = walk(probe.launches[0].env.get(protocol.ENV_CHECKPOINT_DIR, ""))
+            first_outside = probe.outside_writes()
+            again = probe_for("restart", attempt=1)
             again.begin()
             finished = again.watch(t0 + 0.95 * budget)
             if not finished:
@@ -181,8 +177,7 @@ def run_check(job: JobSpec, options: CheckOptions, *, echo: Callable[[str], None
             else:
                 again.kill()
             stop.restart = again.seen(0, stopped=not finished,
-                                      outside=sorted(set(first_outside) | set(
-                                          changed(before, snapshot(cwd, exclude=folder)))))
+                                      outside=sorted(set(first_outside) | set(again.outside_writes())))
             obs.stop = stop
     lines = scorecard.judge(obs)
     if not options.folder:
@@ -191,15 +186,14 @@ def run_check(job: JobSpec, options: CheckOptions, *, echo: Callable[[str], None
 
 
 def _launches(job: JobSpec, params: Mapping[str, Value], options: CheckOptions, *, folder: str,
-              audit_dir: str, attempt: int) -> tuple[list[launch.ReplicaLaunch], str]:
+              attempt: int) -> tuple[list[launch.ReplicaLaunch], str]:
     trial_dir = os.path.join(folder, "trial")
-    os.makedirs(trial_dir, exist_ok=True)
-    paths = launch.trial_paths(trial_dir, os.path.join(folder, "outputs"), "1")
-    paths = replace(paths, trial_dir=trial_dir)
-    if not (job.trial_job and job.trial_job.base_output_directory):  # AIP_* need a base, as a sweep writes
-        from trials.spec.export import with_base_output
-
-        job = with_base_output(job, os.path.join(folder, "outputs"))
+    audit_dir = os.path.join(trial_dir, "audit")  # in the trial folder: a sandboxed replica sees it
+    os.makedirs(audit_dir, exist_ok=True)
+    files.write_text_atomic(os.path.join(audit_dir, "sitecustomize.py"), SITECUSTOMIZE)
+    base = os.path.join(folder, "outputs")
+    job = with_base_output(job, base)  # a local base, as a sweep's default: the AIP_* variables are set
+    paths = replace(launch.trial_paths(trial_dir, base, "1"), trial_dir=trial_dir)
     n = len(job.trial_job.replicas() if job.trial_job else [None])
     out = launch.build_replicas(
         job=job, job_id="check", trial_id="1", params=params, paths=paths,
@@ -210,7 +204,7 @@ def _launches(job: JobSpec, params: Mapping[str, Value], options: CheckOptions, 
     result = []
     for lau in out:
         env = dict(lau.env)
-        env[AUDIT_ENV] = os.path.join(folder, f"{lau.name}.audit")
+        env[AUDIT_ENV] = os.path.join(trial_dir, f"{lau.name}.audit")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (audit_dir, env.get("PYTHONPATH", "")) if p)
         if not lau.is_primary:  # its own output folders: what it saves is told apart from the primary's
             own = launch.trial_paths(trial_dir, os.path.join(folder, "outputs-" + lau.name), "1")
