@@ -328,7 +328,7 @@ def test_a_client_uploader_and_a_gcs_writer_see_each_others_objects(tmp_path):
     (data / "input.csv").write_text("x,y\n1,2\n")  # the user put the data in the local bucket
     spec = write_spec(tmp_path / "spec.yaml", trials=2, command=False)
     trials_cli("sweep", str(spec), "--job-id", "both", "--", "python", str(trainer), cwd=tmp_path,
-               env={"STORAGE_EMULATOR_HOST": "http://host-emulator:1"})
+               env={"STORAGE_EMULATOR_HOST": "http://host-emulator:1", "TRIALS_GCS_EMULATOR": "on"})
     for trial in ("1", "2"):
         got = json.loads((tmp_path / "trials-jobs" / "both" / trial / "gcs.json").read_text())
         assert got["client_reads_fuse"] == "through /gcs" and got["fuse_reads_client"] == "through the client"
