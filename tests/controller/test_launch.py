@@ -178,5 +178,5 @@ def test_pass_env_is_on_every_command_that_starts_trials(monkeypatch, tmp_path):
     monkeypatch.setattr(check.launch, "clean_base_env", spy)
     job = _job((WorkerPoolSpec(),))
     check._launches(job, {"a": 1}, check.CheckOptions(local_command=["python", "t.py"], pass_env=("AWS_PROFILE",)),
-                    folder=str(tmp_path), audit_dir=str(tmp_path / "audit"), attempt=0)
+                    folder=str(tmp_path), attempt=0)
     assert seen["pass_env"] == ("AWS_PROFILE",)

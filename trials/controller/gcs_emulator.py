@@ -39,10 +39,16 @@ def available() -> bool:
     return importlib.util.find_spec("gcp_storage_emulator") is not None
 
 
+def disabled(environ: Mapping[str, str] | None = None) -> bool:
+    """Turned off on purpose (``TRIALS_GCS_EMULATOR=off``): nothing to warn about."""
+    environ = os.environ if environ is None else environ
+    return environ.get(protocol.ENV_GCS_EMULATOR, "").strip().lower() in OFF_VALUES
+
+
 def start(gcs_root: str, environ: Mapping[str, str] | None = None) -> tuple[Emulator | None, str]:
     """Serve ``gcs_root`` as Cloud Storage; ``(None, why)`` when the extra is absent, off or failed."""
     environ = os.environ if environ is None else environ
-    if environ.get(protocol.ENV_GCS_EMULATOR, "").strip().lower() in OFF_VALUES:
+    if disabled(environ):
         return None, f"{protocol.ENV_GCS_EMULATOR}={environ[protocol.ENV_GCS_EMULATOR]}"
     if not available():
         return None, "the gcs extra is not installed (pip install 'trials[gcs]')"

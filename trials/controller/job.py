@@ -121,7 +121,7 @@ class JobRunner(JobProgress):
         if not view.on:
             self.progress("warning", {"message": view.describe()})
         gcs, why = gcs_emulator.start(self.opt.gcs_root)
-        if gcs is None and gcs_emulator.available():
+        if gcs is None and gcs_emulator.available() and not gcs_emulator.disabled():
             self.progress("warning", {"message": f"no local Cloud Storage endpoint: {why}"})
         extra = {protocol.ENV_STORAGE_EMULATOR_HOST: gcs.host} if gcs is not None else {}
         self._launcher.factory = sandbox.SandboxedStart(view, extra)
