@@ -122,3 +122,20 @@ def test_with_the_sandbox_a_trainers_writes_stay_out_of_the_working_folder(tmp_p
                                 "--break=writes-workdir", "--epoch_s=0.2")
     assert flagged == {"writes outside AIP dirs": "fail"}, card
     assert card["notes"] == [] and sorted(os.listdir(tmp_path)) == ["spec.yaml"]
+
+
+@pytest.mark.parametrize("explicit", [False, True], ids=["implicit-project", "explicit-project"])
+def test_a_cloud_storage_client_without_a_project_is_flagged_and_with_one_is_not(tmp_path, capsys, monkeypatch,
+                                                                                 explicit):
+    pytest.importorskip("google.cloud.storage")
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "the-host-project")  # withheld from the trial either way
+    script = str(ROOT / "tests" / "scripts" / "gcs_client_trainer.py")
+    spec = "metrics: {accuracy: maximize}\nparameters: {lr: {type: double, min: 0.1, max: 1}}\n"
+    code, flagged, card = check(tmp_path, capsys, monkeypatch, spec, sys.executable, script,
+                                *(["--explicit"] if explicit else []))
+    verdicts = {c["check"]: c for c in card["checks"]}
+    identity = verdicts["host cloud identity"]
+    if explicit:
+        assert identity["verdict"] == "pass", card
+    else:
+        assert identity["verdict"] == "fail" and "implicit project" in identity["seen"], card

@@ -35,26 +35,30 @@ def _install():
             pass
 
     def from_user_code():
-        frame = sys._getframe(2)
+        """(a Google client is guessing its project, the read was made by the trainer's own code)"""
+        try:
+            frame = sys._getframe(2)
+        except ValueError:  # the interpreter opening the script: no Python frame asked
+            frame = None
         implicit = False
-        caller = None
+        direct = None
         while frame is not None:
             name = frame.f_code.co_filename
             if frame.f_code.co_name == "_determine_default":  # google.cloud.client: no project given
                 implicit = True
-            if caller is None and not name.startswith(here) and not name.startswith(library_roots) \
-                    and not name.startswith("<frozen"):
-                caller = name
+            if direct is None and not name.startswith(here) and not name.startswith("<frozen") \
+                    and os.path.basename(name) not in ("os.py", "_collections_abc.py", "socket.py", "subprocess.py"):
+                direct = not name.startswith(library_roots)  # the frame that asked for the variable
             frame = frame.f_back
-        return implicit, caller
+        return implicit, bool(direct)
 
     def watch(key):
         if not isinstance(key, str) or not key.startswith(prefixes):
             return
-        implicit, caller = from_user_code()
+        implicit, direct = from_user_code()
         if implicit:
             note("an implicit project (a Google Cloud client built without project=)")
-        elif caller is not None and key != "GOOGLE_APPLICATION_CREDENTIALS":
+        elif direct and key != "GOOGLE_APPLICATION_CREDENTIALS":
             note("$" + key)
 
     base = type(os.environ)
@@ -74,6 +78,19 @@ def _install():
         pass
 
     def hook(event, args):
+        try:
+            audit(event, args)
+        except Exception:  # an audit hook that raises would make the trainer's own call fail
+            pass
+
+    def audit(event, args):
+        if event not in ("open", "socket.getaddrinfo", "socket.connect", "subprocess.Popen"):
+            return
+        implicit, direct = from_user_code()
+        if implicit:
+            note("an implicit project (a Google Cloud client built without project=)")
+        if not direct:  # Application Default Credentials probing on their own: what Vertex expects
+            return
         if event == "open" and args and isinstance(args[0], str):
             path = args[0]
             if "/.config/gcloud/" in path and not path.endswith("application_default_credentials.json"):
