@@ -43,7 +43,7 @@ MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 def role(module: str) -> str:
     if module in VOCABULARY:
         return "vocabulary"
-    if module in ENTRY:
+    if module in ENTRY or module.startswith("trials.cli."):  # the CLI package: parser and commands
         return "entry"
     parts = module.split(".")
     if len(parts) >= 2 and parts[1] in ("spec", "runtime", "study", "controller"):

@@ -1,0 +1,114 @@
+"""The ``trials`` command line: argparse subcommands; each imports what it needs when it runs.
+
+``main`` parses the arguments, runs the command's handler and turns any error into one line on
+stderr and a named exit code (a traceback only with ``--debug``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import sys
+from collections.abc import Callable, Sequence
+
+from trials import protocol
+from trials.cli.parser import build_parser
+from trials.errors import TrialsError
+
+__all__ = ["build_parser", "main"]
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+_UNWRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (2 for bad input, one line on stderr)."""
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    local_command: list[str] = []
+    if "--" in argv:  # `trials sweep SPEC [options] -- LOCAL COMMAND...`
+        cut = argv.index("--")
+        argv, local_command = argv[:cut], argv[cut + 1:]
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        hint = _command_hint(args, extra, local_command)
+        if hint is None:
+            parser.parse_args(argv)  # argparse's own usage and "unrecognized arguments", exit 2
+        print(f"trials {args.command}: error: {hint}", file=sys.stderr)
+        return protocol.EXIT_USAGE
+    args.local_command = local_command
+    try:
+        code: int = args.handler(args)
+        return code
+    except BrokenPipeError:  # `trials describe JOB | head`
+        sys.stderr.close()
+        return protocol.EXIT_OK
+    except KeyboardInterrupt:
+        print("trials: interrupted", file=sys.stderr)
+        return protocol.EXIT_INTERRUPTED
+    except TrialsError as err:
+        if args.debug:
+            return _traceback(args, err.exit_code)
+        print(f"trials: error: {_scrub(args, _one_line(str(err)))}", file=sys.stderr)
+        return err.exit_code
+    except OSError as err:
+        if args.debug:
+            return _traceback(args, protocol.EXIT_ERROR)
+        if err.errno in _UNWRITABLE:  # a read-only job root, a folder of another user
+            where = f" {err.filename}" if err.filename else ""
+            print(f"trials: error: cannot write{_scrub(args, _one_line(where))}: {err.strerror} (trials "
+                  f"{args.command} needs write access to the job folder; check --root or the mount)",
+                  file=sys.stderr)
+            return protocol.EXIT_USAGE
+        print(f"trials: internal error: {type(err).__name__}: {_scrub(args, _one_line(str(err)))} "
+              "(run with --debug for the traceback)", file=sys.stderr)
+        return protocol.EXIT_ERROR
+    except Exception as err:  # noqa: BLE001 - the CLI's last line of defence
+        if args.debug:
+            return _traceback(args, protocol.EXIT_ERROR)
+        print(f"trials: internal error: {type(err).__name__}: {_scrub(args, _one_line(str(err)))} "
+              f"(run with --debug for the traceback)", file=sys.stderr)
+        return protocol.EXIT_ERROR
+
+
+_TAKES_COMMAND = ("sweep", "resume", "validate", "check")
+
+
+def _command_hint(args: argparse.Namespace, extra: list[str], local_command: list[str]) -> str | None:
+    """For a command that runs a trainer: the words argparse did not take were meant as the command."""
+    if args.command not in _TAKES_COMMAND or local_command or extra[0].startswith("-"):
+        return None
+    import shlex
+
+    words = list(extra)
+    options = "[options]"
+    if getattr(args, "trainer", None):  # `validate SPEC --trainer python train.py`: argparse took `python`
+        words.insert(0, args.trainer)
+        options = "--trainer"
+    given = " ".join(shlex.quote(word) for word in words)
+    target = str(getattr(args, "spec", None) or getattr(args, "job", ""))
+    return (f"unexpected arguments {given!r}: put the trainer's command after `--`, as in "
+            f"`trials {args.command} {shlex.quote(target)} {options} -- {given}`")
+
+
+def _scrub(args: argparse.Namespace, text: str) -> str:
+    """Never print a storage password, whatever the message (drivers quote URLs and DSNs)."""
+    url = getattr(args, "storage", None)
+    if not url or "@" not in url:
+        return text
+    from trials.storage_url import scrub
+
+    return scrub(text, url)
+
+
+def _traceback(args: argparse.Namespace, code: int) -> int:
+    import traceback
+
+    sys.stderr.write(_scrub(args, traceback.format_exc()))
+    return code
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split()) if "\n" in text else text

@@ -1,0 +1,68 @@
+"""``trials validate``, ``check``, ``cancel`` and ``repair``: check a spec or a trainer, look after a job."""
+
+from __future__ import annotations
+
+import argparse
+
+from trials import protocol
+from trials.errors import ConfigError
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from trials.controller import trial_view
+    from trials.spec.load import load_spec
+    from trials.spec.text import summary
+
+    job = load_spec(args.spec)
+    print(summary(job))
+    try:
+        trial_view.check_command(job, args.local_command, args.spec)
+    except ConfigError as err:  # valid for Vertex; `trials sweep` refuses it without `-- COMMAND`
+        print(f"note: {err}")
+        return protocol.EXIT_OK
+    for line in trial_view.sample_view(job, local_command=args.local_command or None,
+                                       pass_env=args.pass_env):
+        print(line)
+    if args.trainer is not None:
+        from trials.controller import preflight
+
+        argv = preflight.trainer_command(job, args.local_command or None,
+                                         target=args.trainer or None)
+        print(preflight.check_trainer(argv, args.spec, required=True))
+    return protocol.EXIT_OK
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from trials.controller.check import CheckOptions, check_main, parse_params
+    from trials.spec.load import load_spec
+
+    job = load_spec(args.spec)
+    if not args.time_limit > 0:
+        raise ConfigError(f"--time-limit must be > 0 seconds, got {args.time_limit}")
+    options = CheckOptions(
+        time_limit_s=args.time_limit, grace_s=args.grace_period, params=parse_params(args.params, job.study),
+        local_command=args.local_command or None, folder=args.keep, pass_env=tuple(args.pass_env),
+    )
+    return check_main(job, options, fmt=args.format)
+
+
+def _cmd_cancel(args: argparse.Namespace) -> int:
+    from trials.controller import jobs as controller
+
+    h = controller.open_job(args.job, root=args.root, storage=args.storage)
+    state = controller.cancel(h)
+    print(f"job {h.job_id}: {state}")
+    return 0
+
+
+def _cmd_repair(args: argparse.Namespace) -> int:
+    from trials.controller import jobs as controller
+
+    kept, dropped, backup = controller.repair_job(args.root, args.job)
+    if not dropped:
+        print(f"job {args.job}: the journal is readable ({kept} records); nothing to repair")
+        return 0
+    print(f"job {args.job}: kept {kept} records, dropped {len(dropped)}; the original is {backup}")
+    for line in dropped:
+        print(f"  dropped {line}")
+    return 0

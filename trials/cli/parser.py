@@ -1,0 +1,194 @@
+"""The ``trials`` argument parser: one subcommand a handler, and the option types they share."""
+
+from __future__ import annotations
+
+import argparse
+
+from trials.cli.admin import _cmd_cancel, _cmd_check, _cmd_repair, _cmd_validate
+from trials.cli.run import _cmd_resume, _cmd_sweep, _cmd_worker
+from trials.cli.show import _cmd_best, _cmd_describe, _cmd_export, _cmd_list, _cmd_report
+
+
+def _job_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--root", default="trials-jobs", help="directory holding one folder per job (default ./trials-jobs)")
+    p.add_argument("--storage", help="Optuna storage URL (default: journal file in the job folder)")
+
+
+def _non_negative(text: str) -> float:
+    """An argparse type: a finite number >= 0 (NaN, inf or a negative rate would hang or mislead)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def _run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--grace-period", type=_non_negative, metavar="SECONDS",
+                   help="SIGTERM -> SIGKILL grace (default 10)")
+    p.add_argument("--memory-limit", type=_positive_int, metavar="MB",
+                   help="per-replica memory limit; over it the replica is OOM-killed")
+    p.add_argument("--inject-restarts", type=_non_negative, metavar="RATE",
+                   help="chaos mode: SIGTERM+restart replicas at RATE per trial-second")
+    p.add_argument("--seed", type=int, help="sampler and chaos seed")
+    p.add_argument("--echo", action="store_true", help="echo every replica's output, prefixed")
+    p.add_argument("--quiet", action="store_true", help="print only warnings and the summary's exit code")
+    p.add_argument("--json-logs", action="store_true", help="one JSON object per event")
+    p.add_argument("--gpus", metavar="IDS", help="GPUs to hand out, e.g. 0,1,2 (default: nvidia-smi -L)")
+    p.add_argument("--ignore-accelerators", action="store_true",
+                   help="run a spec that asks for accelerators on CPU (CUDA_VISIBLE_DEVICES='')")
+    p.add_argument("--stale-after", type=float, metavar="SECONDS",
+                   help="database jobs: a trial whose worker missed heartbeats this long is re-run (default 30)")
+    _pass_env_arg(p)
+
+
+def _env_name(text: str) -> str:
+    import re
+
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text):
+        raise argparse.ArgumentTypeError(f"expected an environment variable name, got {text!r}")
+    return text
+
+
+def _pass_env_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pass-env", action="append", default=[], type=_env_name, metavar="NAME",
+                   help="pass this host variable to the trials although it is withheld "
+                        "(GOOGLE_*, CLOUDSDK_*, AWS_*, ...; repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trials",
+        description="Run Vertex AI HyperparameterTuningJobs offline.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser("validate", help="check a spec and print what a trial would get")
+    p.add_argument("spec", help="gcloud YAML, REST JSON, legacy hptuning_config.yaml or search space")
+    _pass_env_arg(p)
+    p.add_argument("--trainer", nargs="?", const="", metavar="TARGET",
+                   help="check every parameter, type, range and choice against a trials.main/trials-run "
+                        "trainer: module:function or file.py[:function], or (no TARGET) the command "
+                        "after -- or the spec's")
+    p.set_defaults(handler=_cmd_validate)
+
+    p = sub.add_parser("export", help="write a spec or a job's spec as gcloud YAML or REST JSON")
+    p.add_argument("spec", metavar="JOB|SPEC", help="a spec file, or the id of a job under --root / in --storage")
+    _job_args(p)
+    p.add_argument("--format", choices=("gcloud-yaml", "rest-json"), default="gcloud-yaml")
+    p.add_argument("--image-uri", help="container image for every pool (containerSpec.imageUri, "
+                   "pythonPackageSpec.executorImageUri)")
+    p.add_argument("--base-output-dir", metavar="gs://BUCKET/PATH",
+                   help="baseOutputDirectory of the exported job (a local one is refused)")
+    p.add_argument("--draft", action="store_true",
+                   help="write the job even when Vertex would reject it (no image, local paths)")
+    p.set_defaults(handler=_cmd_export)
+
+    p = sub.add_parser("sweep", help="run a tuning job locally",
+                       usage="trials sweep SPEC [options] [-- LOCAL COMMAND...]")
+    p.add_argument("spec")
+    _job_args(p)
+    p.add_argument("--job-id")
+    p.add_argument("--max-trial-count", type=int)
+    p.add_argument("--parallel-trial-count", type=int)
+    p.add_argument("--max-failed-trial-count", type=int)
+    p.add_argument("--algorithm", choices=("ALGORITHM_UNSPECIFIED", "GRID_SEARCH", "RANDOM_SEARCH"))
+    p.add_argument("--base-output-dir")
+    p.add_argument("--gcs-root", help="local directory standing in for /gcs (default: <job>/gcs)")
+    p.add_argument("--project-number", help="CLOUD_ML_PROJECT_ID given to trials (default 000000000000)")
+    p.add_argument("--no-trainer-check", action="store_true",
+                   help="do not ask a trials.main/trials-run trainer to check the spec's flags first")
+    _run_args(p)
+    p.set_defaults(handler=_cmd_sweep)
+
+    p = sub.add_parser("resume", help="continue a job (after a crash or cancel), or add trials")
+    p.add_argument("job")
+    _job_args(p)
+    p.add_argument("--max-trial-count", type=int, help="new total number of trials")
+    _run_args(p)
+    p.set_defaults(handler=_cmd_resume)
+
+    p = sub.add_parser("check", help="run a trainer for real and score it against Vertex's rules",
+                       usage="trials check SPEC [options] [-- COMMAND ...]")
+    p.add_argument("spec")
+    p.add_argument("--params", action="append", default=[], metavar="NAME=VALUE",
+                   help="parameter values (default: the spec's first values; repeatable, or comma-separated)")
+    p.add_argument("--time-limit", type=float, default=180.0, metavar="SECONDS",
+                   help="time box for all the runs (default 180)")
+    p.add_argument("--grace-period", type=_non_negative, default=10.0, metavar="SECONDS",
+                   help="how long a replica may take to exit after SIGTERM (default 10)")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--keep", metavar="DIR", help="keep the runs' folders (logs, outputs) in DIR")
+    _pass_env_arg(p)
+    p.set_defaults(handler=_cmd_check)
+
+    p = sub.add_parser("worker", help="join a job in a database and run its trials until it is done",
+                       usage="trials worker JOB --storage URL [--parallel-trial-count N] [options]")
+    p.add_argument("job")
+    p.add_argument("--storage", help="the job's database URL, e.g. postgresql://user@host/db")
+    p.add_argument("--root", help="this host's folder for trial logs (default: the job's folder)")
+    p.add_argument("--parallel-trial-count", type=int, dest="slots", metavar="N",
+                   help="at most N trials on this worker (the job's parallelTrialCount caps all workers)")
+    _run_args(p)
+    p.set_defaults(handler=_cmd_worker)
+
+    p = sub.add_parser("describe", help="print a job (Vertex REST shape with --format json)")
+    p.add_argument("job")
+    _job_args(p)
+    p.add_argument("--format", choices=("table", "json", "csv", "local-json"), default="table",
+                   help="json: the v1 HyperparameterTuningJob resource, exactly; local-json: what "
+                   "only the local run knows (attempts, exit statuses, stop reasons, folders)")
+    p.set_defaults(handler=_cmd_describe)
+
+    p = sub.add_parser("list", help="list jobs")
+    _job_args(p)
+    p.set_defaults(handler=_cmd_list)
+
+    p = sub.add_parser("cancel", help="cancel a running job")
+    p.add_argument("job")
+    _job_args(p)
+    p.set_defaults(handler=_cmd_cancel)
+
+    p = sub.add_parser("repair", help="rewrite a job's journal with every readable record; say what was dropped")
+    p.add_argument("job")
+    p.add_argument("--root", default="trials-jobs", help="directory holding one folder per job (default ./trials-jobs)")
+    p.set_defaults(handler=_cmd_repair)
+
+    p = sub.add_parser("best", help="the best trial's flags and model directory")
+    p.add_argument("job")
+    _job_args(p)
+    p.add_argument("--format", choices=["text", "json"], default="text",
+                   help="json: exact values, parameters, flags and model folder of each best trial")
+    p.set_defaults(handler=_cmd_best)
+
+    p = sub.add_parser("report", help="write an HTML report with plots into the job folder")
+    p.add_argument("job")
+    _job_args(p)
+    p.add_argument("--out", metavar="DIR", help="where to write index.html and the PNGs (default <job folder>/report)")
+    p.add_argument("--no-plots", action="store_true", help="tables only, no matplotlib")
+    p.set_defaults(handler=_cmd_report)
+
+    return parser
+
+
+def _version() -> str:
+    from trials import __version__
+
+    return f"trials {__version__}"

@@ -1,0 +1,243 @@
+"""``trials sweep``, ``resume`` and ``worker``: run a job's trials, then print its summary."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from trials import protocol
+from trials.errors import ConfigError
+from trials.printable import printable
+
+if TYPE_CHECKING:  # each command imports what it needs when it runs
+    from typing import Any
+
+    from trials.controller.devices import DevicePlan
+    from trials.controller.job import JobRunner
+    from trials.controller.jobs import JobHandle
+    from trials.controller.progress import Progress
+    from trials.spec import JobSpec
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from trials.controller import jobs as controller
+    from trials.spec import Algorithm
+    from trials.spec.load import load_spec
+
+    job = load_spec(args.spec)
+    job = _with_overrides(job, args)
+    if args.algorithm:
+        algo = Algorithm[args.algorithm]
+        job = replace(job, study=replace(job.study, algorithm=algo))
+        if algo is Algorithm.GRID_SEARCH:
+            from trials.spec.export import to_rest
+            from trials.spec.load import parse_spec
+
+            parse_spec(to_rest(job), source="--algorithm GRID_SEARCH")  # re-validate the grid rule
+    command = args.local_command
+    from trials.controller.trial_view import check_command
+
+    check_command(job, command, args.spec)  # before a job folder and id are used up
+    if not args.no_trainer_check:
+        from trials.controller import preflight
+
+        argv = preflight.trainer_command(job, command or None)
+        if preflight.is_trials_trainer(argv):  # spec and Config disagree: say so before any trial
+            line = preflight.check_trainer(argv, args.spec, required=False)
+            if line.startswith("note:") and not args.quiet:
+                print(line)
+    plan = _device_plan(job, args)  # before creating the job: a spec this machine cannot run
+    h = controller.create_job(
+        job, root=args.root, job_id=args.job_id, spec_path=args.spec, storage=args.storage,
+        base_output_dir=args.base_output_dir, project_number=args.project_number,
+        local_command=command or None, seed=args.seed, gcs_root=args.gcs_root, stale_after_s=args.stale_after,
+        pass_env=args.pass_env,
+    )
+    return _run_and_report(h, args, resume=False, plan=plan)
+
+
+def _cmd_resume(args: argparse.Namespace) -> int:
+    from trials.controller import jobs as controller
+
+    if args.max_trial_count is not None:  # the spec's rule, before the job is touched
+        from trials.spec.node import INT32_MAX, Node
+
+        Node(args.max_trial_count, "--max-trial-count", "command line").integer(lo=1, hi=INT32_MAX)
+    h = controller.open_job(args.job, root=args.root, storage=args.storage)
+    if args.local_command:  # a job created from an image without command can be given one now
+        controller.set_command(h, args.local_command)
+    controller.check_runnable(h)
+    if args.max_trial_count is not None:
+        added = controller.extend(h, args.max_trial_count)
+        holder = controller.running_controller(h)
+        if holder is not None:  # the extension took effect: the running controller runs them
+            by = f" (pid {holder})" if holder else ""
+            print(f"job {h.job_id}: added {added} trials (now {h.job.max_trial_count}); the controller "
+                  f"already running the job{by} runs them")
+            return protocol.EXIT_OK
+        print(f"job {h.job_id}: added {added} trials")
+    return _run_and_report(h, args, resume=True)
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from trials.controller import jobs as controller
+    from trials.controller.job import CANCELLING, FINAL_STATES
+    from trials.storage_url import is_journal_url
+
+    if not args.storage or is_journal_url(args.storage):
+        raise ConfigError(f"trials worker: --storage must be the database URL the job was created in "
+                          f"(e.g. postgresql://user@host/db), got {args.storage!r}")
+    if args.slots is not None and args.slots < 1:
+        raise ConfigError(f"--parallel-trial-count must be >= 1, got {args.slots}")
+    h = controller.open_job(args.job, root=args.root or "trials-jobs", storage=args.storage)
+    if args.root:  # this host's folder for the trials' logs and metric files
+        h.job_dir = controller.job_dir_of(args.root, h.job_id)
+    args.root = args.root or "trials-jobs"
+    state = h.store.get_meta("state")
+    if state in FINAL_STATES or state == CANCELLING:
+        print(f"job {h.job_id} is {state}; nothing to run")
+        return 0
+    return _run_and_report(h, args, resume=False, join=True)
+
+
+def _with_overrides(job: JobSpec, args: argparse.Namespace) -> JobSpec:
+    """The spec with the count flags applied, each checked by the spec's own rules (before any write)."""
+    from dataclasses import replace
+
+    from trials.spec import rules
+    from trials.spec.node import INT32_MAX, Node
+
+    def flag(name: str) -> Node | None:
+        value = getattr(args, name)
+        return None if value is None else Node(value, "--" + name.replace("_", "-"), "command line")
+
+    n_max, n_par, n_fail = (flag(n) for n in ("max_trial_count", "parallel_trial_count", "max_failed_trial_count"))
+    changes: dict[str, Any] = {
+        field: node.integer(lo=0 if field == "max_failed_trial_count" else 1, hi=INT32_MAX)
+        for field, node in (("max_trial_count", n_max), ("parallel_trial_count", n_par),
+                            ("max_failed_trial_count", n_fail)) if node is not None}
+    job = replace(job, **changes)
+    if job.max_failed_trial_count > job.max_trial_count:
+        rules.counts(Node(job.max_trial_count, "--max-trial-count" if n_max else "maxTrialCount", "command line"),
+                     None, Node(job.max_failed_trial_count, "--max-failed-trial-count" if n_fail
+                                else "maxFailedTrialCount", "command line"))
+    if args.seed is not None:  # numpy seeds a sampler with 0..2**32-1; resume adds the trials run
+        Node(args.seed, "--seed", "command line").integer(lo=0, hi=INT32_MAX)
+    return job
+
+
+def _device_plan(job: JobSpec, args: argparse.Namespace) -> DevicePlan:
+    """Check the worker options (before a sweep creates its job) and plan the GPUs."""
+    from trials.controller import devices
+
+    if args.stale_after is not None:
+        from trials.controller.worker import MIN_STALE_AFTER_S
+
+        if not args.stale_after >= MIN_STALE_AFTER_S:
+            raise ConfigError(f"--stale-after must be >= {MIN_STALE_AFTER_S:g} seconds (the job's lease "
+                              f"timeout; workers heartbeat 6 times within it), got {args.stale_after}")
+    return devices.plan(job, gpus=args.gpus, ignore_accelerators=args.ignore_accelerators)
+
+
+def _run_and_report(h: JobHandle, args: argparse.Namespace, *, resume: bool, join: bool = False,
+                    plan: DevicePlan | None = None) -> int:
+    from trials.controller import jobs as controller
+    from trials.storage_url import redact
+
+    plan = plan or _device_plan(h.job, args)
+    progress = _progress(h, args)
+    shared = controller.shared_job(h, stale_after_s=args.stale_after,
+                                   notify=lambda line: progress("warning", {"message": line}))
+    options = controller.run_options(
+        h, echo=args.echo, grace_period_s=args.grace_period, memory_limit_mb=args.memory_limit,
+        inject_restarts=args.inject_restarts, slots=getattr(args, "slots", None), seed=args.seed,
+        devices=plan, shared=shared, join=join, pass_env=args.pass_env,
+    )
+    if not args.quiet and not args.json_logs:
+        who = f"worker {shared.me} joined " if join and shared is not None else ""
+        print(f"{who}job {h.job_id}: {len(h.store.frozen_trials())} trials, "
+              f"{h.job.parallel_trial_count} in parallel; folder {h.job_dir}")
+        if shared is not None and not join:
+            print(f"more workers join with: trials worker {h.job_id} --storage {redact(h.storage_url)}")
+    runner = controller.run_job(h, options, progress=progress, resume=resume, lock=not join)
+    if join and runner.leaving and shared is not None:
+        print(f"worker {shared.me} left job {h.job_id} after starting {runner.n_started} trials; "
+              f"its running trials went back to the queue")
+        return protocol.EXIT_INTERRUPTED
+    return _summary(h, runner, args)
+
+
+def _progress(h: JobHandle, args: argparse.Namespace) -> Progress:
+    from trials.controller.progress import Progress
+
+    mode = "quiet" if args.quiet else ("json" if args.json_logs else None)
+    return Progress(total=len(h.store.frozen_trials()), metric_ids=h.job.study.metric_ids,
+                    maximize=h.job.study.metrics[0].maximize, mode=mode)
+
+
+def _summary(h: JobHandle, runner: JobRunner, args: argparse.Namespace) -> int:
+    from trials.controller import jobs as controller
+    from trials.protocol import format_flag
+
+    state = h.store.get_meta("state")
+    error = h.store.get_meta("error")
+    trials = h.store.frozen_trials()
+    n_ok = sum(1 for t in trials if t.user_attrs.get("state") == "SUCCEEDED")
+    n_bad = sum(1 for t in trials if t.user_attrs.get("state") == "INFEASIBLE")
+    n_early = sum(1 for t in trials if t.user_attrs.get("stopped_early"))
+    # a job whose every trial was infeasible "succeeded" as Vertex says, but nothing worked: exit 1
+    nothing_worked = state == "JOB_STATE_SUCCEEDED" and n_ok == 0 and n_bad > 0
+    code = 1 if nothing_worked else {"JOB_STATE_SUCCEEDED": 0, "JOB_STATE_CANCELLED": protocol.EXIT_INTERRUPTED}.get(
+        state, 1)
+    if args.quiet:
+        return code
+    if args.json_logs:  # the summary as one more JSON line: stdout stays one object per line
+        import json
+
+        get = controller.params_of(h)
+        print(json.dumps({
+            "severity": "INFO" if code == 0 else "ERROR",
+            "message": f"job {h.job_id} {state}", "event": "job_summary", "job_id": h.job_id,
+            "state": state, "succeeded": n_ok, "stopped_early": n_early, "infeasible": n_bad,
+            "not_run": len(trials) - n_ok - n_bad, "error": error,
+            "best": [{"trial_id": str(t.number + 1), "values": list(t.values), "parameters": get(t)}
+                     for t in controller.best_trials(h)],
+        }, default=str))
+        return code
+    ran = f"; at most {runner.max_parallel} in parallel" if runner.max_parallel else "; no trial ran this time"
+    print(f"job {h.job_id} {state}: {n_ok} succeeded ({n_early} stopped early), {n_bad} infeasible, "
+          f"{len(trials) - n_ok - n_bad} not run{ran}")
+    if runner.opt.inject_restarts > 0:
+        problems = []
+        if runner.conflicts_total:
+            problems.append(f"{runner.conflicts_total} steps reported twice with different values")
+        if runner.lost_steps_total:
+            problems.append(f"{runner.lost_steps_total} steps lost")
+        verdict = ("consistent: no step lost or reported twice with different values"
+                   if not problems else "INCONSISTENT: " + ", ".join(problems))
+        print(f"chaos: {runner.injected_total} restarts injected; measurements {verdict}")
+    if error:
+        print(f"error: {printable(str(error.get('message')))}")
+    best = controller.best_trials(h)
+    get = controller.params_of(h)
+    pareto = len(h.job.study.metrics) > 1
+    if pareto and best:
+        print(f"Pareto front ({len(best)} trials, {', '.join(h.job.study.metric_ids)}):")
+    for t in best:
+        metrics = ", ".join(f"{m}={v:.6g}" for m, v in zip(h.job.study.metric_ids, t.values, strict=False))
+        flags = " ".join(format_flag(k, v) for k, v in get(t).items())
+        print(f"{'  trial' if pareto else 'best trial'} {t.number + 1}: {metrics}  {flags}")
+    if nothing_worked:
+        first = next((t.user_attrs.get("infeasible_reason") for t in trials if t.user_attrs.get("infeasible_reason")),
+                     "")
+        print(f"error: no trial succeeded, so this job found nothing (first reason: {printable(str(first))})")
+        return code
+    if state == "JOB_STATE_SUCCEEDED":
+        return 0
+    if state in ("JOB_STATE_CANCELLED", "JOB_STATE_CANCELLING"):  # CANCELLING: other workers still stopping
+        root = f" --root {args.root}" if args.root != "trials-jobs" else ""
+        print(f"resume it with: trials resume {h.job_id}{root}")
+        return protocol.EXIT_INTERRUPTED
+    return 1

@@ -1,0 +1,133 @@
+"""``trials describe``, ``list``, ``best``, ``report`` and ``export``: read a job (or a spec) and print it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from trials import protocol
+from trials.errors import ConfigError
+from trials.printable import printable
+
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def _cmd_describe(args: argparse.Namespace) -> int:
+    import json
+
+    from trials.controller import describe
+    from trials.controller import jobs as controller
+
+    h = controller.open_job(args.job, root=args.root, storage=args.storage)
+    if args.format == "local-json":  # attempts, exit statuses, stop reasons, folders, workers
+        print(json.dumps(controller.describe_local(h), indent=2))
+        return 0
+    rest = controller.describe(h)
+    if args.format == "json":  # exactly the v1 HyperparameterTuningJob
+        print(json.dumps(rest, indent=2))
+        return 0
+    header, body = describe.rows(rest, h.job.study.reported_metric_ids, local=controller.describe_local(h)["trials"],
+                                 exact=args.format == "csv")
+    if args.format == "csv":
+        sys.stdout.write(describe.format_csv(header, body))
+        return 0
+    print(f"job {h.job_id}  {rest['state']}  {len(rest['trials'])} trials  folder {h.job_dir}")
+    if rest.get("error"):
+        print(f"error: {printable(str(rest['error'].get('message')))}")
+    print(describe.format_table(header, body))
+    return 0
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from trials.controller import describe
+    from trials.controller import jobs as controller
+
+    jobs = controller.list_jobs(args.root, args.storage)
+    if not jobs:
+        print(f"no jobs under {args.root}" if not args.storage else "no jobs in the storage")
+        return 0
+    print(describe.format_table(["job", "state", "trials", "created"],
+                                [[j["job_id"], j["state"], str(j["trials"]), j["create_time"]] for j in jobs]))
+    return 0
+
+
+def _cmd_best(args: argparse.Namespace) -> int:
+    import json
+
+    from trials.controller import jobs as controller
+    from trials.protocol import format_flag, local_path
+
+    h = controller.open_job(args.job, root=args.root, storage=args.storage)
+    get = controller.params_of(h)
+    meta = h.store.meta()
+    metric_ids = h.job.study.metric_ids
+    best: list[dict[str, Any]] = [
+            {"trial_id": str(t.number + 1), "metrics": dict(zip(metric_ids, t.values, strict=False)),
+             "parameters": get(t), "flags": [format_flag(k, v) for k, v in get(t).items()],
+             "model_dir": local_path(meta["base_output"].rstrip("/") + f"/{t.number + 1}/model/",
+                                     meta["gcs_root"])}
+            for t in controller.best_trials(h)]
+    if args.format == "json":  # exact numbers; one trial, or the Pareto front of several metrics
+        print(json.dumps({"job_id": h.job_id, "metric_ids": list(metric_ids), "best": best}, indent=2))
+        return 0 if best else 1
+    if not best:
+        print(f"job {h.job_id} has no succeeded trial yet")
+        return 1
+    for b in best:
+        print(f"trial {b['trial_id']}: " + ", ".join(f"{m}={v:.6g}" for m, v in b["metrics"].items()))
+        print("  flags: " + " ".join(b["flags"]))
+        print(f"  model: {b['model_dir']}")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from trials.controller import describe
+    from trials.controller import jobs as controller
+    from trials.controller.report import write_report
+
+    h = controller.open_job(args.job, root=args.root, storage=args.storage)
+    report = write_report(h, out_dir=args.out, plots=not args.no_plots)
+    if report.top_rows:
+        print(report.top_title)
+        print(describe.format_table(report.top_header, report.top_rows))
+    else:
+        print(f"job {h.job_id}: no trial has succeeded yet")
+    if report.note:
+        print(f"note: {report.note}")
+    for title, why in report.skipped:
+        print(f"skipped {title}: {why}")
+    print(f"report: {report.index_html}")
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    import os
+    from dataclasses import replace
+
+    from trials.spec.export import export_text
+
+    command = None
+    if os.path.isfile(args.spec):  # a spec file
+        from trials.spec.load import load_spec
+
+        job = load_spec(args.spec)
+        name = os.path.splitext(os.path.basename(args.spec))[0]
+    else:  # a job: the spec it stored, with its actual trial count
+        from trials.controller import jobs as controller
+        from trials.errors import JobNotFoundError
+
+        try:
+            h = controller.open_job(args.spec, root=args.root, storage=args.storage)
+        except (JobNotFoundError, ConfigError) as err:
+            raise JobNotFoundError(f"expected a spec file or a job id, got {args.spec!r}: no such file, "
+                                   f"and {err}") from None
+        n = len(h.store.frozen_trials())
+        job = replace(h.job, max_trial_count=n) if n else h.job
+        command = h.store.meta().get("local_command")
+        name = h.job_id
+    sys.stdout.write(export_text(job, args.format, image_uri=args.image_uri,
+                                 base_output_dir=args.base_output_dir, command=command,
+                                 display_name=name, draft=args.draft))
+    return protocol.EXIT_OK
