@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, TextIO
 
 from trials import files
 from trials.controller import shim
-from trials.controller.tree import CgroupTree
+from trials.controller.tree import ProcessTree
 from trials.errors import ConfigError
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -238,7 +238,7 @@ class Replica:
         echoes: Sequence[_Echo] = (),
         kill: Callable[[int, int], None] = kill_group,
         alive: Callable[[int], bool] = group_alive,
-        tree: CgroupTree | None = None,
+        tree: ProcessTree | None = None,
     ):
         self._proc = proc
         self.name = name
@@ -398,7 +398,7 @@ def start_replica(
     echo: TextIO | None = None,
     memory_limit_mb: int | None = None,
     shim_ops: Sequence[str] = (),
-    tree: CgroupTree | None = None,
+    tree: ProcessTree | None = None,
 ) -> Replica:
     """Start one replica in its own process group.
 
@@ -421,7 +421,8 @@ def start_replica(
         echo: when given, each new log line is also copied there by a thread following the file.
         memory_limit_mb: limit enforced by :meth:`Replica.check_memory`.
         shim_ops: operations for the shim before exec (see ``shim.c``); needs the shim.
-        tree: the cgroup the replica and all its descendants join.
+        tree: the cgroup the replica and all its descendants join (or, without cgroups, how the
+            controller as subreaper finds them: ``orphans.OrphanTree``).
 
     Raises:
         ConfigError: empty argv, missing cwd, or ``argv[0]`` missing or not executable.
@@ -442,7 +443,7 @@ def start_replica(
         wrapper = None
     errors_r, errors_w = os.pipe() if wrapper is not None else (-1, -1)
     if wrapper is not None:
-        full = [wrapper, str(os.getpid()), tree.procs_file if tree else "-", str(errors_w), *shim_ops,
+        full = [wrapper, str(os.getpid()), (tree.procs_file if tree else None) or "-", str(errors_w), *shim_ops,
                 "--", program, *argv[1:]]
     else:
         full = [program, *argv[1:]]

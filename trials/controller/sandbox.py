@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from trials import protocol
-from trials.controller import shim
+from trials.controller import orphans, shim
 from trials.controller.process import Replica, start_replica
-from trials.controller.tree import CgroupTree
+from trials.controller.tree import CgroupTree, ProcessTree
 
 OFF_VALUES = ("off", "0", "no", "false")
 _PROBE_TIMEOUT_S = 60.0
@@ -148,15 +148,20 @@ def start_sandboxed(sandbox: Sandbox, argv: Sequence[str], *, env: Mapping[str, 
     local ``AIP_*`` base folder). ``options`` go to :func:`process.start_replica` (log paths,
     name, echo, memory limit). The replica's ``upper_dir`` then names where its other writes are.
     """
-    tree = CgroupTree.create(f"{os.path.basename(trial_dir)}-{replica}")
+    tree: ProcessTree | None = CgroupTree.create(f"{os.path.basename(trial_dir)}-{replica}")
+    orphan_tree = orphans.OrphanTree.create(env) if tree is None else None  # no cgroup: the subreaper
+    tree = tree or orphan_tree
     if not sandbox.on:
-        return start_replica(argv, env=env, cwd=sandbox.launch_dir, tree=tree, **options)
-    state = new_state_dir(trial_dir, replica)
-    for folder in outputs:
-        os.makedirs(folder, exist_ok=True)
-    ops = replica_ops(sandbox, state_dir=state, writable=(trial_dir, *outputs))
-    started = start_replica(argv, env=env, cwd=sandbox.launch_dir, tree=tree, shim_ops=ops, **options)
-    started.upper_dir = upper_dir(state)
+        started = start_replica(argv, env=env, cwd=sandbox.launch_dir, tree=tree, **options)
+    else:
+        state = new_state_dir(trial_dir, replica)
+        for folder in outputs:
+            os.makedirs(folder, exist_ok=True)
+        ops = replica_ops(sandbox, state_dir=state, writable=(trial_dir, *outputs))
+        started = start_replica(argv, env=env, cwd=sandbox.launch_dir, tree=tree, shim_ops=ops, **options)
+        started.upper_dir = upper_dir(state)
+    if orphan_tree is not None:
+        orphan_tree.adopt(started.pid)
     return started
 
 

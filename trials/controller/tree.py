@@ -8,6 +8,9 @@ import functools
 import itertools
 import os
 import signal
+from typing import Protocol
+
+from trials import protocol
 
 _PROC = "/proc"
 _counter = itertools.count()
@@ -34,8 +37,11 @@ def cgroup_parent() -> str | None:
     """A cgroup v2 folder this controller may create replica cgroups in, or None.
 
     ``<cgroup2 mount><our cgroup>/trials-<pid>``: created once; None when there is no cgroup v2
-    hierarchy or it is not ours to write (then a replica is tracked by its process group only).
+    hierarchy, it is not ours to write, or ``TRIALS_CGROUP=off`` (then a replica is tracked by its
+    process group and the controller as subreaper: :mod:`trials.controller.orphans`).
     """
+    if os.environ.get(protocol.ENV_CGROUP, "").strip().lower() in ("off", "0", "no", "false"):
+        return None
     try:
         with open(f"{_PROC}/self/mountinfo", encoding="utf-8") as f:
             mount = _cgroup2_mount(f.read())
@@ -89,6 +95,26 @@ def _comm(pid: int) -> str:
         return "?"
 
 
+def describe(pids: list[int]) -> list[str]:
+    """``pid (name)`` of each process: what a warning says was killed."""
+    return [f"{pid} ({_comm(pid)})" for pid in pids]
+
+
+class ProcessTree(Protocol):
+    """A replica's descendants, wherever they went: :class:`CgroupTree` or ``orphans.OrphanTree``."""
+
+    @property
+    def procs_file(self) -> str | None:
+        """The ``cgroup.procs`` the shim joins before exec, or None (nothing to join)."""
+        ...
+
+    def pids(self) -> list[int]: ...
+    def describe(self, pids: list[int]) -> list[str]: ...
+    def signal(self, sig: int, *, skip_group: int | None = None) -> list[int]: ...
+    def kill(self) -> None: ...
+    def remove(self) -> None: ...
+
+
 class CgroupTree:
     """The cgroup a replica's shim joins before exec: every process it starts stays in it."""
 
@@ -119,7 +145,7 @@ class CgroupTree:
             return []
 
     def describe(self, pids: list[int]) -> list[str]:
-        return [f"{pid} ({_comm(pid)})" for pid in pids]
+        return describe(pids)
 
     def signal(self, sig: int, *, skip_group: int | None = None) -> list[int]:
         """Send ``sig`` to every process of the tree (not those of ``skip_group``); returns the pids."""
