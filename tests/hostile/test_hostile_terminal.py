@@ -81,3 +81,33 @@ def test_a_metric_tag_with_control_characters_is_escaped_in_warnings_and_describ
         shown = jobs.cli("describe", job_id, "--format", fmt)
         assert shown.returncode == 0, shown.stderr
         _clean(shown.stdout, f"describe --format {fmt}")
+
+
+ECHO_TRAINER = f"""\
+import json, os, sys, time
+out = sys.stdout.buffer
+out.write(b"plain text\\twith a tab, caf\\xc3\\xa9\\n" + {HOSTILE!r} + b"\\n")
+out.write(b"progress 10%\\rprogress 100%\\r\\n")
+out.flush()
+sys.stderr.buffer.write(b"err \\x1b]0;title\\x07 \\x00\\n")
+sys.stderr.flush()
+with open(os.environ["CLOUD_ML_HP_METRIC_FILE"], "w") as f:
+    f.write(json.dumps({{"loss": "0.5", "global_step": "1", "timestamp": time.time()}}) + "\\n")
+"""
+
+
+def test_echo_escapes_control_characters_and_keeps_text_and_tabs(jobs: Jobs) -> None:
+    trainer = jobs.root / "echo.py"
+    trainer.write_text(ECHO_TRAINER)
+    job_id = jobs.job_id("echo")
+    out = jobs.cli("sweep", jobs.spec(n=1), "--job-id", job_id, "--echo", "--", sys.executable, str(trainer))
+    assert out.returncode == 0, out.stdout + out.stderr
+    _clean(out.stdout + out.stderr, "the --echo output")
+    lines = out.stdout.splitlines()
+    assert "[1/workerpool0-0] plain text\twith a tab, café" in lines, out.stdout
+    assert ("[1/workerpool0-0] \\x1b[2J\\x1b]0;pwned\\x07\\x00\ufffd\ufffd BOOM\\x1b[31m \\u202e fake\\x1b[0m end"
+            in lines), out.stdout
+    assert "[1/workerpool0-0] progress 100%" in lines, out.stdout  # what a terminal ends up showing
+    assert "[1/workerpool0-0] err \\x1b]0;title\\x07 \\x00" in lines, out.stdout
+    log = jobs.job_dir(job_id) / "1" / "workerpool0-0.stdout.log"
+    assert HOSTILE in log.read_bytes()  # the log keeps the trainer's bytes as they were

@@ -19,6 +19,7 @@ from trials import files
 from trials.controller import shim
 from trials.controller.tree import ProcessTree
 from trials.errors import ConfigError
+from trials.printable import printable
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _PROC = "/proc"
@@ -162,7 +163,7 @@ def _die_with_parent(parent_pid: int, prctl: Any) -> Callable[[], None]:
 
 
 class _Echo(threading.Thread):
-    """Follows a log file from an offset and copies each new line to ``out`` with a prefix.
+    """Follows a log file from an offset and copies each new line to ``out`` with a prefix, escaped.
 
     The replica writes straight to the file, so a slow or blocked ``out`` never blocks it.
     """
@@ -209,7 +210,16 @@ class _Echo(threading.Thread):
 
 
 def _decode_line(line: bytes) -> str:
-    return line.decode("utf-8", "replace").rstrip("\r")
+    r"""One line of a trainer's output as ``--echo`` shows it: safe on a terminal, tabs kept.
+
+    ESC sequences, BEL, NUL and other control characters are escaped (``\x1b[2J``); invalid UTF-8
+    becomes U+FFFD. A carriage return inside the line (a progress bar redrawing itself) shows what
+    a terminal would end with: the text after the last one.
+    """
+    text = line.decode("utf-8", "replace").rstrip("\r")
+    if "\r" in text:
+        text = next((part for part in reversed(text.split("\r")) if part), "")
+    return printable(text, keep="\t")
 
 
 class Replica:
