@@ -231,20 +231,21 @@ def _sweep_latencies(root: str, job_id: str, times: dict[str, tuple[float, float
 
 
 # --- profile ------------------------------------------------------------------------------------------
-PROFILED = {
-    "claim (ask: claim + suggest)": ("trials/study.py", "claim"),
-    "complete (tell)": ("trials/study.py", "complete"),
-    "report (per-epoch intermediate value)": ("trials/study.py", "report"),
-    "set_trial_attrs (Vertex state attrs)": ("trials/study.py", "set_trial_attrs"),
-    "start_replica (fork/exec)": ("trials/process.py", "start_replica"),
-    "metrics poll": ("trials/job.py", "_poll_metrics"),
-    "launch (total)": ("trials/job.py", "_launch"),
-    "finalize (total)": ("trials/job.py", "_finalize"),
-    "exit checks (/proc scans)": ("trials/job.py", "_all_exited"),
+PROFILED = {  # (file suffix, function): kept in step with the modules' names (a test checks they exist)
+    "claim (ask: claim + suggest)": ("trials/study/store.py", "claim"),
+    "complete (tell)": ("trials/study/store.py", "complete"),
+    "report (per-epoch intermediate values)": ("trials/study/store.py", "report_many"),
+    "set_trial_attrs (Vertex state attrs)": ("trials/study/store.py", "set_trial_attrs"),
+    "prepare (trial folder and its files)": ("trials/controller/trial_launch.py", "prepare"),
+    "start_replica (spawn until exec)": ("trials/controller/process.py", "start_replica"),
+    "metrics (read, report, stopping)": ("trials/controller/job.py", "_on_metrics"),
+    "launch (total)": ("trials/controller/job.py", "_launch"),
+    "finalize (total)": ("trials/controller/job.py", "_finalize"),
+    "exit checks": ("trials/controller/trial_run.py", "new_exits"),
     "journal append (lock + write + fsync)": ("optuna/storages/journal/_file.py", "append_logs"),
     "fsync": ("~", "<built-in method posix.fsync>"),
-    "idle wait (select)": ("trials/job.py", "_wait"),
-    "job loop (total)": ("trials/job.py", "_loop"),
+    "idle wait (select)": ("trials/controller/signals.py", "wait"),
+    "job loop (total)": ("trials/controller/job.py", "_loop"),
 }
 
 

@@ -287,3 +287,73 @@ def test_exec_format_error_is_a_config_error(tmp_path: Path) -> None:
     script.chmod(0o755)
     with pytest.raises(ConfigError, match=r"'\./train' could not be executed \(Exec format error\)"):
         start(tmp_path, ["./train"])
+
+
+# --- with a cgroup: the replica is born in it (clone3 CLONE_INTO_CGROUP) under a waiting shim --------------
+def _tree_or_skip(name: str):
+    from trials.controller.tree import CgroupTree
+
+    tree = CgroupTree.create(name)
+    if tree is None:
+        pytest.skip("no writable cgroup v2 here")
+    return tree
+
+
+def _first_line(path: Path) -> tuple[int, str]:
+    pid, cgroup = wait_for_line(path).split(" ", 1)
+    return int(pid), cgroup
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "sig"),
+    [(["exit", "0"], 0, None), (["exit", "3"], 3, None), (["signal", "SIGSEGV"], 139, signal.SIGSEGV),
+     (["signal", "SIGABRT"], 134, signal.SIGABRT), (["signal", "SIGKILL"], 137, signal.SIGKILL)],
+)
+def test_in_a_cgroup_the_trainer_runs_in_it_from_the_start_and_its_status_is_the_replicas(
+    tmp_path: Path, args: list[str], status: int, sig: int | None
+) -> None:
+    tree = _tree_or_skip("live-status")
+    replica = start(tmp_path, py("proc_cgroup.py", *args), tree=tree)
+    assert wait_exit(replica) == status
+    assert replica.signal == sig
+    pid, cgroup = _first_line(Path(replica.stdout_path))
+    assert tree.path.endswith(cgroup.split("::", 1)[1])  # its first instruction already ran in the cgroup
+    assert pid != replica.pid  # the shim waits as the group's leader; the trainer is its child
+    replica.close()
+
+
+@pytest.mark.parametrize(("script", "status"), [("sleep", 143), ("trap", 143)])
+def test_in_a_cgroup_a_group_sigterm_reaches_the_trainer_not_the_waiter(
+    tmp_path: Path, script: str, status: int
+) -> None:
+    tree = _tree_or_skip("live-term")
+    replica = start(tmp_path, py("proc_cgroup.py", script), tree=tree)
+    pid, _ = _first_line(Path(replica.stdout_path))
+    assert tree.pids() == [pid]
+    assert replica.stop(grace_s=5.0) == status
+    assert replica.killed_at is None  # it ended within the grace: the waiter did not hold it up
+    assert not running(pid)
+    replica.close()
+
+
+def test_in_a_cgroup_the_trainer_dies_with_a_sigkilled_controller(tmp_path: Path) -> None:
+    log = tmp_path / "replica.log"
+    parent = subprocess.Popen(
+        [sys.executable, "-I", str(SCRIPTS / "proc_parent.py"), str(log), "cgroup"],
+        stdout=subprocess.PIPE,
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+    )
+    try:
+        line = parent.stdout.readline()
+        if line.strip() == b"no-cgroup":
+            pytest.skip("no writable cgroup v2 here")
+        waiter_pid = int(line)
+        trainer_pid = int(wait_for_line(log).split()[0])
+        assert running(waiter_pid) and running(trainer_pid)
+    finally:
+        parent.kill()
+        parent.wait()
+        parent.stdout.close()
+    assert wait_gone(waiter_pid, timeout_s=5.0)
+    assert wait_gone(trainer_pid, timeout_s=5.0)

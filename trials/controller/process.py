@@ -417,8 +417,10 @@ def start_replica(
     follows the previous attempt's (a link or FIFO planted at a log path is replaced, never
     followed). It starts through the exec shim (``shim.c``: no fork of the controller, which
     ``preexec_fn`` would force), which makes it die with the thread that started it
-    (PR_SET_PDEATHSIG; call this from the long-lived job loop thread), joins ``tree`` so every
-    descendant can be found and killed, applies ``shim_ops`` (the sandbox), then execs ``argv``.
+    (PR_SET_PDEATHSIG; call this from the long-lived job loop thread), starts it in ``tree`` so every
+    descendant can be found and killed, applies ``shim_ops`` (the sandbox), then execs ``argv``. With
+    a ``tree`` the trainer is born in the cgroup (clone3): the shim stays as the group's leader and
+    exits as the trainer did, so ``Replica.pid`` is the shim's and the trainer is its child.
     Without a shim (no C compiler) a Python ``preexec_fn`` sets PR_SET_PDEATHSIG instead.
 
     Args:

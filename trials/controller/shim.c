@@ -3,7 +3,16 @@
  * It does, in order, what Python could only do between fork and exec (preexec_fn forces a full
  * fork of the controller): die with the controller (PR_SET_PDEATHSIG), join the replica's cgroup
  * so every descendant is tracked, and optionally build the replica's container view in a new mount
- * namespace. Then it execs the trainer: nothing of it stays in the process.
+ * namespace. Then it execs the trainer.
+ *
+ * Joining a cgroup by writing to cgroup.procs takes the kernel's cgroup_threadgroup_rwsem for
+ * writing, which waits for an RCU grace period: 10-17 ms per replica on this machine kind when
+ * replicas start a few hundred ms apart (benchmarks/results/controller.json). A child born in the
+ * cgroup (clone3 with CLONE_INTO_CGROUP, Linux >= 5.7) takes it only for reading. So with a cgroup
+ * the shim clones the replica into it and stays as a small waiter: it leads the process group the
+ * controller signals, ignores the signals aimed at the group (the replica gets them too), and exits
+ * the way the replica did (its exit code, or the same signal), so the controller sees the same
+ * status. Where clone3 cannot do it, the shim joins by writing to cgroup.procs and execs itself.
  *
  *   trials-shim PPID CGROUP_PROCS|- ERRFD|- [OP ...] -- PROGRAM [ARG ...]
  *
@@ -32,9 +41,21 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
+#include <stdint.h>
 #include <unistd.h>
+
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
+
+struct shim_clone_args {  /* struct clone_args of linux/sched.h, version 2 (with cgroup) */
+    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+        set_tid_size, cgroup;
+};
 
 #define MAX_FDS 64
 
@@ -143,6 +164,76 @@ static int open_sources(int argc, char **argv, int from, int end, int *fds) {
     return n;
 }
 
+static void ignore(int sig) { (void)sig; }
+
+/* Signals whose default action ends a process, aimed by the controller (or a user) at the group. */
+static const int group_signals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGPIPE,
+                                    SIGALRM, SIGVTALRM, SIGPROF, SIGXCPU, SIGXFSZ, SIGIO};
+#define N_GROUP_SIGNALS (sizeof group_signals / sizeof group_signals[0])
+
+static void set_group_handlers(void (*handler)(int)) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = handler;
+    sigemptyset(&sa.sa_mask);
+    for (size_t k = 0; k < N_GROUP_SIGNALS; k++) sigaction(group_signals[k], &sa, NULL);
+}
+
+/* Exit as the replica did: its code, or its signal (no core file: the replica wrote its own). */
+static void exit_like(int status) {
+    if (WIFEXITED(status)) _exit(WEXITSTATUS(status));
+    int sig = WIFSIGNALED(status) ? WTERMSIG(status) : SIGKILL;
+    struct rlimit none = {0, 0};
+    setrlimit(RLIMIT_CORE, &none);
+    signal(sig, SIG_DFL);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    sigprocmask(SIG_UNBLOCK, &set, NULL);
+    kill(getpid(), sig);
+    _exit(128 + sig);
+}
+
+/* The replica born in the cgroup of PROCS (returns in it, as 0), or -1: use the cgroup.procs write.
+ * The caller (the waiter) never returns. */
+static pid_t clone_into_cgroup(const char *procs) {
+    char dir[4096];
+    const char *slash = strrchr(procs, '/');
+    if (slash == NULL || (size_t)(slash - procs) >= sizeof dir) return -1;
+    memcpy(dir, procs, (size_t)(slash - procs));
+    dir[slash - procs] = '\0';
+    int cg = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (cg < 0) return -1;
+    set_group_handlers(ignore);  /* before the clone: no window where the group's SIGTERM ends us */
+    struct shim_clone_args args;
+    memset(&args, 0, sizeof args);
+    args.flags = CLONE_INTO_CGROUP;
+    args.exit_signal = SIGCHLD;
+    args.cgroup = (uint64_t)cg;
+    pid_t me = getpid();
+    long child = syscall(SYS_clone3, &args, sizeof args);
+    if (child < 0) {  /* ENOSYS, E2BIG or EINVAL: an older kernel */
+        set_group_handlers(SIG_DFL);
+        close(cg);
+        return -1;
+    }
+    if (child == 0) {  /* the replica: dies with the waiter, as the waiter dies with the controller */
+        set_group_handlers(SIG_DFL);
+        close(cg);
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail("prctl", "PR_SET_PDEATHSIG");
+        if (getppid() != me) _exit(137);
+        return 0;
+    }
+    close(cg);
+    if (errfd >= 0) close(errfd);  /* the replica holds the error pipe until it execs */
+    for (;;) {
+        int status;
+        pid_t got = waitpid((pid_t)child, &status, 0);
+        if (got == (pid_t)child) exit_like(status);
+        if (got < 0 && errno != EINTR) _exit(125);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc < 5) { fprintf(stderr, "usage: trials-shim PPID CGROUP_PROCS ERRFD [OP ...] -- PROGRAM [ARG ...]\n"); return 125; }
     if (strcmp(argv[3], "-") != 0) {
@@ -152,7 +243,9 @@ int main(int argc, char **argv) {
     pid_t parent = (pid_t)atol(argv[1]);
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail("prctl", "PR_SET_PDEATHSIG");
     if (parent > 0 && getppid() != parent) _exit(137);  /* the controller died before prctl */
-    if (strcmp(argv[2], "-") != 0) write_file(argv[2], "0\n");  /* this process and all it starts */
+    if (strcmp(argv[2], "-") != 0 && clone_into_cgroup(argv[2]) != 0) {
+        write_file(argv[2], "0\n");  /* this process and all it starts */
+    }
     int i = 4, end = 4;
     while (end < argc && strcmp(argv[end], "--") != 0) end++;
     if (end + 1 >= argc) { fprintf(stderr, "trials-shim: no program after --\n"); return 125; }

@@ -116,7 +116,8 @@ class ProcessTree(Protocol):
 
 
 class CgroupTree:
-    """The cgroup a replica's shim joins before exec: every process it starts stays in it."""
+    """A replica's cgroup: the shim starts the trainer in it (born there with clone3, or joining
+    before exec on older kernels), and every process the trainer starts stays in it."""
 
     def __init__(self, path: str):
         self.path = path
