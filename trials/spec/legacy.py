@@ -23,7 +23,7 @@ from trials.spec import (
 from trials.spec import rules as rules
 from trials.spec.carried import to_text
 from trials.spec.model import LOCAL_IMAGE_URI
-from trials.spec.node import INT32_MAX, MISSING, Node
+from trials.spec.node import INT32_MAX, MISSING, Node, absent
 from trials.spec.vertex import disk_spec
 
 DEFAULT_METRIC_TAG = "training/hptuning/metric"  # AI Platform's tag when none is configured
@@ -75,28 +75,28 @@ def parse_legacy(root: Node) -> JobSpec:
     tag = _req(hp, hp_node, "hyperparameterMetricTag")
     metric = MetricSpec(
         metric_id=DEFAULT_METRIC_TAG if tag.missing else _metric_tag(tag),
-        goal=Goal.GOAL_TYPE_UNSPECIFIED if _absent(hp, "goal") else hp["goal"].enum(Goal))
+        goal=Goal.GOAL_TYPE_UNSPECIFIED if absent(hp, "goal") else hp["goal"].enum(Goal))
     registry = rules.IdRegistry()
     params_node = _req(hp, hp_node, "params")
     params = tuple(_parameter(p, registry) for p in params_node.list("params", min_len=1))
     early = hp.get("enableTrialEarlyStopping")
     study = StudySpec(
         metrics=(metric,), parameters=params,
-        algorithm=(Algorithm.ALGORITHM_UNSPECIFIED if _absent(hp, "algorithm") else
+        algorithm=(Algorithm.ALGORITHM_UNSPECIFIED if absent(hp, "algorithm") else
                    hp["algorithm"].enum(Algorithm, names=ALGORITHMS)),
         stopping=(rules.stopping(StoppingKind.MEDIAN)
                   if early is not None and early.value is not None and early.boolean() else None))
     rules.check_study(study, registry, parameters=params_node, algorithm=hp.get("algorithm"),
                       stopping=early)
     n_max, n_par, n_fail = rules.counts(
-        *(None if _absent(hp, k) else hp[k]
+        *(None if absent(hp, k) else hp[k]
           for k in ("maxTrials", "maxParallelTrials", "maxFailedTrials")))
     return JobSpec(
         study=study,
-        display_name=None if _absent(top, "jobId") else rules.display_name(top["jobId"]),
+        display_name=None if absent(top, "jobId") else rules.display_name(top["jobId"]),
         max_trial_count=n_max, parallel_trial_count=n_par, max_failed_trial_count=n_fail,
         trial_job=_trial_job(f, ti),
-        labels=() if _absent(top, "labels") else rules.labels(top["labels"]),
+        labels=() if absent(top, "labels") else rules.labels(top["labels"]),
         carried=_carried(ti), dropped=_dropped(ti, hp_node))
 
 
@@ -128,9 +128,6 @@ def _metric_tag(node: Node) -> str:
     return rules.metric_id(node, value)
 
 
-def _absent(fields: dict[str, Node], key: str) -> bool:
-    return key not in fields or fields[key].value is None
-
 
 def _req(fields: dict[str, Node], parent: Node, key: str) -> Node:
     return fields[key] if key in fields else Node(MISSING, f"{parent.path}.{key}", parent.source)
@@ -140,7 +137,7 @@ def _parameter(node: Node, registry: rules.IdRegistry) -> ParameterSpec:
     f = node.mapping(_PARAM_KEYS)
     pid = registry.register(_req(f, node, "parameterName"), None)
     ptype = _req(f, node, "type").enum(ParameterType, names=TYPES)
-    scale = (ScaleType.SCALE_TYPE_UNSPECIFIED if _absent(f, "scaleType") else
+    scale = (ScaleType.SCALE_TYPE_UNSPECIFIED if absent(f, "scaleType") else
              f["scaleType"].enum(ScaleType, names=SCALES))
     rules.check_scale(ptype, scale, f.get("scaleType"))
     wanted = {ParameterType.DOUBLE: ("minValue", "maxValue"),
@@ -168,9 +165,9 @@ def _parameter(node: Node, registry: rules.IdRegistry) -> ParameterSpec:
 
 def _trial_job(f: dict[str, Node], ti: Node) -> TrialJobSpec | None:
     master = f["masterConfig"].mapping(_CONFIG_KEYS, {"tpuTfVersion"}) \
-        if not _absent(f, "masterConfig") else {}
-    image = None if _absent(master, "imageUri") else master["imageUri"].string(what="an image URI")
-    module = None if _absent(f, "pythonModule") else f["pythonModule"].string(
+        if not absent(f, "masterConfig") else {}
+    image = None if absent(master, "imageUri") else master["imageUri"].string(what="an image URI")
+    module = None if absent(f, "pythonModule") else f["pythonModule"].string(
         what="a Python module name")
     if module is None and image is None:
         for key in ("args", "jobDir", "packageUris", "masterType", "workerCount"):
@@ -178,8 +175,8 @@ def _trial_job(f: dict[str, Node], ti: Node) -> TrialJobSpec | None:
                 f[key].fail("`pythonModule` or `masterConfig.imageUri` alongside it",
                             got=f"`{key}` without a trainer")
         return None
-    args = () if _absent(f, "args") else f["args"].strings()
-    if not _absent(f, "jobDir"):  # AI Platform passed jobDir to every replica as `--job-dir`
+    args = () if absent(f, "args") else f["args"].strings()
+    if not absent(f, "jobDir"):  # AI Platform passed jobDir to every replica as `--job-dir`
         args = (*args, JOB_DIR_FLAG, f["jobDir"].string(what="a job directory"))
     pools: list[WorkerPoolSpec | None] = [
         _pool(f.get("masterType"), master, 1, module, image, f, args)]
@@ -188,15 +185,15 @@ def _trial_job(f: dict[str, Node], ti: Node) -> TrialJobSpec | None:
         count = 0 if count_node is None or count_node.value is None else count_node.integer(
             lo=0, hi=rules.MAX_REPLICA_COUNT)
         config = f[f"{name}Config"].mapping(_CONFIG_KEYS, {"tpuTfVersion"}) \
-            if not _absent(f, f"{name}Config") else {}
-        own_image = None if _absent(config, "imageUri") else config["imageUri"].string()
+            if not absent(f, f"{name}Config") else {}
+        own_image = None if absent(config, "imageUri") else config["imageUri"].string()
         pools.append(_pool(f.get(f"{name}Type"), config, count, module, own_image or image, f,
                            args) if count else None)
     while pools[-1] is None:
         pools.pop()
     return TrialJobSpec(
         worker_pools=tuple(pools),
-        base_output_directory=None if _absent(f, "jobDir") else f["jobDir"].string(
+        base_output_directory=None if absent(f, "jobDir") else f["jobDir"].string(
             what="a job directory"))
 
 
@@ -206,15 +203,15 @@ def _pool(type_node: Node | None, config: dict[str, Node], count: int, module: s
     acc = accel.mapping({"count", "type"}) if accel is not None and accel.value is not None else {}
     machine = MachineSpec(
         machine_type=None if type_node is None or type_node.value is None else type_node.string(),
-        accelerator_type=None if _absent(acc, "type") else acc["type"].string(),
-        accelerator_count=0 if _absent(acc, "count") else acc["count"].integer(lo=0, hi=INT32_MAX))
-    command = () if _absent(config, "containerCommand") else config["containerCommand"].strings()
-    own_args = () if _absent(config, "containerArgs") else config["containerArgs"].strings()
-    disk = () if _absent(config, "diskConfig") else disk_spec(config["diskConfig"])
+        accelerator_type=None if absent(acc, "type") else acc["type"].string(),
+        accelerator_count=0 if absent(acc, "count") else acc["count"].integer(lo=0, hi=INT32_MAX))
+    command = () if absent(config, "containerCommand") else config["containerCommand"].strings()
+    own_args = () if absent(config, "containerArgs") else config["containerArgs"].strings()
+    disk = () if absent(config, "diskConfig") else disk_spec(config["diskConfig"])
     if module is not None:
         task: dict[str, Any] = {"python_package": PythonPackageSpec(
             executor_image_uri=image or LOCAL_IMAGE_URI, python_module=module,
-            package_uris=() if _absent(f, "packageUris") else f["packageUris"].strings(max_len=100),
+            package_uris=() if absent(f, "packageUris") else f["packageUris"].strings(max_len=100),
             args=own_args + args)}
     else:
         task = {"container": ContainerSpec(image_uri=image or LOCAL_IMAGE_URI, command=command,

@@ -205,6 +205,11 @@ class Node:
         return seconds
 
 
+def absent(fields: Mapping[str, Node], key: str) -> bool:
+    """Whether ``key`` of a mapping from :meth:`Node.mapping` is missing or null (both mean unset)."""
+    return key not in fields or fields[key].value is None
+
+
 def parse_text(text: str, *, source: str, fmt: str | None) -> object:
     """Parse ``text`` as ``fmt`` ("json" | "yaml" | None = JSON, then YAML) into a document.
 

@@ -26,7 +26,7 @@ from trials.spec.model import (
     TrialJobSpec,
     WorkerPoolSpec,
 )
-from trials.spec.node import INT32_MAX, MISSING, Node
+from trials.spec.node import INT32_MAX, MISSING, Node, absent
 
 # Keys Vertex defines that the model does not hold: output-only job fields are dropped, the
 # others are carried (kept for export, not emulated; see ``trials.spec.carried``).
@@ -60,21 +60,18 @@ def parse_job(root: Node) -> JobSpec:
     f = root.mapping(_JOB_KEYS, IGNORED_KEYS["job"])
     study = _study(f.get("studySpec") or _missing(root, "studySpec"))
     n_max, n_par, n_fail = rules.counts(
-        *(None if _absent(f, k) else f[k]
+        *(None if absent(f, k) else f[k]
           for k in ("maxTrialCount", "parallelTrialCount", "maxFailedTrialCount")))
     return JobSpec(
         study=study,
-        display_name=None if _absent(f, "displayName") else rules.display_name(f["displayName"]),
+        display_name=None if absent(f, "displayName") else rules.display_name(f["displayName"]),
         max_trial_count=n_max, parallel_trial_count=n_par, max_failed_trial_count=n_fail,
-        trial_job=None if _absent(f, "trialJobSpec") else trial_job(f["trialJobSpec"]),
-        labels=() if _absent(f, "labels") else rules.labels(f["labels"]),
+        trial_job=None if absent(f, "trialJobSpec") else trial_job(f["trialJobSpec"]),
+        labels=() if absent(f, "labels") else rules.labels(f["labels"]),
         local=rules.local_options(f[LOCAL_KEY], _LOCAL_KEYS) if LOCAL_KEY in f else LocalOptions(),
         carried=collect(root.value),  # type: ignore[arg-type]
     )
 
-
-def _absent(fields: dict[str, Node], key: str) -> bool:
-    return key not in fields or fields[key].value is None
 
 
 def _missing(parent: Node, key: str) -> Node:
@@ -91,10 +88,10 @@ def _study(node: Node) -> StudySpec:
     all_metrics = rules.metrics(((m, _metric(m)) for m in metric_nodes),
                                 _require(f, node, "metrics"))
     metrics, safety, positions = rules.split_safety(all_metrics, _require(f, node, "metrics"))
-    algorithm = (Algorithm.ALGORITHM_UNSPECIFIED if _absent(f, "algorithm") else
+    algorithm = (Algorithm.ALGORITHM_UNSPECIFIED if absent(f, "algorithm") else
                  f["algorithm"].enum(Algorithm, numbers=ALGORITHM_NUMBERS))
     selection = (MeasurementSelection.MEASUREMENT_SELECTION_TYPE_UNSPECIFIED
-                 if _absent(f, "measurementSelectionType") else
+                 if absent(f, "measurementSelectionType") else
                  f["measurementSelectionType"].enum(MeasurementSelection,
                                                     numbers=SELECTION_NUMBERS))
     registry = rules.IdRegistry()
@@ -117,9 +114,9 @@ def _study(node: Node) -> StudySpec:
 def _metric(node: Node) -> MetricSpec:
     f = node.mapping({"metricId", "goal", "safetyConfig"})
     metric_id = rules.identifier(_require(f, node, "metricId"), "a metric id")
-    goal = (Goal.GOAL_TYPE_UNSPECIFIED if _absent(f, "goal") else
+    goal = (Goal.GOAL_TYPE_UNSPECIFIED if absent(f, "goal") else
             f["goal"].enum(Goal, numbers=GOAL_NUMBERS))
-    safety = None if _absent(f, "safetyConfig") else rules.safety_config(f["safetyConfig"])
+    safety = None if absent(f, "safetyConfig") else rules.safety_config(f["safetyConfig"])
     return MetricSpec(metric_id=metric_id, goal=goal, safety_config=safety)
 
 
@@ -150,7 +147,7 @@ def _parameter(node: Node, registry: rules.IdRegistry, owner: str | None,
                   else rules.categorical_values(values_node))
         param = ParameterSpec(parameter_id=pid, type=ptype, values=values, scale_type=scale)
     conds = []
-    if not _absent(f, "conditionalParameterSpecs"):
+    if not absent(f, "conditionalParameterSpecs"):
         for c in f["conditionalParameterSpecs"].list("conditional parameter specs"):
             conds.append((c, _conditional(c, param, registry, node.path, depth)))
     param = rules.with_conditionals(param, conds)
@@ -191,17 +188,17 @@ def trial_job(node: Node) -> TrialJobSpec:
     pool_nodes = _require(f, node, "workerPoolSpecs").list("worker pool specs", min_len=1)
     pools = tuple(_pool(p, i) for i, p in enumerate(pool_nodes))
     base = None
-    if not _absent(f, "baseOutputDirectory"):
+    if not absent(f, "baseOutputDirectory"):
         b = f["baseOutputDirectory"]
         base = _require(b.mapping({"outputUriPrefix"}), b, "outputUriPrefix").string(
             what="an output URI prefix")
     scheduling = Scheduling()
-    if not _absent(f, "scheduling"):
+    if not absent(f, "scheduling"):
         s = f["scheduling"].mapping({"timeout", "restartJobOnWorkerRestart"},
                                     IGNORED_KEYS["scheduling"])
         restart = s.get("restartJobOnWorkerRestart")
         scheduling = Scheduling(
-            timeout_s=None if _absent(s, "timeout") else s["timeout"].duration_s(),
+            timeout_s=None if absent(s, "timeout") else s["timeout"].duration_s(),
             restart_job_on_worker_restart=bool(restart and restart.value is not None
                                                and restart.boolean()))
     return TrialJobSpec(worker_pools=pools, base_output_directory=base, scheduling=scheduling)
@@ -233,18 +230,18 @@ def _pool(node: Node, index: int) -> WorkerPoolSpec | None:
             package_uris=_strings(pf, "packageUris", max_len=100), args=_strings(pf, "args"),
             env=_env(pf, "env"))
     return WorkerPoolSpec(
-        machine_spec=_machine(f["machineSpec"]) if not _absent(f, "machineSpec") else MachineSpec(),
-        replica_count=1 if _absent(f, "replicaCount") else f["replicaCount"].integer(lo=1, hi=rules.MAX_REPLICA_COUNT),
+        machine_spec=_machine(f["machineSpec"]) if not absent(f, "machineSpec") else MachineSpec(),
+        replica_count=1 if absent(f, "replicaCount") else f["replicaCount"].integer(lo=1, hi=rules.MAX_REPLICA_COUNT),
         container=container, python_package=python_package,
-        disk_spec=() if _absent(f, "diskSpec") else disk_spec(f["diskSpec"]))
+        disk_spec=() if absent(f, "diskSpec") else disk_spec(f["diskSpec"]))
 
 
 def _strings(fields: dict[str, Node], key: str, *, max_len: int | None = None) -> tuple[str, ...]:
-    return () if _absent(fields, key) else fields[key].strings(max_len=max_len)
+    return () if absent(fields, key) else fields[key].strings(max_len=max_len)
 
 
 def _env(fields: dict[str, Node], key: str) -> tuple[EnvVar, ...]:
-    if _absent(fields, key):
+    if absent(fields, key):
         return ()
     out = []
     for e in fields[key].list("environment variables ({name, value})"):
@@ -258,9 +255,9 @@ def _machine(node: Node) -> MachineSpec:
     f = node.mapping({"machineType", "acceleratorType", "acceleratorCount"},
                      IGNORED_KEYS["machineSpec"])
     return MachineSpec(
-        machine_type=None if _absent(f, "machineType") else f["machineType"].string(),
-        accelerator_type=None if _absent(f, "acceleratorType") else f["acceleratorType"].string(),
-        accelerator_count=0 if _absent(f, "acceleratorCount") else
+        machine_type=None if absent(f, "machineType") else f["machineType"].string(),
+        accelerator_type=None if absent(f, "acceleratorType") else f["acceleratorType"].string(),
+        accelerator_count=0 if absent(f, "acceleratorCount") else
         f["acceleratorCount"].integer(lo=0, hi=INT32_MAX))
 
 
@@ -268,8 +265,8 @@ def disk_spec(node: Node) -> tuple[tuple[str, object], ...]:
     """``diskSpec`` passed through, normalized: bootDiskType (string), bootDiskSizeGb (int)."""
     f = node.mapping({"bootDiskType", "bootDiskSizeGb"})
     out: list[tuple[str, object]] = []
-    if not _absent(f, "bootDiskType"):
+    if not absent(f, "bootDiskType"):
         out.append(("bootDiskType", f["bootDiskType"].string()))
-    if not _absent(f, "bootDiskSizeGb"):
+    if not absent(f, "bootDiskSizeGb"):
         out.append(("bootDiskSizeGb", f["bootDiskSizeGb"].integer(lo=1, hi=INT32_MAX)))
     return tuple(out)
