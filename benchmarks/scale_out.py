@@ -133,9 +133,9 @@ def storage_cycle_ms(storage: str | None, n: int) -> float:
     with tempfile.TemporaryDirectory(prefix="scale-out-") as workdir:
         job_id = f"bench-{uuid.uuid4().hex[:10]}"
         h = create(workdir, storage, job_id, spec_dict(n, n, 0, os.path.join(workdir, "t")))
-        from trials.controller import jobs as controller
+        from trials.controller import job_run
 
-        shared = controller.shared_job(h, stale_after_s=30)
+        shared = job_run.shared_job(h, stale_after_s=30)
         store, study = h.store, h.job.study
         samples = []
         for _ in range(n):

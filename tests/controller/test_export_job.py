@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from trials.cli import main
+from trials.controller import job_admin
 from trials.controller import jobs as controller
 from trials.spec.load import load_spec, loads_spec
 
@@ -49,7 +50,7 @@ def _create(tmp_path, job, **kw):
 def test_a_job_exports_its_stored_spec_with_its_trial_count(tmp_path, capsys, fmt):
     h = _create(tmp_path, load_spec(ARGPARSE_CONFIG),
                 command=["python", "train.py", "--job-dir", "gs://b/run"])
-    controller.extend(h, 15)  # the job now has more trials than its spec file says
+    job_admin.extend(h, 15)  # the job now has more trials than its spec file says
     # the job ran with the local default base (its folder): Vertex needs a gs:// one
     assert main(["export", "exp", "--root", str(tmp_path), "--format", fmt, "--image-uri", IMAGE]) == 2
     assert "--base-output-dir gs://" in capsys.readouterr().err

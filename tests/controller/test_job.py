@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from trials import protocol
+from trials.controller import job_run
 from trials.controller import jobs as controller
 from trials.controller.job import JobRunner
 from trials.records import JobState
@@ -202,8 +203,8 @@ def replay(tmp_path: Path, plan: Callable[[str, int], Script], *, n: int = 1, pa
     job = loads_spec(SPEC.format(n=n, parallel=parallel, max_failed=max_failed, extra=extra), source="t.yaml")
     h = controller.create_job(job, root=str(tmp_path / "jobs"), job_id="replay", spec_path=None, storage=None,
                               base_output_dir=None, project_number=None, local_command=None, seed=seed)
-    options = controller.run_options(h, echo=False, grace_period_s=2.0, memory_limit_mb=None,
-                                     inject_restarts=inject, slots=None, seed=seed, shared=shared)
+    options = job_run.run_options(h, echo=False, grace_period_s=2.0, memory_limit_mb=None,
+                                  inject_restarts=inject, slots=None, seed=seed, shared=shared)
     clock = FakeClock()
     factory = FakeFactory(clock, plan)
     events: list[tuple[str, dict[str, Any]]] = []

@@ -47,18 +47,19 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_cancel(args: argparse.Namespace) -> int:
+    from trials.controller import job_admin
     from trials.controller import jobs as controller
 
     h = controller.open_job(args.job, root=args.root, storage=args.storage)
-    state = controller.cancel(h)
+    state = job_admin.cancel(h)
     print(f"job {h.job_id}: {state}")
     return 0
 
 
 def _cmd_repair(args: argparse.Namespace) -> int:
-    from trials.controller import jobs as controller
+    from trials.controller import job_admin
 
-    kept, dropped, backup = controller.repair_job(args.root, args.job)
+    kept, dropped, backup = job_admin.repair_job(args.root, args.job)
     if not dropped:
         print(f"job {args.job}: the journal is readable ({kept} records); nothing to repair")
         return 0

@@ -59,6 +59,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
+    from trials.controller import job_admin, job_run
     from trials.controller import jobs as controller
 
     if args.max_trial_count is not None:  # the spec's rule, before the job is touched
@@ -67,11 +68,11 @@ def _cmd_resume(args: argparse.Namespace) -> int:
         Node(args.max_trial_count, "--max-trial-count", "command line").integer(lo=1, hi=INT32_MAX)
     h = controller.open_job(args.job, root=args.root, storage=args.storage)
     if args.local_command:  # a job created from an image without command can be given one now
-        controller.set_command(h, args.local_command)
-    controller.check_runnable(h)
+        job_run.set_command(h, args.local_command)
+    job_run.check_runnable(h)
     if args.max_trial_count is not None:
-        added = controller.extend(h, args.max_trial_count)
-        holder = controller.running_controller(h)
+        added = job_admin.extend(h, args.max_trial_count)
+        holder = job_admin.running_controller(h)
         if holder is not None:  # the extension took effect: the running controller runs them
             by = f" (pid {holder})" if holder else ""
             print(f"job {h.job_id}: added {added} trials (now {h.job.max_trial_count}); the controller "
@@ -143,14 +144,14 @@ def _device_plan(job: JobSpec, args: argparse.Namespace) -> DevicePlan:
 
 def _run_and_report(h: JobHandle, args: argparse.Namespace, *, resume: bool, join: bool = False,
                     plan: DevicePlan | None = None) -> int:
-    from trials.controller import jobs as controller
+    from trials.controller import job_run
     from trials.storage_url import redact
 
     plan = plan or _device_plan(h.job, args)
     progress = _progress(h, args)
-    shared = controller.shared_job(h, stale_after_s=args.stale_after,
-                                   notify=lambda line: progress("warning", {"message": line}))
-    options = controller.run_options(
+    shared = job_run.shared_job(h, stale_after_s=args.stale_after,
+                                notify=lambda line: progress("warning", {"message": line}))
+    options = job_run.run_options(
         h, echo=args.echo, grace_period_s=args.grace_period, memory_limit_mb=args.memory_limit,
         inject_restarts=args.inject_restarts, slots=getattr(args, "slots", None), seed=args.seed,
         devices=plan, shared=shared, join=join, pass_env=args.pass_env,
@@ -161,7 +162,7 @@ def _run_and_report(h: JobHandle, args: argparse.Namespace, *, resume: bool, joi
               f"{h.job.parallel_trial_count} in parallel; folder {h.job_dir}")
         if shared is not None and not join:
             print(f"more workers join with: trials worker {h.job_id} --storage {redact(h.storage_url)}")
-    runner = controller.run_job(h, options, progress=progress, resume=resume, lock=not join)
+    runner = job_run.run_job(h, options, progress=progress, resume=resume, lock=not join)
     if join and runner.leaving and shared is not None:
         print(f"worker {shared.me} left job {h.job_id} after starting {runner.n_started} trials; "
               f"its running trials went back to the queue")
@@ -178,7 +179,7 @@ def _progress(h: JobHandle, args: argparse.Namespace) -> Progress:
 
 
 def _summary(h: JobHandle, runner: JobRunner, args: argparse.Namespace) -> int:
-    from trials.controller import jobs as controller
+    from trials.controller import job_view
     from trials.protocol import format_flag
 
     state = h.store.get_meta("state")
@@ -196,14 +197,14 @@ def _summary(h: JobHandle, runner: JobRunner, args: argparse.Namespace) -> int:
     if args.json_logs:  # the summary as one more JSON line: stdout stays one object per line
         import json
 
-        get = controller.params_of(h)
+        get = job_view.params_of(h)
         print(json.dumps({
             "severity": "INFO" if code == 0 else "ERROR",
             "message": f"job {h.job_id} {state}", "event": "job_summary", "job_id": h.job_id,
             "state": state, "succeeded": n_ok, "stopped_early": n_early, "infeasible": n_bad,
             "not_run": len(trials) - n_ok - n_bad, "error": error,
             "best": [{"trial_id": str(t.number + 1), "values": list(t.values), "parameters": get(t)}
-                     for t in controller.best_trials(h)],
+                     for t in job_view.best_trials(h)],
         }, default=str))
         return code
     ran = f"; at most {runner.max_parallel} in parallel" if runner.max_parallel else "; no trial ran this time"
@@ -220,8 +221,8 @@ def _summary(h: JobHandle, runner: JobRunner, args: argparse.Namespace) -> int:
         print(f"chaos: {runner.injected_total} restarts injected; measurements {verdict}")
     if error:
         print(f"error: {printable(str(error.get('message')))}")
-    best = controller.best_trials(h)
-    get = controller.params_of(h)
+    best = job_view.best_trials(h)
+    get = job_view.params_of(h)
     pareto = len(h.job.study.metrics) > 1
     if pareto and best:
         print(f"Pareto front ({len(best)} trials, {', '.join(h.job.study.metric_ids)}):")

@@ -17,18 +17,18 @@ if TYPE_CHECKING:
 def _cmd_describe(args: argparse.Namespace) -> int:
     import json
 
-    from trials.controller import describe
+    from trials.controller import describe, job_view
     from trials.controller import jobs as controller
 
     h = controller.open_job(args.job, root=args.root, storage=args.storage)
     if args.format == "local-json":  # attempts, exit statuses, stop reasons, folders, workers
-        print(json.dumps(controller.describe_local(h), indent=2))
+        print(json.dumps(job_view.describe_local(h), indent=2))
         return 0
-    rest = controller.describe(h)
+    rest = job_view.describe(h)
     if args.format == "json":  # exactly the v1 HyperparameterTuningJob
         print(json.dumps(rest, indent=2))
         return 0
-    header, body = describe.rows(rest, h.job.study.reported_metric_ids, local=controller.describe_local(h)["trials"],
+    header, body = describe.rows(rest, h.job.study.reported_metric_ids, local=job_view.describe_local(h)["trials"],
                                  exact=args.format == "csv")
     if args.format == "csv":
         sys.stdout.write(describe.format_csv(header, body))
@@ -56,11 +56,12 @@ def _cmd_list(args: argparse.Namespace) -> int:
 def _cmd_best(args: argparse.Namespace) -> int:
     import json
 
+    from trials.controller import job_view
     from trials.controller import jobs as controller
     from trials.protocol import format_flag, local_path
 
     h = controller.open_job(args.job, root=args.root, storage=args.storage)
-    get = controller.params_of(h)
+    get = job_view.params_of(h)
     meta = h.store.meta()
     metric_ids = h.job.study.metric_ids
     best: list[dict[str, Any]] = [
@@ -68,7 +69,7 @@ def _cmd_best(args: argparse.Namespace) -> int:
              "parameters": get(t), "flags": [format_flag(k, v) for k, v in get(t).items()],
              "model_dir": local_path(meta["base_output"].rstrip("/") + f"/{t.number + 1}/model/",
                                      meta["gcs_root"])}
-            for t in controller.best_trials(h)]
+            for t in job_view.best_trials(h)]
     if args.format == "json":  # exact numbers; one trial, or the Pareto front of several metrics
         print(json.dumps({"job_id": h.job_id, "metric_ids": list(metric_ids), "best": best}, indent=2))
         return 0 if best else 1

@@ -229,12 +229,12 @@ def write_report(h: Any, *, out_dir: str | None = None, plots: bool = True) -> R
     Returns:
         The paths written, the plots skipped with their reasons, and the top-trials table.
     """
-    from trials.controller import jobs as controller
+    from trials.controller import job_view
 
     out_dir = out_dir or os.path.join(h.job_dir, REPORT_DIR)
     os.makedirs(out_dir, exist_ok=True)
     # the report's view: the v1 resource plus the local details beside it
-    rest = {**controller.describe(h), "trialsLocal": controller.describe_local(h)["trials"]}
+    rest = {**job_view.describe(h), "trialsLocal": job_view.describe_local(h)["trials"]}
     metric_ids = list(h.job.study.metric_ids)
     maximize = [m.maximize for m in h.job.study.metrics]
     for stem in PLOT_STEMS:  # a plot that no longer applies must not linger

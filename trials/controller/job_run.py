@@ -1,0 +1,115 @@
+"""Running a job: its command, its run options, its shared (database) view, and the run itself."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from trials.controller.job import JobRunner, RunOptions
+from trials.controller.job_lock import ControllerLock, reap_job_leftovers, repair_journal
+from trials.errors import ConfigError
+from trials.study.storage import RetryingRDBStorage
+
+if TYPE_CHECKING:
+    from trials.controller.jobs import JobHandle
+    from trials.controller.worker import SharedJob
+
+
+# --- run ------------------------------------------------------------------------------------------
+def set_command(h: JobHandle, command: Sequence[str]) -> None:
+    """Give a job created without a command (an image's ENTRYPOINT) the one to run locally.
+
+    Raises:
+        ConfigError: the job already has another command.
+    """
+    current = h.store.get_meta("local_command")
+    if current and list(current) != list(command):
+        raise ConfigError(f"job {h.job_id} already runs {shlex.join(current)}; resume it without "
+                          f"-- COMMAND, or start a new job with `trials sweep`")
+    if not current:
+        h.store.set_meta(local_command=list(command))
+
+
+def check_runnable(h: JobHandle) -> None:
+    """Refuse to resume a job whose trials have no command (``trials resume JOB -- COMMAND``)."""
+    from trials.controller.trial_view import check_command
+
+    try:
+        check_command(h.job, h.store.get_meta("local_command"), f"job {h.job_id}")
+    except ConfigError as err:
+        raise ConfigError(str(err).replace("trials sweep SPEC --", f"trials resume {h.job_id} --")) from None
+
+
+def run_options(h: JobHandle, *, echo: bool, grace_period_s: float | None, memory_limit_mb: int | None,
+                inject_restarts: float | None, slots: int | None, seed: int | None,
+                devices: Any = None, shared: Any = None, join: bool = False,
+                pass_env: Sequence[str] = ()) -> RunOptions:
+    meta = h.store.meta()
+    local = h.job.local
+    return RunOptions(
+        job_dir=h.job_dir, base_output=meta["base_output"], gcs_root=meta["gcs_root"],
+        project_number=meta["project_number"], cwd=meta["cwd"],
+        local_command=tuple(meta["local_command"]) if meta.get("local_command") else None,
+        grace_period_s=grace_period_s if grace_period_s is not None else (local.grace_period_s or 10.0),
+        memory_limit_mb=memory_limit_mb if memory_limit_mb is not None else local.memory_limit_mb,
+        inject_restarts=inject_restarts if inject_restarts is not None else local.inject_restarts,
+        slots=slots, echo=sys.stdout if echo else None, seed=seed,
+        devices=devices, shared=shared, join=join,
+        pass_env=tuple(dict.fromkeys([*(meta.get("pass_env") or ()), *pass_env])),
+    )
+
+
+def is_shared(h: JobHandle) -> bool:
+    """Whether the job lives in a database that several workers can share (not a journal file)."""
+    from trials.storage_url import is_journal_url
+
+    return not is_journal_url(h.storage_url)
+
+
+def shared_job(h: JobHandle, *, stale_after_s: float | None = None,
+               notify: Callable[[str], None] | None = None) -> SharedJob | None:
+    """The worker's view of a database job (leases, global cap, takeover), or None for a journal.
+
+    ``notify`` gets one line per database outage; the storage then retries through outages.
+    """
+    if not is_shared(h):
+        return None
+    from trials.controller.worker import DEFAULT_STALE_AFTER_S, SharedJob
+    from trials.outages import Outages
+
+    say = notify or (lambda line: print(f"trials: {line}", file=sys.stderr, flush=True))
+    outages = Outages(say, url=h.storage_url)
+    storage = h.store.storage
+    if isinstance(storage, RetryingRDBStorage):
+        storage.outages = outages
+    job_value = h.store.get_meta("stale_after_s")
+    if job_value is None:  # a job created before the lease timeout was the job's: its first worker sets it
+        job_value = stale_after_s or DEFAULT_STALE_AFTER_S
+        h.store.set_meta(stale_after_s=job_value)
+    elif stale_after_s is not None and stale_after_s != job_value:
+        say(f"--stale-after {stale_after_s:g} ignored: the job's lease timeout is {float(job_value):g}s "
+            f"(set when it was created), the same for every worker")
+    return SharedJob(h.store, stale_after_s=float(job_value), outages=outages)
+
+
+def run_job(h: JobHandle, options: RunOptions, *, progress: Callable[[str, dict[str, Any]], None] | None = None,
+            resume: bool = False,
+            lock: bool = True) -> JobRunner:
+    locker = ControllerLock(h.job_dir) if lock else None
+    if locker:
+        os.makedirs(h.job_dir, exist_ok=True)
+        locker.acquire()
+        repair_journal(h.storage_url)
+    try:
+        runner = JobRunner(h.store, h.job, options, progress=progress)
+        if resume and options.shared is None:  # shared jobs take over stale trials instead
+            reap_job_leftovers(h)
+            runner.resume_running()
+        runner.run()
+        return runner
+    finally:
+        if locker:
+            locker.release()
