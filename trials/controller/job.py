@@ -5,7 +5,7 @@ pass: replicas exited (with their codes), metrics read, timers due (restart, tim
 signals, a cancel, a lost lease. What to do comes from pure functions (``trial_run.decide_exit``,
 ``stopping``, ``policy``, ``outcome.finished_trial``, ``chaos``); effects go through small
 interfaces: the replica factory, the clock and the signals are injected (``effects``), trial files
-are written by ``trial_files``, records go to the store.
+are written by ``trial_files``, what a trial is recorded as by ``trial_record``.
 """
 
 from __future__ import annotations
@@ -13,27 +13,23 @@ from __future__ import annotations
 import errno
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any
 
-from trials import protocol
-from trials.controller import gcs_emulator, launch, policy, sandbox
 from trials.controller.chaos import Chaos
-from trials.controller.devices import DeviceAllocator, DevicePlan
+from trials.controller.devices import DeviceAllocator
 from trials.controller.effects import Clock, ReplicaFactory, Signals, SystemClock
-from trials.controller.job_state import JobProgress
-from trials.controller.outcome import finished_trial, record_finished
+from trials.controller.job_state import JobProgress, RunOptions
 from trials.controller.process import check_memory_all, start_replica
 from trials.controller.signals import LoopSignals
 from trials.controller.trial_launch import TrialLauncher, start_error_text
 from trials.controller.trial_metrics import TrialMetrics
+from trials.controller.trial_record import active_attrs, record_trial
 from trials.controller.trial_run import TrialRun
 from trials.controller.trial_supervisor import TrialSupervisor
 from trials.errors import ConfigError, DiskFullError
-from trials.records import FINAL_JOB_STATES, JobState, StopReason, TrialState, measurement_to_dict
+from trials.records import FINAL_JOB_STATES, JobState, StopReason, TrialState
 from trials.spec import JobSpec, Scheduling
 from trials.study.store import Claimed, JobStore
-from trials.timefmt import rfc3339
 
 # Vertex job states (names kept for the modules that import them from here)
 QUEUED, PENDING, RUNNING = JobState.QUEUED, JobState.PENDING, JobState.RUNNING
@@ -41,33 +37,10 @@ SUCCEEDED, FAILED = JobState.SUCCEEDED, JobState.FAILED
 CANCELLING, CANCELLED = JobState.CANCELLING, JobState.CANCELLED
 FINAL_STATES = FINAL_JOB_STATES
 
-DEFAULT_GRACE_S = 10.0
 METRICS_POLL_S = 0.25  # metric reads of a running trial when no stopping rule needs every step
 STOP_POLL_S = 0.02  # while stopping every replica on the way out
 # A write failed for want of space (or a file-size limit): the job pauses instead of dying
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
-
-
-@dataclass(kw_only=True)
-class RunOptions:
-    job_dir: str
-    base_output: str  # local directory or gs:// URI: trials get <base>/<trial_id>/...
-    gcs_root: str
-    project_number: str
-    cwd: str
-    local_command: tuple[str, ...] | None = None
-    grace_period_s: float = DEFAULT_GRACE_S
-    poll_interval_s: float = 0.05
-    memory_limit_mb: int | None = None
-    slots: int | None = None  # local cap on parallel trials (workers); None = the job's count
-    inject_restarts: float = 0.0  # chaos mode: SIGTERM + restart rate per trial-second
-    echo: TextIO | None = None  # copy replica output here, prefixed
-    seed: int | None = None
-    shared: Any = None  # trials.controller.worker.SharedJob: one of several workers on a database job
-    join: bool = False  # a `trials worker`: Ctrl-C / SIGTERM leaves the job instead of cancelling it
-    devices: DevicePlan | None = None  # GPUs handed to replicas (None: CUDA_VISIBLE_DEVICES untouched)
-    pass_env: tuple[str, ...] = ()  # withheld host variables passed to replicas anyway (--pass-env)
-    sandbox: Any = None  # trials.controller.sandbox.Sandbox; None: detected when the run starts
 
 
 class JobRunner(JobProgress):
@@ -87,7 +60,6 @@ class JobRunner(JobProgress):
                  signals: Signals | None = None):
         super().__init__(store, job, options, progress=progress, clock=clock or SystemClock())
         self.running: dict[str, TrialRun] = {}
-        self.kill_now = False
         self._signals: Signals = signals or LoopSignals()
         self._metrics = TrialMetrics(store, job, self.progress)
         plan = options.devices
@@ -101,43 +73,17 @@ class JobRunner(JobProgress):
                                     progress=self.progress, grace_s=options.grace_period_s,
                                     timeout_s=scheduling.timeout_s,
                                     restart_all=scheduling.restart_job_on_worker_restart, echo=options.echo)
-        self._pending_resumed: list[Claimed] = []
-        self._next_claim_at = 0.0
 
     @property
     def injected_total(self) -> int:
         """Chaos mode: restarts injected so far."""
         return int(self._sup.n_injected)
 
-    def _start_container(self) -> gcs_emulator.Emulator | None:
-        """The replicas' container view and the local Cloud Storage endpoint, each said once if absent.
-
-        Only the production factory is wrapped: an injected one (tests) starts replicas as it likes.
-        """
-        if self._launcher.factory is not start_replica:
-            return None
-        view = self.opt.sandbox or sandbox.detect(launch_dir=self.opt.cwd, job_dir=self.opt.job_dir,
-                                                  gcs_root=self.opt.gcs_root)
-        if not view.on:
-            self.progress("warning", {"message": view.describe()})
-        gcs, why = gcs_emulator.start(self.opt.gcs_root)
-        if gcs is None and gcs_emulator.available() and not gcs_emulator.disabled():
-            self.progress("warning", {"message": f"no local Cloud Storage endpoint: {why}"})
-        extra = {protocol.ENV_STORAGE_EMULATOR_HOST: gcs.host} if gcs is not None else {}
-        self._launcher.factory = sandbox.SandboxedStart(view, extra)
-        return gcs
-
     # ------------------------------------------------------------------ public
-    def resume_running(self) -> int:
-        """Queue the trials left RUNNING by a dead controller to run again (same id and params)."""
-        for frozen in self.store.running_trials():
-            self._pending_resumed.append(self.store.reclaim(frozen, self.job.study))
-        return len(self._pending_resumed)
-
     def run(self) -> str:
         """Run the job; returns its final Vertex job state."""
         self.begin_job()
-        gcs = self._start_container()
+        gcs = self._launcher.start_container(self.progress)
         restore = self._signals.install(self.on_stop_signal)
         full: OSError | None = None
         try:
@@ -189,34 +135,12 @@ class JobRunner(JobProgress):
                     and not self._alloc.fits(self.opt.devices.counts):
                 return  # the next trial waits in REQUESTED until its devices are free
             with self.store.batch():  # the claim and the trial's first attributes: one journal write
-                claimed = self._next_claim(now)
+                claimed = self.next_claim(now)
                 if claimed is not None and not claimed.resumed:
-                    self.store.set_trial_attrs(claimed.storage_id, **self._active_attrs(claimed))
+                    self.store.set_trial_attrs(claimed.storage_id, **active_attrs(self, claimed))
             if claimed is None:
                 return
             self._launch(claimed, now)
-
-    def _active_attrs(self, claimed: Claimed) -> dict[str, Any]:
-        paths = launch.trial_paths(self.opt.job_dir, self.opt.base_output, claimed.trial_id)
-        return {"state": TrialState.ACTIVE.value, "trial_id": claimed.trial_id, "worker": self.worker_name,
-                "trial_dir": paths.trial_dir, "start_time": rfc3339(self.clock.wall())}
-
-    def _next_claim(self, now: float) -> Claimed | None:
-        if self._pending_resumed:
-            return self._pending_resumed.pop(0)
-        if self.shared is None:
-            claimed: Claimed | None = self.store.claim(self.job.study)
-            self.exhausted = claimed is None
-            return claimed
-        if now < self._next_claim_at:
-            return None
-        claimed = self.shared.claim(self.job.study, cap=self.job.parallel_trial_count)
-        if claimed is None:
-            # Nothing claimable: wait for a free global slot or a stale trial to take over,
-            # until no trial of the job is waiting or running anywhere.
-            self.exhausted = self.shared.n_waiting == 0 and self.shared.n_running == 0
-            self._next_claim_at = now + min(1.0, self.shared.heartbeat_s)
-        return claimed
 
     def _launch(self, claimed: Claimed, now: float) -> None:
         try:
@@ -338,74 +262,13 @@ class JobRunner(JobProgress):
         if not run.lost:
             try:
                 with self.store.batch():  # its last steps, attributes and state: one journal write
-                    self._record(run)
+                    record_trial(self, self._metrics, run)
             except RuntimeError as err:
                 if not self._taken_over(run, err):
                     raise
         if run.lost:
             self.progress("trial_requeued", {"trial_id": run.trial_id, "lost": True})
             # the worker that took it over records it
-
-    def _record(self, run: TrialRun) -> None:
-        """Record a trial that ended here: back to the queue, or finished with its outcome."""
-        run.reader.poll(final=True)
-        self._metrics.warn_unknown_tags(run)
-        self._metrics.report_new(run)
-        measurements = [m.with_elapsed(run.start_wall) for m in run.reader.measurements()]
-        if run.stopped_early and not self._metrics.ended_early(measurements):
-            run.stopped_early, run.predicted = False, None  # it reached its end while being stopped
-        self.conflicts_total += run.reader.conflicts
-        if run.injected:
-            self.lost_steps_total += policy.missing_steps([m.step for m in measurements])
-        sid = run.claimed.storage_id
-        extra: dict[str, Any] = {"attempts": run.attempts}
-        if run.failure and run.failure_detail:
-            extra["error_detail"] = list(run.failure_detail)
-        if run.reader.unknown_tags:
-            extra["unknown_tags"] = sorted(run.reader.unknown_tags)
-        if run.reader.missing_steps_warning:
-            extra["metrics_warning"] = run.reader.missing_steps_warning
-            self.progress("warning", {"trial_id": run.trial_id, "message": run.reader.missing_steps_warning})
-        repeated = run.reader.repeated_steps_warning
-        if repeated:
-            extra["metrics_warning"] = "; ".join(filter(None, (extra.get("metrics_warning"), repeated)))
-            if not self._warned_repeated_steps:  # once per job: every trial of a trainer does it
-                self._warned_repeated_steps = True
-                self.progress("warning", {"trial_id": run.trial_id, "message": f"trial {run.trial_id}: {repeated}"})
-        if run.injected:
-            extra["injected_restarts"] = run.injected
-        if run.stop_reason is not None and run.stop_reason.requeues:
-            # Not the trial's fault: it goes back to the queue and runs again on resume.
-            # ACTIVE -> REQUESTED: a trial not yet run again has no start time and no measurements
-            # (what this run reported stays in its folder and in previous_measurements)
-            self.store.set_trial_attrs(sid, **extra, state=TrialState.REQUESTED.value, end_time=None,
-                                       start_time=None, measurements=None, requeued=True,
-                                       previous_measurements=[measurement_to_dict(m) for m in measurements])
-            self.store.requeue(sid)
-            if self.shared is not None:
-                self.shared.release(sid)
-            self.progress("trial_requeued", {"trial_id": run.trial_id})
-            return
-        outcome = finished_trial(
-            measurements, self.job.study, failure=run.failure, reported_tags=run.reader.reported_tags,
-            end_time=rfc3339(self.clock.wall()), stopped_early=run.stopped_early,
-            stop_detail=run.stop_detail, predicted=run.predicted)
-        record_finished(self.store, number=run.claimed.number, storage_id=sid, outcome=outcome, extra=extra)
-        if outcome.succeeded and not run.stopped_early:
-            self._metrics.forget_curves()
-        if self.shared is not None:
-            self.shared.release(sid)
-        self.count_finished_trial(run.trial_id, succeeded=outcome.succeeded, failure=run.failure)
-        self.progress("trial_done", {
-            "trial_id": run.trial_id, "state": outcome.state.value, "reason": outcome.reason,
-            "values": outcome.values, "stopped_early": run.stopped_early, "steps": len(outcome.measurements),
-            "seconds": self.clock.monotonic() - run.start_mono, "params": run.claimed.params,
-            **({"detail": list(run.failure_detail)} if run.failure and run.failure_detail else {}),
-            "last_step": measurements[-1].step if measurements else None,  # reported, not predicted
-            # ended without the spec's metric: the progress says once what to do about it
-            "missing_metric": not outcome.succeeded and not run.failure and "final_measurement" not in outcome.attrs,
-            "reported_tags": sorted(run.reader.reported_tags), "metrics_source": run.reader.source,
-        })
 
     # ------------------------------------------------------------------ the way out
     def _stop_everything(self) -> None:
@@ -421,17 +284,6 @@ class JobRunner(JobProgress):
         for run in list(self.running.values()):
             for r in run.replicas.values():
                 r.close()
-
-    def on_stop_signal(self, signum: int) -> None:
-        """SIGINT/SIGTERM/SIGHUP: cancel the job (a joined worker leaves it); a second one kills now."""
-        if self.opt.join:  # a joined worker leaves; the job goes on with the others
-            if self.leaving:
-                self.kill_now = True
-            self.leaving = True
-            return
-        if self.cancel_requested:
-            self.kill_now = True  # a second Ctrl-C: kill now
-        self.cancel_requested = True
 
     def _trial_attr(self, claimed: Claimed, key: str) -> Any:
         return self.store.storage.get_trial(claimed.storage_id).user_attrs.get(key)

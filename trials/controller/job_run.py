@@ -8,8 +8,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from trials.controller.job import JobRunner, RunOptions
+from trials.controller.job import JobRunner
 from trials.controller.job_lock import ControllerLock, reap_job_leftovers, repair_journal
+from trials.controller.job_state import RunOptions
 from trials.errors import ConfigError
 from trials.study.storage import RetryingRDBStorage
 

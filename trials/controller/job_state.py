@@ -1,21 +1,46 @@
-"""The job as a whole while its loop runs: its state in the store, why it stops, the failure rule's
-counts, and the totals the summary prints."""
+"""The job as a whole while its loop runs: how it runs here (``RunOptions``), its state in the store,
+which trial runs next, why it stops, the failure rule's counts, and the totals the summary prints."""
 
 from __future__ import annotations
 
 import os
 import socket
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TextIO
 
 from trials.controller import policy
+from trials.controller.devices import DevicePlan
 from trials.controller.effects import Clock
 from trials.records import JobState, StopReason
 from trials.spec import JobSpec
-from trials.study.store import JobStore
+from trials.study.store import Claimed, JobStore
 from trials.timefmt import rfc3339
 
+DEFAULT_GRACE_S = 10.0
 STATE_CHECK_INTERVAL_S = 1.0  # how often the loop reads the job's state written by others (cancel)
+
+
+@dataclass(kw_only=True)
+class RunOptions:
+    job_dir: str
+    base_output: str  # local directory or gs:// URI: trials get <base>/<trial_id>/...
+    gcs_root: str
+    project_number: str
+    cwd: str
+    local_command: tuple[str, ...] | None = None
+    grace_period_s: float = DEFAULT_GRACE_S
+    poll_interval_s: float = 0.05
+    memory_limit_mb: int | None = None
+    slots: int | None = None  # local cap on parallel trials (workers); None = the job's count
+    inject_restarts: float = 0.0  # chaos mode: SIGTERM + restart rate per trial-second
+    echo: TextIO | None = None  # copy replica output here, prefixed
+    seed: int | None = None
+    shared: Any = None  # trials.controller.worker.SharedJob: one of several workers on a database job
+    join: bool = False  # a `trials worker`: Ctrl-C / SIGTERM leaves the job instead of cancelling it
+    devices: DevicePlan | None = None  # GPUs handed to replicas (None: CUDA_VISIBLE_DEVICES untouched)
+    pass_env: tuple[str, ...] = ()  # withheld host variables passed to replicas anyway (--pass-env)
+    sandbox: Any = None  # trials.controller.sandbox.Sandbox; None: detected when the run starts
 
 
 class JobProgress:
@@ -41,8 +66,11 @@ class JobProgress:
         self.max_parallel = 0
         self.conflicts_total = 0
         self.lost_steps_total = 0  # chaos mode: gaps in the step sequence of restarted trials
-        self._warned_repeated_steps = False  # reports repeating a step: said once per job
+        self.warned_repeated_steps = False  # reports repeating a step: said once per job
         self._last_state_check = -STATE_CHECK_INTERVAL_S
+        self.kill_now = False  # a second stop signal: SIGKILL every replica at once
+        self._pending_resumed: list[Claimed] = []
+        self._next_claim_at = 0.0
 
     @property
     def job_stop_reason(self) -> StopReason | None:
@@ -60,6 +88,41 @@ class JobProgress:
         return self.job_stop_reason is None
 
     def request_cancel(self) -> None:
+        self.cancel_requested = True
+
+    def resume_running(self) -> int:
+        """Queue the trials left RUNNING by a dead controller to run again (same id and params)."""
+        for frozen in self.store.running_trials():
+            self._pending_resumed.append(self.store.reclaim(frozen, self.job.study))
+        return len(self._pending_resumed)
+
+    def next_claim(self, now: float) -> Claimed | None:
+        """The next trial to run here: a resumed one first, else a claim (None: nothing to claim now)."""
+        if self._pending_resumed:
+            return self._pending_resumed.pop(0)
+        if self.shared is None:
+            claimed: Claimed | None = self.store.claim(self.job.study)
+            self.exhausted = claimed is None
+            return claimed
+        if now < self._next_claim_at:
+            return None
+        claimed = self.shared.claim(self.job.study, cap=self.job.parallel_trial_count)
+        if claimed is None:
+            # Nothing claimable: wait for a free global slot or a stale trial to take over,
+            # until no trial of the job is waiting or running anywhere.
+            self.exhausted = self.shared.n_waiting == 0 and self.shared.n_running == 0
+            self._next_claim_at = now + min(1.0, self.shared.heartbeat_s)
+        return claimed
+
+    def on_stop_signal(self, signum: int) -> None:
+        """SIGINT/SIGTERM/SIGHUP: cancel the job (a joined worker leaves it); a second one kills now."""
+        if self.opt.join:  # a joined worker leaves; the job goes on with the others
+            if self.leaving:
+                self.kill_now = True
+            self.leaving = True
+            return
+        if self.cancel_requested:
+            self.kill_now = True  # a second Ctrl-C: kill now
         self.cancel_requested = True
 
     def begin_job(self) -> None:

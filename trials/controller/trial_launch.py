@@ -1,19 +1,20 @@
 """Starting a claimed trial: its folder and files, its replicas' commands and environments, and each
-replica start (first or restart) through the injected replica factory."""
+replica start (first or restart) through the injected replica factory (wrapped, in production, in
+the replicas' container view and the local Cloud Storage endpoint)."""
 
 from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
 from trials import protocol
-from trials.controller import launch, trial_files
+from trials.controller import gcs_emulator, launch, sandbox, trial_files
 from trials.controller.devices import DeviceAllocator, DevicePlan, replica_env
 from trials.controller.effects import Clock, ReplicaFactory
 from trials.controller.metrics_reader import TrialMetricsReader
-from trials.controller.process import free_port, reap_leftovers
+from trials.controller.process import free_port, reap_leftovers, start_replica
 from trials.controller.trial_run import TrialRun
 from trials.errors import ConfigError
 from trials.spec import JobSpec
@@ -121,6 +122,24 @@ class TrialLauncher:
         # Every replica started in this run stays listed: a resumed controller reaps their groups.
         run.pid_records.append(replica.record())
         trial_files.write_pids(run.paths.trial_dir, run.pid_records)
+
+    def start_container(self, progress: Callable[[str, dict[str, Any]], None]) -> gcs_emulator.Emulator | None:
+        """The replicas' container view and the local Cloud Storage endpoint, each said once if absent.
+
+        Only the production factory is wrapped: an injected one (tests) starts replicas as it likes.
+        """
+        if self.factory is not start_replica:
+            return None
+        view = self.opt.sandbox or sandbox.detect(launch_dir=self.opt.cwd, job_dir=self.opt.job_dir,
+                                                  gcs_root=self.opt.gcs_root)
+        if not view.on:
+            progress("warning", {"message": view.describe()})
+        gcs, why = gcs_emulator.start(self.opt.gcs_root)
+        if gcs is None and gcs_emulator.available() and not gcs_emulator.disabled():
+            progress("warning", {"message": f"no local Cloud Storage endpoint: {why}"})
+        extra = {protocol.ENV_STORAGE_EMULATOR_HOST: gcs.host} if gcs is not None else {}
+        self.factory = sandbox.SandboxedStart(view, extra)
+        return gcs
 
     @staticmethod
     def _reap_previous(previous_worker: str, trial_dir: str) -> None:
