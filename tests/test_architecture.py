@@ -153,7 +153,8 @@ START_UP = """
 import sys
 import trials
 import trials.runtime.entrypoint, trials.runtime.context, trials.runtime.reporting
-import trials.runtime.checkpoint, trials.runtime.flags, trials.runtime.logs
+import trials.runtime.checkpoint, trials.runtime.flags, trials.runtime.params, trials.runtime.objective
+import trials.runtime.logs
 import trials.pytest_plugin
 trials.main, trials.TrialContext
 print(" ".join(m for m in {heavy!r} if m in sys.modules))

@@ -333,7 +333,8 @@ class ObjectiveContract:
         study = self._study()
         if study is None:
             pytest.skip("no spec: set `spec` to check every search-space parameter is accepted")
-        from trials.runtime.flags import build_params, parse_flags
+        from trials.runtime.flags import parse_flags
+        from trials.runtime.params import build_params
 
         params = build_params(self.Config, study, str(self.spec))
         for tokens in sample_flag_sets(study):

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from trials.controller.preflight import is_trials_trainer
-from trials.runtime.flags import params_from_config
+from trials.runtime.params import params_from_config
 from trials.runtime.spec_check import check_params
 from trials.spec.load import loads_spec
 

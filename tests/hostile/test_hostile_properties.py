@@ -23,7 +23,8 @@ from trials.controller.metrics_reader import TrialMetricsReader
 from trials.errors import FlagError, TrialsError
 from trials.hypertune_file import parse_hypertune_text
 from trials.records import parse_records
-from trials.runtime.flags import build_params, parse_flags
+from trials.runtime.flags import parse_flags
+from trials.runtime.params import build_params
 from trials.spec.load import load_spec, loads_spec, parse_spec
 
 SPECS = Path(__file__).resolve().parent.parent / "data" / "specs"

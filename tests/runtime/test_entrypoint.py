@@ -12,7 +12,8 @@ import trials
 from trials import protocol
 from trials.errors import FlagError
 from trials.runtime.context import RunOptions
-from trials.runtime.entrypoint import _call_style, _summary, main, resolve_target, run, run_main
+from trials.runtime.entrypoint import main, resolve_target, run, run_main
+from trials.runtime.objective import _call_style, failure_summary
 from trials.runtime.reporting import read_hypertune_file, read_metrics_log
 from trials.spec import MetricSpec, ParameterSpec, ParameterType, StudySpec
 
@@ -171,9 +172,9 @@ def test_call_styles():
 
 
 def test_summary_names_the_type_like_a_traceback():
-    assert _summary(ValueError("a\n b")) == "ValueError: a b"
-    assert _summary(FlagError("x")) == "trials.errors.FlagError: x"
-    assert _summary(RuntimeError()) == "RuntimeError"
+    assert failure_summary(ValueError("a\n b")) == "ValueError: a b"
+    assert failure_summary(FlagError("x")) == "trials.errors.FlagError: x"
+    assert failure_summary(RuntimeError()) == "RuntimeError"
 
 
 def test_resolve_target_module_and_file(monkeypatch):

@@ -1,4 +1,5 @@
-"""Tests for trials.runtime.flags: Config dataclasses and StudySpecs -> parsed, checked trial flags."""
+"""Tests for trials.runtime.flags and trials.runtime.params: Config dataclasses and StudySpecs ->
+parsed, checked trial flags."""
 
 import dataclasses
 import enum
@@ -10,13 +11,12 @@ import pytest
 
 from trials.errors import ConfigError, FlagError
 from trials.protocol import format_flag
-from trials.runtime.flags import (
+from trials.runtime.flags import format_help, parse_flags
+from trials.runtime.params import (
     Params,
     build_params,
-    format_help,
     make_config,
     params_from_config,
-    parse_flags,
     spec_default,
 )
 from trials.spec import (

@@ -198,7 +198,7 @@ class TrialContext:
 
     def _hparams(self) -> dict[str, Any]:
         """The config's values for TensorBoard's HParams view (numbers, str, bool; others as text)."""
-        from trials.runtime.flags import config_values
+        from trials.runtime.params import config_values
 
         try:
             values = config_values(self.config)

@@ -15,7 +15,8 @@ from typing import Any
 
 from trials import protocol
 from trials.errors import ConfigError, FlagError
-from trials.runtime.flags import Param, convert
+from trials.runtime.flags import convert
+from trials.runtime.params import Param
 from trials.spec import ParameterSpec, ParameterType, StudySpec
 
 
@@ -66,7 +67,7 @@ def check_params(params: Sequence[Param], study: StudySpec, *, args: Sequence[st
     """Problems a trial would hit when the trainer with ``params`` gets the spec's flags.
 
     Args:
-        params: the trainer's flags (:func:`trials.runtime.flags.build_params`).
+        params: the trainer's flags (:func:`trials.runtime.params.build_params`).
         study: the search space to check.
         args: the fixed arguments every trial gets before its parameter flags (spec ``args``).
         spec_source: how to name the spec in messages.
