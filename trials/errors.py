@@ -72,3 +72,22 @@ class DiskFullError(TrialsError, OSError):
     The job loop stopped every replica; the running trials stay RUNNING in the storage and run
     again on ``trials resume`` once there is space. Exit code 1.
     """
+
+
+class StorageUnreachableError(TrialsError):
+    """The job's database stayed unreachable longer than the outage limit (``TRIALS_OUTAGE_TIMEOUT``).
+
+    The worker gives up: its replicas are stopped, its running trials stay RUNNING in the database
+    (another worker or ``trials resume`` runs them again). Exit code 2.
+    """
+
+    exit_code = 2
+
+
+class OutageInterruptedError(TrialsError):
+    """SIGTERM, SIGINT or SIGHUP arrived while the job's database was unreachable: the worker stops.
+
+    Nothing recorded is lost; its running trials stay RUNNING. Exit code 130.
+    """
+
+    exit_code = 130

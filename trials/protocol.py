@@ -41,6 +41,7 @@ ENV_LOG_FORMAT = "TRIALS_LOG_FORMAT"  # "json" or "text"; default: text on a ter
 ENV_GCS_EMULATOR = "TRIALS_GCS_EMULATOR"  # "off": no local Cloud Storage endpoint even with trials[gcs]
 ENV_STORAGE_EMULATOR_HOST = "STORAGE_EMULATOR_HOST"  # google-cloud-storage's endpoint override
 ENV_SANDBOX = "TRIALS_SANDBOX"  # "off": replicas run as plain children, without their container view
+ENV_OUTAGE_TIMEOUT = "TRIALS_OUTAGE_TIMEOUT"  # seconds a database outage may last before a worker gives up
 ENV_CGROUP = "TRIALS_CGROUP"  # "off": no cgroup per replica; orphans are found through the subreaper instead
 ENV_OUTPUT_ROOT = "TRIALS_OUTPUT_ROOT"  # outside a tuning job: where local runs write (default ./trials-output)
 # `trials validate --trainer` / the sweep's pre-flight: the trainer, run with --help, checks this spec
@@ -51,6 +52,7 @@ ENV_CHECK_OUT = "TRIALS_CHECK_OUT"
 PROJECT_ENV_VARS = (
     ENV_TRIAL_DIR, ENV_GCS_ROOT, ENV_STOP_FILE, ENV_REPLICA, ENV_ATTEMPT, ENV_LOG_FORMAT,
     ENV_OUTPUT_ROOT, ENV_CHECK_SPEC, ENV_CHECK_OUT, ENV_SANDBOX, ENV_GCS_EMULATOR, ENV_CGROUP,
+    ENV_OUTAGE_TIMEOUT,
 )
 
 # --- What a trial's environment keeps of the host's (issue 13.1) ---------------------------------

@@ -1,6 +1,7 @@
 """Helpers for the PostgreSQL tests: specs, jobs created in the database, workers, their events."""
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -42,12 +43,13 @@ def create_job(tmp_path, url, job_id, stale_after_s=None, **spec):
     return h
 
 
-def start_worker(tmp_path, url, job_id, *extra, name="w"):
+def start_worker(tmp_path, url, job_id, *extra, name="w", env=None):
     out = open(tmp_path / f"{name}.out", "w")  # noqa: SIM115 - the worker's stdout for as long as it runs
     return subprocess.Popen(
         [sys.executable, "-m", "trials", "worker", job_id, "--storage", url, "--grace-period", "2",
          "--root", str(tmp_path / "jobs"), *extra],
         cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, text=True,
+        env=None if env is None else {**os.environ, **env},
     )
 
 

@@ -1,6 +1,8 @@
 """Database blinks and secrets: a worker waits out an outage, and never prints a password."""
 
 import contextlib
+import os
+import signal
 import socket
 import threading
 import time
@@ -8,6 +10,8 @@ from urllib.parse import urlsplit
 
 import pytest
 from pg_helpers import create_job, events, finish, output, start_worker, trials_cli, wait_for
+
+from trials.storage_url import redact
 
 SECRET = "pw-s3cret-42"
 
@@ -122,3 +126,100 @@ def test_no_message_path_prints_the_password(tmp_path, pg_url):
         assert run.stderr.strip(), run
         assert SECRET not in run.stdout + run.stderr, run
     assert "***" in runs[1].stderr and "Traceback" in runs[2].stderr
+
+
+def _trial_processes(marker: str) -> list[int]:
+    """Live processes whose environment mentions ``marker`` (the job's folder): its replicas."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
+                    continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if marker.encode() in f.read():
+                    found.append(int(entry))
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+def _gone_for_good(tmp_path, proxied_url, job_id, env=None):
+    """A worker running a long trial, then its database refuses every connection for good."""
+    proxy, url = proxied_url
+    create_job(tmp_path, url, job_id, points=2, parallel=1, epochs=400, sleep=0.2)
+    worker = start_worker(tmp_path, url, job_id, name="w", env=env)
+    wait_for(lambda: any(e["event"] == "epoch" and e["epoch"] >= 2 for e in events(tmp_path)), 30,
+             "the first trial to report")
+    proxy.down.set()
+    proxy.close()  # the listener is gone: every connection is refused from now on
+    for _ in range(3):  # and none accepted just before it closed lives on
+        time.sleep(0.3)
+        proxy.cut(0)
+        proxy.down.set()
+    return worker
+
+
+def _stored(pg_url, job_id):
+    from trials.controller import jobs as controller
+
+    h = controller.open_job(job_id, root="unused", storage=pg_url)
+    return h.store.get_meta("state"), h.store.frozen_trials()
+
+
+def test_a_stop_signal_ends_a_workers_retry_through_a_database_gone_for_good(tmp_path, proxied_url, pg_url,
+                                                                             job_id):
+    worker = _gone_for_good(tmp_path, proxied_url, job_id)
+    try:
+        wait_for(lambda: "database unreachable" in output(tmp_path, "w"), 30, "the worker to see the outage")
+        time.sleep(1.0)  # well inside the retry
+        worker.send_signal(signal.SIGTERM)
+        start = time.monotonic()
+        code = worker.wait(timeout=20)  # before: retried for ever, SIGTERM only noted
+        took = time.monotonic() - start
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    text = output(tmp_path, "w")
+    assert code == 130, text
+    assert took < 15, f"the worker took {took:.1f}s to stop\n{text}"
+    said = [line for line in text.splitlines() if "stopped by SIGTERM while the database was unreachable" in line]
+    assert len(said) == 1 and said[0].startswith("trials: error: "), text
+    assert "Traceback" not in text and SECRET not in text, text
+    assert wait_no_trial_processes(str(tmp_path / "jobs")) == [], "the worker left its replicas running"
+    state, trials = _stored(pg_url, job_id)  # nothing recorded is lost: the trial waits for a worker
+    assert state == "JOB_STATE_RUNNING"
+    assert trials[0].state.name == "RUNNING" and trials[0].intermediate_values, trials[0]
+
+
+def test_a_worker_gives_up_after_the_outage_limit_with_one_line_naming_the_storage(tmp_path, proxied_url, pg_url,
+                                                                                   job_id):
+    _, url = proxied_url
+    worker = _gone_for_good(tmp_path, proxied_url, job_id, env={"TRIALS_OUTAGE_TIMEOUT": "3"})
+    try:
+        code = worker.wait(timeout=60)  # before: retried for ever
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    text = output(tmp_path, "w")
+    assert code == 2, text
+    said = [line for line in text.splitlines() if line.startswith("trials: error: ")]
+    assert len(said) == 1, text
+    assert f"the database {redact(url)} has been unreachable for" in said[0], text
+    assert "gave up after TRIALS_OUTAGE_TIMEOUT=3s" in said[0], text
+    assert "Traceback" not in text and SECRET not in text, text
+    assert wait_no_trial_processes(str(tmp_path / "jobs")) == [], "the worker left its replicas running"
+    state, trials = _stored(pg_url, job_id)
+    assert state == "JOB_STATE_RUNNING"
+    assert trials[0].state.name == "RUNNING" and trials[0].intermediate_values, trials[0]
+
+
+def wait_no_trial_processes(marker: str, timeout_s: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while (left := _trial_processes(marker)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left

@@ -1,10 +1,13 @@
 """The pure parts of scale-out: staleness, heartbeat rate, outage retries, password scrubbing."""
 
+import signal
+
 import pytest
 from sqlalchemy import exc as sa_exc
 
 from trials.controller.worker import Lease, heartbeat_interval, is_stale, takeover_reason
-from trials.outages import Outages, is_connection_error
+from trials.errors import ConfigError, OutageInterruptedError, StorageUnreachableError
+from trials.outages import Outages, is_connection_error, outage_limit_s
 from trials.storage_url import redact, scrub
 
 
@@ -90,3 +93,45 @@ def test_scrub_and_redact_hide_the_password_everywhere():
     fn, _ = blink(1, lambda: sa_exc.OperationalError("x", {}, Exception("auth failed for hunter2")))
     o.call(fn, 1)
     assert "hunter2" not in " ".join(o_lines)
+
+
+def test_an_outage_longer_than_the_limit_ends_with_one_line_naming_the_storage():
+    url = "postgresql://bob:hunter2@db.example:5432/jobs"
+    lines, now = [], [0.0]
+
+    def sleep(s):
+        now[0] += s
+
+    o = Outages(lines.append, url=url, sleep=sleep, clock=lambda: now[0], give_up_after_s=5.0)
+    fn, calls = blink(10**6, op_error)
+    with pytest.raises(StorageUnreachableError) as caught:
+        o.call(fn, 1)
+    message = str(caught.value)
+    assert now[0] == 5.0 and calls["n"] < 12  # the last wait is cut to the limit
+    assert message.startswith("the database postgresql://bob:***@db.example:5432/jobs has been unreachable for 5s")
+    assert "hunter2" not in message + " ".join(lines) and "\n" not in message
+    assert caught.value.exit_code == 2
+    assert lines == ["database unreachable (server closed the connection unexpectedly); retrying with backoff "
+                     "up to 10s, giving up after 5s (TRIALS_OUTAGE_TIMEOUT)"]
+
+
+def test_a_stop_signal_ends_an_outage_wait_at_once():
+    o = Outages(lambda line: None, sleep=lambda s: o.interrupt(signal.SIGTERM))
+    fn, calls = blink(10**6, op_error)
+    with pytest.raises(OutageInterruptedError, match="stopped by SIGTERM while the database was unreachable"):
+        o.call(fn, 1)
+    assert calls["n"] == 1
+    fn, calls = blink(10**6, op_error)  # a stop asked before an outage: its first failure ends the call
+    with pytest.raises(OutageInterruptedError):
+        o.call(fn, 1)
+    assert calls["n"] == 1
+    assert OutageInterruptedError("x").exit_code == 130
+
+
+def test_the_outage_limit_comes_from_trials_outage_timeout():
+    assert outage_limit_s({}) == 300.0
+    assert outage_limit_s({"TRIALS_OUTAGE_TIMEOUT": "2.5"}) == 2.5
+    assert outage_limit_s({"TRIALS_OUTAGE_TIMEOUT": "inf"}) == float("inf")
+    for bad in ("0", "-1", "nan", "soon"):
+        with pytest.raises(ConfigError, match="TRIALS_OUTAGE_TIMEOUT: expected a number of seconds > 0"):
+            outage_limit_s({"TRIALS_OUTAGE_TIMEOUT": bad})

@@ -116,6 +116,8 @@ class JobProgress:
 
     def on_stop_signal(self, signum: int) -> None:
         """SIGINT/SIGTERM/SIGHUP: cancel the job (a joined worker leaves it); a second one kills now."""
+        if self.shared is not None and self.shared.outages is not None:
+            self.shared.outages.interrupt(signum)  # waiting out a database outage: stop waiting
         if self.opt.join:  # a joined worker leaves; the job goes on with the others
             if self.leaving:
                 self.kill_now = True
