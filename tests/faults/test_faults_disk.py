@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import resource
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from faultkit import TRAINER, wait_no_processes
@@ -47,3 +52,65 @@ def test_a_journal_that_cannot_grow_pauses_the_job_and_resume_finishes_it(jobs) 
     assert [t.user_attrs["state"] for t in study.trials] == ["SUCCEEDED"] * 3
     for number, (attrs, values) in before.items():  # what was recorded before the pause is kept
         assert study.trials[number].user_attrs == attrs and study.trials[number].values == values
+
+
+def _mount(*argv: str) -> bool:
+    return subprocess.run(["mount", *argv], capture_output=True).returncode == 0
+
+
+def test_a_job_root_on_a_full_tmpfs_pauses_the_job_and_resume_finishes_it(jobs, tmp_path: Path) -> None:
+    # The same promise as above with a real ENOSPC: the job root is a 256 kB tmpfs that a filler
+    # file fills once trial 1 is recorded. The trial folders are bind mounts of an ordinary folder,
+    # so what runs out of space is the job's own storage (journal.log), not a trainer's writes.
+    if sys.platform != "linux" or os.geteuid() != 0:
+        pytest.skip("needs root to mount a tiny tmpfs (the file-size-limit test above covers the rest)")
+    root = jobs.root / "trials-jobs"
+    root.mkdir()
+    if not _mount("-t", "tmpfs", "-o", "size=256k", "tmpfs", str(root)):
+        pytest.skip("mounting a tmpfs is not permitted here")
+    job_id = jobs.job_id("tmpfs")
+    mounted = [root]
+    proc = None
+    try:
+        for trial in ("1", "2", "3"):
+            (tmp_path / "elsewhere" / trial).mkdir(parents=True)
+            (jobs.job_dir(job_id) / trial).mkdir(parents=True)
+            assert _mount("--bind", str(tmp_path / "elsewhere" / trial), str(jobs.job_dir(job_id) / trial))
+            mounted.insert(0, jobs.job_dir(job_id) / trial)
+        proc = jobs.start("sweep", jobs.spec(n=3, parallel=1), "--job-id", job_id, "--grace-period", "2",
+                          "--", "python", TRAINER, "--epochs=60", "--sleep=0.05")
+        journal = jobs.job_dir(job_id) / "journal.log"
+        deadline = time.monotonic() + 60
+        while not (journal.exists() and any(t.user_attrs.get("state") == "SUCCEEDED"
+                                            for t in jobs.optuna_study(job_id).trials)):
+            assert time.monotonic() < deadline and proc.poll() is None, "trial 1 never finished"
+            time.sleep(0.1)
+        before = {t.number: (t.user_attrs, t.values) for t in jobs.optuna_study(job_id).trials
+                  if t.user_attrs.get("state") == "SUCCEEDED"}
+        filler = root / "filler"
+        with open(filler, "wb", buffering=0) as f, contextlib.suppress(OSError):
+            while True:
+                f.write(b"\0" * 4096)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 1, out[-2000:] + err
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert len(lines) == 1, err
+        assert "disk is full" in lines[0] and "No space left on device" in lines[0], err
+        assert f"trials resume {job_id}" in lines[0], err
+        assert "internal error" not in err and "Traceback" not in err
+        assert wait_no_processes(job_id) == [], "a replica outlived the paused controller"
+
+        filler.unlink()  # space again
+        resumed = jobs.cli("resume", job_id, "--grace-period", "2", timeout=120)
+        assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr
+        study = jobs.optuna_study(job_id)
+        assert study.user_attrs["trials:state"] == "JOB_STATE_SUCCEEDED"
+        assert [t.user_attrs["state"] for t in study.trials] == ["SUCCEEDED"] * 3
+        for number, (attrs, values) in before.items():  # what was recorded before the pause is kept
+            assert study.trials[number].user_attrs == attrs and study.trials[number].values == values
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for path in mounted:
+            subprocess.run(["umount", "-l", str(path)], capture_output=True)
