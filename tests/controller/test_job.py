@@ -316,7 +316,7 @@ def test_a_trial_over_its_timeout_is_stopped_and_fails(tmp_path: Path) -> None:
 
 
 def test_early_stopping_stops_a_worse_trial(tmp_path: Path) -> None:
-    # the rules wait for 10 completed trials (trials.controller.stopping.MIN_COMPLETED)
+    # the median rule waits for 6 completed trials (MEDIAN_MIN_COMPLETED); trials 7-10 are level with the leaders
     run = replay(tmp_path, lambda trial, attempt: Script(steps=10, offset=10.0 if trial == "11" else 0.0),
                  n=11, extra="stopping: {type: median}")
     assert run.state == JobState.SUCCEEDED
