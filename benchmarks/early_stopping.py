@@ -9,8 +9,10 @@ to completion (a stopped trial's curve is not used by later decisions, as in the
 boosting rounds). "Best" is the best value any trial measured (its BEST measurement). A "futile" stop
 is one at a trial's own last report: it saves nothing and, in a real job, kills the trial as it
 saves its model. The ``old_*`` variants are the rules as they were before issue 16 (2 completed
-trials, 1 point, no guards). Seed noise is the interquartile range over seeds of the best result
-without stopping.
+trials, 1 point, no guards); ``prev_median`` the median rule chosen first in issue 16 (running
+averages, 10 completed trials, a quarter-IQR margin). Seed noise is the interquartile range over seeds
+of the best result without stopping. The default is chosen on seeds 0-4; seeds 5-9 (held out) check
+it and its neighbours.
 """
 
 from __future__ import annotations
