@@ -74,7 +74,7 @@ def test_median_keeps_a_trial_a_hair_below_a_noisy_median():
     assert not stopping.median_rule([(0.0, -14.4511)], done, maximize=False).stop
     assert not stopping.median_rule([(0.0, -14.4511), (1.0, -14.47)], done, maximize=False).stop
     stop = stopping.median_rule([(0.0, -15.0), (1.0, -14.9)], done, maximize=False)
-    assert stop.stop and stop.reason.startswith("best value 14.9 is above 14.46, the worst best value at step 1 ")
+    assert stop.stop and stop.reason.startswith("best value 14.9 is above 14.46: at step 1, each of the 2 completed ")
 
 
 def test_ended_early_only_before_the_horizon():
@@ -126,7 +126,7 @@ def test_median_stops_a_trial_behind_every_leader_early():
     stopped_at = next(step for step in range(1, 31) if stopping.median_rule(loser[:step], SLOW).stop)
     assert stopped_at <= 12  # well before the end (30)
     reason = stopping.median_rule(loser[:stopped_at], SLOW).reason
-    assert f"at step {stopped_at} of the 3 completed trials (of 10) that ended in the top quarter" in reason
+    assert f": at step {stopped_at}, each of the 3 completed trials (of 10) that ended in the top quarter" in reason
     flat = curve([0.01] * 30)  # behind everyone from the start
     assert stopping.median_rule(flat[:1], SLOW).stop
 
@@ -165,9 +165,9 @@ def test_median_reason_says_at_which_step_or_second():
     done = [[(1.0, 0.9), (2.0, 0.9), (3.0, 0.9)], [(1.0, 0.8), (2.0, 0.8), (3.0, 0.8)]] * 5
     by_step = stopping.median_rule([(1.0, 0.1), (2.0, 0.1)], done)
     assert by_step.stop and by_step.reason == (
-        "best value 0.1 is below 0.9, the worst best value at step 2 of the 5 completed trials (of 10) that "
-        "ended in the top quarter: none of them was this far behind there")
+        "best value 0.1 is below 0.9: at step 2, each of the 5 completed trials (of 10) that ended in the top "
+        "quarter had reached 0.9 or better")
     by_time = stopping.median_rule([(1.0, 0.1), (1.5, 0.1)], done, elapsed=True)
-    assert by_time.stop and "the worst best value at 1.5 s of the 5 completed trials" in by_time.reason
+    assert by_time.stop and by_time.reason.startswith("best value 0.1 is below 0.9: at 1.5 s, each of the 5 ")
     by_loss = stopping.median_rule([(1.0, -0.95)], [[(x, -v) for x, v in c] for c in done], maximize=False)
-    assert by_loss.reason.startswith("best value 0.95 is above 0.8, the worst best value at step 1 ")
+    assert by_loss.reason.startswith("best value 0.95 is above 0.8: at step 1, each of the 5 completed trials ")

@@ -153,10 +153,9 @@ def median_rule(current: Curve, completed: Sequence[Curve], *, min_completed: in
     if best < bar:
         worse = "below" if maximize else "above"
         where = f"{x:g} s" if elapsed else f"step {x:g}"
-        return StopDecision(True, f"best value {_show(best, maximize)} is {worse} {_show(bar, maximize)}, the "
-                                  f"worst best value at {where} of the {len(leaders)} completed trials (of "
-                                  f"{len(pairs)}) that ended in the top {_fraction(top)}: none of them was "
-                                  f"this far behind there")
+        return StopDecision(True, f"best value {_show(best, maximize)} is {worse} {_show(bar, maximize)}: at "
+                                  f"{where}, each of the {len(leaders)} completed trials (of {len(pairs)}) that "
+                                  f"ended in the top {_fraction(top)} had reached {_show(bar, maximize)} or better")
     return KEEP
 
 
