@@ -131,6 +131,13 @@ def test_median_stops_a_trial_behind_every_leader_early():
     assert stopping.median_rule(flat[:1], SLOW).stop
 
 
+def test_median_with_nan_values():
+    nan = float("nan")
+    assert not stopping.median_rule(curve([0.1]), [curve([nan, nan])] * 8).stop  # completed: no number to compare
+    d = stopping.median_rule(curve([nan]), [curve([v, v]) for v in (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)])
+    assert d.stop and d.reason.startswith("best value NaN (no number reported) is below 0.9: at step 1")
+
+
 def test_the_leaders_are_the_top_quarter_of_the_completed_trials():
     done = [curve([v, v + 0.1]) for v in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)]
     assert stopping.median_rule(curve([0.69]), done).stop  # behind the leaders (0.7, 0.8 at step 1)

@@ -144,7 +144,7 @@ def median_rule(current: Curve, completed: Sequence[Curve], *, min_completed: in
     x = current[-1][0]
     pairs = [(at, final) for c in completed
              if (at := best_at(c, x)) is not None and (final := best_at(c, c[-1][0])) is not None]
-    if len(pairs) < min_completed:
+    if len(pairs) < max(min_completed, 1):
         return KEEP
     cut = _quantile([final for _, final in pairs], 1 - top)
     leaders = [at for at, final in pairs if final >= cut]
@@ -153,7 +153,8 @@ def median_rule(current: Curve, completed: Sequence[Curve], *, min_completed: in
     if best < bar:
         worse = "below" if maximize else "above"
         where = f"{x:g} s" if elapsed else f"step {x:g}"
-        return StopDecision(True, f"best value {_show(best, maximize)} is {worse} {_show(bar, maximize)}: at "
+        shown = _show(best, maximize) if best > -math.inf else "NaN (no number reported)"
+        return StopDecision(True, f"best value {shown} is {worse} {_show(bar, maximize)}: at "
                                   f"{where}, each of the {len(leaders)} completed trials (of {len(pairs)}) that "
                                   f"ended in the top {_fraction(top)} had reached {_show(bar, maximize)} or better")
     return KEEP
