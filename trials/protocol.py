@@ -102,6 +102,8 @@ EXIT_USAGE = 2  # bad flags, bad spec: a permanent failure
 EXIT_STOPPED = 75  # stopped on request (SIGTERM or a stop file): step finished, checkpoint written
 EXIT_INTERRUPTED = 130  # Ctrl-C on the CLI
 
+DEFAULT_JOBS_ROOT = "trials-jobs"  # where job folders go without --root (relative to the current folder)
+
 # --- Files in a trial directory -------------------------------------------------------------------
 METRICS_LOG = "metrics.jsonl"  # the runtime's lossless log of every report
 HYPERTUNE_FILE = "hypertune.metrics"  # CLOUD_ML_HP_METRIC_FILE of the primary replica

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import errno
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from trials import protocol
 from trials.cli.parser import build_parser
@@ -17,7 +17,6 @@ from trials.errors import TrialsError
 
 __all__ = ["build_parser", "main"]
 
-Handler = Callable[[argparse.Namespace], int]
 
 
 _UNWRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})

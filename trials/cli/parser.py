@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 
+from trials import protocol
 from trials.cli.admin import _cmd_cancel, _cmd_check, _cmd_repair, _cmd_validate
 from trials.cli.run import _cmd_resume, _cmd_sweep, _cmd_worker
 from trials.cli.show import _cmd_best, _cmd_describe, _cmd_export, _cmd_list, _cmd_report
 
 
 def _job_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--root", default="trials-jobs", help="directory holding one folder per job (default ./trials-jobs)")
+    p.add_argument("--root", default=protocol.DEFAULT_JOBS_ROOT,
+                   help=f"directory holding one folder per job (default ./{protocol.DEFAULT_JOBS_ROOT})")
     p.add_argument("--storage", help="Optuna storage URL (default: journal file in the job folder)")
 
 
@@ -168,7 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("repair", help="rewrite a job's journal with every readable record; say what was dropped")
     p.add_argument("job")
-    p.add_argument("--root", default="trials-jobs", help="directory holding one folder per job (default ./trials-jobs)")
+    p.add_argument("--root", default=protocol.DEFAULT_JOBS_ROOT,
+                   help=f"directory holding one folder per job (default ./{protocol.DEFAULT_JOBS_ROOT})")
     p.set_defaults(handler=_cmd_repair)
 
     p = sub.add_parser("best", help="the best trial's flags and model directory")

@@ -92,10 +92,10 @@ def _cmd_worker(args: argparse.Namespace) -> int:
                           f"(e.g. postgresql://user@host/db), got {args.storage!r}")
     if args.slots is not None and args.slots < 1:
         raise ConfigError(f"--parallel-trial-count must be >= 1, got {args.slots}")
-    h = controller.open_job(args.job, root=args.root or "trials-jobs", storage=args.storage)
+    h = controller.open_job(args.job, root=args.root or protocol.DEFAULT_JOBS_ROOT, storage=args.storage)
     if args.root:  # this host's folder for the trials' logs and metric files
         h.job_dir = controller.job_dir_of(args.root, h.job_id)
-    args.root = args.root or "trials-jobs"
+    args.root = args.root or protocol.DEFAULT_JOBS_ROOT
     state = h.store.get_meta("state")
     if state in FINAL_STATES or state == CANCELLING:
         print(f"job {h.job_id} is {state}; nothing to run")
@@ -238,7 +238,7 @@ def _summary(h: JobHandle, runner: JobRunner, args: argparse.Namespace) -> int:
     if state == "JOB_STATE_SUCCEEDED":
         return 0
     if state in ("JOB_STATE_CANCELLED", "JOB_STATE_CANCELLING"):  # CANCELLING: other workers still stopping
-        root = f" --root {args.root}" if args.root != "trials-jobs" else ""
+        root = f" --root {args.root}" if args.root != protocol.DEFAULT_JOBS_ROOT else ""
         print(f"resume it with: trials resume {h.job_id}{root}")
         return protocol.EXIT_INTERRUPTED
     return 1

@@ -27,7 +27,6 @@ from trials.timefmt import rfc3339
 if TYPE_CHECKING:
     from trials.study.storage import BaseStorage
 
-DEFAULT_ROOT = "trials-jobs"
 DEFAULT_PROJECT_NUMBER = "000000000000"
 
 
