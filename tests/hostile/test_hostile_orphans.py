@@ -134,3 +134,45 @@ def test_an_unprivileged_controller_kills_and_names_each_trials_daemons() -> Non
         _check(out, jobs.job_dir(job_id))
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+EXIT_TRAINER = """\
+import json, os, time
+r, w = os.pipe()
+middle = os.fork()
+if middle == 0:  # a daemon that claims another attempt: no replica's own, still the trial's
+    os.setsid()
+    grandchild = os.fork()
+    if grandchild == 0:
+        os.environ["TRIALS_ATTEMPT"] = "99"
+        os.execvp("sleep", ["sleep", "240"])
+    os.write(w, str(grandchild).encode())
+    os._exit(0)
+os.waitpid(middle, 0)
+os.close(w)
+with open(os.path.join(os.environ["TRIALS_TRIAL_DIR"], "orphans.json"), "w") as f:
+    json.dump([int(os.read(r, 64))], f)
+with open(os.environ["CLOUD_ML_HP_METRIC_FILE"], "w") as f:
+    f.write(json.dumps({"loss": "0.5", "global_step": "1", "timestamp": time.time()}) + "\\n")
+"""
+
+
+def test_what_no_replica_claims_is_killed_and_named_when_the_controller_exits(tmp_path: Path) -> None:
+    jobs = Jobs(tmp_path)
+    trainer = tmp_path / "stray.py"
+    trainer.write_text(EXIT_TRAINER)
+    job_id = jobs.job_id("stray")
+    env = {**jobs.env(), "TRIALS_CGROUP": "off"}
+    pids: list[int] = []
+    try:
+        out = subprocess.run([sys.executable, "-m", "trials", "sweep", jobs.spec(n=1), "--job-id", job_id,
+                              "--", sys.executable, str(trainer)],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        pids = _orphans(jobs.job_dir(job_id), "1")
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert not _alive(pids[0]), f"the stray daemon {pids[0]} outlived the controller\n{out.stderr}"
+        assert (f"trials: warning: 1 processes of trials were still running at exit; killed them: "
+                f"{pids[0]} (sleep)") in out.stderr, out.stderr
+    finally:
+        _kill(pids)
+        jobs.cleanup()
