@@ -47,7 +47,8 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inject-restarts", type=_non_negative, metavar="RATE",
                    help="chaos mode: SIGTERM+restart replicas at RATE per trial-second")
     p.add_argument("--seed", type=int, help="sampler and chaos seed")
-    p.add_argument("--echo", action="store_true", help="echo every replica's output, prefixed")
+    p.add_argument("--echo", action="store_true",
+                   help="echo every replica's output, prefixed, with control characters escaped")
     p.add_argument("--quiet", action="store_true", help="print only warnings and the summary's exit code")
     p.add_argument("--json-logs", action="store_true", help="one JSON object per event")
     p.add_argument("--gpus", metavar="IDS", help="GPUs to hand out, e.g. 0,1,2 (default: nvidia-smi -L)")
