@@ -1,6 +1,6 @@
 """Per-replica cost of the container view (issue 13): replica starts with and without the sandbox.
 
-Each start goes through ``process.start_replica`` / ``sandbox.start_sandboxed`` exactly as the job
+Each start goes through ``spawn.start_replica`` / ``sandbox.start_sandboxed`` exactly as the job
 loop starts a replica, and is timed until the replica has exited and been reaped. Six ways, run
 interleaved in one process so machine noise hits them alike:
 
@@ -30,7 +30,7 @@ GOAL_MS = 10.0
 
 def _before(argv: list[str], log: str, cwd: str) -> None:
     """The start as it was: ``start_replica`` without the shim (a ``preexec_fn`` fork), no cgroup."""
-    from trials.controller import process, shim
+    from trials.controller import shim, spawn
 
     def unavailable() -> str:
         raise shim.ShimUnavailable("benchmark: the start before the shim")
@@ -38,7 +38,7 @@ def _before(argv: list[str], log: str, cwd: str) -> None:
     real = shim.shim_path
     shim.shim_path = unavailable  # type: ignore[assignment]
     try:
-        r = process.start_replica(argv, env=dict(os.environ), cwd=cwd, stdout_path=log, stderr_path=log,
+        r = spawn.start_replica(argv, env=dict(os.environ), cwd=cwd, stdout_path=log, stderr_path=log,
                                   name="workerpool0-0")
     finally:
         shim.shim_path = real  # type: ignore[assignment]

@@ -9,17 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from trials.controller.process import (
-    Replica,
-    free_port,
-    kill_group,
-    parse_proc_stat,
-    process_start_time,
-    reap_leftovers,
-    start_replica,
-    stop_action,
-    tail_lines,
-)
+from trials.controller.proc_groups import kill_group, parse_proc_stat, process_start_time, reap_leftovers
+from trials.controller.process import Replica, free_port, stop_action, tail_lines
+from trials.controller.spawn import start_replica
 from trials.errors import ConfigError
 
 TERM, KILL = signal.SIGTERM, signal.SIGKILL

@@ -14,15 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from trials.controller.process import (
-    check_memory_all,
-    group_alive,
-    parse_proc_stat,
-    process_start_time,
-    reap_leftovers,
-    start_replica,
-    tail_lines,
-)
+from trials.controller.proc_groups import group_alive, parse_proc_stat, process_start_time, reap_leftovers
+from trials.controller.process import check_memory_all, tail_lines
+from trials.controller.spawn import start_replica
 from trials.errors import ConfigError
 
 pytestmark = [
@@ -80,6 +74,13 @@ def wait_for_line(path: Path, timeout_s: float = 5.0) -> str:
             return text.splitlines()[0]
         assert time.monotonic() < deadline, f"nothing written to {path}"
         time.sleep(0.005)
+
+
+def _with_this_trials() -> dict[str, str]:
+    """The environment for a stand-in controller that imports the ``trials`` under test."""
+    import trials
+
+    return dict(os.environ, PYTHONPATH=str(Path(trials.__file__).resolve().parent.parent))
 
 
 def running(pid: int) -> bool:
@@ -216,9 +217,10 @@ def test_memory_watchdog_kills_the_group_like_the_oom_killer(tmp_path: Path) -> 
 def test_replica_dies_with_a_sigkilled_controller(tmp_path: Path) -> None:
     log = tmp_path / "replica.log"
     parent = subprocess.Popen(
-        [sys.executable, "-I", str(SCRIPTS / "proc_parent.py"), str(log)],
+        [sys.executable, str(SCRIPTS / "proc_parent.py"), str(log)],
         stdout=subprocess.PIPE,
         cwd=tmp_path,
+        env=_with_this_trials(),
     )
     try:
         replica_pid = int(parent.stdout.readline())
@@ -339,10 +341,10 @@ def test_in_a_cgroup_a_group_sigterm_reaches_the_trainer_not_the_waiter(
 def test_in_a_cgroup_the_trainer_dies_with_a_sigkilled_controller(tmp_path: Path) -> None:
     log = tmp_path / "replica.log"
     parent = subprocess.Popen(
-        [sys.executable, "-I", str(SCRIPTS / "proc_parent.py"), str(log), "cgroup"],
+        [sys.executable, str(SCRIPTS / "proc_parent.py"), str(log), "cgroup"],
         stdout=subprocess.PIPE,
         cwd=tmp_path,
-        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+        env=_with_this_trials(),
     )
     try:
         line = parent.stdout.readline()

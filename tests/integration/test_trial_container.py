@@ -200,7 +200,7 @@ def test_the_journal_is_out_of_reach_and_a_planted_log_link_is_not_followed(tmp_
 
 
 def test_a_planted_log_link_is_not_followed_without_the_sandbox(tmp_path):
-    from trials.controller.process import start_replica
+    from trials.controller.spawn import start_replica
 
     victim = tmp_path / "journal.log"
     victim.write_text("precious\n")

@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from trials.controller.process import start_replica
+from trials.controller.spawn import start_replica
 from trials.controller.tree import CgroupTree
 
 here = os.path.dirname(os.path.abspath(__file__))

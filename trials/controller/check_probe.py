@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 from trials import files, protocol
 from trials.controller import launch, scorecard
 from trials.controller.identity_audit import AUDIT_ENV
-from trials.controller.process import Replica, start_replica
+from trials.controller.process import Replica
+from trials.controller.spawn import start_replica
 from trials.hypertune_file import parse_hypertune_text
 
 _POLL_S = 0.1

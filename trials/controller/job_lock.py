@@ -100,7 +100,7 @@ def repair_journal(url: str) -> None:
 
 def reap_job_leftovers(h: JobHandle) -> int:
     """Kill replicas a SIGKILLed controller left behind (recorded in each trial's pids.json)."""
-    from trials.controller.process import reap_leftovers
+    from trials.controller.proc_groups import reap_leftovers
 
     records = []
     for t in h.store.running_trials():

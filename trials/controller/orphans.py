@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 from trials import protocol
 from trials.controller import tree as tree_mod
-from trials.controller.process import _prctl
+from trials.controller.spawn import libc_prctl
 
 _PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 _PROC = "/proc"
@@ -76,7 +76,7 @@ def _dead(st: _Stat | None) -> bool:
 @functools.cache
 def become_subreaper() -> bool:
     """Make this process a child subreaper (once); False where the kernel does not offer it."""
-    prctl = _prctl()
+    prctl = libc_prctl()
     if prctl is None or prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         return False
     atexit.register(sweep_at_exit)

@@ -19,7 +19,8 @@ from typing import Any
 
 from trials import protocol
 from trials.controller import orphans, shim
-from trials.controller.process import Replica, start_replica
+from trials.controller.process import Replica
+from trials.controller.spawn import start_replica
 from trials.controller.tree import CgroupTree, ProcessTree
 
 OFF_VALUES = ("off", "0", "no", "false")

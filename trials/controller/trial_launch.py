@@ -14,7 +14,9 @@ from trials.controller import gcs_emulator, launch, sandbox, trial_files
 from trials.controller.devices import DeviceAllocator, DevicePlan, replica_env
 from trials.controller.effects import Clock, ReplicaFactory
 from trials.controller.metrics_reader import TrialMetricsReader
-from trials.controller.process import free_port, reap_leftovers, start_replica
+from trials.controller.proc_groups import reap_leftovers
+from trials.controller.process import free_port
+from trials.controller.spawn import start_replica
 from trials.controller.trial_run import TrialRun
 from trials.errors import ConfigError
 from trials.spec import JobSpec
