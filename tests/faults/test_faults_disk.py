@@ -37,20 +37,29 @@ def test_a_journal_that_cannot_grow_pauses_the_job_and_resume_finishes_it(jobs) 
               if t.user_attrs.get("state") == "SUCCEEDED"}
     limit = journal.stat().st_size + 2048
     resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (limit, limit))
+    assert_paused_with_one_line(proc, job_id)
+    assert_resume_finishes_and_keeps(jobs, job_id, before)
+
+
+def assert_paused_with_one_line(proc, job_id: str, *, says: str = "") -> None:
+    """The controller exited 1 with one 'disk is full' line naming `trials resume`, and no replica left."""
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, out[-2000:] + err
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1, err
-    assert "disk is full" in lines[0] and f"trials resume {job_id}" in lines[0], err
+    assert "disk is full" in lines[0] and says in lines[0] and f"trials resume {job_id}" in lines[0], err
     assert "internal error" not in err and "Traceback" not in err
     assert wait_no_processes(job_id) == [], "a replica outlived the paused controller"
 
+
+def assert_resume_finishes_and_keeps(jobs, job_id: str, before: dict) -> None:
+    """`trials resume` ends the 3-trial job SUCCEEDED, with what was recorded before the pause unchanged."""
     resumed = jobs.cli("resume", job_id, "--grace-period", "2", timeout=120)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr
     study = jobs.optuna_study(job_id)
     assert study.user_attrs["trials:state"] == "JOB_STATE_SUCCEEDED"
     assert [t.user_attrs["state"] for t in study.trials] == ["SUCCEEDED"] * 3
-    for number, (attrs, values) in before.items():  # what was recorded before the pause is kept
+    for number, (attrs, values) in before.items():
         assert study.trials[number].user_attrs == attrs and study.trials[number].values == values
 
 
@@ -91,23 +100,9 @@ def test_a_job_root_on_a_full_tmpfs_pauses_the_job_and_resume_finishes_it(jobs, 
         with open(filler, "wb", buffering=0) as f, contextlib.suppress(OSError):
             while True:
                 f.write(b"\0" * 4096)
-        out, err = proc.communicate(timeout=60)
-        assert proc.returncode == 1, out[-2000:] + err
-        lines = [line for line in err.splitlines() if line.strip()]
-        assert len(lines) == 1, err
-        assert "disk is full" in lines[0] and "No space left on device" in lines[0], err
-        assert f"trials resume {job_id}" in lines[0], err
-        assert "internal error" not in err and "Traceback" not in err
-        assert wait_no_processes(job_id) == [], "a replica outlived the paused controller"
-
+        assert_paused_with_one_line(proc, job_id, says="No space left on device")
         filler.unlink()  # space again
-        resumed = jobs.cli("resume", job_id, "--grace-period", "2", timeout=120)
-        assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr
-        study = jobs.optuna_study(job_id)
-        assert study.user_attrs["trials:state"] == "JOB_STATE_SUCCEEDED"
-        assert [t.user_attrs["state"] for t in study.trials] == ["SUCCEEDED"] * 3
-        for number, (attrs, values) in before.items():  # what was recorded before the pause is kept
-            assert study.trials[number].user_attrs == attrs and study.trials[number].values == values
+        assert_resume_finishes_and_keeps(jobs, job_id, before)
     finally:
         if proc is not None and proc.poll() is None:
             proc.kill()

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from trials.controller.proc_groups import read_stat
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "faults"))
 from faultkit import Jobs  # noqa: E402
 
@@ -53,11 +55,9 @@ with open(os.environ["CLOUD_ML_HP_METRIC_FILE"], "w") as f:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in "ZX"
-    except OSError:
-        return False
+    """Running, not a zombie (this machine's PID 1 may never reap orphans)."""
+    stat = read_stat(pid)
+    return stat is not None and stat.state not in "ZX"
 
 
 def _orphans(job_dir: Path, trial: str) -> list[int]:

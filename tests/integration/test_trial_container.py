@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from trials.controller.proc_groups import read_stat
+
 pytestmark = pytest.mark.integration
 
 TRAINER = str(Path(__file__).resolve().parent.parent / "scripts" / "container_trainer.py")
@@ -235,11 +237,9 @@ def test_grandchildren_that_call_setsid_die_with_the_trial_and_are_named(tmp_pat
 
 
 def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in "ZX"
-    except OSError:
-        return False
+    """Running, not a zombie (this machine's PID 1 may never reap orphans)."""
+    stat = read_stat(pid)
+    return stat is not None and stat.state not in "ZX"
 
 
 def test_without_namespaces_the_trials_run_as_before_and_it_is_said_once(tmp_path):
