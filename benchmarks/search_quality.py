@@ -64,6 +64,42 @@ def default_name(spec, n_trials: int) -> str:
     return choose_sampler_name(spec, n_trials=n_trials)
 
 
+def _gp_alternate(seed: int):
+    """Plain GP on odd trials, half-rank warped GP on even ones (a hedge between the two)."""
+    from trials.study.warped_gp import WarpedGPSampler
+
+    class Alternate(WarpedGPSampler):
+        def sample_relative(self, study, trial, search_space):
+            self._warps["half_rank_warp"] = trial.number % 2 == 0
+            return super().sample_relative(study, trial, search_space)
+
+    return Alternate(seed=seed, n_startup_trials=10)
+
+
+def _warped(**warps):
+    def build(seed: int):
+        from trials.study.warped_gp import WarpedGPSampler
+
+        return WarpedGPSampler(seed=seed, n_startup_trials=10, **warps)
+    return build
+
+
+def _tpe_multivariate(seed: int):
+    import optuna
+
+    return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True, n_startup_trials=10)
+
+
+# Candidates measured to choose the default (benchmarks/README.md part 3, "Choosing the default"); not in the
+# default grid: `grid --samplers gp-vizier-warp,gp-log-warp,gp-alternate,tpe-multivariate`.
+VARIANTS = {
+    "gp-vizier-warp": _warped(half_rank_warp=True, log=True),  # OSS Vizier's whole default label warping
+    "gp-log-warp": _warped(half_rank_warp=False, log=True),
+    "gp-alternate": _gp_alternate,
+    "tpe-multivariate": _tpe_multivariate,  # multivariate TPE without `group` (the default groups)
+}
+
+
 def build_sampler(name: str, spec, n_trials: int, seed: int):
     import optuna
 
@@ -73,6 +109,8 @@ def build_sampler(name: str, spec, n_trials: int, seed: int):
         return make_sampler(default_name(spec, n_trials), seed=seed)
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed)  # Optuna's defaults, as a user would write it
+    if name in VARIANTS:
+        return VARIANTS[name](seed)
     return make_sampler(name, seed=seed)
 
 
@@ -265,8 +303,11 @@ def _load(paths: Sequence[str]) -> list[dict[str, Any]]:
 
 
 def _same_as_default(path: str, prob: str, sampler: str, seed: int, batch: int, n_trials: int) -> dict | None:
-    """The default's finished run when ``sampler`` is what the default resolves to (the same sampler, seed)."""
-    if sampler == "default" or default_name(study_spec(problem(prob)), n_trials) != sampler:
+    """The default's finished run when ``sampler`` is what the default resolves to (the same sampler, seed).
+
+    Not for ``tpe``: the column is Optuna's plain TPESampler, the default's TPE is multivariate and grouped.
+    """
+    if sampler in ("default", "tpe") or default_name(study_spec(problem(prob)), n_trials) != sampler:
         return None
     try:
         runs = _load([path])

@@ -125,8 +125,26 @@ def test_sampler_rule():
     rnd = StudySpec(metrics=GRID_STUDY.metrics, parameters=GRID_STUDY.parameters, algorithm=Algorithm.RANDOM_SEARCH)
     assert samplers.choose_sampler_name(rnd, n_trials=5) == "random"
     default = StudySpec(metrics=GRID_STUDY.metrics, parameters=GRID_STUDY.parameters)
-    assert samplers.choose_sampler_name(default, n_trials=5) in ("tpe", "gp")
     assert samplers.choose_sampler_name(default, n_trials=5) == "tpe"  # conditional space: always TPE
+
+
+@pytest.mark.parametrize("gp", [True, False])
+def test_default_rule_for_a_flat_space(monkeypatch, gp):
+    monkeypatch.setattr(samplers, "gp_available", lambda: gp)
+    x = ParameterSpec(parameter_id="x", type=ParameterType.DOUBLE, min_value=0, max_value=1)
+    flat = StudySpec(metrics=(MetricSpec(metric_id="a"),), parameters=(x,))
+    assert samplers.choose_sampler_name(flat, n_trials=300) == ("gp-warped" if gp else "tpe")
+    assert samplers.choose_sampler_name(flat, n_trials=301) == "tpe"  # GP's cost grows cubically
+    two = StudySpec(metrics=(MetricSpec(metric_id="a"), MetricSpec(metric_id="b")), parameters=(x,))
+    assert samplers.choose_sampler_name(two, n_trials=5) == "tpe"
+
+
+def test_gp_needs_torch_and_scipy(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda m: None if m == "scipy" else real(m))
+    assert not samplers.gp_available()  # GPSampler imports scipy lazily: it would fail mid-job
 
 
 def test_one_id_under_two_parents_gets_two_optuna_names(tmp_path):

@@ -36,6 +36,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             from trials.spec.load import parse_spec
 
             parse_spec(to_rest(job), source="--algorithm GRID_SEARCH")  # re-validate the grid rule
+    if args.sampler:
+        from trials.study.samplers import check_choice
+
+        check_choice(args.sampler, job.study)  # before a job folder and id are used up
     command = args.local_command
     from trials.controller.trial_view import check_command
 
@@ -53,7 +57,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         job, root=args.root, job_id=args.job_id, spec_path=args.spec, storage=args.storage,
         base_output_dir=args.base_output_dir, project_number=args.project_number,
         local_command=command or None, seed=args.seed, gcs_root=args.gcs_root, stale_after_s=args.stale_after,
-        pass_env=args.pass_env,
+        pass_env=args.pass_env, sampler=args.sampler,
     )
     return _run_and_report(h, args, resume=False, plan=plan)
 
@@ -159,7 +163,8 @@ def _run_and_report(h: JobHandle, args: argparse.Namespace, *, resume: bool, joi
     if not args.quiet and not args.json_logs:
         who = f"worker {shared.me} joined " if join and shared is not None else ""
         print(f"{who}job {h.job_id}: {len(h.store.frozen_trials())} trials, "
-              f"{h.job.parallel_trial_count} in parallel; folder {h.job_dir}")
+              f"{h.job.parallel_trial_count} in parallel, sampler {h.store.get_meta('sampler')}; "
+              f"folder {h.job_dir}")
         if shared is not None and not join:
             print(f"more workers join with: trials worker {h.job_id} --storage {redact(h.storage_url)}")
     runner = job_run.run_job(h, options, progress=progress, resume=resume, lock=not join)

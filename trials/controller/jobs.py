@@ -18,7 +18,7 @@ from trials.controller.job import QUEUED
 from trials.errors import ConfigError, JobNotFoundError, StorageError
 from trials.spec import Algorithm, JobSpec, LocalOptions
 from trials.storage_url import JOURNAL_FILE, redact
-from trials.study.samplers import choose_sampler_name, make_sampler
+from trials.study.samplers import check_choice, choose_sampler_name, make_sampler
 from trials.study.space import grid_size
 from trials.study.storage import open_storage
 from trials.study.store import JobStore
@@ -119,7 +119,9 @@ def create_job(job: JobSpec, *, root: str, job_id: str | None, spec_path: str | 
                storage: str | None, base_output_dir: str | None, project_number: str | None,
                local_command: Sequence[str] | None, cwd: str | None = None,
                seed: int | None = None, gcs_root: str | None = None,
-               pass_env: Sequence[str] = (), stale_after_s: float | None = None) -> JobHandle:
+               pass_env: Sequence[str] = (), stale_after_s: float | None = None,
+               sampler: str | None = None) -> JobHandle:
+    """Create a job (its folder, storage and WAITING trials); ``sampler`` overrides the default rule's choice."""
     if job.trial_job is None and not local_command:  # before the folder and id are used up
         raise ConfigError(f"{spec_path or 'the spec'} has no trialJobSpec and no command: give the "
                           f"trial command after --, e.g. trials sweep SPEC -- python train.py")
@@ -134,7 +136,7 @@ def create_job(job: JobSpec, *, root: str, job_id: str | None, spec_path: str | 
     n = job.max_trial_count
     if job.study.algorithm is Algorithm.GRID_SEARCH:
         n = min(n, grid_size(job.study))
-    sampler = choose_sampler_name(job.study, n_trials=n)
+    sampler = check_choice(sampler, job.study) if sampler else choose_sampler_name(job.study, n_trials=n)
     # Everything that can refuse the options runs before the job folder exists: a bad
     # --base-output-dir or --storage leaves nothing behind.
     meta: dict[str, Any] = {

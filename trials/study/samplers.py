@@ -7,20 +7,26 @@ import warnings
 
 import optuna
 
+from trials.errors import ConfigError
 from trials.spec import Algorithm, StudySpec
+
+# What --sampler accepts (a local choice for ALGORITHM_UNSPECIFIED; Vertex has no such field), and the
+# extra each needs.
+CHOICES = {"gp-warped": "gp", "gp": "gp", "tpe": "", "cmaes": "cmaes", "random": ""}
 
 
 def gp_available() -> bool:
-    """Whether GPSampler can run (it needs torch)."""
-    return importlib.util.find_spec("torch") is not None
+    """Whether GPSampler can run (it needs torch and scipy)."""
+    return all(importlib.util.find_spec(m) is not None for m in ("torch", "scipy"))
 
 
 def choose_sampler_name(study: StudySpec, *, n_trials: int) -> str:
     """The documented rule for ALGORITHM_UNSPECIFIED.
 
-    GP (Optuna's GPSampler) when torch is installed, the study has one metric, no conditional
-    parameters and at most 300 trials (GP costs ~0.6 s per trial here and grows cubically);
-    otherwise multivariate TPE (grouped for conditional spaces, constant liar for parallel trials).
+    ``gp-warped`` (Optuna's GPSampler fitted to Vizier-style warped values, :mod:`warped_gp`) when
+    torch and scipy are installed, the study has one metric, no conditional parameters and at most
+    300 trials (a GP's cost grows cubically with the trials); otherwise multivariate TPE (grouped for
+    conditional spaces, constant liar for parallel trials). Chosen on ``benchmarks/README.md`` part 3.
     """
     if study.algorithm is Algorithm.RANDOM_SEARCH:
         return "random"
@@ -28,17 +34,42 @@ def choose_sampler_name(study: StudySpec, *, n_trials: int) -> str:
         return "grid"
     conditional = any(p.conditionals for p in study.parameters)
     if gp_available() and len(study.metrics) == 1 and not conditional and n_trials <= 300:
-        return "gp"
+        return "gp-warped"
     return "tpe"
 
 
+def check_choice(name: str, study: StudySpec, *, source: str = "--sampler") -> str:
+    """``name`` when the study can use it; otherwise a ConfigError naming the flag and what is wrong."""
+    if name not in CHOICES:
+        raise ConfigError(f"{source}: expected one of {', '.join(CHOICES)}, got {name!r}")
+    if study.algorithm is not Algorithm.ALGORITHM_UNSPECIFIED:
+        raise ConfigError(f"{source} {name}: only for algorithm ALGORITHM_UNSPECIFIED, the spec's is "
+                          f"{study.algorithm.name}")
+    if name in ("gp-warped", "gp") and not gp_available():
+        raise ConfigError(f"{source} {name}: needs torch and scipy, which are not installed: "
+                          f"pip install 'trials[gp]'")
+    if name == "cmaes":
+        if importlib.util.find_spec("cmaes") is None:
+            raise ConfigError(f"{source} cmaes: needs the cmaes package, which is not installed: "
+                              f"pip install 'trials[cmaes]'")
+        if len(study.metrics) > 1:
+            raise ConfigError(f"{source} cmaes: expected one metric (CMA-ES is single-objective), "
+                              f"got {len(study.metrics)}")
+    return name
+
+
 def make_sampler(name: str, *, seed: int | None, n_startup: int = 10) -> optuna.samplers.BaseSampler:
-    """The sampler named by :func:`choose_sampler_name` (or ``cmaes``)."""
+    """The sampler named by :func:`choose_sampler_name`, or ``gp`` (plain GPSampler: jobs created before
+    ``gp-warped`` was the default keep it) or ``cmaes`` (benchmarks)."""
     if name in ("random", "grid"):
         # Grid points are enqueued as fixed params; the sampler only fills nothing.
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "gp":
         return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup)
+    if name == "gp-warped":
+        from trials.study.warped_gp import WarpedGPSampler
+
+        return WarpedGPSampler(seed=seed, n_startup_trials=n_startup)
     if name == "cmaes":
         return optuna.samplers.CmaEsSampler(seed=seed, n_startup_trials=n_startup)
     with warnings.catch_warnings():  # `group` is marked experimental in Optuna; it is what we want

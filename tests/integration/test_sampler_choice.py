@@ -1,0 +1,71 @@
+"""`trials sweep --sampler`: a local choice of Optuna sampler for ALGORITHM_UNSPECIFIED, kept on resume."""
+
+import subprocess
+import sys
+
+import pytest
+
+from trials.study import samplers
+
+SPEC = """\
+studySpec:
+  metrics:
+  - metricId: loss
+    goal: MINIMIZE
+  parameters:
+  - parameterId: x
+    doubleValueSpec: {minValue: -5, maxValue: 10}
+maxTrialCount: 2
+parallelTrialCount: 1
+"""
+TRAIN = """\
+import argparse, hypertune
+p = argparse.ArgumentParser(); p.add_argument("--x", type=float); a = p.parse_args()
+hypertune.HyperTune().report_hyperparameter_tuning_metric(
+    hyperparameter_metric_tag="loss", metric_value=(a.x - 1) ** 2, global_step=1)
+"""
+
+
+def trials_cli(*argv, cwd):
+    return subprocess.run([sys.executable, "-m", "trials", *argv], capture_output=True, text=True, cwd=cwd)
+
+
+@pytest.fixture
+def job_files(tmp_path):
+    (tmp_path / "spec.yaml").write_text(SPEC)
+    (tmp_path / "train.py").write_text(TRAIN)
+    return tmp_path
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--sampler", "nope"], "trials: error: --sampler: expected one of gp-warped, gp, tpe, cmaes, random, got 'nope'"),
+    (["--sampler", "tpe", "--algorithm", "RANDOM_SEARCH"],
+     "trials: error: --sampler tpe: only for algorithm ALGORITHM_UNSPECIFIED, the spec's is RANDOM_SEARCH"),
+])
+def test_a_bad_choice_is_one_line_and_leaves_nothing(job_files, argv, message):
+    out = trials_cli("sweep", "spec.yaml", *argv, "--", sys.executable, "train.py", cwd=job_files)
+    assert (out.returncode, out.stdout, out.stderr) == (2, "", message + "\n")
+    assert not (job_files / "trials-jobs").exists()
+
+
+def test_a_missing_package_names_the_extra(job_files, monkeypatch):
+    monkeypatch.setattr(samplers, "gp_available", lambda: False)
+    from trials.errors import ConfigError
+    from trials.spec.load import load_spec
+
+    study = load_spec(str(job_files / "spec.yaml")).study
+    with pytest.raises(ConfigError, match=r"--sampler gp-warped: needs torch and scipy.*pip install 'trials\[gp\]'"):
+        samplers.check_choice("gp-warped", study)
+    assert samplers.check_choice("tpe", study) == "tpe"
+
+
+@pytest.mark.integration
+def test_the_chosen_sampler_runs_and_is_kept_on_resume(job_files):
+    out = trials_cli("sweep", "spec.yaml", "--sampler", "random", "--job-id", "j", "--seed", "1",
+                     "--", sys.executable, "train.py", cwd=job_files)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("job j: 2 trials, 1 in parallel, sampler random; folder ")
+    out = trials_cli("resume", "j", "--max-trial-count", "3", cwd=job_files)
+    assert out.returncode == 0, out.stderr
+    assert ", sampler random; folder " in out.stdout.splitlines()[1]  # after "job j: added 1 trials"
+    assert "3 succeeded" in out.stdout
