@@ -69,3 +69,21 @@ def test_the_chosen_sampler_runs_and_is_kept_on_resume(job_files):
     assert out.returncode == 0, out.stderr
     assert ", sampler random; folder " in out.stdout.splitlines()[1]  # after "job j: added 1 trials"
     assert "3 succeeded" in out.stdout
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not samplers.gp_available(), reason="the default's GP needs torch and scipy (trials[gp])")
+def test_the_default_warped_gp_suggests_in_a_real_job(job_files):
+    """ALGORITHM_UNSPECIFIED with torch: trials 11 and 12 come from the warped GP (10 random trials first)."""
+    spec = (job_files / "spec.yaml").read_text().replace("maxTrialCount: 2", "maxTrialCount: 12")
+    (job_files / "spec.yaml").write_text(spec)
+    out = trials_cli("sweep", "spec.yaml", "--job-id", "g", "--seed", "3", "--", sys.executable, "train.py",
+                     cwd=job_files)
+    assert out.returncode == 0, out.stderr
+    assert ", sampler gp-warped; folder " in out.stdout and "12 succeeded" in out.stdout
+    from trials.controller.jobs import open_job
+
+    h = open_job("g", root=str(job_files / "trials-jobs"), storage=None)
+    by_gp = [t.number for t in h.store.frozen_trials() if any(k.startswith("gp:relative_params")
+                                                              for k in t.system_attrs)]
+    assert by_gp == [10, 11]
