@@ -7,7 +7,8 @@ interpreter start and imports count everywhere:
 - floor: the trial processes spawned back to back (1 or 2 lanes), no controller, no storage;
 - naive: what a user writes without us: Optuna TPE ask/tell on SQLite, one subprocess per trial,
   the hypertune file read at exit (``slots`` threads each running ask -> run -> tell);
-- sweep: ``python -m trials sweep SPEC -- python busy.py`` (journal storage, default algorithm).
+- sweep: ``python -m trials sweep SPEC --sampler tpe -- python busy.py`` (journal storage; TPE as in the
+  naive loop: with torch installed the default would be the GP, whose ~50 ms per suggestion is part 3's).
 
 Per-trial overhead = (wall - the trials' own CPU work / slots) / trials. Each trial appends its own
 start and end time to ``BENCH_TIMES``, which splits the sweep's gap between two trials of a slot into
@@ -172,9 +173,11 @@ def write_spec(path: str, n_trials: int, slots: int, *, algorithm: str | None = 
         f.write("\n".join(lines) + "\n")
 
 
-def sweep_command(spec: str, root: str, job_id: str, argv: list[str], *, profile: str | None = None) -> list[str]:
+def sweep_command(spec: str, root: str, job_id: str, argv: list[str], *, profile: str | None = None,
+                  sampler: str | None = None) -> list[str]:
     head = [report.PYTHON] + (["-m", "cProfile", "-o", profile] if profile else []) + ["-m", "trials"]
-    return head + ["sweep", spec, "--root", root, "--job-id", job_id, "--seed", "0", "--", *argv]
+    choice = ["--sampler", sampler] if sampler else []
+    return head + ["sweep", spec, "--root", root, "--job-id", job_id, "--seed", "0", *choice, "--", *argv]
 
 
 def run_mode(mode: str, sizes: Sizes, slots: int, *, profile: str | None = None) -> dict[str, Any]:
@@ -186,7 +189,8 @@ def run_mode(mode: str, sizes: Sizes, slots: int, *, profile: str | None = None)
         if mode == "sweep":
             spec = os.path.join(workdir, "spec.yaml")
             write_spec(spec, sizes.n_trials, slots)
-            cmd = sweep_command(spec, os.path.join(workdir, "jobs"), "bench", trainer_argv(sizes), profile=profile)
+            cmd = sweep_command(spec, os.path.join(workdir, "jobs"), "bench", trainer_argv(sizes), profile=profile,
+                                sampler="tpe")
         else:
             cmd = [report.PYTHON, "-m", "benchmarks.controller_overhead", mode, str(slots), workdir,
                    _sizes_json(sizes)]
