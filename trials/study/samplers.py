@@ -10,9 +10,8 @@ import optuna
 from trials.errors import ConfigError
 from trials.spec import Algorithm, StudySpec
 
-# What --sampler accepts (a local choice for ALGORITHM_UNSPECIFIED; Vertex has no such field), and the
-# extra each needs.
-CHOICES = {"gp-warped": "gp", "gp": "gp", "tpe": "", "cmaes": "cmaes", "random": ""}
+# What --sampler accepts (a local choice for ALGORITHM_UNSPECIFIED; Vertex has no such field).
+CHOICES = ("gp-warped", "gp", "tpe", "cmaes", "random")
 
 
 def gp_available() -> bool:
