@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
 from benchmarks import controller_overhead as co
@@ -12,6 +13,7 @@ from benchmarks import early_stopping as es
 from benchmarks import report, scale
 from benchmarks import search_problems as sp
 from benchmarks import search_quality as sq
+from trials.study.samplers import gp_available
 
 TINY = co.Sizes(n_trials=2, epochs=2, work_ms=1.0, repeats=1, profile_trials=2)
 
@@ -40,6 +42,50 @@ def test_search_summary_flags_a_default_worse_than_the_best_beyond_noise():
     assert cell["best"] == "tpe" and not cell["default_within_noise"]
     assert summary["default_never_worse_than_best_beyond_noise"] is False
     assert "| branin " in sq.render(summary, [1], "note")
+
+
+def test_search_summary_counts_a_seed_once_when_it_ran_to_40_and_to_100_trials():
+    runs = [{"problem": "branin", "sampler": s, "seed": seed, "batch": 1, "regret": [1.0] * n,
+             "suggest_s_per_trial": 0.1} for s in ("default", "tpe") for seed in (0, 1, 2) for n in (40,)]
+    runs.append({"problem": "branin", "sampler": "tpe", "seed": 0, "batch": 1, "regret": [1.0] * 39 + [0.5] * 61,
+                 "suggest_s_per_trial": 0.1})  # seed 0 again, run on to 100 trials
+    cells = sq.summarize(runs, [40, 100])["cells"]
+    assert cells["branin@40x1"]["samplers"]["tpe"]["n"] == 3  # not 4: the same seed's two runs are one
+    assert cells["branin@40x1"]["samplers"]["tpe"]["median"] == 1.0
+    assert "branin@100x1" not in cells  # the default reached 100 with no seed
+
+
+def test_half_log_keeps_the_better_half_and_compresses_the_worse_one_smoothly():
+    y = np.array([-1e6, -1e3, -10.0, -3.0, -2.0, -1.0, 0.0])  # labels to maximise: a heavy bad tail
+    w, dw = sq.half_log(y)
+    assert (w[y >= np.median(y)] == y[y >= np.median(y)]).all()
+    assert (np.diff(w) > 0).all()  # monotone
+    assert w[0] > -1e6 and w[0] - w[1] < 50  # a million times further away becomes a few spreads
+    eps = 1e-6  # dw is the derivative (the evidence's Jacobian); moving a worse value moves no median or spread
+    for i in (0, 1, 2, 5):
+        moved = y.copy()
+        moved[i] += eps
+        assert (sq.half_log(moved)[0][i] - w[i]) / eps == pytest.approx(dw[i], rel=1e-3)
+    assert dw[0] < 1e-3 < dw[2] < dw[5] == 1.0
+    assert sq.half_log(np.array([2.0, 2.0, 2.0]))[1] is None
+
+
+@pytest.mark.skipif(not gp_available(), reason="GPSampler needs torch and scipy")
+def test_evidence_choice_warps_a_heavy_tailed_objective_and_not_a_smooth_one():
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    chosen = {}
+    for name, fn in (("heavy", lambda x, y: math.exp(3 * abs(x)) + math.exp(3 * abs(y))),
+                     ("smooth", lambda x, y: (x - 0.3) ** 2 + (y + 0.2) ** 2)):
+        sampler = sq.VARIANTS["gp-select"](0)
+        study = optuna.create_study(sampler=sampler)
+        for _ in range(16):
+            trial = study.ask()
+            study.tell(trial, fn(trial.suggest_float("x", -5, 5), trial.suggest_float("y", -5, 5)))
+        chosen[name] = [warped for _, warped, _ in sampler.choices]
+    assert len(chosen["heavy"]) == 6 and all(chosen["heavy"][-3:])
+    assert not any(chosen["smooth"][-3:])
 
 
 def test_stopping_replay_counts_work_stops_and_futile_stops():

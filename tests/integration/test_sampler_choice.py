@@ -38,7 +38,8 @@ def job_files(tmp_path):
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["--sampler", "nope"], "trials: error: --sampler: expected one of gp-warped, gp, tpe, cmaes, random, got 'nope'"),
+    (["--sampler", "nope"],
+     "trials: error: --sampler: expected one of gp-warped, gp, tpe, cmaes, random, vizier, got 'nope'"),
     (["--sampler", "tpe", "--algorithm", "RANDOM_SEARCH"],
      "trials: error: --sampler tpe: only for algorithm ALGORITHM_UNSPECIFIED, the spec's is RANDOM_SEARCH"),
 ])
@@ -57,6 +58,44 @@ def test_a_missing_package_names_the_extra(job_files, monkeypatch):
     with pytest.raises(ConfigError, match=r"--sampler gp-warped: needs torch and scipy.*pip install 'trials\[gp\]'"):
         samplers.check_choice("gp-warped", study)
     assert samplers.check_choice("tpe", study) == "tpe"
+
+
+def test_vizier_needs_its_extra_one_metric_and_a_flat_space(job_files, monkeypatch):
+    from trials.errors import ConfigError
+    from trials.spec.load import load_spec
+    from trials.study import vizier
+
+    monkeypatch.setattr(vizier, "available", lambda: False)
+    study = load_spec(str(job_files / "spec.yaml")).study
+    missing = r"^--sampler vizier: needs google-vizier and jax.*pip install 'trials\[vizier\]'$"
+    with pytest.raises(ConfigError, match=missing):
+        samplers.check_choice("vizier", study)
+    monkeypatch.setattr(vizier, "available", lambda: True)
+    assert samplers.check_choice("vizier", study) == "vizier"
+    two = SPEC.replace("    goal: MINIMIZE\n", "    goal: MINIMIZE\n  - metricId: acc\n    goal: MAXIMIZE\n")
+    (job_files / "two.yaml").write_text(two)
+    with pytest.raises(ConfigError, match=r"^--sampler vizier: expected one metric, got 2$"):
+        samplers.check_choice("vizier", load_spec(str(job_files / "two.yaml")).study)
+    (job_files / "cond.yaml").write_text(CONDITIONAL)
+    with pytest.raises(ConfigError, match=r"^--sampler vizier: expected a flat search space .* under 'kind'$"):
+        samplers.check_choice("vizier", load_spec(str(job_files / "cond.yaml")).study)
+
+
+CONDITIONAL = """\
+studySpec:
+  metrics:
+  - metricId: loss
+    goal: MINIMIZE
+  parameters:
+  - parameterId: kind
+    categoricalValueSpec: {values: [a, b]}
+    conditionalParameterSpecs:
+    - parentCategoricalValues: {values: [a]}
+      parameterSpec:
+        parameterId: x
+        doubleValueSpec: {minValue: 0, maxValue: 1}
+maxTrialCount: 2
+"""
 
 
 @pytest.mark.integration
@@ -87,3 +126,28 @@ def test_the_default_warped_gp_suggests_in_a_real_job(job_files):
     by_gp = [t.number for t in h.store.frozen_trials() if any(k.startswith("gp:relative_params")
                                                               for k in t.system_attrs)]
     assert by_gp == [10, 11]
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not __import__("trials.study.vizier", fromlist=["available"]).available(),
+                    reason="OSS Vizier needs google-vizier and jax (trials[vizier])")
+def test_vizier_suggests_in_a_real_job(job_files):
+    """Trials 2 and 3 come from OSS Vizier's designer: the same history and seed give the same parameters."""
+    spec = job_files / "spec.yaml"
+    spec.write_text(spec.read_text().replace("maxTrialCount: 2", "maxTrialCount: 3"))
+    out = trials_cli("sweep", "spec.yaml", "--sampler", "vizier", "--job-id", "v", "--seed", "5",
+                     "--", sys.executable, "train.py", cwd=job_files)
+    assert out.returncode == 0, out.stderr
+    assert ", sampler vizier; folder " in out.stdout and "3 succeeded" in out.stdout
+    from optuna.study import StudyDirection
+
+    from trials.controller.jobs import open_job
+    from trials.study import vizier
+
+    trials = open_job("v", root=str(job_files / "trials-jobs"), storage=None).store.frozen_trials()
+    assert not any(vizier.ERROR_ATTR in t.system_attrs for t in trials)
+    space = trials[1].distributions
+    for i in (1, 2):
+        req = vizier.request(space, StudyDirection.MINIMIZE,
+                             trials[:i], [], seed=5 + i)
+        assert vizier.suggest_in_child(req)["x"] == pytest.approx(trials[i].params["x"], abs=1e-12)

@@ -114,8 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-failed-trial-count", type=int)
     p.add_argument("--algorithm", choices=("ALGORITHM_UNSPECIFIED", "GRID_SEARCH", "RANDOM_SEARCH"))
     p.add_argument("--sampler", metavar="NAME",
-                   help="local only, for ALGORITHM_UNSPECIFIED: gp-warped | gp | tpe | cmaes | random instead of "
-                   "the default rule's choice (kept on resume; not part of an exported job)")
+                   help="local only, for ALGORITHM_UNSPECIFIED: gp-warped | gp | tpe | cmaes | random | vizier "
+                   "instead of the default rule's choice; vizier is OSS Vizier's default designer, Vertex's own "
+                   "algorithm, seconds per trial (kept on resume; not part of an exported job)")
     p.add_argument("--base-output-dir")
     p.add_argument("--gcs-root", help="local directory standing in for /gcs (default: <job>/gcs)")
     p.add_argument("--project-number", help="CLOUD_ML_PROJECT_ID given to trials (default 000000000000)")

@@ -11,7 +11,7 @@ from trials.errors import ConfigError
 from trials.spec import Algorithm, StudySpec
 
 # What --sampler accepts (a local choice for ALGORITHM_UNSPECIFIED; Vertex has no such field).
-CHOICES = ("gp-warped", "gp", "tpe", "cmaes", "random")
+CHOICES = ("gp-warped", "gp", "tpe", "cmaes", "random", "vizier")
 
 
 def gp_available() -> bool:
@@ -47,6 +47,18 @@ def check_choice(name: str, study: StudySpec, *, source: str = "--sampler") -> s
     if name in ("gp-warped", "gp") and not gp_available():
         raise ConfigError(f"{source} {name}: needs torch and scipy, which are not installed: "
                           f"pip install 'trials[gp]'")
+    if name == "vizier":
+        from trials.study import vizier
+
+        if not vizier.available():
+            raise ConfigError(f"{source} vizier: needs google-vizier and jax, which are not installed: "
+                              f"pip install 'trials[vizier]'")
+        if len(study.metrics) > 1:
+            raise ConfigError(f"{source} vizier: expected one metric, got {len(study.metrics)}")
+        conditional = [p.parameter_id for p in study.parameters if p.conditionals]
+        if conditional:
+            raise ConfigError(f"{source} vizier: expected a flat search space (OSS Vizier's designer has no "
+                              f"conditional parameters), got conditional parameters under {conditional[0]!r}")
     if name == "cmaes":
         if importlib.util.find_spec("cmaes") is None:
             raise ConfigError(f"{source} cmaes: needs the cmaes package, which is not installed: "
@@ -59,7 +71,7 @@ def check_choice(name: str, study: StudySpec, *, source: str = "--sampler") -> s
 
 def make_sampler(name: str, *, seed: int | None, n_startup: int = 10) -> optuna.samplers.BaseSampler:
     """The sampler named by :func:`choose_sampler_name`, or ``gp`` (plain GPSampler: jobs created before
-    ``gp-warped`` was the default keep it) or ``cmaes`` (benchmarks)."""
+    ``gp-warped`` was the default keep it), ``cmaes`` or ``vizier`` (OSS Vizier's default designer)."""
     if name in ("random", "grid"):
         # Grid points are enqueued as fixed params; the sampler only fills nothing.
         return optuna.samplers.RandomSampler(seed=seed)
@@ -69,6 +81,10 @@ def make_sampler(name: str, *, seed: int | None, n_startup: int = 10) -> optuna.
         from trials.study.warped_gp import WarpedGPSampler
 
         return WarpedGPSampler(seed=seed, n_startup_trials=n_startup)
+    if name == "vizier":
+        from trials.study.vizier import VizierSampler
+
+        return VizierSampler(seed=seed)
     if name == "cmaes":
         return optuna.samplers.CmaEsSampler(seed=seed, n_startup_trials=n_startup)
     with warnings.catch_warnings():  # `group` is marked experimental in Optuna; it is what we want
