@@ -158,6 +158,7 @@ def suggest_in_child(req: dict[str, Any], *, timeout: float = TIMEOUT_S) -> dict
     env = dict(os.environ)
     env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     env.setdefault("JAX_PLATFORMS", "cpu")
+    env["PYTHONSAFEPATH"] = "1"  # Python 3.11+: a trials/ folder in the job's working directory is not imported
     proc = subprocess.run([sys.executable, "-m", "trials.study.vizier"], input=json.dumps(req).encode(),
                           capture_output=True, timeout=timeout, env=env, check=False)
     if proc.returncode != 0:
