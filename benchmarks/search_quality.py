@@ -198,7 +198,7 @@ def _tpe_multivariate(seed: int):
 
 
 # Candidates measured to choose the default (benchmarks/README.md part 3, "Choosing the default"); not in the
-# default grid: `grid --samplers gp-vizier-warp,gp-log-warp,gp-alternate,tpe-multivariate`.
+# default grid: `grid --samplers gp-select,gp-select-rank,gp-vizier-warp,gp-log-warp,gp-alternate,...`.
 VARIANTS = {
     "gp-vizier-warp": _warped(half_rank_warp=True, log=True),  # OSS Vizier's whole default label warping
     "gp-log-warp": _warped(half_rank_warp=False, log=True),
