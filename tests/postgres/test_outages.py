@@ -146,13 +146,21 @@ def _trial_processes(marker: str) -> list[int]:
     return found
 
 
-def _gone_for_good(tmp_path, proxied_url, job_id, env=None):
-    """A worker running a long trial, then its database refuses every connection for good."""
+def _gone_for_good(tmp_path, proxied_url, job_id, env=None, pg_url=None):
+    """A worker running a long trial, then its database refuses every connection for good.
+
+    With ``pg_url`` (the database reached directly, not through the proxy), the outage starts only once
+    the worker has recorded one of the trial's reports: the trainer's own event comes before the
+    controller reads its metric file and records it.
+    """
     proxy, url = proxied_url
     create_job(tmp_path, url, job_id, points=2, parallel=1, epochs=400, sleep=0.2)
     worker = start_worker(tmp_path, url, job_id, name="w", env=env)
     wait_for(lambda: any(e["event"] == "epoch" and e["epoch"] >= 2 for e in events(tmp_path)), 30,
              "the first trial to report")
+    if pg_url is not None:
+        wait_for(lambda: any(t.intermediate_values for t in _stored(pg_url, job_id)[1]), 30,
+                 "the worker to record the first trial's report")
     proxy.down.set()
     proxy.close()  # the listener is gone: every connection is refused from now on
     for _ in range(3):  # and none accepted just before it closed lives on
@@ -171,7 +179,7 @@ def _stored(pg_url, job_id):
 
 def test_a_stop_signal_ends_a_workers_retry_through_a_database_gone_for_good(tmp_path, proxied_url, pg_url,
                                                                              job_id):
-    worker = _gone_for_good(tmp_path, proxied_url, job_id)
+    worker = _gone_for_good(tmp_path, proxied_url, job_id, pg_url=pg_url)
     try:
         wait_for(lambda: "database unreachable" in output(tmp_path, "w"), 30, "the worker to see the outage")
         time.sleep(1.0)  # well inside the retry
