@@ -19,6 +19,7 @@ from trials.controller import jobs as controller
 from trials.controller.job import JobRunner
 from trials.records import JobState
 from trials.spec.load import loads_spec
+from trials.timefmt import rfc3339
 
 SPEC = """\
 metrics: {{loss: minimize}}
@@ -92,6 +93,7 @@ class FakeReplica:
     script: Script
     start: float = 0.0
     returncode: int | None = None
+    exited_wall: float | None = None
     stop_requested_at: float | None = None
     oom_killed: bool = False
     signals: list[int] = field(default_factory=list)
@@ -113,6 +115,8 @@ class FakeReplica:
             self._report(step)
         if due == s.steps and self.name.endswith("-0"):
             self.returncode = s.exit_code
+            # what the SIGCHLD handler notes (exit_times): the exit's own time, however late the poll
+            self.exited_wall = self.clock.wall() - (elapsed - s.steps * s.step_s)
 
     def _report(self, step: int) -> None:
         x = float(self.env.get("X", "0.5"))
@@ -261,6 +265,33 @@ def test_an_exit_between_two_polls_is_classified_on_the_next_pass(tmp_path: Path
     assert t.user_attrs["state"] == "SUCCEEDED"
     assert run.attempts(0) == [139, 0]
     assert run.steps(0) == [1, 2, 3, 4]
+
+
+def test_a_trial_that_ends_while_the_loop_waits_on_a_suggestion_is_recorded_at_its_exit(tmp_path: Path) -> None:
+    # Trial 2 exits at 10 s while the loop is inside trial 3's suggestion (20 s, as OSS Vizier's can
+    # take): its end time is its exit's, not the time the loop came back (before: 23 s).
+    def slow_third_claim(runner: JobRunner) -> list[Any]:
+        claim, calls = runner.next_claim, []
+
+        def next_claim(now: float) -> Any:
+            calls.append(now)
+            if len(calls) == 3:
+                runner.clock.sleep(20.0)  # type: ignore[attr-defined]
+            return claim(now)
+
+        runner.next_claim = next_claim  # type: ignore[method-assign]
+        return []
+
+    # the timeout counts from a trial's start: trial 3's (12 s to run) starts after its 20 s suggestion
+    run = replay(tmp_path, lambda trial, attempt: Script(steps={"1": 3, "2": 10}.get(trial, 12)), n=3,
+                 parallel=2, hooks=slow_third_claim, extra="timeout: 15")
+    assert run.state == JobState.SUCCEEDED, [t.user_attrs.get("infeasible_reason") for t in run.trials]
+    ends = {t.number + 1: t.user_attrs["end_time"] for t in run.trials}
+    assert ends[2] == rfc3339(1_800_000_000.0 + 1000.0 + 10.0), ends
+    assert run.trials[1].user_attrs["attempts"][-1]["time"] == ends[2]
+    assert ends[3] == rfc3339(1_800_000_000.0 + 1000.0 + 23.0 + 12.0), ends  # it started after the suggestion
+    seconds = {d["trial_id"]: round(d["seconds"], 6) for e, d in run.events if e == "trial_done"}
+    assert seconds == {"1": 3.0, "2": 10.0, "3": 12.0}, seconds  # the progress line's "after 10.0s"
 
 
 def test_chaos_injection_during_start_up_restarts_the_replica(tmp_path: Path) -> None:

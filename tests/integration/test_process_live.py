@@ -359,3 +359,24 @@ def test_in_a_cgroup_the_trainer_dies_with_a_sigkilled_controller(tmp_path: Path
         parent.stdout.close()
     assert wait_gone(waiter_pid, timeout_s=5.0)
     assert wait_gone(trainer_pid, timeout_s=5.0)
+
+
+def test_an_exit_while_the_controller_is_busy_is_timed_at_its_sigchld_not_at_the_reap(tmp_path: Path) -> None:
+    # The job loop reaps once per pass; a pass waits while a sampler computes a suggestion (seconds,
+    # OSS Vizier's 12-25 s). The SIGCHLD handler notes the exit's time; the reap takes it.
+    from trials.controller.signals import LoopSignals
+
+    restore = LoopSignals().install(lambda signum: None)
+    try:
+        started = time.time()
+        replica = start(tmp_path, py("proc_exit.py", "0"))
+        seen = None
+        while seen is None or time.time() < seen + 3.0:  # busy in Python, as a sampler is
+            if seen is None and os.waitid(os.P_PID, replica.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT):
+                seen = time.time()
+        reaped = time.time()
+        assert replica.poll() == 0
+    finally:
+        restore()
+    assert replica.exited_wall is not None
+    assert started <= replica.exited_wall <= seen + 1.0 < reaped - 1.0, (started, replica.exited_wall, seen, reaped)

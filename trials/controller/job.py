@@ -141,6 +141,7 @@ class JobRunner(JobProgress):
                     self.store.set_trial_attrs(claimed.storage_id, **active_attrs(self, claimed))
             if claimed is None:
                 return
+            now = self.clock.monotonic()  # a suggestion can take seconds: the trial starts now
             self._launch(claimed, now)
 
     def _launch(self, claimed: Claimed, now: float) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from trials import files
+from trials.controller import exit_times
 from trials.controller.echo import Echo
 from trials.controller.proc_groups import Clock, group_alive, group_rss_bytes, kill_group
 from trials.controller.tree import ProcessTree
@@ -75,6 +76,7 @@ class Replica:
         self.start_time = start_time
         self.started_at = time.monotonic()
         self.returncode: int | None = None
+        self.exited_wall: float | None = None  # wall time the leader exited (see ``exit_times``)
         self.oom_killed = False
         self.stop_requested_at: float | None = None
         self.killed_at: float | None = None
@@ -104,6 +106,8 @@ class Replica:
         """Reap the leader if it exited; return its Vertex-style exit status, else None."""
         if self.returncode is None:
             self.returncode = self._proc.poll()
+            if self.returncode is not None:
+                self.exited_wall = exit_times.take(self.pid) or time.time()
         return self.exit_status
 
     def record(self) -> dict[str, Any]:

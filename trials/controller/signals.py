@@ -5,7 +5,8 @@ cancelled cleanly, its replicas stopped, instead of the controller dying at once
 leaving the job RUNNING with replicas behind.
 
 A replica's exit wakes the loop at once (SIGCHLD → the wake-up fd → ``select``) instead of after
-a poll interval, so a finished trial's slot is refilled without delay. Outside the main thread
+a poll interval, so a finished trial's slot is refilled without delay; the handler also notes when
+each replica exited (``exit_times``), for a loop busy elsewhere meanwhile. Outside the main thread
 (where Python cannot install handlers) the loop just sleeps.
 """
 
@@ -17,6 +18,8 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+
+from trials.controller import exit_times
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -42,7 +45,7 @@ class LoopSignals:
         os.set_blocking(w, False)
         self._wake_r = r
         old_wakeup = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
-        previous[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, lambda s, f: None)
+        previous[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, lambda s, f: exit_times.note_exits())
 
         def restore() -> None:
             signal.set_wakeup_fd(old_wakeup)

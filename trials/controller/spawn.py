@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
 from trials import files
-from trials.controller import shim
+from trials.controller import exit_times, shim
 from trials.controller.echo import Echo
 from trials.controller.proc_groups import process_start_time
 from trials.controller.process import Replica
@@ -138,6 +138,7 @@ def start_replica(
         finally:
             if errors_w >= 0:
                 os.close(errors_w)
+        exit_times.watch(proc.pid)
         if errors_r >= 0:
             _raise_shim_error(proc, errors_r, name, argv[0], cwd, env)
     finally:
@@ -172,6 +173,7 @@ def _raise_shim_error(proc: Any, fd: int, name: str, program: str, cwd: str,
     if not chunks:
         return
     proc.wait()
+    exit_times.take(proc.pid)
     code, _, message = b"".join(chunks).decode("utf-8", "replace").partition(" ")
     if message.startswith("exec:"):
         errno_ = int(code) if code.isdigit() else 0

@@ -62,9 +62,11 @@ def record_trial(loop: JobProgress, metrics: TrialMetrics, run: TrialRun) -> Non
             loop.shared.release(sid)
         loop.progress("trial_requeued", {"trial_id": run.trial_id})
         return
+    # its end: when its last replica exited, even if the loop was busy then (a suggestion, a slow write)
+    ended = run.ended_wall if run.ended_wall is not None else loop.clock.wall()
     outcome = finished_trial(
         measurements, loop.job.study, failure=run.failure, reported_tags=run.reader.reported_tags,
-        end_time=rfc3339(loop.clock.wall()), stopped_early=run.stopped_early,
+        end_time=rfc3339(ended), stopped_early=run.stopped_early,
         stop_detail=run.stop_detail, predicted=run.predicted)
     record_finished(loop.store, number=run.claimed.number, storage_id=sid, outcome=outcome, extra=extra)
     if outcome.succeeded and not run.stopped_early:
@@ -75,7 +77,8 @@ def record_trial(loop: JobProgress, metrics: TrialMetrics, run: TrialRun) -> Non
     loop.progress("trial_done", {
         "trial_id": run.trial_id, "state": outcome.state.value, "reason": outcome.reason,
         "values": outcome.values, "stopped_early": run.stopped_early, "steps": len(outcome.measurements),
-        "seconds": loop.clock.monotonic() - run.start_mono, "params": run.claimed.params,
+        "seconds": (ended - run.start_wall if run.ended_wall is not None
+                    else loop.clock.monotonic() - run.start_mono), "params": run.claimed.params,
         **({"detail": list(run.failure_detail)} if run.failure and run.failure_detail else {}),
         "last_step": measurements[-1].step if measurements else None,  # reported, not predicted
         # ended without the spec's metric: the progress says once what to do about it

@@ -13,14 +13,13 @@ from typing import Any, TextIO
 
 from trials.controller import policy
 from trials.controller.chaos import Chaos
-from trials.controller.effects import Clock
+from trials.controller.effects import Clock, ReplicaHandle
 from trials.controller.trial_files import request_stop, stderr_tail
 from trials.controller.trial_launch import TrialLauncher, start_error_text
 from trials.controller.trial_run import TrialRun, Verdict, decide_exit
 from trials.errors import ConfigError
 from trials.records import StopReason, TrialState
 from trials.study.store import JobStore
-from trials.timefmt import rfc3339
 
 
 class TrialSupervisor:
@@ -40,9 +39,14 @@ class TrialSupervisor:
         self.echo = echo
         self.n_injected = 0
 
+    def _exit_wall(self, r: ReplicaHandle) -> float:
+        """When the replica exited: noted at its SIGCHLD (``exit_times``), or now."""
+        wall = getattr(r, "exited_wall", None)  # a replayed replica has none
+        return float(wall) if wall is not None else self.clock.wall()
+
     def on_exit(self, run: TrialRun, name: str, status: int, now: float) -> None:
         r = run.replicas[name]
-        entry = run.record_exit(name, status, oom_killed=r.oom_killed, time=rfc3339(self.clock.wall()))
+        entry = run.record_exit(name, status, oom_killed=r.oom_killed, wall=self._exit_wall(r))
         r.close()
         lau = run.launch_of(name)
         decision = decide_exit(
@@ -103,7 +107,7 @@ class TrialSupervisor:
                 continue
             del run.restart_at[name]
             if name not in run.exited:  # stopped for the restart; its exit is booked, not judged
-                run.record_exit(name, r.poll() or 0, oom_killed=r.oom_killed, time=rfc3339(self.clock.wall()))
+                run.record_exit(name, r.poll() or 0, oom_killed=r.oom_killed, wall=self._exit_wall(r))
                 r.close()
             if run.stopping:
                 continue
