@@ -30,8 +30,8 @@ def note_exits() -> None:
             continue
         try:
             info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:  # reaped already (its time is the reap's), or not our child
-            continue
+        except OSError:  # ECHILD: reaped already (its time is the reap's), or not our child. Never raise:
+            continue     # the handler runs inside whatever the thread was doing (a sampler, a write)
         if info is not None and pid in _watched:
             _watched[pid] = now
 
