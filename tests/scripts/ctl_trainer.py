@@ -31,6 +31,12 @@ if not primary:
         time.sleep(60)
     sys.exit(0)
 
+if a.mode == "worker_hang":  # the workers hang once started: wait until every replica has started
+    deadline = time.time() + 60
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    while time.time() < deadline and sum(name.startswith("seen-") for name in os.listdir(trial_dir)) < world:
+        time.sleep(0.05)
+
 ht = hypertune.HyperTune()
 for epoch in range(1, a.epochs + 1):
     time.sleep(a.sleep)
