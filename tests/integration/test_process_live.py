@@ -375,8 +375,12 @@ def test_an_exit_while_the_controller_is_busy_is_timed_at_its_sigchld_not_at_the
             if seen is None and os.waitid(os.P_PID, replica.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT):
                 seen = time.time()
         reaped = time.time()
+        # if it fails: was SIGCHLD blocked here, pending, or its handler replaced?
+        state = {"blocked": signal.SIGCHLD in signal.pthread_sigmask(signal.SIG_BLOCK, []),
+                 "pending": signal.SIGCHLD in signal.sigpending(), "handler": signal.getsignal(signal.SIGCHLD)}
         assert replica.poll() == 0
     finally:
         restore()
     assert replica.exited_wall is not None
-    assert started <= replica.exited_wall <= seen + 1.0 < reaped - 1.0, (started, replica.exited_wall, seen, reaped)
+    assert started <= replica.exited_wall <= seen + 1.0 < reaped - 1.0, (
+        started, replica.exited_wall, seen, reaped, state)

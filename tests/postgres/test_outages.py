@@ -158,9 +158,17 @@ def _gone_for_good(tmp_path, proxied_url, job_id, env=None, pg_url=None):
     worker = start_worker(tmp_path, url, job_id, name="w", env=env)
     wait_for(lambda: any(e["event"] == "epoch" and e["epoch"] >= 2 for e in events(tmp_path)), 30,
              "the first trial to report")
-    if pg_url is not None:
-        wait_for(lambda: any(t.intermediate_values for t in _stored(pg_url, job_id)[1]), 30,
-                 "the worker to record the first trial's report")
+    if pg_url is not None:  # one connection, polled (a new one per poll would use up the server's)
+        from trials.controller import jobs as controller
+
+        store = controller.open_job(job_id, root="unused", storage=pg_url).store
+
+        def recorded():
+            time.sleep(0.2)
+            return any(t.intermediate_values for t in store.frozen_trials())
+
+        wait_for(recorded, 30, "the worker to record the first trial's report")
+        store.storage.engine.dispose()
     proxy.down.set()
     proxy.close()  # the listener is gone: every connection is refused from now on
     for _ in range(3):  # and none accepted just before it closed lives on
