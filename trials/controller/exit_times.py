@@ -18,22 +18,30 @@ _watched: dict[int, float | None] = {}  # leader pid -> wall time its exit was s
 
 
 def watch(pid: int) -> None:
-    """Note the exit time of this child (a replica's leader, just started)."""
+    """Note the exit time of this child (a replica's leader, just started).
+
+    A leader can exit before it is watched (a short trainer while the controller was descheduled
+    after the fork): its SIGCHLD came too early to be noted, so it is looked at once here.
+    """
     _watched[pid] = None
+    _note(pid, time.time())
 
 
 def note_exits() -> None:
     """The SIGCHLD handler's work: the time of every watched leader's exit seen for the first time."""
     now = time.time()
     for pid, seen in list(_watched.items()):
-        if seen is not None:
-            continue
-        try:
-            info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except OSError:  # ECHILD: reaped already (its time is the reap's), or not our child. Never raise:
-            continue     # the handler runs inside whatever the thread was doing (a sampler, a write)
-        if info is not None and pid in _watched:
-            _watched[pid] = now
+        if seen is None:
+            _note(pid, now)
+
+
+def _note(pid: int, now: float) -> None:
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except OSError:  # ECHILD: reaped already (its time is the reap's), or not our child. Never raise:
+        return       # the handler runs inside whatever the thread was doing (a sampler, a write)
+    if info is not None and _watched.get(pid, 0.0) is None:
+        _watched[pid] = now
 
 
 def take(pid: int) -> float | None:
