@@ -171,7 +171,7 @@ class MeasurementLog:
                 continue
             merged = dict(old.metrics)
             for name, v in m.metrics.items():
-                if name in merged and not _same(merged[name], v):
+                if name in merged and not same_value(merged[name], v):
                     self.conflicts += 1
                 merged[name] = v
             self.by_key[key] = Measurement(
@@ -186,7 +186,8 @@ class MeasurementLog:
         return [self.by_key[key] for key in sorted(self.by_key)]
 
 
-def _same(a: float, b: float) -> bool:
+def same_value(a: float, b: float) -> bool:
+    """Two reports of one metric agree (NaN agrees with NaN; floats within 1e-12 relative)."""
     if math.isnan(a) and math.isnan(b):
         return True
     return a == b or math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
@@ -204,6 +205,46 @@ def measurement_to_dict(m: Measurement) -> dict[str, Any]:
 def measurement_from_dict(d: Mapping[str, Any]) -> Measurement:
     return Measurement(step=int(d["step"]), elapsed_s=d.get("elapsed_s"),
                        metrics={k: float(v) for k, v in d["metrics"].items()})
+
+
+LIVE_ELAPSED_ATTR = "live_elapsed_s"  # a running trial's attribute: step -> elapsed seconds
+LIVE_METRICS_ATTR = "live_metrics"  # step -> the metrics its intermediate value does not hold
+
+
+def live_metrics(metrics: Mapping[str, float], primary: str) -> dict[str, float | str]:
+    """What a step's intermediate value (its finite primary metric) cannot hold: the other metrics
+    and a non-finite primary, as they are stored in ``live_metrics`` (NaN/inf as strings)."""
+    return {k: (v if math.isfinite(v) else repr(v)) for k, v in metrics.items()
+            if k != primary or not math.isfinite(v)}
+
+
+def stored_measurements(intermediate_values: Mapping[int, float], attrs: Mapping[str, Any],
+                        primary: str) -> list[Measurement]:
+    """A running (or requeued) trial's measurements as the storage holds them: the primary metric of
+    each step in Optuna's intermediate values, the rest and the elapsed times in the trial's
+    ``live_metrics`` and ``live_elapsed_s`` attributes; in step order (pure, never raises)."""
+    elapsed = attrs.get(LIVE_ELAPSED_ATTR)
+    elapsed = elapsed if isinstance(elapsed, dict) else {}
+    extra = attrs.get(LIVE_METRICS_ATTR)
+    extra = extra if isinstance(extra, dict) else {}
+    by_step: dict[int, dict[str, float]] = {}
+    for step, value in intermediate_values.items():
+        by_step.setdefault(int(step), {})[primary] = float(value)
+    for key, metrics in extra.items():
+        if not isinstance(key, str) or not key.isdigit() or not isinstance(metrics, dict):
+            continue
+        for tag, value in metrics.items():
+            try:
+                by_step.setdefault(int(key), {})[str(tag)] = _decode_value(value)
+            except ValueError:
+                continue
+    out = []
+    for step in sorted(by_step):
+        e = elapsed.get(str(step))
+        out.append(Measurement(step=step, metrics=by_step[step],
+                               elapsed_s=float(e) if isinstance(e, (int, float)) and not isinstance(e, bool)
+                               else None))
+    return out
 
 
 # --- States and reasons recorded for a job and its trials -------------------------------------------

@@ -10,6 +10,7 @@ from typing import Any
 
 from trials.printable import printable
 from trials.protocol import format_value
+from trials.records import LIVE_METRICS_ATTR, measurement_to_dict, stored_measurements
 from trials.timefmt import duration
 
 STATE_NAMES = {"REQUESTED", "ACTIVE", "STOPPING", "SUCCEEDED", "INFEASIBLE"}
@@ -68,10 +69,9 @@ def trial_to_rest(t: Any, params: Mapping[str, Any], metric_ids: Sequence[str]) 
     measurements = attrs.get("measurements")
     if state == "REQUESTED":  # waiting to run (again): no start time, no measurements of an old run
         return out
-    if measurements is None and t.intermediate_values:
-        live = attrs.get("live_elapsed_s") or {}
-        measurements = [{"step": s, "metrics": {metric_ids[0]: v}, "elapsed_s": live.get(str(s))}
-                        for s, v in sorted(t.intermediate_values.items())]
+    if measurements is None and (t.intermediate_values or attrs.get(LIVE_METRICS_ATTR)):
+        measurements = [measurement_to_dict(m) for m in
+                        stored_measurements(t.intermediate_values, attrs, metric_ids[0])]
     if attrs.get("final_measurement") and state == "SUCCEEDED":
         out["finalMeasurement"] = _measurement(attrs["final_measurement"], metric_ids)
     if measurements:

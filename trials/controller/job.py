@@ -73,7 +73,8 @@ class JobRunner(JobProgress):
         self._sup = TrialSupervisor(store=store, launcher=self._launcher, chaos=self._chaos, clock=self.clock,
                                     progress=self.progress, grace_s=options.grace_period_s,
                                     timeout_s=scheduling.timeout_s,
-                                    restart_all=scheduling.restart_job_on_worker_restart, echo=options.echo)
+                                    restart_all=scheduling.restart_job_on_worker_restart, echo=options.echo,
+                                    save_metrics=self._store_metrics)
 
     @property
     def injected_total(self) -> int:
@@ -154,6 +155,8 @@ class JobRunner(JobProgress):
             self._sup.fail(run, now, f"The trial could not be started: {start_error_text(err, run.paths.trial_dir)}.")
             return
         self.running[claimed.trial_id] = run
+        self._metrics.resume_from_store(run)  # what earlier controllers read of it is kept, and
+        self._store_metrics(run)  # what this one read of earlier attempts is stored before they restart
         for lau in run.launches:
             try:
                 self._launcher.start(run, lau, attempt=0, echo=self.opt.echo)
@@ -205,13 +208,8 @@ class JobRunner(JobProgress):
         if not run.reader.poll():
             return
         self._metrics.warn_unknown_tags(run)
-        try:
-            if not self._metrics.report_new(run) or run.stopping:
-                return
-        except RuntimeError as err:
-            if self._taken_over(run, err):
-                return
-            raise
+        if not self._store_metrics(run) or run.stopping:
+            return
         decision = self._metrics.early_stop(run)
         if decision is not None and decision.stop:
             run.stopped_early = True
@@ -233,6 +231,15 @@ class JobRunner(JobProgress):
             f"heartbeats); stopping it here")})
         run.stop_reason = None  # whatever it was stopping for, it is not ours to record
         self._sup.begin_stop(run, now, StopReason.LOST)
+
+    def _store_metrics(self, run: TrialRun) -> bool:
+        """Store the steps read and not stored yet; False if none (or the trial is lost here)."""
+        try:
+            return self._metrics.report_new(run)
+        except RuntimeError as err:
+            if self._taken_over(run, err):
+                return False
+            raise
 
     def _taken_over(self, run: TrialRun, err: RuntimeError) -> bool:
         """Whether a refused write means the trial is another worker's now (it is then lost here).

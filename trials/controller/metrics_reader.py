@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from trials import files, protocol
 from trials.hypertune_file import HypertuneLine, parse_hypertune_line
-from trials.records import Key, Measurement, MeasurementLog, parse_records
+from trials.records import Key, Measurement, MeasurementLog, parse_records, same_value
 
 HYPERTUNE_MAX_ENTRIES = 100  # cloudml-hypertune keeps only its last 100 reports (deque maxlen=100)
 MAX_HYPERTUNE_BYTES = 4 * 1024 * 1024  # a real file is ~15 KB; of anything larger read only the tail
@@ -66,6 +66,9 @@ class TrialMetricsReader:
         self._merged: dict[Key, Measurement] = {}
         self._order: list[Key] = []  # the (step, occurrence) keys of _merged, sorted
         self._dirty: set[Key] = set()  # keys changed in a log since the last merge
+        # what the storage held for the trial when this reader started (earlier controllers' reads)
+        self._stored: dict[Key, Measurement] = {}
+        self._stored_conflicts: set[tuple[Key, str]] = set()
         # hypertune file state
         self._ht_log = MeasurementLog()
         self._ht_seen: set[tuple[object, ...]] = set()
@@ -99,6 +102,17 @@ class TrialMetricsReader:
         self._start_attempt()
         self._ht_sig = None
         self._ht_bytes = None
+
+    def seed(self, stored: Iterable[Measurement]) -> None:
+        """Start from what the storage already holds for this trial (what earlier controllers read,
+        one measurement a step): the record is the union of every attempt's reports. A metric this
+        reader reads again at a stored step wins (it is the later report); a different value
+        counts in :attr:`conflicts`."""
+        for m in stored:
+            key = (m.step, 0)
+            self._stored[key] = m
+            self._reported.update(m.metrics)
+            self._dirty.add(key)
 
     def measurements(self) -> list[Measurement]:
         """Every measurement read so far, ordered by step (repeats of a step in report order),
@@ -172,8 +186,12 @@ class TrialMetricsReader:
 
     @property
     def conflicts(self) -> int:
-        """Metric values reported twice for one step with different values (preferred source)."""
-        return self._jl_log.conflicts if self._jl_exists else self._ht_log.conflicts
+        """Metric values reported twice for one step with different values (preferred source, and
+        read here against stored)."""
+        if self._dirty:
+            self._merge()
+        read = self._jl_log.conflicts if self._jl_exists else self._ht_log.conflicts
+        return read + len(self._stored_conflicts)
 
     @property
     def source(self) -> str | None:
@@ -403,20 +421,15 @@ class TrialMetricsReader:
                 f"pass global_step (hypertune) or the step (ctx.report) to number them")
 
     def _merge(self) -> None:
-        """Rebuild the changed measurements; metrics.jsonl wins per metric, the hypertune file
-        fills in."""
+        """Rebuild the changed measurements: :func:`merge_step` of each key."""
         jl, ht = self._jl_log.by_key, self._ht_log.by_key
         for key in sorted(self._dirty):
-            j, h = jl.get(key), ht.get(key)
-            if j is None or h is None:
-                m = j if h is None else h
-                if m is None:
-                    continue
-            elif h.metrics.keys() <= j.metrics.keys():
-                m = j
-            else:
-                m = Measurement(step=key[0], metrics={**h.metrics, **j.metrics},
-                                timestamp=j.timestamp, attempt=j.attempt)
+            stored = self._stored.get(key)
+            m = merge_step(stored, ht.get(key), jl.get(key))
+            if m is None:
+                continue
+            if stored is not None:
+                self._stored_conflicts.update((key, tag) for tag in conflicting(stored, m))
             if key not in self._merged:
                 if self._order and key < self._order[-1]:
                     bisect.insort(self._order, key)
@@ -425,3 +438,38 @@ class TrialMetricsReader:
             self._merged[key] = m.with_elapsed(self.start_time)
         self._dirty.clear()
         self._cache = [self._merged[k] for k in self._order]
+
+
+def merge_step(stored: Measurement | None, hypertune: Measurement | None,
+               jsonl: Measurement | None) -> Measurement | None:
+    """One step's measurement from its three sources (pure): per metric, ``metrics.jsonl`` wins over
+    the hypertune file, and both (read by this controller, so reported later) over what the
+    storage held; a stored step keeps its stored elapsed time (measured from the trial's first
+    start, not this controller's).
+
+    Example:
+        >>> merge_step(Measurement(step=2, metrics={"a": 1.0, "b": 2.0}, elapsed_s=0.6),
+        ...            Measurement(step=2, metrics={"a": 1.5}, timestamp=9.0), None)
+        Measurement(step=2, metrics={'a': 1.5, 'b': 2.0}, timestamp=None, elapsed_s=0.6, attempt=0)
+    """
+    read: Measurement | None
+    if jsonl is None or hypertune is None:
+        read = jsonl if hypertune is None else hypertune
+    elif hypertune.metrics.keys() <= jsonl.metrics.keys():
+        read = jsonl
+    else:
+        read = Measurement(step=jsonl.step, metrics={**hypertune.metrics, **jsonl.metrics},
+                           timestamp=jsonl.timestamp, attempt=jsonl.attempt)
+    if stored is None or read is None:
+        return read or stored
+    if stored.elapsed_s is None:
+        return Measurement(step=read.step, metrics={**stored.metrics, **read.metrics},
+                           timestamp=read.timestamp, attempt=read.attempt)
+    return Measurement(step=read.step, metrics={**stored.metrics, **read.metrics},
+                       elapsed_s=stored.elapsed_s, attempt=read.attempt)
+
+
+def conflicting(earlier: Measurement, merged: Measurement) -> list[str]:
+    """The metrics of ``earlier`` whose value ``merged`` replaced with a different one (pure)."""
+    return [tag for tag, v in earlier.metrics.items()
+            if tag in merged.metrics and not same_value(v, merged.metrics[tag])]

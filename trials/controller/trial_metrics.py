@@ -3,12 +3,20 @@ early-stopping rule's verdict on each trial's curve against the completed trials
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from trials.controller import stopping
 from trials.controller.trial_run import TrialRun
-from trials.records import Measurement, measurement_from_dict
+from trials.records import (
+    LIVE_ELAPSED_ATTR,
+    LIVE_METRICS_ATTR,
+    Measurement,
+    live_metrics,
+    measurement_from_dict,
+    same_value,
+    stored_measurements,
+)
 from trials.spec import JobSpec
 from trials.study.store import JobStore
 
@@ -50,21 +58,44 @@ class TrialMetrics:
                 f"trial {run.trial_id} reports tags not in the spec: {names} (spec metrics: "
                 f"{spec_ids}); other trials reporting the same tags are not warned again")})
 
+    def resume_from_store(self, run: TrialRun) -> None:
+        """Start a trial's run from what the storage holds for it (the steps earlier controllers or
+        runs read, with their metrics): its record is the union of every attempt's reports."""
+        frozen = self.store.storage.get_trial(run.claimed.storage_id)
+        stored = stored_measurements(frozen.intermediate_values, frozen.user_attrs, self.metric_ids[0])
+        if not stored:
+            return
+        run.reader.seed(stored)
+        run.stored = {m.step: dict(m.metrics) for m in stored}
+        attrs = frozen.user_attrs
+        run.live_elapsed = {str(k): v for k, v in (attrs.get(LIVE_ELAPSED_ATTR) or {}).items()}
+        run.live_metrics = {str(k): dict(v) for k, v in (attrs.get(LIVE_METRICS_ATTR) or {}).items()}
+
     def report_new(self, run: TrialRun) -> bool:
-        """Record the primary metric of steps not yet in the storage (Optuna intermediate values)."""
+        """Store the steps read since the last call, and those whose values changed (a later report
+        wins): the primary metric as Optuna's intermediate value, the other metrics and the
+        elapsed time in the trial's live attributes (what ``describe`` shows of a running trial
+        and what a resumed controller starts from)."""
         primary = self.metric_ids[0]
-        new = [m for m in run.reader.measurements() if m.step > run.reported_steps and primary in m.metrics]
+        new = steps_to_store(run.reader.measurements(), run.stored)
         if not new:
             return False
-        items = [(m.step, m.metrics[primary]) for m in new]
+        extra_changed = False
         for m in new:  # a running trial's measurements carry elapsedDuration in describe
             elapsed = m.elapsed_s if m.elapsed_s is not None else (
                 m.timestamp - run.start_wall if m.timestamp else None)
-            if elapsed is not None:
+            if elapsed is not None and str(m.step) not in run.live_elapsed:
                 run.live_elapsed[str(m.step)] = round(max(0.0, elapsed), 6)
-        self.store.report_many(run.claimed.storage_id, items,
-                               {"live_elapsed_s": dict(run.live_elapsed)} if run.live_elapsed else None)
-        run.reported_steps = items[-1][0]
+            extra = live_metrics(m.metrics, primary)
+            if extra or str(m.step) in run.live_metrics:
+                run.live_metrics[str(m.step)] = extra
+                extra_changed = True
+        items = [(m.step, m.metrics[primary]) for m in new if primary in m.metrics]
+        attrs: dict[str, Any] = {LIVE_ELAPSED_ATTR: dict(run.live_elapsed)} if run.live_elapsed else {}
+        if extra_changed:
+            attrs[LIVE_METRICS_ATTR] = dict(run.live_metrics)
+        self.store.report_many(run.claimed.storage_id, items, attrs or None)
+        run.stored.update((m.step, dict(m.metrics)) for m in new)
         return True
 
     def early_stop(self, run: TrialRun) -> stopping.StopDecision | None:
@@ -107,3 +138,20 @@ class TrialMetrics:
                     curves.append(curve)
             self._curves = curves
         return self._curves
+
+
+def steps_to_store(measurements: Sequence[Measurement], stored: Mapping[int, Mapping[str, float]]
+                   ) -> list[Measurement]:
+    """The first measurement of each step whose metrics the storage does not hold yet, or holds
+    with other values (pure; a repeated step's later reports are not stored, as before)."""
+    out = []
+    seen: set[int] = set()
+    for m in measurements:
+        if m.step in seen:
+            continue
+        seen.add(m.step)
+        old = stored.get(m.step)
+        if old is None or old.keys() != m.metrics.keys() or not all(
+                same_value(v, m.metrics[k]) for k, v in old.items()):
+            out.append(m)
+    return out

@@ -111,8 +111,10 @@ class TrialRun:
     stopped_early: bool = False
     stop_detail: str = ""
     predicted: tuple[float, float] | None = None  # convex rule: (x, oriented value)
-    reported_steps: int = -1
+    stored: dict[int, dict[str, float]] = field(default_factory=dict)  # step -> metrics in the storage
     live_elapsed: dict[str, float] = field(default_factory=dict)  # step -> elapsed s, for describe
+    # step -> the metrics its intermediate value cannot hold (other metrics, a non-finite primary)
+    live_metrics: dict[str, dict[str, float | str]] = field(default_factory=dict)
     warned_tags: bool = False
     injected: int = 0
     next_injection: float = math.inf

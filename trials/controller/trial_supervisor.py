@@ -27,7 +27,8 @@ class TrialSupervisor:
 
     def __init__(self, *, store: JobStore, launcher: TrialLauncher, chaos: Chaos, clock: Clock,
                  progress: Callable[[str, dict[str, Any]], None], grace_s: float, timeout_s: float | None,
-                 restart_all: bool, echo: TextIO | None):
+                 restart_all: bool, echo: TextIO | None,
+                 save_metrics: Callable[[TrialRun], object] | None = None):
         self.store = store
         self.launcher = launcher
         self.chaos = chaos
@@ -37,6 +38,7 @@ class TrialSupervisor:
         self.timeout_s = timeout_s
         self.restart_all = restart_all
         self.echo = echo
+        self.save_metrics = save_metrics  # stores what was read of a trial (before a restart)
         self.n_injected = 0
 
     def _exit_wall(self, r: ReplicaHandle) -> float:
@@ -113,7 +115,9 @@ class TrialSupervisor:
                 continue
             lau = run.launch_of(name)
             if lau.is_primary:
-                run.reader.poll(final=True)  # the last reports of the attempt that ended
+                run.reader.poll(final=True)  # the last reports of the attempt that ended,
+                if self.save_metrics is not None:  # stored before the new process rewrites its file
+                    self.save_metrics(run)
                 run.reader.on_restart()
             try:
                 run.running_attempt[name] = run.restarts[name]

@@ -1,0 +1,86 @@
+"""Unit tests of what a trial's run stores and how a resumed run starts from the storage: the
+stored form of measurements, which steps are stored, and the union with what the reader reads."""
+
+from __future__ import annotations
+
+import math
+
+from trials.controller.metrics_reader import TrialMetricsReader, conflicting, merge_step
+from trials.controller.trial_metrics import steps_to_store
+from trials.records import Measurement, format_record, live_metrics, measurement_to_dict, stored_measurements
+
+
+def m(step, elapsed=None, timestamp=None, attempt=0, **metrics):
+    return Measurement(step=step, metrics=metrics, elapsed_s=elapsed, timestamp=timestamp, attempt=attempt)
+
+
+def test_live_metrics_hold_what_an_intermediate_value_cannot():
+    assert live_metrics({"loss": 0.5}, "loss") == {}
+    assert live_metrics({"loss": 0.5, "acc": 0.9}, "loss") == {"acc": 0.9}
+    assert live_metrics({"loss": math.nan, "acc": math.inf}, "loss") == {"loss": "nan", "acc": "inf"}
+
+
+def test_stored_measurements_join_intermediate_values_and_live_attributes():
+    attrs = {"live_elapsed_s": {"1": 0.3, "2": 0.6}, "live_metrics": {"2": {"acc": 0.8}, "3": {"loss": "nan"}}}
+    got = stored_measurements({1: 0.5, 2: 0.4}, attrs, "loss")
+    assert [measurement_to_dict(x) for x in got] == [
+        {"step": 1, "elapsed_s": 0.3, "metrics": {"loss": 0.5}},
+        {"step": 2, "elapsed_s": 0.6, "metrics": {"loss": 0.4, "acc": 0.8}},
+        {"step": 3, "elapsed_s": None, "metrics": {"loss": "nan"}},
+    ]
+
+
+def test_stored_measurements_never_raise_on_odd_attributes():
+    attrs = {"live_elapsed_s": {"1": "x", "2": True}, "live_metrics": {"x": {}, "2": {"a": "bad", "b": [1]}, "3": 7}}
+    got = stored_measurements({1: 0.5}, attrs, "loss")
+    assert [(x.step, dict(x.metrics), x.elapsed_s) for x in got] == [(1, {"loss": 0.5}, None)]
+    assert stored_measurements({}, {"live_metrics": None, "live_elapsed_s": []}, "loss") == []
+
+
+def test_merge_step_later_reads_win_per_metric_and_stored_elapsed_is_kept():
+    stored = m(2, elapsed=0.6, loss=0.4, acc=0.8)
+    read = m(2, timestamp=5.0, loss=0.45)
+    merged = merge_step(stored, read, None)
+    assert dict(merged.metrics) == {"loss": 0.45, "acc": 0.8} and merged.elapsed_s == 0.6
+    assert merged.timestamp is None  # the stored elapsed is not recomputed from this controller's start
+    assert conflicting(stored, merged) == ["loss"]
+    assert merge_step(stored, None, None) is stored
+    assert merge_step(None, read, None) is read
+    jl = m(2, timestamp=5.0, loss=0.5)
+    assert dict(merge_step(m(2, acc=0.1), m(2, loss=0.3, f1=0.2), jl).metrics) == {"acc": 0.1, "loss": 0.5, "f1": 0.2}
+    assert merge_step(None, None, None) is None
+
+
+def test_steps_to_store_takes_new_and_changed_steps_first_report_of_a_step_only():
+    ms = [m(1, loss=0.5), m(2, loss=0.4), m(2, loss=0.1), m(3, loss=0.3, acc=0.2)]
+    assert steps_to_store(ms, {}) == [ms[0], ms[1], ms[3]]
+    assert steps_to_store(ms, {1: {"loss": 0.5}, 2: {"loss": 0.4}, 3: {"loss": 0.3, "acc": 0.2}}) == []
+    assert steps_to_store(ms, {1: {"loss": 0.6}, 2: {"loss": 0.4}, 3: {"loss": 0.3}}) == [ms[0], ms[3]]
+    assert steps_to_store([m(0, loss=math.nan)], {0: {"loss": math.nan}}) == []
+
+
+def test_a_seeded_reader_is_the_union_of_the_storage_and_its_files(tmp_path):
+    ht, jl = tmp_path / "h.metrics", tmp_path / "metrics.jsonl"
+    reader = TrialMetricsReader(ht, jl, ["loss", "acc"], start_time=100.0)
+    reader.seed([m(1, elapsed=0.3, loss=0.5, acc=0.1), m(2, elapsed=0.6, loss=0.4)])
+    assert [x.step for x in reader.measurements()] == [1, 2] and reader.conflicts == 0
+    assert reader.reported_tags == {"loss", "acc"}
+    # the resumed process's lossless log: step 2 again (same value, plus acc), then step 3
+    jl.write_text(format_record(2, {"loss": 0.4, "acc": 0.2}, 200.0) + format_record(3, {"loss": 0.3}, 201.0))
+    reader.poll(final=True)
+    got = [(x.step, dict(x.metrics), x.elapsed_s) for x in reader.measurements()]
+    assert got == [(1, {"loss": 0.5, "acc": 0.1}, 0.3), (2, {"loss": 0.4, "acc": 0.2}, 0.6),
+                   (3, {"loss": 0.3}, 101.0)]
+    assert reader.conflicts == 0
+
+
+def test_a_seeded_step_reported_again_with_another_value_is_a_conflict_and_the_later_wins(tmp_path):
+    jl = tmp_path / "metrics.jsonl"
+    reader = TrialMetricsReader(tmp_path / "h.metrics", jl, ["loss"], start_time=0.0)
+    reader.seed([m(1, elapsed=0.3, loss=0.5)])
+    jl.write_text(format_record(1, {"loss": 0.7}, 5.0))
+    reader.poll(final=True)
+    assert [dict(x.metrics) for x in reader.measurements()] == [{"loss": 0.7}]
+    assert reader.conflicts == 1
+    reader.poll(final=True)
+    assert reader.conflicts == 1  # counted once

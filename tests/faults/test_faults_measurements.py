@@ -1,0 +1,120 @@
+"""A trial's measurements across controller restarts: the record is the union of every attempt's
+reports, whichever controller read them (issue 23, item 3)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from faultkit import SCRIPTS, Jobs, wait_no_processes
+
+from trials import protocol
+from trials.hypertune_file import parse_hypertune_text
+
+pytestmark = [pytest.mark.faults]
+
+TRAINER = str(SCRIPTS / "resume_trainer.py")
+N_TRIALS = 10
+EPOCHS = 8
+N_KILLS = 3
+SET_TRIAL_INTERMEDIATE_VALUE = 7  # optuna's JournalOperation code
+
+
+def journal_steps(job_dir: Path) -> dict[int, set[int]]:
+    """Trial number -> the steps whose intermediate value a controller wrote to the journal."""
+    out: dict[int, set[int]] = {}
+    try:
+        text = (job_dir / "journal.log").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return out
+    for line in text.splitlines():
+        try:
+            op = json.loads(line)
+        except ValueError:
+            continue  # a torn last record (the controller was SIGKILLed)
+        if isinstance(op, dict) and op.get("op_code") == SET_TRIAL_INTERMEDIATE_VALUE:
+            out.setdefault(int(op["trial_id"]), set()).add(int(op["step"]))
+    return out
+
+
+def file_steps(job_dir: Path, number: int) -> list[int]:
+    """The steps the trial's hypertune file holds now (it holds only its current process's)."""
+    try:
+        text = (job_dir / str(number + 1) / protocol.HYPERTUNE_FILE).read_text(errors="replace")
+    except OSError:
+        return []
+    return sorted({line.step for line in parse_hypertune_text(text)})
+
+
+def wait_for(proc: subprocess.Popen, what: str, condition, timeout_s: float = 60.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = condition()
+        if found is not None:
+            return found
+        assert proc.poll() is None, f"the controller ended before {what}: {proc.communicate()[1]}"
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_trial_resumed_by_several_controllers_keeps_every_step(jobs: Jobs) -> None:
+    """SIGKILL the controller at chosen moments, ``trials resume`` each time.
+
+    First kill: a trial has its step 2 in the journal. Each later kill: a trial's hypertune file
+    was rewritten by a process resumed from its checkpoint (its first step is past 1) whose earlier
+    steps only the storage holds (an earlier controller read them from the replaced file). The
+    next controller must start from the storage: every SUCCEEDED trial has steps 1..8.
+    """
+    job_id = jobs.job_id("union")
+    job_dir = jobs.job_dir(job_id)
+    spec = jobs.spec(n=N_TRIALS, parallel=2)
+    proc = jobs.start("sweep", spec, "--job-id", job_id, "--grace-period", "0.3", "--seed", "3",
+                      "--quiet", "--", "python", TRAINER, f"--epochs={EPOCHS}", "--sleep=0.3")
+
+    def step_2_stored():
+        return next((n for n, steps in journal_steps(job_dir).items() if 2 in steps), None)
+
+    first_steps: dict[int, int] = {}  # trial -> first step of its file at the previous kill
+    triggers = []
+    for kill in range(N_KILLS):
+        if kill == 0:
+            triggers.append(wait_for(proc, "a trial's step 2 in the journal", step_2_stored))
+        else:
+            def rewritten_after_resume():
+                stored = journal_steps(job_dir)
+                for number, steps in stored.items():
+                    held = file_steps(job_dir, number)
+                    if (held and held[0] > 1 and held[-1] < EPOCHS and first_steps.get(number) != held[0]
+                            and min(steps) < held[0]):
+                        return number, held[0]
+                return None
+
+            number, first = wait_for(proc, "a resumed trial's fresh hypertune file", rewritten_after_resume)
+            first_steps[number] = first
+            triggers.append((number, first))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        for number in journal_steps(job_dir):
+            held = file_steps(job_dir, number)
+            if held:
+                first_steps.setdefault(number, held[0])
+        proc = jobs.start("resume", job_id, "--grace-period", "0.3", "--quiet")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+
+    job = jobs.describe(job_id)
+    assert job["state"] == "JOB_STATE_SUCCEEDED"
+    assert len(job["trials"]) == N_TRIALS
+    missing = {}
+    for trial in job["trials"]:
+        assert trial["state"] == "SUCCEEDED", trial
+        steps = [int(m["stepCount"]) for m in trial["measurements"]]
+        if steps != list(range(1, EPOCHS + 1)):
+            missing[trial["id"]] = steps
+        assert trial["finalMeasurement"]["stepCount"] == str(EPOCHS)
+    assert not missing, f"trials with steps missing after the kills at {triggers}: {missing}"
+    assert wait_no_processes(jobs.tag) == [], "orphan processes outlived the job"
