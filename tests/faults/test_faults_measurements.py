@@ -118,3 +118,36 @@ def test_a_trial_resumed_by_several_controllers_keeps_every_step(jobs: Jobs) -> 
         assert trial["finalMeasurement"]["stepCount"] == str(EPOCHS)
     assert not missing, f"trials with steps missing after the kills at {triggers}: {missing}"
     assert wait_no_processes(jobs.tag) == [], "orphan processes outlived the job"
+
+
+RETURN_SPEC = """\
+metrics: {accuracy: maximize}
+parameters:
+  x: {type: double, min: 0.0, max: 1.0}
+max_trial_count: 1
+parallel_trial_count: 1
+"""
+
+
+def test_a_resumed_run_that_trained_nothing_does_not_record_its_return_value(jobs: Jobs, tmp_path: Path) -> None:
+    """Attempt 0 exits right after its last checkpoint (step 10 of 10); the restarted attempt
+    trains no step and returns 0.0 from before its loop: no step 11, the final measurement is
+    step 10's, and the trial's log says once why the returned value was not recorded."""
+    job_id = jobs.job_id("retval")
+    spec = tmp_path / "return.yaml"
+    spec.write_text(RETURN_SPEC)
+    out = jobs.cli("sweep", str(spec), "--job-id", job_id, "--grace-period", "0.3", "--quiet", "--",
+                   "python", str(SCRIPTS / "return_trainer.py"), timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr
+    (trial,) = jobs.describe(job_id)["trials"]
+    steps = [int(m["stepCount"]) for m in trial["measurements"]]
+    attempts = [a.get("exitStatus") for a in jobs.local(job_id)["1"]["attempts"]]
+    assert attempts == [3, 0], attempts  # a real restart: the crash, then the resumed attempt
+    assert steps == list(range(1, 11)), steps
+    final = trial["finalMeasurement"]
+    assert final["stepCount"] == "10"
+    assert final["metrics"][0]["value"] > 0.5, final
+    log = (jobs.job_dir(job_id) / "1" / "workerpool0-0.stderr.log").read_text(errors="replace")
+    warned = [line for line in log.splitlines() if "trained no step" in line]
+    assert len(warned) == 1, log[-3000:]
+    assert "accuracy=0.0" in warned[0] and "step 10" in warned[0], warned

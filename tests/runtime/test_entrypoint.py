@@ -287,3 +287,35 @@ def test_an_unrelated_attribute_error_is_left_as_it_is(trial_env):
 
     outcome = run(broken, Config, argv=[])
     assert outcome.exit_code == 1 and type(outcome.error) is AttributeError
+
+
+@pytest.mark.parametrize("last_step, last_reported, n_reported, expected", [
+    (None, None, 0, 1),  # nothing before: the returned value is step 1
+    (3, 3, 3, 4),  # it trained: the value follows the last report
+    (10, 10, 0, None),  # resumed after the last step, trained nothing: no step 11
+    (4, None, 0, 5),  # a checkpoint but no report anywhere: the value is the only result
+    (10, 10, 2, 11),
+])
+def test_final_report_step(last_step, last_reported, n_reported, expected):
+    from trials.runtime.objective import final_report_step
+
+    assert final_report_step(last_step=last_step, last_reported=last_reported, n_reported=n_reported) == expected
+
+
+def test_a_resumed_run_that_trains_nothing_records_no_returned_value_and_warns(trial_env, caplog):
+    def obj(ctx):
+        state = ctx.restore({"w": 0})
+        accuracy = 0.0
+        for step in ctx.steps(3):
+            accuracy = step / 10
+            ctx.report(step, accuracy=accuracy)
+            ctx.checkpoint({"w": step}, step)
+        return {"accuracy": accuracy, "w": state["w"]}
+
+    go(obj, options=RunOptions(tensorboard=False))
+    assert [s for s, _ in log_of(trial_env)] == [1, 2, 3, 4]  # it trained: the dict is step 4
+    caplog.clear()
+    go(obj, options=RunOptions(tensorboard=False))  # resumed after step 3: trains nothing
+    assert [s for s, _ in log_of(trial_env)] == [1, 2, 3, 4]
+    warned = [r.getMessage() for r in caplog.records if "trained no step" in r.getMessage()]
+    assert len(warned) == 1 and "accuracy=0.0" in warned[0], warned

@@ -77,6 +77,27 @@ def _already_reported(final: dict[str, Any], ctx: TrialContext, *, named: bool) 
     return False
 
 
+def final_report_step(*, last_step: int | None, last_reported: int | None, n_reported: int) -> int | None:
+    """The step a returned value that differs from the last report is recorded at (pure).
+
+    The step after the last one (reported or checkpointed); ``None`` when this run reported
+    nothing but an earlier attempt did: a resumed run that trained no step returns whatever its
+    variables held before the loop, not a result, and the earlier attempt's last report stands.
+
+    Args:
+        last_step: the last step reported or checkpointed, by this run or an earlier attempt.
+        last_reported: the last step reported (``metrics.jsonl``), by any attempt.
+        n_reported: the steps this run reported.
+    """
+    if last_reported is not None and n_reported == 0:
+        return None
+    return (last_step if last_step is not None else 0) + 1
+
+
+def _shown(metrics: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in metrics.items())
+
+
 def _default_metric(study: Any, env: TrialEnv, options: RunOptions) -> str:
     if options.metric:
         return options.metric
@@ -135,8 +156,15 @@ def run_objective(objective: Callable[..., Any], ctx: TrialContext, study: Any,
         metric = _default_metric(study, ctx.env, options)
         final = _final_metrics(value, metric)
         if final is not None and not _already_reported(final, ctx, named=metric != DEFAULT_METRIC):
-            last = ctx.last_step
-            ctx.report((last if last is not None else 0) + 1, final)
+            step = final_report_step(last_step=ctx.last_step, last_reported=ctx.reporter.last_step,
+                                     n_reported=ctx.reporter.n_reported)
+            if step is not None:
+                ctx.report(step, final)
+            else:
+                ctx.logger.warning(
+                    "the objective returned %s after a resumed run that trained no step: not "
+                    "recorded as a new step (the last report, step %s, has %s)", _shown(final),
+                    ctx.reporter.last_step, _shown(ctx.reporter.last_metrics) or "no metrics")
         ctx.flush_checkpoint()
     except KeyboardInterrupt as err:
         return TrialOutcome(protocol.EXIT_INTERRUPTED, context=ctx, config=ctx.config, error=err)
