@@ -650,3 +650,66 @@ def test_poll_cost(paths, capsys):
     assert steps_of(reader) == list(range(150)) and reader.missing_steps_warning is None
     assert unchanged_us < 50
     assert unchanged_us < one_new_us < first_read_us < 20_000
+
+
+# --- junk lines (issue 23 item 4) --------------------------------------------------------------------
+HT_LINE = '{"acc": "%s", "global_step": "%d", "timestamp": %s}\n'
+
+
+def test_a_junk_line_past_the_old_window_keeps_the_line_before_it(paths):
+    with open(paths[0], "w") as f:
+        f.write(HT_LINE % ("0.1", 1, T0 + 1) + "j" * (8 << 20) + "\n" + HT_LINE % ("0.3", 3, T0 + 3))
+    settle(paths[0])
+    reader = make_reader(paths)
+    reader.poll()
+    assert steps_of(reader) == [1, 3]
+    warning = reader.missing_steps_warning
+    assert warning and f"skipped a line of {8 << 20} bytes" in warning and paths[0] in warning
+
+
+def test_a_hypertune_file_growing_around_a_junk_line_is_read_on_and_warned_once(paths):
+    with open(paths[0], "w") as f:
+        f.write(HT_LINE % ("0.1", 1, T0 + 1))
+    reader = make_reader(paths)
+    reader.poll(final=True)
+    with open(paths[0], "a") as f:
+        f.write("j" * (3 << 20))
+    reader.poll(final=True)
+    with open(paths[0], "a") as f:
+        f.write("j\n" + HT_LINE % ("0.3", 3, T0 + 3))
+    reader.poll(final=True)
+    reader.poll(final=True)
+    assert steps_of(reader) == [1, 3]
+    assert reader.missing_steps_warning.count("skipped a line") == 1
+    assert f"of {(3 << 20) + 1} bytes" in reader.missing_steps_warning
+
+
+def test_a_junk_line_in_metrics_jsonl_is_skipped_with_a_warning(paths):
+    with open(paths[1], "w") as f:
+        f.write(format_record(1, {"acc": 0.1}, T0 + 1) + "x" * (2 << 20) + "\n")
+        f.write(format_record(3, {"acc": 0.3}, T0 + 3))
+    reader = make_reader(paths)
+    reader.poll()
+    assert steps_of(reader) == [1, 3]
+    assert "metrics.jsonl: skipped a line of" in reader.missing_steps_warning
+
+
+def test_a_500_mb_junk_line_is_never_held_in_memory(paths):
+    import tracemalloc
+
+    with open(paths[1], "wb") as f:
+        f.write(format_record(1, {"acc": 0.1}, T0 + 1).encode())
+        f.truncate(f.tell() + (500 << 20))  # a hole: read as NUL bytes, no disk space used
+        f.seek(0, os.SEEK_END)
+        f.write(b"\n" + format_record(3, {"acc": 0.3}, T0 + 3).encode())
+    reader = make_reader(paths)
+    tracemalloc.start()
+    try:
+        while reader.poll():  # a poll reads at most MAX_SCAN_BYTES: the rest on the next ones
+            pass
+        reader.poll(final=True)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert steps_of(reader) == [1, 3]
+    assert peak < 16 << 20, f"peak {peak} bytes"

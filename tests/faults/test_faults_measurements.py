@@ -151,3 +151,37 @@ def test_a_resumed_run_that_trained_nothing_does_not_record_its_return_value(job
     warned = [line for line in log.splitlines() if "trained no step" in line]
     assert len(warned) == 1, log[-3000:]
     assert "accuracy=0.0" in warned[0] and "step 10" in warned[0], warned
+
+
+def _limit_address_space() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (1536 << 20, 1536 << 20))
+
+
+@pytest.mark.parametrize("kind, junk_mb, sparse", [("hypertune", 8, False), ("jsonl", 8, False),
+                                                   ("hypertune", 500, True), ("jsonl", 500, True)])
+def test_a_junk_line_between_two_reports_is_skipped_with_one_warning(jobs: Jobs, kind: str, junk_mb: int,
+                                                                    sparse: bool) -> None:
+    """Step 1, a junk line of 8 MiB (or 500 MB, under a 1.5 GiB address-space limit on the
+    controller, so it must not be read into memory), step 3: both steps are recorded, and one
+    warning names the trial, the file and the junk line's size."""
+    import subprocess as sp
+    import sys
+
+    job_id = jobs.job_id(f"junk{kind}{junk_mb}")
+    out = sp.run([sys.executable, "-m", "trials", "sweep", jobs.spec(n=1), "--job-id", job_id, "--grace-period",
+                  "0.3", "--", "python", str(SCRIPTS / "junk_line_trainer.py"), f"--file={kind}",
+                  f"--junk-mb={junk_mb}", f"--sparse={int(sparse)}"],
+                 cwd=jobs.root, env=jobs.env(), capture_output=True, text=True, timeout=120,
+                 preexec_fn=_limit_address_space)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    (trial,) = jobs.describe(job_id)["trials"]
+    assert trial["state"] == "SUCCEEDED", trial
+    assert [m["stepCount"] for m in trial["measurements"]] == ["1", "3"]
+    size = junk_mb << 20
+    warnings = [line for line in (out.stdout + out.stderr).splitlines() if "skipped a line" in line]
+    assert len(warnings) == 1, out.stdout + out.stderr
+    assert "trial 1" in warnings[0] and f"of {size} bytes" in warnings[0], warnings
+    name = protocol.HYPERTUNE_FILE if kind == "hypertune" else protocol.METRICS_LOG
+    assert name in warnings[0], warnings

@@ -7,15 +7,16 @@ import math
 import os
 import stat
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from trials import files, protocol
+from trials.controller.line_tail import LineTail, Scan
 from trials.hypertune_file import HypertuneLine, parse_hypertune_line
-from trials.records import Key, Measurement, MeasurementLog, parse_records, same_value
+from trials.records import Key, Measurement, MeasurementLog, parse_record, same_value
 
 HYPERTUNE_MAX_ENTRIES = 100  # cloudml-hypertune keeps only its last 100 reports (deque maxlen=100)
-MAX_HYPERTUNE_BYTES = 4 * 1024 * 1024  # a real file is ~15 KB; of anything larger read only the tail
-MAX_LINE_BYTES = 1024 * 1024  # a metrics.jsonl line longer than this is garbage, not a torn line
+MAX_LINE_BYTES = 1024 * 1024  # a metric line longer than this is garbage, not a torn line (one is ~150 B)
+MAX_SCAN_BYTES = 16 * 1024 * 1024  # read at most this much of a file per poll (the rest next poll)
 # A file whose mtime is this recent may be rewritten within the same timestamp granule with the same
 # size (the "racy clean" problem), so its stat signature is not trusted until it is older.
 RACY_WINDOW_NS = 1_000_000_000
@@ -74,7 +75,7 @@ class TrialMetricsReader:
         self._ht_seen: set[tuple[object, ...]] = set()
         self._ht_raw_seen: set[str] = set()
         self._ht_sig: tuple[int, ...] | None = None
-        self._ht_bytes: bytes | None = None
+        self._ht_tail = LineTail(rewritten_whole=True)
         self._ht_exists = False
         self._ht_last_step: int | None = None  # newest step read in the current attempt
         self._gaps: list[tuple[int | None, int]] = []  # (last step read before, first step after)
@@ -82,10 +83,9 @@ class TrialMetricsReader:
         self._jl_log = MeasurementLog()
         self._jl_seen: set[tuple[object, ...]] = set()
         self._jl_sig: tuple[int, ...] | None = None
-        self._jl_ino: int | None = None
-        self._jl_offset = 0  # just after the last complete line consumed
-        self._jl_skip_partial = False  # inside an over-long line: drop bytes up to the next newline
+        self._jl_tail = LineTail(rewritten_whole=False)
         self._jl_exists = False
+        self._junk: dict[str, dict[tuple[int | None, int], int]] = {}  # path -> (ino, offset) -> size
 
     # --- public API ---------------------------------------------------------------------------
     def poll(self, *, final: bool = False) -> bool:
@@ -94,14 +94,14 @@ class TrialMetricsReader:
         ``final``: the writers have exited (the trial ended, or a replica is about to restart), so
         the files are whole: a read is never left for a later one to settle.
         """
-        changed = self._poll_metrics_log()
+        changed = self._poll_metrics_log(final=final)
         return self._poll_hypertune(final=final) or changed
 
     def on_restart(self) -> None:
         """A replica restarted: keep what was read; its new hypertune file starts fresh."""
         self._start_attempt()
         self._ht_sig = None
-        self._ht_bytes = None
+        self._ht_tail.reset()
 
     def seed(self, stored: Iterable[Measurement]) -> None:
         """Start from what the storage already holds for this trial (what earlier controllers read,
@@ -137,7 +137,7 @@ class TrialMetricsReader:
     def missing_steps_warning(self) -> str | None:
         """Why some steps may be missing (a file that is not a regular file was skipped, or the
         hypertune file's cap dropped them), or ``None``."""
-        notes = [*self._skipped.values()]
+        notes = [*self._skipped.values(), *self._junk_notes()]
         gaps = self._gap_warning()
         if gaps:
             notes.append(gaps)
@@ -147,6 +147,23 @@ class TrialMetricsReader:
     def skipped_files(self) -> dict[str, str]:
         """Metric files skipped because they are not regular files: path -> why."""
         return dict(self._skipped)
+
+    def _junk_notes(self) -> list[str]:
+        notes = []
+        for path, lines in self._junk.items():
+            n, longest = len(lines), max(lines.values())
+            what = f"a line of {longest} bytes" if n == 1 else f"{n} lines of up to {longest} bytes"
+            notes.append(f"{path}: skipped {what} (not a metric report: a line of more than "
+                         f"{MAX_LINE_BYTES} bytes is not read); the reports before and after it are kept")
+        return notes
+
+    def _note_junk(self, path: str, scan: Scan, *, final: bool) -> None:
+        skipped = list(scan.skipped)
+        if final and scan.state.skipping:  # a line that never ended
+            skipped.append((scan.state.skip_start, scan.state.skipping))
+        for offset, size in skipped:
+            lines = self._junk.setdefault(path, {})
+            lines[(scan.state.ino, offset)] = max(size, lines.get((scan.state.ino, offset), 0))
 
     def _gap_warning(self) -> str | None:
         if self._jl_exists:
@@ -229,16 +246,34 @@ class TrialMetricsReader:
         self._skipped.setdefault(f"{path}#steps", f"{path}: step {step} is beyond the storage's range "
                                  f"(0..{protocol.MAX_STEP}); reports with such steps are refused")
 
-    def _read(self, path: str, *, max_bytes: int, offset: int = 0) -> bytes | None:
+    def _scan(self, path: str, tail: LineTail, *, final: bool,
+              use: Callable[[Scan], bool | None]) -> tuple[Scan, bool | None] | None:
+        """Open ``path`` (a regular file only), read it on from where ``tail`` ended and hand the
+        read to ``use``; the read is kept (``tail`` moves on) unless ``use`` returns ``None``.
+        ``None`` if the file cannot be read."""
         try:
-            return files.read_regular(path, max_bytes=max_bytes, offset=offset)
+            fd = files.open_regular(path, os.O_RDONLY)
         except files.NotRegularFileError as err:
             self._skip(path, err.strerror or "not a regular file")
+            return None
         except FileNotFoundError:
-            pass
+            return None
         except OSError as err:
             self._read_error = f"cannot read {path}: {err}"
-        return None
+            return None
+        try:
+            scan = tail.scan(fd, os.fstat(fd), max_line_bytes=MAX_LINE_BYTES,
+                             max_scan_bytes=None if final else MAX_SCAN_BYTES)
+            result = use(scan)
+        except OSError as err:
+            self._read_error = f"cannot read {path}: {err}"
+            return None
+        finally:
+            os.close(fd)
+        if result is not None:
+            tail.commit(scan)
+            self._note_junk(path, scan, final=final)
+        return scan, result
 
     def _poll_hypertune(self, *, final: bool = False) -> bool:
         st = self._stat(self.hypertune_path)
@@ -247,45 +282,39 @@ class TrialMetricsReader:
         sig = (st.st_ino, st.st_size, st.st_mtime_ns)
         if sig == self._ht_sig:
             return False  # unchanged: the common, cheap case
-        if st.st_size > MAX_HYPERTUNE_BYTES:
-            data = self._read(self.hypertune_path, max_bytes=MAX_HYPERTUNE_BYTES,
-                              offset=st.st_size - MAX_HYPERTUNE_BYTES)
-            if data is not None:
-                data = data[data.find(b"\n") + 1:]  # drop the partial first line
-        else:  # read just what is there: a 4 MiB buffer would cost more than the parse
-            data = self._read(self.hypertune_path, max_bytes=st.st_size + 4096)
-        if data is None:
-            return False
         racy = not final and time.time_ns() - st.st_mtime_ns < RACY_WINDOW_NS
-        consistent = st.st_size > MAX_HYPERTUNE_BYTES or len(data) == st.st_size
-        self._ht_sig = sig if consistent and not racy else None
+        read = self._scan(self.hypertune_path, self._ht_tail, final=final,
+                          use=lambda scan: self._add_hypertune(scan, settled=not racy))
+        if read is None:
+            return False
+        scan, changed = read
         first_seen = not self._ht_exists
         self._ht_exists = True
-        if data == self._ht_bytes:
-            return first_seen
-        changed = self._add_hypertune(data.decode("utf-8", errors="replace"), settled=not racy)
         if changed is None:
+            self._ht_sig = None
             return first_seen  # torn in the middle of a rewrite: the next poll reads it whole
-        self._ht_bytes = data
+        self._ht_sig = sig if scan.at_eof and not racy else None
         return changed or first_seen
 
-    def _add_hypertune(self, text: str, *, settled: bool) -> bool | None:
+    def _add_hypertune(self, scan: Scan, *, settled: bool) -> bool | None:
         """Take in one read of the file; ``None`` if it is left for a later read to settle.
 
-        A torn read is skipped unless the file has settled (then its bad tail is garbage, not a
-        write in progress); so is a short read that could be a fresh file or a partial rewrite.
+        A read that goes on from the last one (the file grew) takes its complete lines. A read of
+        the whole file (new, or rewritten) that is torn is skipped unless the file has settled
+        (then its bad tail is garbage, not a write in progress); so is a short read that could be
+        a fresh file or a partial rewrite.
         """
-        if not text.strip():
-            return False  # between truncation and the first write: 90 % of reads under load
         n_records = 0
         first: tuple[bool, HypertuneLine | None] | None = None  # (read before?, its first metric)
         new: list[HypertuneLine] = []
         new_raws: list[str] = []
         last_ok = False
-        for raw in text.splitlines():
-            raw = raw.strip()
+        any_line = False
+        for data in scan.lines():
+            raw = data.decode("utf-8", errors="replace").strip()
             if not raw:
                 continue
+            any_line = True
             if raw in self._ht_raw_seen:  # most lines of a rewrite were read before: skip parsing
                 first = first or (True, None)
                 n_records += 1
@@ -301,9 +330,11 @@ class TrialMetricsReader:
             n_records += 1
             new_raws.append(raw)
             new.extend(lines)
-        if not settled and not (last_ok and text.endswith("\n")):
+        if not any_line and not scan.continued:
+            return False  # between truncation and the first write: 90 % of reads under load
+        if not scan.continued and not settled and (scan.torn or not last_ok):
             return None
-        if first is not None and not first[0] and first[1] is not None:
+        if first is not None and not first[0] and first[1] is not None and not scan.continued:
             # The oldest entry of this read was never read before. Every entry read so far is older
             # (reads are prefixes of rewrites, oldest first), so reports in between may be lost.
             if n_records >= HYPERTUNE_MAX_ENTRIES:
@@ -345,39 +376,27 @@ class TrialMetricsReader:
         return _entry_key(line.tag, line.step, line.timestamp, line.value)
 
     # --- metrics.jsonl ------------------------------------------------------------------------
-    def _poll_metrics_log(self) -> bool:
+    def _poll_metrics_log(self, *, final: bool = False) -> bool:
         st = self._stat(self.metrics_log_path)
         if st is None:
             return False
         if (st.st_ino, st.st_size) == self._jl_sig:
             return False  # append-only: no new byte means no new line
-        if st.st_ino != self._jl_ino or st.st_size < self._jl_offset:
-            # replaced or truncated: read it again from the start (entries already read are kept)
-            self._jl_ino, self._jl_offset, self._jl_skip_partial = st.st_ino, 0, False
-        data = self._read(self.metrics_log_path, max_bytes=max(st.st_size - self._jl_offset, 0) + (1 << 20),
-                          offset=self._jl_offset)
-        if data is None:
+        # (replaced or truncated: read again from the start; entries already read are kept)
+
+        def use(scan: Scan) -> bool:
+            records = [m for line in scan.lines()
+                       if (m := parse_record(line.decode("utf-8", errors="replace"))) is not None]
+            return self._add_metrics_log(records)
+
+        read = self._scan(self.metrics_log_path, self._jl_tail, final=final, use=use)
+        if read is None:
             return False
+        scan, changed = read
         first_seen = not self._jl_exists
         self._jl_exists = True
-        self._jl_sig = (st.st_ino, self._jl_offset + len(data))
-        start = 0
-        if self._jl_skip_partial:
-            newline = data.find(b"\n")
-            if newline < 0:
-                self._jl_offset += len(data)
-                return first_seen
-            start, self._jl_skip_partial = newline + 1, False
-        end = data.rfind(b"\n") + 1  # a torn last line stays unread until its newline arrives
-        if end <= start:
-            end = start
-        if len(data) - end > MAX_LINE_BYTES:
-            # no newline for over a MiB: garbage, not a torn line; skip it instead of re-reading it
-            self._jl_skip_partial = True
-            end = len(data)
-        text = data[start:end].decode("utf-8", errors="replace")
-        self._jl_offset += end
-        return self._add_metrics_log(parse_records(text)) or first_seen
+        self._jl_sig = (st.st_ino, st.st_size) if scan.at_eof else None
+        return bool(changed) or first_seen
 
     def _add_metrics_log(self, records: list[Measurement]) -> bool:
         new: list[Measurement] = []

@@ -41,7 +41,8 @@ def record_trial(loop: JobProgress, metrics: TrialMetrics, run: TrialRun) -> Non
         extra["unknown_tags"] = sorted(run.reader.unknown_tags)
     if run.reader.missing_steps_warning:
         extra["metrics_warning"] = run.reader.missing_steps_warning
-        loop.progress("warning", {"trial_id": run.trial_id, "message": run.reader.missing_steps_warning})
+        loop.progress("warning", {"trial_id": run.trial_id,
+                                  "message": f"trial {run.trial_id}: {run.reader.missing_steps_warning}"})
     repeated = run.reader.repeated_steps_warning
     if repeated:
         extra["metrics_warning"] = "; ".join(filter(None, (extra.get("metrics_warning"), repeated)))
