@@ -713,3 +713,13 @@ def test_a_500_mb_junk_line_is_never_held_in_memory(paths):
         tracemalloc.stop()
     assert steps_of(reader) == [1, 3]
     assert peak < 16 << 20, f"peak {peak} bytes"
+
+
+def test_a_file_larger_than_one_polls_read_is_read_on_by_the_next_polls(paths, monkeypatch):
+    monkeypatch.setattr(metrics_reader, "MAX_SCAN_BYTES", 1 << 20)
+    with open(paths[0], "w") as f:  # still being written (not settled): junk, then reports
+        f.write(("x" * 1000 + "\n") * 3000 + HT_LINE % ("0.1", 1, T0 + 1) + HT_LINE % ("0.2", 2, T0 + 2))
+    reader = make_reader(paths)
+    for _ in range(4):
+        reader.poll()
+    assert steps_of(reader) == [1, 2]

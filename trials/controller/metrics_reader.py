@@ -332,8 +332,8 @@ class TrialMetricsReader:
             new.extend(lines)
         if not any_line and not scan.continued:
             return False  # between truncation and the first write: 90 % of reads under load
-        if not scan.continued and not settled and (scan.torn or not last_ok):
-            return None
+        if not scan.continued and not settled and scan.at_eof and (scan.torn or not last_ok):
+            return None  # (a read cut at MAX_SCAN_BYTES is not torn: the next poll reads on)
         if first is not None and not first[0] and first[1] is not None and not scan.continued:
             # The oldest entry of this read was never read before. Every entry read so far is older
             # (reads are prefixes of rewrites, oldest first), so reports in between may be lost.
