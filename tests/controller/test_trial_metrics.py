@@ -84,3 +84,13 @@ def test_a_seeded_step_reported_again_with_another_value_is_a_conflict_and_the_l
     assert reader.conflicts == 1
     reader.poll(final=True)
     assert reader.conflicts == 1  # counted once
+
+
+def test_first_start_is_the_stored_start_when_it_is_earlier():
+    from trials.controller.trial_metrics import first_start
+    from trials.timefmt import rfc3339
+
+    assert first_start(rfc3339(100.5), 200.0) == 100.5
+    assert first_start(rfc3339(300.0), 200.0) == 200.0  # a clock that went back: now
+    assert first_start(None, 200.0) == 200.0
+    assert first_start("yesterday", 200.0) == 200.0

@@ -115,6 +115,9 @@ def test_a_trial_resumed_by_several_controllers_keeps_every_step(jobs: Jobs) -> 
         steps = [int(m["stepCount"]) for m in trial["measurements"]]
         if steps != list(range(1, EPOCHS + 1)):
             missing[trial["id"]] = steps
+        # elapsed times count from the trial's start, whichever controller read the step
+        elapsed = [float(m["elapsedDuration"].rstrip("s")) for m in trial["measurements"]]
+        assert elapsed == sorted(elapsed), (trial["id"], elapsed)
         assert trial["finalMeasurement"]["stepCount"] == str(EPOCHS)
     assert not missing, f"trials with steps missing after the kills at {triggers}: {missing}"
     assert wait_no_processes(jobs.tag) == [], "orphan processes outlived the job"

@@ -108,6 +108,7 @@ class TrialMetricsReader:
         one measurement a step): the record is the union of every attempt's reports. A metric this
         reader reads again at a stored step wins (it is the later report); a different value
         counts in :attr:`conflicts`."""
+        self._dirty.update(self._merged)  # (their elapsed times again: ``start_time`` may have moved)
         for m in stored:
             key = (m.step, 0)
             self._stored[key] = m

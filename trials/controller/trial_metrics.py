@@ -19,6 +19,7 @@ from trials.records import (
 )
 from trials.spec import JobSpec
 from trials.study.store import JobStore
+from trials.timefmt import parse_rfc3339
 
 Progress = Callable[[str, dict[str, Any]], None]
 
@@ -65,9 +66,11 @@ class TrialMetrics:
         stored = stored_measurements(frozen.intermediate_values, frozen.user_attrs, self.metric_ids[0])
         if not stored:
             return
+        attrs = frozen.user_attrs
+        started = first_start(attrs.get("start_time"), run.reader.start_time)
+        run.reader.start_time = started  # elapsed times count from the trial's start, as stored
         run.reader.seed(stored)
         run.stored = {m.step: dict(m.metrics) for m in stored}
-        attrs = frozen.user_attrs
         run.live_elapsed = {str(k): v for k, v in (attrs.get(LIVE_ELAPSED_ATTR) or {}).items()}
         run.live_metrics = {str(k): dict(v) for k, v in (attrs.get(LIVE_METRICS_ATTR) or {}).items()}
 
@@ -155,3 +158,14 @@ def steps_to_store(measurements: Sequence[Measurement], stored: Mapping[int, Map
                 same_value(v, m.metrics[k]) for k, v in old.items()):
             out.append(m)
     return out
+
+
+def first_start(stored: object, now: float) -> float:
+    """When a trial started: its stored ``start_time`` (RFC 3339) if it is earlier than ``now``
+    (a resumed trial started under an earlier controller), else ``now`` (pure)."""
+    if not isinstance(stored, str):
+        return now
+    try:
+        return min(parse_rfc3339(stored), now)
+    except ValueError:
+        return now

@@ -27,7 +27,7 @@ def record_trial(loop: JobProgress, metrics: TrialMetrics, run: TrialRun) -> Non
     run.reader.poll(final=True)
     metrics.warn_unknown_tags(run)
     metrics.report_new(run)
-    measurements = [m.with_elapsed(run.start_wall) for m in run.reader.measurements()]
+    measurements = [m.with_elapsed(run.reader.start_time) for m in run.reader.measurements()]
     if run.stopped_early and not metrics.ended_early(measurements):
         run.stopped_early, run.predicted = False, None  # it reached its end while being stopped
     loop.conflicts_total += run.reader.conflicts
