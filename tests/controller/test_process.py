@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from trials.controller.proc_groups import kill_group, parse_proc_stat, process_start_time, reap_leftovers
+from trials.controller.proc_groups import (
+    ProcStat,
+    is_leftover,
+    kill_group,
+    parse_proc_stat,
+    process_start_time,
+    reap_leftovers,
+)
 from trials.controller.process import Replica, free_port, stop_action, tail_lines
 from trials.controller.spawn import start_replica
 from trials.errors import ConfigError
@@ -198,7 +205,7 @@ def test_reap_leftovers_skips_unverifiable_and_gone_records() -> None:
         {"pid": os.getpid(), "pgid": os.getpgrp(), "start_time": process_start_time(os.getpid())},
         {"pid": gone, "pgid": gone, "start_time": 1},
     ]
-    assert reap_leftovers(records, grace_s=0.0) == 0
+    assert reap_leftovers(records, trial_dir="/nonexistent/trial", grace_s=0.0) == 0
 
 
 def test_tail_lines(tmp_path: Path) -> None:
@@ -233,3 +240,21 @@ def test_start_replica_validates_before_spawning(
                       stderr_path=str(tmp_path / "e"), name="workerpool0-0",
                       memory_limit_mb=limit)
     assert not (tmp_path / "o").exists()
+
+
+def _stat(start_time: int) -> ProcStat:
+    return ProcStat("S", 4242, start_time, 1)
+
+
+def test_a_pids_record_names_a_group_only_with_a_proven_member_of_the_trial() -> None:
+    record = {"pid": 4242, "pgid": 4242, "start_time": 100}
+    members = [(4242, _stat(100)), (4250, _stat(120))]
+    mine = {4242, 4250}.__contains__
+    assert is_leftover(record, members, leader_start=100, owned=mine)
+    assert is_leftover(record, [(4250, _stat(120))], leader_start=None, owned=mine)  # leader gone
+    assert not is_leftover(record, members, leader_start=99, owned=mine)  # the pid was reused
+    assert not is_leftover(record, members, leader_start=None, owned=lambda pid: False)  # forged
+    assert not is_leftover(record, [(4250, _stat(50))], leader_start=None, owned=mine)  # older
+    assert not is_leftover({**record, "start_time": None}, members, leader_start=100, owned=mine)
+    assert not is_leftover({"pid": "x", "pgid": 1}, members, leader_start=100, owned=mine)
+    assert not is_leftover({**record, "pgid": 1}, members, leader_start=100, owned=mine)

@@ -32,3 +32,17 @@ def test_stale_controller_folders_go_and_live_ones_stay(tmp_path):
 def test_own_cgroup_is_read_from_the_unified_line():
     assert tree.own_cgroup("4:memory:/x\n0::/user.slice/session-1.scope\n") == "/user.slice/session-1.scope"
     assert tree.own_cgroup("4:memory:/x\n") is None
+
+
+def test_nspid_is_read_from_the_status_line():
+    status = "Name:\tsleep\nNSpid:\t4242\t3\nNSsid:\t1\n"
+    assert tree.parse_nspid(status) == [4242, 3]
+    assert tree.parse_nspid("Name:\tsleep\n") == []
+    assert tree.parse_nspid("NSpid:\tx\n") == []
+
+
+def test_a_leftover_is_named_with_the_pid_its_trial_saw_and_the_namespace_init_is_not_one():
+    assert tree.describe_one(4242, "sleep", [4242]) == "4242 (sleep)"
+    assert tree.describe_one(4242, "sleep", [4242, 3]) == "4242 (sleep, pid 3 in the trial)"
+    assert tree.describe_one(4240, "trials-shim", [4240, 1]) is None  # the replica's PID 1
+    assert tree.describe_one(1, "init", [1]) == "1 (init)"  # outside any namespace of ours

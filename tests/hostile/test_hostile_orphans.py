@@ -73,20 +73,32 @@ def _kill(pids: list[int]) -> None:
 def _check(out: subprocess.CompletedProcess, job_dir: Path) -> None:
     """Each trial's two sleeps are gone, and its own warning names exactly them."""
     text = out.stdout + out.stderr
+    sandboxed = "the sandbox is off" not in text
     pids = {trial: _orphans(job_dir, trial) for trial in ("1", "2")}
     try:
         assert out.returncode == 0, text
         for trial, mine in pids.items():
-            survivors = [pid for pid in mine if _alive(pid)]
+            survivors = [pid for pid in mine if _alive(pid)] if not sandboxed else []
             assert not survivors, f"trial {trial}: the setsid() descendants {survivors} survived\n{text}"
             said = re.findall(rf"trial {trial}: workerpool0-0 exited and left (\d+) processes running; "
                               r"killed them: ([^\n]*)", text)
             assert said, f"trial {trial}: nothing said about what was killed\n{text}"
             n, names = said[0]
             assert int(n) == 2, text
-            assert sorted(names.split(", ")) == sorted(f"{pid} (sleep)" for pid in mine), text
+            named = [_named(entry) for entry in re.findall(r"\d+ \([^)]*\)", names)]
+            assert sorted(seen for _, seen in named) == sorted(mine), text  # the pids the trainer saw
+            assert not [host for host, _ in named if _alive(host)], text
     finally:
-        _kill([pid for mine in pids.values() for pid in mine])
+        if not sandboxed:  # pids of the trainer's PID namespace name nothing here
+            _kill([pid for mine in pids.values() for pid in mine])
+
+
+def _named(entry: str) -> tuple[int, int]:
+    """``4242 (sleep)`` or, from a replica's PID namespace, ``4242 (sleep, pid 3 in the trial)``:
+    the host's pid and the pid the trainer saw."""
+    m = re.fullmatch(r"(\d+) \(sleep(?:, pid (\d+) in the trial)?\)", entry)
+    assert m, entry
+    return int(m.group(1)), int(m.group(2) or m.group(1))
 
 
 def test_without_a_cgroup_the_subreaper_kills_and_names_each_trials_daemons(tmp_path: Path) -> None:
@@ -162,7 +174,8 @@ def test_what_no_replica_claims_is_killed_and_named_when_the_controller_exits(tm
     trainer = tmp_path / "stray.py"
     trainer.write_text(EXIT_TRAINER)
     job_id = jobs.job_id("stray")
-    env = {**jobs.env(), "TRIALS_CGROUP": "off"}
+    # No sandbox: in a replica's PID namespace the daemon is its init's child, so its replica claims it
+    env = {**jobs.env(), "TRIALS_CGROUP": "off", "TRIALS_SANDBOX": "off"}
     pids: list[int] = []
     try:
         out = subprocess.run([sys.executable, "-m", "trials", "sweep", jobs.spec(n=1), "--job-id", job_id,

@@ -234,20 +234,25 @@ def test_replica_dies_with_a_sigkilled_controller(tmp_path: Path) -> None:
 
 
 def test_reap_leftovers_kills_recorded_groups_and_their_orphans(tmp_path: Path) -> None:
-    live = start(tmp_path, py("proc_sleep.py"), name="workerpool0-0")
-    forked = start(tmp_path, py("proc_fork.py", "exit"), name="workerpool1-0")
+    trial = {**ENV, "TRIALS_TRIAL_DIR": str(tmp_path)}
+    live = start(tmp_path, py("proc_sleep.py"), name="workerpool0-0", env=trial)
+    forked = start(tmp_path, py("proc_fork.py", "exit"), name="workerpool1-0", env=trial)
     orphan = int(wait_for_line(tmp_path / "workerpool1-0.stdout.log"))
     assert wait_exit(forked) == 0  # the leader is gone; its child still runs in the group
-    other = start(tmp_path, py("proc_sleep.py"), name="workerpool2-0")
+    other = start(tmp_path, py("proc_sleep.py"), name="workerpool2-0", env=trial)
     mismatched = {**other.record(), "start_time": other.start_time - 1}
+    stranger = start(tmp_path, py("proc_sleep.py"), name="workerpool3-0")  # not of this trial
     try:
-        assert reap_leftovers([live.record(), forked.record(), mismatched], grace_s=0.3) == 2
+        records = [live.record(), forked.record(), mismatched, {**stranger.record(), "pid": 2**22 + 7}]
+        assert reap_leftovers(records, trial_dir=str(tmp_path), grace_s=0.3) == 2
         assert wait_exit(live) == 128 + signal.SIGTERM
         assert not running(orphan)
         assert other.poll() is None  # the pid did not match the recorded process
+        assert stranger.poll() is None  # its group carries nothing of the trial: a forged record
     finally:
         other.stop(grace_s=0.3)
-    assert reap_leftovers([live.record()]) == 0
+        stranger.stop(grace_s=0.3)
+    assert reap_leftovers([live.record()], trial_dir=str(tmp_path)) == 0
 
 
 def test_records_carry_the_kernel_start_time(tmp_path: Path) -> None:

@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, NamedTuple
 
+from trials import protocol
+
 PROC = "/proc"
 
 Clock = Callable[[], float]
@@ -108,35 +110,97 @@ def kill_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
+def environ_has(pid: int, items: Collection[str]) -> bool:
+    """Whether one of ``items`` (``NAME=value``) is in the environment ``pid`` started with (False if unreadable)."""
+    try:
+        fd = os.open(f"{PROC}/{pid}/environ", os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        data = b""
+        while chunk := os.read(fd, 1 << 16):
+            data += chunk
+            if len(data) > 1 << 22:  # a real environment is far smaller: not a replica's
+                return False
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    wanted = {item.encode() for item in items}
+    return any(entry in wanted for entry in data.split(b"\0"))
+
+
+def is_leftover(record: Mapping[str, Any], members: Iterable[tuple[int, ProcStat]], *,
+                leader_start: int | None, owned: Callable[[int], bool]) -> bool:
+    """Whether a ``pids.json`` record names a group of the trial still running (pure).
+
+    The record is hostile (the trainer can write its trial folder): it names a group only when the
+    leader is the recorded process or gone (``leader_start``), a member started no earlier than the
+    recorded leader, and a member is proven the trial's (``owned``: the replica environment's
+    ``TRIALS_TRIAL_DIR`` of this trial, which no unrelated process carries).
+    """
+    try:
+        pid, pgid = int(record["pid"]), int(record["pgid"])
+        recorded = record.get("start_time")
+        recorded = None if recorded is None else int(recorded)
+    except (KeyError, TypeError, ValueError):
+        return False
+    if recorded is None or pid <= 1 or pgid <= 1:
+        return False
+    if leader_start is not None and leader_start != recorded:
+        return False  # the pid was reused by another process
+    later = [member for member, stat in members if stat.start_time >= recorded]
+    return any(owned(member) for member in later)
+
+
+def leftover_groups(records: Iterable[Mapping[str, Any]], *, trial_dir: str) -> list[int]:
+    """The process groups of ``records`` (one trial's ``pids.json``) proven to be that trial's."""
+    marks = {f"{protocol.ENV_TRIAL_DIR}={path}" for path in (trial_dir, os.path.realpath(trial_dir))}
+    found: list[int] = []
+    if not has_proc():
+        return found
+    for record in records:
+        try:
+            pid, pgid = int(record["pid"]), int(record["pgid"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if pgid <= 1 or pgid == os.getpgrp() or pgid in found:
+            continue
+        members = group_members([pgid])[pgid]
+        if is_leftover(record, members, leader_start=process_start_time(pid),
+                       owned=lambda member: environ_has(member, marks)):
+            found.append(pgid)
+    return found
+
+
 def reap_leftovers(
     records: Iterable[Mapping[str, Any]],
     *,
+    trial_dir: str,
     grace_s: float = 2.0,
     clock: Clock = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
-    """Kill the process groups a dead controller left behind (TERM, ``grace_s``, KILL).
+    """Kill the process groups a dead controller left behind for one trial (TERM, ``grace_s``, KILL).
 
-    Each record is ``{"pid", "pgid", "start_time"}`` from :meth:`Replica.record`. A group is
-    killed when its leader still is the recorded process (same start time), or when the leader
-    is gone but processes it started still run in its group (the usual case after the controller
-    was SIGKILLed: PR_SET_PDEATHSIG took the leader, not its children). A record without a
-    start time, or whose pid now names another process, is skipped.
+    Each record is ``{"pid", "pgid", "start_time"}`` from :meth:`Replica.record`, read from the
+    ``pids.json`` of ``trial_dir``. A group is killed when :func:`leftover_groups` proves it the
+    trial's: its leader still is the recorded process (same start time) or gone while processes it
+    started still run in its group (the usual case after the controller was SIGKILLed:
+    PR_SET_PDEATHSIG took the leader, not its children), and one of them carries the trial's
+    ``TRIALS_TRIAL_DIR``. A record without a start time, whose pid now names another process, or
+    whose group holds nothing of the trial (a record the trainer forged) is skipped.
 
     Returns:
         How many groups were found alive and signalled.
     """
-    targets = []
-    for record in records:
-        pid, pgid, recorded = int(record["pid"]), int(record["pgid"]), record.get("start_time")
-        if recorded is None or pgid <= 1 or pgid == os.getpgrp():
-            continue
-        current = process_start_time(pid)
-        if current is not None and current != int(recorded):
-            continue  # the pid was reused by another process
-        members = group_members([pgid])[pgid] if has_proc() else []
-        if any(stat.start_time >= int(recorded) for _, stat in members):
-            targets.append(pgid)
+    return reap_groups(leftover_groups(records, trial_dir=trial_dir), grace_s=grace_s, clock=clock,
+                       sleep=sleep)
+
+
+def reap_groups(targets: Iterable[int], *, grace_s: float = 2.0, clock: Clock = time.monotonic,
+                sleep: Callable[[float], None] = time.sleep) -> int:
+    """TERM each group, wait up to ``grace_s`` for them, then KILL what is left; returns how many."""
     signalled = []
     for pgid in targets:
         try:
@@ -153,4 +217,3 @@ def reap_leftovers(
             kill_group(pgid, signal.SIGKILL)
         sleep(0.01)
     return len(signalled)
-

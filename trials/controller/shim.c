@@ -16,8 +16,19 @@
  *
  *   trials-shim PPID CGROUP_PROCS|- ERRFD|- [OP ...] -- PROGRAM [ARG ...]
  *
+ * With `ns` (the sandbox) the replica also gets its own PID namespace: the shim stays outside as the
+ * waiter (the pid the controller knows, the group's leader) and clones, with the namespaces and into
+ * the cgroup, the namespace's PID 1, a tiny init. Init builds the view, mounts a fresh /proc (only
+ * the replica's own processes: no /proc/<controller>/root, /fd, /environ to write through), forks
+ * the trainer (PID 2), which drops to Docker's default capabilities and execs, and reaps every
+ * process of the namespace. When the trainer exits, init passes its wait status to the waiter
+ * through a pipe and the waiter exits the same way; if other processes remain (setsid daemons)
+ * init stays with them, no longer tied to the waiter, so the controller finds, names and kills
+ * them as before. SIGKILL of init (the group's SIGKILL, cgroup.kill) ends the whole namespace.
+ *
  * OPs, applied in order (bind and gcs sources are opened after `ns`, before any other mount):
- *   ns user|mount       new mount namespace (user: also a user namespace mapping our own uid/gid)
+ *   ns user|mount       first op: new mount and PID namespaces (user: also a user namespace mapping
+ *                       our own uid/gid); the other ops run in init
  *   overlay DIR UPPER WORK   DIR becomes a copy-on-write view of itself (writes go to UPPER)
  *   hide DIR            an empty tmpfs over DIR (later binds create their mount points in it)
  *   bind PATH           PATH (opened before any mount) mounted back over PATH, writable
@@ -34,6 +45,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/capability.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -234,43 +247,45 @@ static pid_t clone_into_cgroup(const char *procs) {
     }
 }
 
-int main(int argc, char **argv) {
-    if (argc < 5) { fprintf(stderr, "usage: trials-shim PPID CGROUP_PROCS ERRFD [OP ...] -- PROGRAM [ARG ...]\n"); return 125; }
-    if (strcmp(argv[3], "-") != 0) {
-        errfd = atoi(argv[3]);
-        fcntl(errfd, F_SETFD, FD_CLOEXEC);
+
+/* Docker's default capability set: what root keeps in a Vertex container (no CAP_SYS_ADMIN, so a
+ * root trainer cannot unmount the hidden job folder or its own /proc; no CAP_SYS_PTRACE). */
+static const int kept_caps[] = {CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FSETID, CAP_FOWNER, CAP_MKNOD,
+                                CAP_NET_RAW, CAP_SETGID, CAP_SETUID, CAP_SETFCAP, CAP_SETPCAP,
+                                CAP_NET_BIND_SERVICE, CAP_SYS_CHROOT, CAP_KILL, CAP_AUDIT_WRITE};
+
+static void drop_caps(void) {
+    uint64_t keep = 0;
+    for (size_t k = 0; k < sizeof kept_caps / sizeof kept_caps[0]; k++) keep |= 1ULL << kept_caps[k];
+    for (int cap = 0; cap < 64; cap++) {
+        if (keep & (1ULL << cap)) continue;
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0) {
+            if (errno == EINVAL) break;  /* past the kernel's last capability */
+            fail("capabilities", "bounding set");
+        }
     }
-    pid_t parent = (pid_t)atol(argv[1]);
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail("prctl", "PR_SET_PDEATHSIG");
-    if (parent > 0 && getppid() != parent) _exit(137);  /* the controller died before prctl */
-    if (strcmp(argv[2], "-") != 0 && clone_into_cgroup(argv[2]) != 0) {
-        write_file(argv[2], "0\n");  /* this process and all it starts */
+    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);  /* EINVAL before Linux 4.3: none */
+    struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct data[2];
+    if (syscall(SYS_capget, &hdr, data) != 0) fail("capabilities", "capget");
+    for (int k = 0; k < 2; k++) {
+        uint32_t mask = (uint32_t)(keep >> (32 * k));
+        data[k].effective &= mask;
+        data[k].permitted &= mask;
+        data[k].inheritable &= mask;
     }
-    int i = 4, end = 4;
-    while (end < argc && strcmp(argv[end], "--") != 0) end++;
-    if (end + 1 >= argc) { fprintf(stderr, "trials-shim: no program after --\n"); return 125; }
+    if (syscall(SYS_capset, &hdr, data) != 0) fail("capabilities", "capset");
+}
+
+/* The ops after `ns`, applied in the new mount namespace; returns the `cd` folder (or NULL). */
+static const char *apply_ops(char **argv, int i, int end) {
     int fds[MAX_FDS], nfds = -1;  /* bind sources: opened in the new namespace before any mount */
-    const char *cwd = NULL;
     int next_fd = 0;
-    uid_t uid = getuid();
-    gid_t gid = getgid();
+    const char *cwd = NULL;
     while (i < end) {
         const char *op = argv[i];
-        if (nfds < 0 && strcmp(op, "ns") != 0) nfds = open_sources(argc, argv, i, end, fds);
-        if (strcmp(op, "ns") == 0 && i + 1 < end) {
-            int user = strcmp(argv[i + 1], "user") == 0;
-            if (unshare(CLONE_NEWNS | (user ? CLONE_NEWUSER : 0)) != 0) fail("unshare", argv[i + 1]);
-            if (user) {
-                char map[64];
-                write_file("/proc/self/setgroups", "deny");
-                snprintf(map, sizeof map, "%u %u 1\n", (unsigned)uid, (unsigned)uid);
-                write_file("/proc/self/uid_map", map);
-                snprintf(map, sizeof map, "%u %u 1\n", (unsigned)gid, (unsigned)gid);
-                write_file("/proc/self/gid_map", map);
-            }
-            if (mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) fail("private", "/");
-            i += 2;
-        } else if (strcmp(op, "overlay") == 0 && i + 3 < end) {
+        if (nfds < 0) nfds = open_sources(end, argv, i, end, fds);
+        if (strcmp(op, "overlay") == 0 && i + 3 < end) {
             char opts[12288];
             int n = snprintf(opts, sizeof opts, "lowerdir=%s,upperdir=%s,workdir=%s",
                              argv[i + 1], argv[i + 2], argv[i + 3]);
@@ -281,22 +296,188 @@ int main(int argc, char **argv) {
             if (mount("tmpfs", argv[i + 1], "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") != 0) fail("hide", argv[i + 1]);
             i += 2;
         } else if (strcmp(op, "bind") == 0 && i + 1 < end) {
-            bind_fd(fds[next_fd++], argv[i + 1]);
+            int fd = fds[next_fd++];
+            bind_fd(fd, argv[i + 1]);
+            close(fd);
             i += 2;
         } else if (strcmp(op, "gcs") == 0 && i + 2 < end) {
             int fd = fds[next_fd++];
             struct stat st;
             if (stat("/gcs", &st) == 0 && S_ISDIR(st.st_mode)) bind_fd(fd, "/gcs");
             else new_root_with_gcs(fd, argv[i + 2]);
+            close(fd);
             i += 3;
         } else if (strcmp(op, "cd") == 0 && i + 1 < end) {
             cwd = argv[i + 1];
             i += 2;
         } else {
             fprintf(stderr, "trials-shim: unknown or incomplete op %s\n", op);
-            return 125;
+            _exit(125);
         }
     }
+    return cwd;
+}
+
+struct exit_note { int status; int others; };  /* init -> waiter: the trainer's wait status */
+
+/* PID 1 of the replica's PID namespace: build the view, mount its own /proc, start the trainer
+ * (PID 2), reap every process of the namespace. Signals from outside reach it only for the
+ * handlers it has (the waiter's `ignore`), so the group's SIGTERM goes to the trainer alone, and
+ * SIGKILL of the group ends init and with it every process of the namespace. */
+static void run_init(char **argv, int ops_from, int end, int user, uid_t uid, gid_t gid,
+                     int life_fd, int note_fd) {
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail("prctl", "PR_SET_PDEATHSIG");
+    struct pollfd life = {life_fd, POLLIN, 0};
+    if (poll(&life, 1, 0) != 0) _exit(137);  /* the waiter (so the controller) died before prctl */
+    close(life_fd);
+    if (user) {
+        char map[64];
+        write_file("/proc/self/setgroups", "deny");
+        snprintf(map, sizeof map, "%u %u 1\n", (unsigned)uid, (unsigned)uid);
+        write_file("/proc/self/uid_map", map);
+        snprintf(map, sizeof map, "%u %u 1\n", (unsigned)gid, (unsigned)gid);
+        write_file("/proc/self/gid_map", map);
+    }
+    if (mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) fail("private", "/");
+    const char *cwd = apply_ops(argv, ops_from, end);
+    /* Only this namespace's processes: no /proc/<controller>/root, /fd or /environ to reach. */
+    if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0) fail("proc", "/proc");
+    if (cwd != NULL && chdir(cwd) != 0) fail("chdir", cwd);
+    pid_t trainer = fork();
+    if (trainer < 0) fail("fork", argv[end + 1]);
+    if (trainer == 0) {
+        set_group_handlers(SIG_DFL);
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail("prctl", "PR_SET_PDEATHSIG");
+        if (getppid() != 1) _exit(137);
+        drop_caps();
+        execv(argv[end + 1], argv + end + 1);  /* the controller resolved PATH: no sh fallback */
+        report(errno, "exec", argv[end + 1]);
+        _exit(127);
+    }
+    if (errfd >= 0) close(errfd);  /* the trainer holds it until it execs: EOF tells the controller */
+    errfd = -1;
+    /* The trainer cannot open /proc/1/fd, /proc/1/environ or /proc/1/mem: init keeps capabilities
+     * the trainer lacks (ptrace access needs the target's to be a subset of the caller's). Not
+     * PR_SET_DUMPABLE 0: an unprivileged controller must still read init's environ (subreaper). */
+    for (;;) {
+        int status;
+        pid_t got = waitpid(-1, &status, 0);
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            _exit(0);  /* ECHILD: the namespace is empty */
+        }
+        if (got != trainer) continue;
+        trainer = -1;
+        int other;
+        pid_t more;
+        while ((more = waitpid(-1, &other, WNOHANG)) > 0) {}
+        struct exit_note note = {status, more == 0};
+        /* Others still run (setsid daemons): outlive the waiter, so the controller finds, names and
+         * kills them (cgroup or subreaper) as it did before there was a PID namespace. */
+        if (note.others) prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
+        if (write(note_fd, &note, sizeof note) != (ssize_t)sizeof note) _exit(125);
+        if (!note.others) _exit(0);
+        close(note_fd);
+    }
+}
+
+/* The replica's namespaces' PID 1, born in the cgroup of PROCS when given. Returns its pid in the
+ * waiter; never returns in the child. */
+static pid_t start_init(const char *procs, int user, char **argv, int ops_from, int end,
+                        int *note_r) {
+    uid_t uid = getuid();
+    gid_t gid = getgid();
+    int life[2], note[2];
+    if (pipe2(life, O_CLOEXEC) != 0 || pipe2(note, O_CLOEXEC) != 0) fail("pipe", "init");
+    uint64_t flags = CLONE_NEWNS | CLONE_NEWPID | (user ? CLONE_NEWUSER : 0);
+    int cg = -1;
+    if (procs != NULL) {
+        char dir[4096];
+        const char *slash = strrchr(procs, '/');
+        if (slash != NULL && (size_t)(slash - procs) < sizeof dir) {
+            memcpy(dir, procs, (size_t)(slash - procs));
+            dir[slash - procs] = '\0';
+            cg = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        }
+    }
+    set_group_handlers(ignore);  /* before the clone: no window where the group's SIGTERM ends us */
+    struct shim_clone_args args;
+    memset(&args, 0, sizeof args);
+    args.exit_signal = SIGCHLD;
+    long child = -1;
+    if (cg >= 0) {
+        args.flags = flags | CLONE_INTO_CGROUP;
+        args.cgroup = (uint64_t)cg;
+        child = syscall(SYS_clone3, &args, sizeof args);
+        if (child < 0 && errno != ENOSYS && errno != E2BIG && errno != EINVAL) fail("clone", "new namespaces");
+        args.cgroup = 0;
+        close(cg);
+    }
+    if (child < 0 && procs != NULL) write_file(procs, "0\n");  /* older kernel: join, then clone */
+    if (child < 0) {
+        args.flags = flags;
+        child = syscall(SYS_clone3, &args, sizeof args);
+        if (child < 0 && errno == ENOSYS) child = syscall(SYS_clone, (unsigned long)flags | SIGCHLD, 0, 0, 0, 0);
+        if (child < 0) fail("clone", "new pid namespace");
+    }
+    if (child == 0) {
+        set_group_handlers(ignore);
+        close(life[1]);
+        close(note[0]);
+        run_init(argv, ops_from, end, user, uid, gid, life[0], note[1]);
+        _exit(125);
+    }
+    close(life[0]);  /* life[1] stays open in the waiter until it exits */
+    close(note[1]);
+    *note_r = note[0];
+    return (pid_t)child;
+}
+
+/* The waiter: exits as the trainer did (init tells it), or as init did when init died first. */
+static void wait_for_init(pid_t child, int note_fd) {
+    if (errfd >= 0) close(errfd);
+    errfd = -1;
+    struct exit_note note;
+    size_t got = 0;
+    while (got < sizeof note) {
+        ssize_t n = read(note_fd, (char *)&note + got, sizeof note - got);
+        if (n > 0) got += (size_t)n;
+        else if (n < 0 && errno == EINTR) continue;
+        else break;
+    }
+    if (got == sizeof note && note.others) exit_like(note.status);
+    int status;
+    for (;;) {
+        pid_t r = waitpid(child, &status, 0);
+        if (r == child) break;
+        if (r < 0 && errno != EINTR) _exit(125);
+    }
+    exit_like(got == sizeof note ? note.status : status);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 5) { fprintf(stderr, "usage: trials-shim PPID CGROUP_PROCS ERRFD [OP ...] -- PROGRAM [ARG ...]\n"); return 125; }
+    if (strcmp(argv[3], "-") != 0) {
+        errfd = atoi(argv[3]);
+        fcntl(errfd, F_SETFD, FD_CLOEXEC);
+    }
+    pid_t parent = (pid_t)atol(argv[1]);
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail("prctl", "PR_SET_PDEATHSIG");
+    if (parent > 0 && getppid() != parent) _exit(137);  /* the controller died before prctl */
+    int end = 4;
+    while (end < argc && strcmp(argv[end], "--") != 0) end++;
+    if (end + 1 >= argc) { fprintf(stderr, "trials-shim: no program after --\n"); return 125; }
+    const char *procs = strcmp(argv[2], "-") != 0 ? argv[2] : NULL;
+    if (end > 4 && strcmp(argv[4], "ns") == 0) {
+        if (end < 6) { fprintf(stderr, "trials-shim: unknown or incomplete op ns\n"); return 125; }
+        int note_fd;
+        pid_t init = start_init(procs, strcmp(argv[5], "user") == 0, argv, 6, end, &note_fd);
+        wait_for_init(init, note_fd);
+    }
+    if (procs != NULL && clone_into_cgroup(procs) != 0) {
+        write_file(procs, "0\n");  /* this process and all it starts */
+    }
+    const char *cwd = apply_ops(argv, 4, end);
     if (cwd != NULL && chdir(cwd) != 0) fail("chdir", cwd);
     execv(argv[end + 1], argv + end + 1);  /* the controller resolved PATH: no sh fallback */
     report(errno, "exec", argv[end + 1]);

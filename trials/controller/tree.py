@@ -95,9 +95,38 @@ def _comm(pid: int) -> str:
         return "?"
 
 
+def parse_nspid(status: str) -> list[int]:
+    """The ``NSpid:`` line of ``/proc/<pid>/status``: the pid in each PID namespace, outermost first."""
+    for line in status.splitlines():
+        if line.startswith("NSpid:"):
+            try:
+                return [int(field) for field in line.split()[1:]]
+            except ValueError:
+                return []
+    return []
+
+
+def _ns_pids(pid: int) -> list[int]:
+    try:
+        with open(f"{_PROC}/{pid}/status", encoding="utf-8", errors="replace") as f:
+            return parse_nspid(f.read())
+    except OSError:
+        return []
+
+
+def describe_one(pid: int, comm: str, ns_pids: list[int]) -> str | None:
+    """``pid (name)``, with the pid the trial saw when it is in the replica's PID namespace; None
+    for the namespace's init (the shim, PID 1 there): it is the replica's, never a leftover."""
+    if len(ns_pids) > 1 and ns_pids[-1] == 1:
+        return None
+    inner = f", pid {ns_pids[-1]} in the trial" if len(ns_pids) > 1 else ""
+    return f"{pid} ({comm}{inner})"
+
+
 def describe(pids: list[int]) -> list[str]:
     """``pid (name)`` of each process: what a warning says was killed."""
-    return [f"{pid} ({_comm(pid)})" for pid in pids]
+    named = (describe_one(pid, _comm(pid), _ns_pids(pid)) for pid in pids)
+    return [text for text in named if text is not None]
 
 
 class ProcessTree(Protocol):

@@ -150,7 +150,7 @@ class TrialLauncher:
             return
         records = trial_files.read_pids(trial_dir)
         if records:
-            reap_leftovers(records)
+            reap_leftovers(records, trial_dir=trial_dir)
 
 
 def start_error_text(err: OSError | ConfigError, trial_dir: str) -> str:
