@@ -136,3 +136,57 @@ def test_without_the_sandbox_cancel_still_refuses_a_forged_lock_holder(tmp_path:
     done = _attack_and_cancel(tmp_path, extra_env={"TRIALS_SANDBOX": "off"}, sandboxed=False)
     assert done["holders"], done  # a plain child finds its controller and writes as it (documented)
     assert any(w.startswith("lock through") for w in done["wrote"]), done
+
+
+FORGE_PIDS = """\
+import json, os, sys, time
+trial_dir = os.environ["TRIALS_TRIAL_DIR"]
+pids = os.path.join(trial_dir, "pids.json")
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:  # the controller records this replica first: then forge it
+    try:
+        with open(pids) as f:
+            if json.load(f):
+                break
+    except (OSError, ValueError):
+        pass
+    time.sleep(0.02)
+forged = [{"name": "workerpool0-0", "pid": 4194304 + 11, "pgid": int(sys.argv[1]), "start_time": 0}]
+with open(pids, "w") as f:
+    json.dump(forged, f)
+with open(os.environ["CLOUD_ML_HP_METRIC_FILE"], "w") as f:
+    f.write(json.dumps({"loss": "0.5", "global_step": "1", "timestamp": time.time()}) + "\\n")
+open(os.path.join(trial_dir, "forged"), "w").close()
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("sandbox", ["on", "off"])
+def test_a_forged_pids_file_does_not_make_cancel_kill_another_group(tmp_path: Path, sandbox: str) -> None:
+    jobs = Jobs(tmp_path)
+    trainer = tmp_path / "forge.py"
+    trainer.write_text(FORGE_PIDS)
+    job_id = jobs.job_id("forgepids")
+    env = {**jobs.env(), "TRIALS_SANDBOX": sandbox}
+    victim = subprocess.Popen(["sleep", "300"], start_new_session=True)  # its own group: the target
+    sweep = subprocess.Popen([sys.executable, "-m", "trials", "sweep", jobs.spec(n=1), "--job-id", job_id,
+                              "--", sys.executable, str(trainer), str(victim.pid)],
+                             cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        forged = jobs.job_dir(job_id) / "1" / "forged"
+        deadline = time.monotonic() + _WAIT_S
+        while not forged.exists() and sweep.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert forged.exists(), "the trainer did not get to forge its pids.json"
+        sweep.kill()  # the controller dies; the next one reaps what pids.json names
+        sweep.wait()
+        out = jobs.cli("cancel", job_id)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "JOB_STATE_CANCELLED" in out.stdout, out.stdout
+        assert victim.poll() is None, "trials cancel killed the group a forged pids.json named"
+    finally:
+        for proc in (sweep, victim):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        jobs.cleanup()

@@ -1,11 +1,13 @@
 """Each replica in its container view: a private copy-on-write launch folder, /gcs, the job folder hidden.
 
-A replica starts through the exec shim (``shim.c``) in a new mount namespace (a user namespace too
-when not root): the launch folder is an overlay whose writes land in ``<trial>/sandbox/<replica>.<n>/
-upper``, the job folder is an empty tmpfs with only the trial's own folders mounted back (so no
-trainer reaches ``journal.log`` or another trial), and ``/gcs`` is the job's bucket folder. Where
-that cannot work (not Linux, no compiler, a kernel that refuses the namespaces or overlayfs,
-``TRIALS_SANDBOX=off``) :func:`detect` says why once and replicas run as plain children.
+A replica starts through the exec shim (``shim.c``) in new mount and PID namespaces (a user
+namespace too when not root) with its own ``/proc``, so it sees no process but its own: the launch
+folder is an overlay whose writes land in ``<trial>/sandbox/<replica>.<n>/upper``, the job folder is
+an empty tmpfs with only the trial's own folders mounted back (so no trainer reaches
+``journal.log`` or another trial), and ``/gcs`` is the job's bucket folder. Where that cannot work
+(not Linux, no compiler, a kernel that refuses the namespaces, a fresh ``/proc`` or overlayfs,
+``TRIALS_SANDBOX=off``) :func:`detect` says why once and replicas run as plain children (what that
+does not protect: ``docs/VERTEX_EMULATION.md``).
 """
 
 from __future__ import annotations
@@ -45,9 +47,10 @@ class Sandbox:
         """One line for the user: what each replica gets, or why it runs as a plain child."""
         if self.on:
             return (f"each replica works in a private copy-on-write view of {self.launch_dir} "
-                    f"(its writes stay in <trial>/{protocol.SANDBOX_DIR}/), /gcs is {self.gcs_root}")
+                    f"(its writes stay in <trial>/{protocol.SANDBOX_DIR}/) with its own processes "
+                    f"and /proc, /gcs is {self.gcs_root}")
         return (f"the sandbox is off ({self.reason}): trials share {self.launch_dir}, see the host's "
-                f"file system and have no /gcs (write outputs with --base-output-dir DIR)")
+                f"file system and processes and have no /gcs (write outputs with --base-output-dir DIR)")
 
 
 def off(launch_dir: str, job_dir: str, gcs_root: str, reason: str) -> Sandbox:
