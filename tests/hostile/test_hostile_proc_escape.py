@@ -55,11 +55,16 @@ def _attack_and_cancel(root: Path, *, prefix: Sequence[str] = (), python: str = 
     marker = f"FORGED-{jobs.tag}"
     spec = Path(jobs.spec(n=1))
     spec.chmod(0o644)
-    before = sorted(p.name for p in root.iterdir())
+    launch = root / "launch"  # the job folder outside it: the sandbox hides it behind an empty tmpfs
+    launch.mkdir(mode=0o777)
+    launch.chmod(0o777)
+    before = sorted(p.name for p in launch.iterdir())
     victim = subprocess.Popen([*prefix, "sleep", "300"])
     sweep = subprocess.Popen([*prefix, sys.executable, "-m", "trials", "sweep", str(spec), "--job-id", job_id,
-                              "--", python, str(TRAINER), str(victim.pid), marker],
-                             cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              "--root", str(root / "trials-jobs"),
+                              "--", python, str(TRAINER), str(victim.pid), marker,
+                              *(["umount"] if sandboxed else [])],
+                             cwd=launch, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         escape = job_dir / "1" / "escape.json"
         deadline = time.monotonic() + _WAIT_S
@@ -94,7 +99,7 @@ def _attack_and_cancel(root: Path, *, prefix: Sequence[str] = (), python: str = 
         if sweep.stdout is not None:
             sweep.stdout.close()
             sweep.stderr.close()  # type: ignore[union-attr]
-        planted = sorted(p.name for p in root.iterdir() if p.name not in before and p.name != "trials-jobs")
+        planted = sorted(p.name for p in launch.iterdir() if p.name not in before)
         jobs.cleanup()
         assert not planted or not sandboxed, f"the trainer wrote {planted} into the real launch folder"
 
@@ -103,6 +108,7 @@ def test_a_trainer_cannot_reach_its_controller_through_proc(tmp_path: Path) -> N
     if not _sandbox_on(tmp_path, (), Jobs(tmp_path).env()):
         pytest.skip("no sandbox here (the fallback test still runs)")
     done = _attack_and_cancel(tmp_path)
+    assert done["unmounted"] == [], done  # no CAP_SYS_ADMIN: the job folder stays hidden, /proc its own
     assert done["holders"] == [], done  # it saw no controller at all
     assert done["ancestors"] == [], done  # its parent is the namespace's init, PID 1
     assert done["init_fds"] == [], done  # and init's fds are not the trainer's to open
@@ -125,7 +131,7 @@ def test_an_unprivileged_trainer_cannot_reach_its_controller_through_proc() -> N
         system_python = shutil.which("python3", path="/usr/bin:/bin") or "python3"
         done = _attack_and_cancel(root, prefix=NOBODY, python=system_python,
                                   extra_env={"HOME": str(root), "XDG_CACHE_HOME": str(root / ".cache")})
-        assert done["holders"] == [] and done["init_fds"] == [], done
+        assert done["holders"] == [] and done["init_fds"] == [] and done["unmounted"] == [], done
         assert done["ancestors"] == [], done  # its own PID namespace: no controller, no other trial
         assert not [w for w in done["wrote"] if not w.startswith("planted")], done
     finally:

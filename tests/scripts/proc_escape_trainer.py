@@ -2,12 +2,13 @@
 
 Runs under any python (the unprivileged test uses the system one): no trials, no hypertune.
 It walks its parent pids, and scans every pid it can see, for a process holding ``controller.lock``,
-then tries: a file in the launch folder through ``/proc/<pid>/root``, a forged record appended
+then tries (``umount``: in a sandbox only) unmounting the hidden job folder and its /proc, then a
+file in the launch folder through ``/proc/<pid>/root``, a forged record appended
 to ``journal.log`` through ``/proc/<pid>/root``, and the lock file truncated and rewritten as
 ``pid <victim>`` through ``/proc/<pid>/fd/<n>``. It writes what it found and did to
 ``<trial>/escape.json``, reports one metric, then waits (up to 120 s) to be stopped.
 
-    proc_escape_trainer.py VICTIM_PID MARKER
+    proc_escape_trainer.py VICTIM_PID MARKER [umount]
 """
 
 import json
@@ -45,6 +46,20 @@ def lock_fds(pid):
     return found
 
 
+# As root, unmount the hidden job folder and this /proc (CAP_SYS_ADMIN would allow it). Only when
+# asked and only as PID 2 of a PID namespace (the sandbox's trainer): in the host's mount namespace
+# this would unmount the host's /proc.
+unmounted = []
+in_sandbox = os.getpid() == 2 and os.getppid() == 1
+if "umount" in sys.argv[3:] and in_sandbox:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for target in (job_dir, "/proc"):
+        if libc.umount2(target.encode(), 2) == 0:  # MNT_DETACH
+            unmounted.append(target)
+    if os.path.exists(os.path.join(job_dir, "journal.log")):
+        unmounted.append("journal reachable")
 ancestors, pid = [], os.getppid()
 while pid > 1 and pid not in ancestors:
     ancestors.append(pid)
@@ -67,9 +82,10 @@ for path in [*init_fd_paths, "/proc/1/environ", "/proc/1/root"]:
         init_fds.append(path)
     except OSError:
         pass
-done = {"init_fds": init_fds, "ancestors": ancestors, "visible": len(visible), "holders": sorted(holders), "wrote": []}
+done = {"unmounted": unmounted, "init_fds": init_fds, "ancestors": ancestors, "visible": len(visible),
+        "holders": sorted(holders), "wrote": []}
 
-for p in dict.fromkeys([*holders, *ancestors, *visible]):
+for p in dict.fromkeys([*holders, *ancestors, *(visible if in_sandbox else [])]):  # outside: its line only
     root = f"/proc/{p}/root"
     try:  # a file in the real launch folder (the trainer's own is an overlay)
         with open(f"{root}{launch_dir}/planted-{p}", "w") as f:
