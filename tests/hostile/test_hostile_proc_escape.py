@@ -109,6 +109,7 @@ def test_a_trainer_cannot_reach_its_controller_through_proc(tmp_path: Path) -> N
         pytest.skip("no sandbox here (the fallback test still runs)")
     done = _attack_and_cancel(tmp_path)
     assert done["unmounted"] == [], done  # no CAP_SYS_ADMIN: the job folder stays hidden, /proc its own
+    assert done["host_writes"] == [], done  # /sys (the cgroup files) and /proc/sys are read-only
     assert done["holders"] == [], done  # it saw no controller at all
     assert done["ancestors"] == [], done  # its parent is the namespace's init, PID 1
     assert done["init_fds"] == [], done  # and init's fds are not the trainer's to open
@@ -132,6 +133,7 @@ def test_an_unprivileged_trainer_cannot_reach_its_controller_through_proc() -> N
         done = _attack_and_cancel(root, prefix=NOBODY, python=system_python,
                                   extra_env={"HOME": str(root), "XDG_CACHE_HOME": str(root / ".cache")})
         assert done["holders"] == [] and done["init_fds"] == [] and done["unmounted"] == [], done
+        assert done["host_writes"] == [], done
         assert done["ancestors"] == [], done  # its own PID namespace: no controller, no other trial
         assert not [w for w in done["wrote"] if not w.startswith("planted")], done
     finally:

@@ -60,6 +60,23 @@ if "umount" in sys.argv[3:] and in_sandbox:
             unmounted.append(target)
     if os.path.exists(os.path.join(job_dir, "journal.log")):
         unmounted.append("journal reachable")
+host_writes = []  # the host's cgroup and sysctl files (harmless probes: a new empty cgroup, an open)
+if in_sandbox:
+    with open("/proc/self/cgroup") as f:
+        mine = [line.split("::", 1)[1].strip() for line in f if line.startswith("0::")]
+    for base in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
+        probe = f"{base}{mine[0] if mine else ''}/escape-probe"
+        try:
+            os.mkdir(probe)
+            os.rmdir(probe)
+            host_writes.append(probe)
+        except OSError:
+            pass
+    try:
+        os.close(os.open("/proc/sys/kernel/printk_ratelimit", os.O_WRONLY))
+        host_writes.append("/proc/sys/kernel/printk_ratelimit")
+    except OSError:
+        pass
 ancestors, pid = [], os.getppid()
 while pid > 1 and pid not in ancestors:
     ancestors.append(pid)
@@ -82,8 +99,8 @@ for path in [*init_fd_paths, "/proc/1/environ", "/proc/1/root"]:
         init_fds.append(path)
     except OSError:
         pass
-done = {"unmounted": unmounted, "init_fds": init_fds, "ancestors": ancestors, "visible": len(visible),
-        "holders": sorted(holders), "wrote": []}
+done = {"unmounted": unmounted, "host_writes": host_writes, "init_fds": init_fds, "ancestors": ancestors,
+        "visible": len(visible), "holders": sorted(holders), "wrote": []}
 
 for p in dict.fromkeys([*holders, *ancestors, *(visible if in_sandbox else [])]):  # outside: its line only
     root = f"/proc/{p}/root"

@@ -20,7 +20,8 @@
  * waiter (the pid the controller knows, the group's leader) and clones, with the namespaces and into
  * the cgroup, the namespace's PID 1, a tiny init. Init builds the view, mounts a fresh /proc (only
  * the replica's own processes: no /proc/<controller>/root, /fd, /environ to write through), forks
- * the trainer (PID 2), which drops to Docker's default capabilities and execs, and reaps every
+ * the trainer (PID 2), which drops to Docker's default capabilities and execs (/sys and Docker's
+ * read-only /proc paths are read-only, so a root trainer writes no cgroup or sysctl), and reaps every
  * process of the namespace. When the trainer exits, init passes its wait status to the waiter
  * through a pipe and the waiter exits the same way; if other processes remain (setsid daemons)
  * init stays with them, no longer tied to the waiter, so the controller finds, names and kills
@@ -318,6 +319,66 @@ static const char *apply_ops(char **argv, int i, int end) {
     return cwd;
 }
 
+/* The flags a read-only remount must keep (a user namespace may not clear those of a locked mount). */
+static unsigned long kept_flags(char *opts) {
+    unsigned long flags = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(opts, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
+        if (strcmp(tok, "nosuid") == 0) flags |= MS_NOSUID;
+        else if (strcmp(tok, "nodev") == 0) flags |= MS_NODEV;
+        else if (strcmp(tok, "noexec") == 0) flags |= MS_NOEXEC;
+        else if (strcmp(tok, "noatime") == 0) flags |= MS_NOATIME;
+        else if (strcmp(tok, "nodiratime") == 0) flags |= MS_NODIRATIME;
+        else if (strcmp(tok, "relatime") == 0) flags |= MS_RELATIME;
+    }
+    return flags;
+}
+
+static void unescape_octal(char *s) {  /* mountinfo writes a space as \040, a backslash as \134 */
+    char *out = s;
+    for (char *in = s; *in; in++) {
+        if (in[0] == '\\' && in[1] >= '0' && in[1] <= '3' && in[2] >= '0' && in[2] <= '7' &&
+            in[3] >= '0' && in[3] <= '7') {
+            *out++ = (char)((in[1] - '0') * 64 + (in[2] - '0') * 8 + (in[3] - '0'));
+            in += 3;
+        } else {
+            *out++ = *in;
+        }
+    }
+    *out = '\0';
+}
+
+/* /sys and every mount under it read-only, as in a Docker container: a root trainer cannot write
+ * the host's cgroup files (cgroup.kill of the controller's cgroup or of another trial's) or sysfs. */
+static void sys_read_only(void) {
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    if (f == NULL) fail("open", "/proc/self/mountinfo");
+    char line[8192];
+    while (fgets(line, sizeof line, f) != NULL) {
+        char *save = NULL, *mp = NULL, *opts = NULL;
+        int k = 0;
+        for (char *tok = strtok_r(line, " ", &save); tok != NULL && k <= 5; tok = strtok_r(NULL, " ", &save), k++) {
+            if (k == 4) mp = tok;
+            if (k == 5) opts = tok;
+        }
+        if (mp == NULL || opts == NULL) continue;
+        unescape_octal(mp);
+        if (strcmp(mp, "/sys") != 0 && strncmp(mp, "/sys/", 5) != 0) continue;
+        if (mount(NULL, mp, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | kept_flags(opts), NULL) != 0) fail("readonly", mp);
+    }
+    fclose(f);
+}
+
+/* Docker's read-only paths of /proc: no sysctl, no SysRq (a root trainer could reboot the host). */
+static void proc_read_only(const char *path) {
+    if (mount(path, path, NULL, MS_BIND | MS_REC, NULL) != 0) {
+        if (errno == ENOENT) return;
+        fail("bind", path);
+    }
+    if (mount(NULL, path, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
+        fail("readonly", path);
+}
+
 struct exit_note { int status; int others; };  /* init -> waiter: the trainer's wait status */
 
 /* PID 1 of the replica's PID namespace: build the view, mount its own /proc, start the trainer
@@ -340,8 +401,11 @@ static void run_init(char **argv, int ops_from, int end, int user, uid_t uid, gi
     }
     if (mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) fail("private", "/");
     const char *cwd = apply_ops(argv, ops_from, end);
+    sys_read_only();
     /* Only this namespace's processes: no /proc/<controller>/root, /fd or /environ to reach. */
     if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0) fail("proc", "/proc");
+    static const char *const proc_ro[] = {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"};
+    for (size_t k = 0; k < sizeof proc_ro / sizeof proc_ro[0]; k++) proc_read_only(proc_ro[k]);
     if (cwd != NULL && chdir(cwd) != 0) fail("chdir", cwd);
     pid_t trainer = fork();
     if (trainer < 0) fail("fork", argv[end + 1]);
