@@ -13,3 +13,11 @@ def test_duration(s, text):
 def test_rfc3339_round_trips_to_the_microsecond():
     assert rfc3339(0) == "1970-01-01T00:00:00.000000Z"
     assert parse_rfc3339(rfc3339(1789.25)) == 1789.25
+
+
+def test_an_end_is_its_start_plus_the_monotonic_time_since():
+    from trials.timefmt import wall_after
+
+    assert wall_after(1000.0, 50.0, 62.5) == 1012.5  # whatever the wall clock says meanwhile
+    assert wall_after(1000.0, 50.0, 49.0) == 1000.0  # never before its start
+    assert wall_after(1000.0, 50.0, 51.0, not_before=1500.0) == 1500.0  # nor before an earlier start

@@ -294,11 +294,11 @@ class StopReason(_StrValued):
     TIMEOUT = "timeout"  # trialJobSpec.scheduling.timeout
     FAILED = "failed"  # a permanent failure (exit 1, OOM, restart budget, could not start)
     CANCEL = "cancel"  # the job is cancelled: the trial goes back to the queue
-    JOB_END = "job_end"  # the job failed (too many failed trials): the trial goes back to the queue
+    JOB_END = "job_end"  # the job failed (too many failed trials): the trial ends with it, INFEASIBLE
     LEAVE = "leave"  # a `trials worker` leaves the job: the trial goes back to the queue
     LOST = "lost"  # another worker took the trial over: this worker records nothing more
 
     @property
     def requeues(self) -> bool:
         """Whether a trial stopped for this reason is not at fault and runs again later."""
-        return self in (StopReason.CANCEL, StopReason.JOB_END, StopReason.LEAVE)
+        return self in (StopReason.CANCEL, StopReason.LEAVE)

@@ -20,3 +20,14 @@ def duration(seconds: float) -> str:
     """Protobuf Duration JSON: ``"12.5s"``."""
     text = f"{seconds:.9f}".rstrip("0").rstrip(".")
     return f"{text}s"
+
+
+def wall_after(start_wall: float, start_mono: float, now_mono: float, *, not_before: float | None = None) -> float:
+    """The wall time of an end: its start's wall time plus the monotonic time since the start.
+
+    A wall clock set back (or forward) meanwhile does not move an end before its start or stretch a
+    duration: durations come from the monotonic clock, timestamps from the wall clock. ``not_before``
+    (an earlier start recorded by another process) bounds the result from below.
+    """
+    end = start_wall + max(0.0, now_mono - start_mono)
+    return end if not_before is None else max(end, not_before)

@@ -93,7 +93,7 @@ class FakeReplica:
     script: Script
     start: float = 0.0
     returncode: int | None = None
-    exited_wall: float | None = None
+    exited_mono: float | None = None
     stop_requested_at: float | None = None
     oom_killed: bool = False
     signals: list[int] = field(default_factory=list)
@@ -116,7 +116,7 @@ class FakeReplica:
         if due == s.steps and self.name.endswith("-0"):
             self.returncode = s.exit_code
             # what the SIGCHLD handler notes (exit_times): the exit's own time, however late the poll
-            self.exited_wall = self.clock.wall() - (elapsed - s.steps * s.step_s)
+            self.exited_mono = self.clock.monotonic() - (elapsed - s.steps * s.step_s)
 
     def _report(self, step: int) -> None:
         x = float(self.env.get("X", "0.5"))
@@ -415,3 +415,63 @@ def test_a_worker_that_lost_its_lease_stops_the_replicas_and_writes_nothing(tmp_
     assert len(t.intermediate_values) <= 3  # nothing written after the lease was lost
     assert not (run.job_dir / "1" / protocol.STOP_FILE).exists()  # its folder is the new owner's
     assert not any(e == "trial_done" for e, _ in run.events)
+
+
+# --- issue 23: the job's record and its states ------------------------------------------------------
+def test_a_trial_stopped_because_the_job_failed_ends_infeasible_and_does_not_count_as_failed(tmp_path: Path) -> None:
+    run = replay(tmp_path, lambda trial, attempt: Script(steps=2, crash_at_step=2, crash_code=1) if trial == "1"
+                 else Script(steps=50), n=4, parallel=2)
+    assert run.state == JobState.FAILED
+    stopped = run.trials[1].user_attrs
+    assert stopped["state"] == "INFEASIBLE" and stopped["stopped_by_job"] and not stopped.get("failed")
+    assert stopped["infeasible_reason"].startswith("The trial was stopped because the job failed: Trial 1: ")
+    assert run.trials[1].state.name == "FAIL"  # over: not WAITING to run again
+    assert [t.state.name for t in run.trials[2:]] == ["WAITING", "WAITING"]
+
+
+def test_a_job_resumed_with_its_failures_over_the_budget_fails_again_at_once(tmp_path: Path) -> None:
+    first = replay(tmp_path, lambda trial, attempt: Script(steps=2, crash_at_step=1, crash_code=1), n=3)
+    assert first.state == JobState.FAILED
+    clock = FakeClock()
+    factory = FakeFactory(clock, lambda trial, attempt: Script(steps=2))
+    again = JobRunner(first.runner.store, first.runner.job, first.runner.opt, clock=clock, replica_factory=factory,
+                      signals=FakeSignals(clock, None))
+    assert again.run() == JobState.FAILED  # not SUCCEEDED because nothing more failed
+    assert factory.started == []
+
+
+def test_a_cancel_seen_at_the_end_cancels_only_what_is_left(tmp_path: Path) -> None:
+    run = replay(tmp_path, lambda trial, attempt: Script(steps=2), n=1)
+    assert run.state == JobState.SUCCEEDED
+    store = run.runner.store
+    store.set_meta(state=JobState.CANCELLING.value)  # a `trials cancel` after the last trial finished
+    assert run.runner.finish_job() == JobState.SUCCEEDED
+    store.add_trials(1, run.runner.job)
+    store.set_meta(state=JobState.CANCELLING.value)  # ... and with a trial that never ran
+    assert run.runner.finish_job() == JobState.CANCELLED
+
+
+def test_the_end_time_follows_the_start_whatever_the_wall_clock_does(tmp_path: Path) -> None:
+    class JumpingClock(FakeClock):
+        def wall(self) -> float:  # set back 2 h once the trial runs
+            return super().wall() - (7200.0 if self.t > 1000.5 else 0.0)
+
+    job = loads_spec(SPEC.format(n=1, parallel=1, max_failed=0, extra=""), source="t.yaml")
+    h = controller.create_job(job, root=str(tmp_path / "jobs"), job_id="clock", spec_path=None, storage=None,
+                              base_output_dir=None, project_number=None, local_command=None)
+    options = job_run.run_options(h, echo=False, grace_period_s=2.0, memory_limit_mb=None, inject_restarts=0.0,
+                                  slots=None, seed=1)
+    clock = JumpingClock()
+    events: list[tuple[str, dict[str, Any]]] = []
+    runner = JobRunner(h.store, h.job, options, progress=lambda e, d: events.append((e, d)), clock=clock,
+                       replica_factory=FakeFactory(clock, lambda trial, attempt: Script(steps=3)),
+                       signals=FakeSignals(clock, None))
+    assert runner.run() == JobState.SUCCEEDED
+    from trials.timefmt import parse_rfc3339
+
+    meta = h.store.meta()
+    assert parse_rfc3339(meta["end_time"]) >= parse_rfc3339(meta["start_time"])
+    trial = h.store.frozen_trials()[0].user_attrs
+    assert parse_rfc3339(trial["end_time"]) >= parse_rfc3339(trial["start_time"])
+    done = next(d for e, d in events if e == "trial_done")
+    assert 3.0 <= done["seconds"] < 10.0  # the fake clock's own seconds, not -7200

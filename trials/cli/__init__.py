@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import errno
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from trials import protocol
 from trials.cli.parser import build_parser
@@ -38,6 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"trials {args.command}: error: {hint}", file=sys.stderr)
         return protocol.EXIT_USAGE
     args.local_command = local_command
+    restore = _interrupt_on_stop_signals() if args.command in _RUNS_A_JOB else None
     try:
         code: int = args.handler(args)
         return code
@@ -70,9 +71,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"trials: internal error: {type(err).__name__}: {_scrub(args, _one_line(str(err)))} "
               f"(run with --debug for the traceback)", file=sys.stderr)
         return protocol.EXIT_ERROR
+    finally:
+        if restore is not None:
+            restore()
 
 
 _TAKES_COMMAND = ("sweep", "resume", "validate", "check")
+_RUNS_A_JOB = ("sweep", "resume", "worker")
+
+
+def _interrupt_on_stop_signals() -> Callable[[], None] | None:
+    """SIGTERM and SIGHUP end a command that runs a job the way Ctrl-C does (``trials: interrupted``,
+    exit 130) until its job loop handles them (``LoopSignals.hold``): never the default action,
+    which would kill the controller with nothing said."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    return restore
 
 
 def _command_hint(args: argparse.Namespace, extra: list[str], local_command: list[str]) -> str | None:

@@ -51,8 +51,11 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
     from trials.controller import jobs as controller
 
     h = controller.open_job(args.job, root=args.root, storage=args.storage)
-    state = job_admin.cancel(h)
-    print(f"job {h.job_id}: {state}")
+    state, ended = job_admin.cancel(h)
+    if ended:
+        print(f"job {h.job_id} has already ended: {state}; nothing to cancel")
+    else:
+        print(f"job {h.job_id}: {state}")
     return 0
 
 

@@ -129,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job")
     _job_args(p)
     p.add_argument("--max-trial-count", type=int, help="new total number of trials")
+    p.add_argument("--max-failed-trial-count", type=int,
+                   help="new maxFailedTrialCount (a FAILED job runs on with a higher one)")
+    p.add_argument("--parallel-trial-count", type=int, help="new parallelTrialCount")
     _run_args(p)
     p.set_defaults(handler=_cmd_resume)
 

@@ -71,19 +71,34 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 
         Node(args.max_trial_count, "--max-trial-count", "command line").integer(lo=1, hi=INT32_MAX)
     h = controller.open_job(args.job, root=args.root, storage=args.storage)
+    counts = _resume_counts(h, args)  # checked by the spec's rules before anything is written
     if args.local_command:  # a job created from an image without command can be given one now
         job_run.set_command(h, args.local_command)
     job_run.check_runnable(h)
+    added, holder = job_admin.change(h, max_trial_count=args.max_trial_count, counts=counts)
+    if counts:
+        print(f"job {h.job_id}: " + ", ".join(f"{_REST_NAMES[k]} {v}" for k, v in counts.items()) + " from now on")
     if args.max_trial_count is not None:
-        added = job_admin.extend(h, args.max_trial_count)
-        holder = job_admin.running_controller(h)
-        if holder is not None:  # the extension took effect: the running controller runs them
+        if holder is not None:  # seen under the state lock: that controller has not ended and runs them
             by = f" (pid {holder})" if holder else ""
             print(f"job {h.job_id}: added {added} trials (now {h.job.max_trial_count}); the controller "
                   f"already running the job{by} runs them")
             return protocol.EXIT_OK
         print(f"job {h.job_id}: added {added} trials")
+    else:
+        job_admin.check_failure_budget(h)  # a FAILED job resumed as it is would fail again at once
     return _run_and_report(h, args, resume=True)
+
+
+_REST_NAMES = {"max_failed_trial_count": "maxFailedTrialCount", "parallel_trial_count": "parallelTrialCount"}
+
+
+def _resume_counts(h: JobHandle, args: argparse.Namespace) -> dict[str, int]:
+    """``resume --max-failed-trial-count`` / ``--parallel-trial-count``: the changed counts, checked
+    with sweep's rules (against the job's maxTrialCount, or the new ``--max-trial-count``)."""
+    changed = _with_overrides(h.job, args)
+    return {name: getattr(changed, name) for name in _REST_NAMES
+            if getattr(args, name) is not None and getattr(changed, name) != getattr(h.job, name)}
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
@@ -148,13 +163,25 @@ def _device_plan(job: JobSpec, args: argparse.Namespace) -> DevicePlan:
 
 def _run_and_report(h: JobHandle, args: argparse.Namespace, *, resume: bool, join: bool = False,
                     plan: DevicePlan | None = None) -> int:
+    from trials.controller.signals import LoopSignals
+
+    signals = LoopSignals()  # from here on a stop signal is kept for the job loop, never the default action
+    release = signals.hold()
+    try:
+        return _run_held(h, args, signals, resume=resume, join=join, plan=plan)
+    finally:
+        release()
+
+
+def _run_held(h: JobHandle, args: argparse.Namespace, signals: Any, *, resume: bool, join: bool,
+              plan: DevicePlan | None) -> int:
     from trials.controller import job_run
     from trials.storage_url import redact
 
     plan = plan or _device_plan(h.job, args)
     progress = _progress(h, args)
     shared = job_run.shared_job(h, stale_after_s=args.stale_after,
-                                notify=lambda line: progress("warning", {"message": line}))
+                                notify=lambda line: progress("warning", {"message": line}), signals=signals)
     options = job_run.run_options(
         h, echo=args.echo, grace_period_s=args.grace_period, memory_limit_mb=args.memory_limit,
         inject_restarts=args.inject_restarts, slots=getattr(args, "slots", None), seed=args.seed,
@@ -167,7 +194,7 @@ def _run_and_report(h: JobHandle, args: argparse.Namespace, *, resume: bool, joi
               f"folder {h.job_dir}")
         if shared is not None and not join:
             print(f"more workers join with: trials worker {h.job_id} --storage {redact(h.storage_url)}")
-    runner = job_run.run_job(h, options, progress=progress, resume=resume, lock=not join)
+    runner = job_run.run_job(h, options, progress=progress, resume=resume, lock=not join, signals=signals)
     if join and runner.leaving and shared is not None:
         print(f"worker {shared.me} left job {h.job_id} after starting {runner.n_started} trials; "
               f"its running trials went back to the queue")

@@ -7,6 +7,7 @@ main thread; Python runs it between two bytecodes of whatever the thread is doin
 sampler) looks at the watched leaders without reaping them (``waitid`` with ``WNOWAIT``) and notes
 the time of each exit it finds; ``Replica.poll`` takes that time when it reaps the leader.
 Without the handler (the loop outside the main thread) the time is the reap's, as before.
+The times are monotonic: a trial's duration and end never depend on the wall clock being set meanwhile.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import os
 import time
 
-_watched: dict[int, float | None] = {}  # leader pid -> wall time its exit was seen (None: running)
+_watched: dict[int, float | None] = {}  # leader pid -> monotonic time its exit was seen (None: running)
 
 
 def watch(pid: int) -> None:
@@ -24,12 +25,12 @@ def watch(pid: int) -> None:
     after the fork): its SIGCHLD came too early to be noted, so it is looked at once here.
     """
     _watched[pid] = None
-    _note(pid, time.time())
+    _note(pid, time.monotonic())
 
 
 def note_exits() -> None:
     """The SIGCHLD handler's work: the time of every watched leader's exit seen for the first time."""
-    now = time.time()
+    now = time.monotonic()
     for pid, seen in list(_watched.items()):
         if seen is None:
             _note(pid, now)
@@ -45,5 +46,5 @@ def _note(pid: int, now: float) -> None:
 
 
 def take(pid: int) -> float | None:
-    """The wall time ``pid``'s exit was noted (None if it was not), and forget it."""
+    """The monotonic time ``pid``'s exit was noted (None if it was not), and forget it."""
     return _watched.pop(pid, None)

@@ -22,6 +22,7 @@ from trials.controller.job_state import JobProgress, RunOptions
 from trials.controller.process import check_memory_all
 from trials.controller.signals import LoopSignals
 from trials.controller.spawn import start_replica
+from trials.controller.state_lock import state_lock
 from trials.controller.trial_launch import TrialLauncher, start_error_text
 from trials.controller.trial_metrics import TrialMetrics
 from trials.controller.trial_record import active_attrs, record_trial
@@ -82,21 +83,41 @@ class JobRunner(JobProgress):
         return int(self._sup.n_injected)
 
     # ------------------------------------------------------------------ public
-    def run(self) -> str:
-        """Run the job; returns its final Vertex job state."""
+    def run(self, *, on_end: Callable[[], None] | None = None) -> str:
+        """Run the job; returns its final Vertex job state.
+
+        The stop signals are handled from before the job is recorded RUNNING until after its end
+        state is written: a SIGTERM at any moment of the run cancels it cleanly. ``on_end`` runs
+        when the end state is written, inside the same hold of the job's state lock (``run_job``
+        releases the controller lock there: see ``state_lock``).
+        """
+        restore = self._signals.install(self.on_stop_signal)
+        try:
+            return self._run(on_end)
+        finally:
+            restore()
+
+    def _run(self, on_end: Callable[[], None] | None) -> str:
         self.begin_job()
         gcs = self._launcher.start_container(self.progress)
-        restore = self._signals.install(self.on_stop_signal)
         full: OSError | None = None
+        state = ""
         try:
-            self._loop()
+            while True:
+                self._loop()
+                with state_lock(self.opt.job_dir):  # a cancel or trials added: seen now, or after the end
+                    if self.more_to_run():
+                        continue  # trials were added while the last ones finished: run them too
+                    state = self.finish_job()
+                    if on_end is not None:
+                        on_end()
+                    break
         except OSError as err:
             if err.errno not in DISK_FULL_ERRNOS:
                 raise
             full = err  # nothing more can be recorded: pause, keep what is recorded
         finally:
             self._stop_everything()
-            restore()
             if gcs is not None:
                 gcs.stop()
         if full is not None:
@@ -105,7 +126,7 @@ class JobRunner(JobProgress):
                 f"the disk is full ({full.strerror}{where}): job {self.store.job_id} is paused, its running "
                 f"trials were stopped and stay RUNNING; free some space, then: trials resume {self.store.job_id}"
             ) from full
-        return self.finish_job()
+        return state
 
     # ------------------------------------------------------------------ loop
     def _loop(self) -> None:

@@ -6,13 +6,15 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trials.controller.job import CANCELLED, CANCELLING, FINAL_STATES, QUEUED, RUNNING
 from trials.controller.job_lock import lock_holder, reap_job_leftovers, repair_journal
 from trials.controller.job_run import is_shared, shared_job
 from trials.controller.jobs import job_dir_of
+from trials.controller.state_lock import state_lock
 from trials.errors import ConfigError, JobNotFoundError
 from trials.storage_url import JOURNAL_FILE
 from trials.timefmt import rfc3339
@@ -21,50 +23,128 @@ if TYPE_CHECKING:
     from trials.controller.jobs import JobHandle
 
 
-def _repair_if_idle(h: JobHandle) -> None:
-    """Before writing without the controller lock: repair the journal if no controller runs."""
-    if lock_holder(h.job_dir) is None:
-        repair_journal(h.storage_url)
+_REST_FIELDS = {"max_trial_count": "maxTrialCount", "max_failed_trial_count": "maxFailedTrialCount",
+                "parallel_trial_count": "parallelTrialCount"}
 
 
 def extend(h: JobHandle, max_trial_count: int) -> int:
-    _repair_if_idle(h)
-    n = len(h.store.frozen_trials())
-    if max_trial_count <= n:
-        raise ConfigError(f"--max-trial-count must be more than the job's {n} trials to add any, "
-                          f"got {max_trial_count}")
-    added = h.store.add_trials(max_trial_count - n, h.job)
-    if added == 0:
-        raise ConfigError(f"the grid of job {h.job_id} is exhausted ({n} points); no trial to add")
-    spec = dict(h.store.get_meta("spec"))
-    spec["maxTrialCount"] = n + added
-    h.store.set_meta(spec=spec)
-    h.job = replace(h.job, max_trial_count=n + added)
-    return added
+    """Add trials up to ``max_trial_count``; returns how many (see :func:`change`)."""
+    return change(h, max_trial_count=max_trial_count)[0]
 
 
-def cancel(h: JobHandle) -> str:
+def change(h: JobHandle, *, max_trial_count: int | None = None,
+           counts: Mapping[str, int] | None = None) -> tuple[int, int | None]:
+    """Add trials up to ``max_trial_count`` and set the job's other ``counts`` (``max_failed_trial_count``,
+    ``parallel_trial_count``: validated by the caller), recorded in its spec; returns the trials added
+    and the pid of the controller that runs them.
+
+    That pid (0: unknown) is the controller running the job, which will run the new trials; None:
+    no controller will, the caller runs them. It is read under the job's state lock after the
+    writes, and a controller takes its last look before it ends inside that lock (``state_lock``):
+    a controller seen here holding the job has not ended and will see them.
+
+    Raises:
+        ConfigError: ``max_trial_count`` adds nothing; ``counts`` while a controller runs the job
+            (its loop keeps the counts it started with). Nothing is written then.
+    """
+    counts = dict(counts or {})
+    with state_lock(h.job_dir):
+        holder = lock_holder(h.job_dir)
+        if counts and holder is not None:
+            flags = ", ".join("--" + name.replace("_", "-") for name in counts)
+            raise ConfigError(f"job {h.job_id} is being run by a controller (pid {holder or 'unknown'}): {flags} "
+                              f"can change only while it is not running; stop it (trials cancel {h.job_id}), "
+                              f"then resume it with them")
+        if holder is None:
+            repair_journal(h.storage_url)
+        n = len(h.store.frozen_trials())
+        if max_trial_count is not None and max_trial_count <= n:
+            raise ConfigError(f"--max-trial-count must be more than the job's {n} trials to add any, "
+                              f"got {max_trial_count}")
+        added = 0
+        with h.store.batch():  # the trials and the counts that say so: one journal write
+            if max_trial_count is not None:
+                added = h.store.add_trials(max_trial_count - n, h.job)
+                if added == 0:
+                    raise ConfigError(f"the grid of job {h.job_id} is exhausted ({n} points); no trial to add")
+                counts["max_trial_count"] = n + added
+            if counts:
+                spec = dict(h.store.get_meta("spec"))
+                spec.update({_REST_FIELDS[name]: value for name, value in counts.items()})
+                h.store.set_meta(spec=spec)
+        changes: dict[str, Any] = counts
+        h.job = replace(h.job, **changes)
+        return added, lock_holder(h.job_dir)
+
+
+def check_failure_budget(h: JobHandle) -> None:
+    """Refuse to resume a job its failed trials would end again at once, with the flag that lets it on.
+
+    Raises:
+        ConfigError: the job's failure rule already holds and trials are left to run.
+    """
+    from trials.controller.policy import job_failure
+
+    trials = h.store.frozen_trials()
+    n_failed = sum(1 for t in trials if t.user_attrs.get("failed"))
+    n_ok = sum(1 for t in trials if t.user_attrs.get("state") == "SUCCEEDED")
+    left = len(h.store.waiting_trials()) + len(h.store.running_trials())
+    if not left or job_failure(h.job, n_failed=n_failed, n_succeeded=n_ok, first_failure="") is None:
+        return
+    limit = h.job.max_failed_trial_count
+    rule = f"maxFailedTrialCount={limit}" if limit else "maxFailedTrialCount unset: the first failure ends it"
+    raise ConfigError(f"job {h.job_id} would fail again at once: {n_failed} of its trials failed ({rule}); "
+                      f"to run its {left} trials left, resume it with --max-failed-trial-count N "
+                      f"(N > {n_failed})")
+
+
+HOLDER_PID_WAIT_S = 1.0  # a controller writes its pid right after it takes the lock
+
+
+def _holder(h: JobHandle) -> int | None:
+    """The live controller's pid (0 if it did not write it in time), or None."""
+    deadline = time.monotonic() + HOLDER_PID_WAIT_S
+    holder = lock_holder(h.job_dir)
+    while holder == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+        holder = lock_holder(h.job_dir)
+    return holder
+
+
+def cancel(h: JobHandle) -> tuple[str, bool]:
+    """Cancel the job; returns its state and whether it had already ended (then nothing changed).
+
+    Under the job's state lock: a controller ends inside one hold of it, so this sees either a
+    controller that has not ended (it is told to stop, and it ends the job: CANCELLED, or
+    SUCCEEDED when every trial had finished) or the job's end state, never a mix of both.
+    """
+    with state_lock(h.job_dir):
+        return _cancel(h)
+
+
+def _cancel(h: JobHandle) -> tuple[str, bool]:
     state = h.store.get_meta("state")
-    if state in FINAL_STATES:
-        return str(state)
-    _repair_if_idle(h)
+    holder = _holder(h)
+    if state in FINAL_STATES and holder is None:
+        return str(state), True
+    if holder is None:
+        repair_journal(h.storage_url)
     h.store.set_meta(state=CANCELLING)
     shared = shared_job(h) if is_shared(h) else None
     if shared is not None:
         shared.requeue_stale()  # trials of dead workers: nobody else would ever stop them
-    holder = lock_holder(h.job_dir)
-    if holder is not None:  # a live controller stops its trials and ends the job
+    if holder is not None:  # a live controller (also one just starting) stops its trials and ends the job
         if holder:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(holder, signal.SIGTERM)
-        return CANCELLING
+        return CANCELLING, False
     if shared is None and state in (QUEUED, RUNNING, CANCELLING):
         _requeue_orphans(h)  # the controller died: nobody else would ever stop its trials
     if state in (QUEUED, RUNNING, CANCELLING) and not h.store.running_trials():
         h.store.set_meta(state=CANCELLED, end_time=rfc3339(time.time()),
                          error={"code": 1, "message": "The job was cancelled."})
-        return CANCELLED
-    return CANCELLING
+        return CANCELLED, False
+    return CANCELLING, False
 
 
 def repair_job(root: str, job_id: str) -> tuple[int, list[str], str | None]:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from trials.controller.job import JobRunner
 from trials.controller.job_lock import ControllerLock, reap_job_leftovers, repair_journal
 from trials.controller.job_state import RunOptions
+from trials.controller.signals import LoopSignals
+from trials.controller.state_lock import state_lock
 from trials.errors import ConfigError
 from trials.study.storage import RetryingRDBStorage
 
@@ -71,10 +74,11 @@ def is_shared(h: JobHandle) -> bool:
 
 
 def shared_job(h: JobHandle, *, stale_after_s: float | None = None,
-               notify: Callable[[str], None] | None = None) -> SharedJob | None:
+               notify: Callable[[str], None] | None = None, signals: LoopSignals | None = None) -> SharedJob | None:
     """The worker's view of a database job (leases, global cap, takeover), or None for a journal.
 
-    ``notify`` gets one line per database outage; the storage then retries through outages.
+    ``notify`` gets one line per database outage; the storage then retries through outages, and a
+    stop signal ``signals`` catches (also before the job loop runs: the worker's start) ends the wait.
     """
     if not is_shared(h):
         return None
@@ -83,6 +87,8 @@ def shared_job(h: JobHandle, *, stale_after_s: float | None = None,
 
     say = notify or (lambda line: print(f"trials: {line}", file=sys.stderr, flush=True))
     outages = Outages(say, url=h.storage_url)
+    if signals is not None:
+        signals.tell(outages.interrupt)
     storage = h.store.storage
     if isinstance(storage, RetryingRDBStorage):
         storage.outages = outages
@@ -97,20 +103,52 @@ def shared_job(h: JobHandle, *, stale_after_s: float | None = None,
 
 
 def run_job(h: JobHandle, options: RunOptions, *, progress: Callable[[str, dict[str, Any]], None] | None = None,
-            resume: bool = False,
-            lock: bool = True) -> JobRunner:
+            resume: bool = False, lock: bool = True, signals: LoopSignals | None = None) -> JobRunner:
+    """Run the job here (holding its controller lock unless ``lock`` is false: a joined worker).
+
+    ``signals``: the stop-signal handlers the caller installed (``LoopSignals.hold``) before it
+    opened the job; a signal that came meanwhile cancels the run as soon as it starts.
+    """
     locker = ControllerLock(h.job_dir) if lock else None
     if locker:
         os.makedirs(h.job_dir, exist_ok=True)
         locker.acquire()
         repair_journal(h.storage_url)
+    ended = False
+
+    def end() -> None:  # the end state is written: the next controller may start (see state_lock)
+        nonlocal ended
+        ended = True
+        if locker:
+            locker.release()
+
     try:
-        runner = JobRunner(h.store, h.job, options, progress=progress)
+        runner = JobRunner(h.store, h.job, options, progress=progress, signals=signals)
         if resume and options.shared is None:  # shared jobs take over stale trials instead
             reap_job_leftovers(h)
             runner.resume_running()
-        runner.run()
+        runner.run(on_end=end)
         return runner
     finally:
-        if locker:
+        if locker and not ended:
+            _settle_cancel(h)
             locker.release()
+
+
+def _settle_cancel(h: JobHandle) -> None:
+    """A controller that ends without its end state (an error, a full disk) never leaves a cancel
+    half done: a job a ``trials cancel`` made CANCELLING ends CANCELLED, its trials back in the queue."""
+    from trials.records import JobState, TrialState
+    from trials.timefmt import rfc3339
+
+    try:
+        with state_lock(h.job_dir):
+            if h.store.get_meta("state") != JobState.CANCELLING:
+                return
+            for t in h.store.running_trials():
+                h.store.set_trial_attrs(t._trial_id, state=TrialState.REQUESTED.value, end_time=None)
+                h.store.requeue(t._trial_id)
+            h.store.set_meta(state=JobState.CANCELLED.value, end_time=rfc3339(time.time()), controller=None,
+                             error={"code": 1, "message": "The job was cancelled."})
+    except OSError:
+        pass  # nothing can be written (a full disk): `trials cancel` or `resume` settles it later

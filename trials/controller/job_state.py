@@ -15,7 +15,7 @@ from trials.controller.effects import Clock
 from trials.records import JobState, StopReason
 from trials.spec import JobSpec
 from trials.study.store import Claimed, JobStore
-from trials.timefmt import rfc3339
+from trials.timefmt import parse_rfc3339, rfc3339, wall_after
 
 DEFAULT_GRACE_S = 10.0
 STATE_CHECK_INTERVAL_S = 1.0  # how often the loop reads the job's state written by others (cancel)
@@ -71,6 +71,8 @@ class JobProgress:
         self.kill_now = False  # a second stop signal: SIGKILL every replica at once
         self._pending_resumed: list[Claimed] = []
         self._next_claim_at = 0.0
+        self._begin_wall: float | None = None  # when this run began (wall), for its end time
+        self._begin_mono = 0.0
 
     @property
     def job_stop_reason(self) -> StopReason | None:
@@ -130,8 +132,12 @@ class JobProgress:
     def begin_job(self) -> None:
         """Count what earlier runs finished; the job is RUNNING with this controller."""
         self._count_finished()
+        if self.shared is None:  # the failure rule over every trial so far: a FAILED job stays FAILED
+            self.job_error = policy.job_failure(self.job, n_failed=self.n_failed, n_succeeded=self.n_succeeded,
+                                                first_failure=self.first_failure)
+        self._begin_wall, self._begin_mono = self.clock.wall(), self.clock.monotonic()
         if self.store.get_meta("start_time") is None:
-            self.store.set_meta(start_time=rfc3339(self.clock.wall()))
+            self.store.set_meta(start_time=rfc3339(self._begin_wall))
         if not self.opt.join:
             self.store.set_meta(state=JobState.RUNNING.value, end_time=None, error=None,
                                 controller=self.worker_name)
@@ -181,8 +187,41 @@ class JobProgress:
             elif t.user_attrs.get("state") == "SUCCEEDED":
                 self.n_succeeded += 1
 
+    def more_to_run(self) -> bool:
+        """At the loop's end: trials were added meanwhile (``trials resume --max-trial-count``) to run here.
+
+        Asked under the job's state lock, where an extender writes its trials: a controller that
+        says no ends inside the same hold, so no trial can be added after it looked and before it ended.
+        """
+        if self.shared is not None or not self.accepting_trials:
+            return False
+        waiting = self.store.waiting_trials()
+        if not waiting:
+            return False
+        self.exhausted = False
+        self.progress("trials_added", {"waiting": len(waiting), "total": len(self.store.frozen_trials())})
+        return True
+
+    def _end_wall(self) -> float:
+        """Now, as this run's start wall time plus the monotonic time since, never before the job's start."""
+        if self._begin_wall is None:
+            return self.clock.wall()
+        start = self.store.get_meta("start_time")
+        try:
+            floor = parse_rfc3339(start) if isinstance(start, str) else None
+        except ValueError:
+            floor = None
+        return wall_after(self._begin_wall, self._begin_mono, self.clock.monotonic(), not_before=floor)
+
     def finish_job(self) -> str:
-        """Record the job's end state (the last worker of a shared job does); returns it."""
+        """Record the job's end state (the last worker of a shared job does); returns it.
+
+        A cancel (``trials cancel``) since the loop's last look counts; a cancel that came when every
+        trial had already finished cancels nothing: the job SUCCEEDED (or FAILED) as its trials did.
+        """
+        if self.shared is None and not self.cancel_requested and \
+                self.store.get_meta("state") in (JobState.CANCELLING, JobState.CANCELLED):
+            self.cancel_requested = True
         if self.shared is not None and self.job_error is None:
             if self.leaving:
                 self.progress("job_left", {})
@@ -193,13 +232,18 @@ class JobProgress:
                     return JobState.CANCELLING.value  # the last worker to stop sets CANCELLED
             elif sum(self.shared.counts()):
                 return str(self.store.get_meta("state"))  # left with trials still to run
+        for claimed in self._pending_resumed:  # left RUNNING by a dead controller, not run again here
+            self.store.set_trial_attrs(claimed.storage_id, state="REQUESTED", end_time=None)
+            self.store.requeue(claimed.storage_id)
+        self._pending_resumed.clear()
         error: dict[str, Any] | None
         if self.job_error is not None:
             state, error = JobState.FAILED, {"code": policy.JOB_FAILED_CODE, "message": self.job_error}
-        elif self.cancel_requested:
+        elif self.cancel_requested and (self.shared is not None or self.store.waiting_trials()
+                                        or self.store.running_trials()):
             state, error = JobState.CANCELLED, {"code": 1, "message": "The job was cancelled."}
         else:
             state, error = JobState.SUCCEEDED, None
-        self.store.set_meta(state=state.value, end_time=rfc3339(self.clock.wall()), error=error, controller=None)
+        self.store.set_meta(state=state.value, end_time=rfc3339(self._end_wall()), error=error, controller=None)
         self.progress("job_done", {"state": state.value, "error": error})
         return state.value

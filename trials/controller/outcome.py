@@ -41,6 +41,7 @@ def finished_trial(
     stopped_early: bool = False,
     stop_detail: str = "",
     predicted: tuple[float, float] | None = None,
+    stopped_by_job: str | None = None,
 ) -> FinishedTrial:
     """Decide the outcome of a trial that ended (pure).
 
@@ -53,6 +54,8 @@ def finished_trial(
         stopped_early: the early-stopping rule stopped it; ``stop_detail`` says why.
         predicted: the convex rule's predicted final point (x, oriented value), recorded as the
             last measurement of a trial it stopped.
+        stopped_by_job: the job failed while the trial ran and stopped it: INFEASIBLE with this
+            reason (unless it failed itself), not counted as a failed trial, not run again.
     """
     ms = list(measurements)
     if predicted is not None and ms:
@@ -61,7 +64,8 @@ def finished_trial(
         value = oriented if primary.maximize else -oriented
         ms.append(Measurement(step=int(x), metrics={primary.metric_id: value}, elapsed_s=ms[-1].elapsed_s))
     state, reason, values, final = policy.trial_outcome(ms, study.metrics, best=study.selects_best,
-                                                        failure=failure, reported_tags=reported_tags)
+                                                        failure=failure or stopped_by_job,
+                                                        reported_tags=reported_tags)
     attrs: dict[str, Any] = {"state": TrialState(state).value, "end_time": end_time,
                              "measurements": [measurement_to_dict(m) for m in ms]}
     if final is not None:
@@ -70,6 +74,8 @@ def finished_trial(
         attrs["infeasible_reason"] = reason
     if failure:
         attrs["failed"] = True
+    elif stopped_by_job:
+        attrs["stopped_by_job"] = True
     if stopped_early:
         attrs.update(stopped_early=True, stop_reason=stop_detail)
     return FinishedTrial(state=TrialState(state), reason=reason, values=values, measurements=ms,

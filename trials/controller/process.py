@@ -76,7 +76,7 @@ class Replica:
         self.start_time = start_time
         self.started_at = time.monotonic()
         self.returncode: int | None = None
-        self.exited_wall: float | None = None  # wall time the leader exited (see ``exit_times``)
+        self.exited_mono: float | None = None  # monotonic time the leader exited (see ``exit_times``)
         self.oom_killed = False
         self.stop_requested_at: float | None = None
         self.killed_at: float | None = None
@@ -107,7 +107,7 @@ class Replica:
         if self.returncode is None:
             self.returncode = self._proc.poll()
             if self.returncode is not None:
-                self.exited_wall = exit_times.take(self.pid) or time.time()
+                self.exited_mono = exit_times.take(self.pid) or time.monotonic()
         return self.exit_status
 
     def record(self) -> dict[str, Any]:

@@ -88,6 +88,9 @@ class Progress:
             self._line(f"trial {data['trial_id']} interrupted; it runs again on resume", event, data)
         elif event == "injected_restart":
             self._line(f"trial {data['trial_id']}: injected a maintenance restart of {data['replica']}", event, data)
+        elif event == "trials_added":  # `trials resume --max-trial-count` while the job ran
+            self.total = int(data["total"])
+            self._line(f"trials added to the job: {data['waiting']} to run, {self.total} in all", event, data)
         elif event in ("job_cancelling",):
             self._line("cancelling the job: stopping every replica", event, data, force=True)
         elif event == "job_done":

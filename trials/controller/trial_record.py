@@ -10,7 +10,7 @@ from trials.controller.job_state import JobProgress
 from trials.controller.outcome import finished_trial, record_finished
 from trials.controller.trial_metrics import TrialMetrics
 from trials.controller.trial_run import TrialRun
-from trials.records import TrialState, measurement_to_dict
+from trials.records import StopReason, TrialState, measurement_to_dict
 from trials.study.store import Claimed
 from trials.timefmt import rfc3339
 
@@ -63,12 +63,18 @@ def record_trial(loop: JobProgress, metrics: TrialMetrics, run: TrialRun) -> Non
             loop.shared.release(sid)
         loop.progress("trial_requeued", {"trial_id": run.trial_id})
         return
-    # its end: when its last replica exited, even if the loop was busy then (a suggestion, a slow write)
-    ended = run.ended_wall if run.ended_wall is not None else loop.clock.wall()
+    # its end: when its last replica exited, even if the loop was busy then (a suggestion, a slow write);
+    # its length from the monotonic clock, its end time its start's wall time plus that length
+    ended_mono = run.ended_mono if run.ended_mono is not None else loop.clock.monotonic()
+    ended = run.wall_at(ended_mono)
+    # ACTIVE -> INFEASIBLE when the job failed while it ran: a FAILED job is over (`trials resume
+    # --max-failed-trial-count N` runs its trials not yet started), so it does not wait as REQUESTED
+    stopped_by_job = (f"The trial was stopped because the job failed: {loop.first_failure or loop.job_error}"
+                      if run.stop_reason is StopReason.JOB_END else None)
     outcome = finished_trial(
         measurements, loop.job.study, failure=run.failure, reported_tags=run.reader.reported_tags,
         end_time=rfc3339(ended), stopped_early=run.stopped_early,
-        stop_detail=run.stop_detail, predicted=run.predicted)
+        stop_detail=run.stop_detail, predicted=run.predicted, stopped_by_job=stopped_by_job)
     record_finished(loop.store, number=run.claimed.number, storage_id=sid, outcome=outcome, extra=extra)
     if outcome.succeeded and not run.stopped_early:
         metrics.forget_curves()
@@ -78,8 +84,7 @@ def record_trial(loop: JobProgress, metrics: TrialMetrics, run: TrialRun) -> Non
     loop.progress("trial_done", {
         "trial_id": run.trial_id, "state": outcome.state.value, "reason": outcome.reason,
         "values": outcome.values, "stopped_early": run.stopped_early, "steps": len(outcome.measurements),
-        "seconds": (ended - run.start_wall if run.ended_wall is not None
-                    else loop.clock.monotonic() - run.start_mono), "params": run.claimed.params,
+        "seconds": max(0.0, ended_mono - run.start_mono), "params": run.claimed.params,
         **({"detail": list(run.failure_detail)} if run.failure and run.failure_detail else {}),
         "last_step": measurements[-1].step if measurements else None,  # reported, not predicted
         # ended without the spec's metric: the progress says once what to do about it

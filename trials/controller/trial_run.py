@@ -19,7 +19,7 @@ from trials.controller.effects import ReplicaHandle
 from trials.controller.metrics_reader import TrialMetricsReader
 from trials.records import StopReason
 from trials.study.store import Claimed
-from trials.timefmt import rfc3339
+from trials.timefmt import rfc3339, wall_after
 
 
 class Verdict(str, enum.Enum):
@@ -121,7 +121,7 @@ class TrialRun:
     next_metrics_poll: float = 0.0
     devices: tuple[tuple[str, ...], ...] | None = None  # per replica, primary first
     pid_records: list[dict[str, Any]] = field(default_factory=list)
-    ended_wall: float | None = None  # when its last replica exited (the trial's end time)
+    ended_mono: float | None = None  # when its last replica exited (monotonic; the trial's end)
 
     @property
     def trial_id(self) -> str:
@@ -153,12 +153,16 @@ class TrialRun:
         """Every replica's exit was seen by a snapshot and classified; no restart is pending."""
         return not self.restart_at and all(name in self.exited for name in self.replicas)
 
-    def record_exit(self, name: str, status: int, *, oom_killed: bool, wall: float) -> dict[str, Any]:
-        """Book an exit (once): the replica's attempt ends with ``status`` at ``wall`` (epoch seconds)."""
+    def wall_at(self, mono: float) -> float:
+        """The wall time of a moment of this run: its start's wall time plus the monotonic time since."""
+        return wall_after(self.start_wall, self.start_mono, mono)
+
+    def record_exit(self, name: str, status: int, *, oom_killed: bool, mono: float) -> dict[str, Any]:
+        """Book an exit (once): the replica's attempt ends with ``status`` at ``mono`` (monotonic seconds)."""
         self.exited[name] = status
-        self.ended_wall = wall if self.ended_wall is None else max(self.ended_wall, wall)
+        self.ended_mono = mono if self.ended_mono is None else max(self.ended_mono, mono)
         entry = {"replica": name, "attempt": self.running_attempt.get(name, 0), "exitStatus": status,
-                 "time": rfc3339(wall), "oomKilled": bool(oom_killed)}
+                 "time": rfc3339(self.wall_at(mono)), "oomKilled": bool(oom_killed)}
         self.attempts.append(entry)
         return entry
 

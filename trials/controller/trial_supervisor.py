@@ -41,14 +41,14 @@ class TrialSupervisor:
         self.save_metrics = save_metrics  # stores what was read of a trial (before a restart)
         self.n_injected = 0
 
-    def _exit_wall(self, r: ReplicaHandle) -> float:
-        """When the replica exited: noted at its SIGCHLD (``exit_times``), or now."""
-        wall = getattr(r, "exited_wall", None)  # a replayed replica has none
-        return float(wall) if wall is not None else self.clock.wall()
+    def _exit_mono(self, r: ReplicaHandle) -> float:
+        """When the replica exited (monotonic): noted at its SIGCHLD (``exit_times``), or now."""
+        mono = getattr(r, "exited_mono", None)  # a replayed replica may have none
+        return float(mono) if mono is not None else self.clock.monotonic()
 
     def on_exit(self, run: TrialRun, name: str, status: int, now: float) -> None:
         r = run.replicas[name]
-        entry = run.record_exit(name, status, oom_killed=r.oom_killed, wall=self._exit_wall(r))
+        entry = run.record_exit(name, status, oom_killed=r.oom_killed, mono=self._exit_mono(r))
         r.close()
         lau = run.launch_of(name)
         decision = decide_exit(
@@ -109,7 +109,7 @@ class TrialSupervisor:
                 continue
             del run.restart_at[name]
             if name not in run.exited:  # stopped for the restart; its exit is booked, not judged
-                run.record_exit(name, r.poll() or 0, oom_killed=r.oom_killed, wall=self._exit_wall(r))
+                run.record_exit(name, r.poll() or 0, oom_killed=r.oom_killed, mono=self._exit_mono(r))
                 r.close()
             if run.stopping:
                 continue
