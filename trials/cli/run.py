@@ -72,10 +72,15 @@ def _cmd_resume(args: argparse.Namespace) -> int:
         Node(args.max_trial_count, "--max-trial-count", "command line").integer(lo=1, hi=INT32_MAX)
     h = controller.open_job(args.job, root=args.root, storage=args.storage)
     counts = _resume_counts(h, args)  # checked by the spec's rules before anything is written
+    # a FAILED job resumed with the failure budget it has would fail again at once: say so, write nothing
+    job_admin.check_failure_budget(h, max_failed=counts.get("max_failed_trial_count"),
+                                   max_trial_count=args.max_trial_count)
     if args.local_command:  # a job created from an image without command can be given one now
         job_run.set_command(h, args.local_command)
     job_run.check_runnable(h)
-    added, holder = job_admin.change(h, max_trial_count=args.max_trial_count, counts=counts)
+    added, holder = 0, None
+    if args.max_trial_count is not None or counts:
+        added, holder = job_admin.change(h, max_trial_count=args.max_trial_count, counts=counts)
     if counts:
         print(f"job {h.job_id}: " + ", ".join(f"{_REST_NAMES[k]} {v}" for k, v in counts.items()) + " from now on")
     if args.max_trial_count is not None:
@@ -85,8 +90,6 @@ def _cmd_resume(args: argparse.Namespace) -> int:
                   f"already running the job{by} runs them")
             return protocol.EXIT_OK
         print(f"job {h.job_id}: added {added} trials")
-    else:
-        job_admin.check_failure_budget(h)  # a FAILED job resumed as it is would fail again at once
     return _run_and_report(h, args, resume=True)
 
 

@@ -77,8 +77,10 @@ def change(h: JobHandle, *, max_trial_count: int | None = None,
         return added, lock_holder(h.job_dir)
 
 
-def check_failure_budget(h: JobHandle) -> None:
+def check_failure_budget(h: JobHandle, *, max_failed: int | None = None, max_trial_count: int | None = None) -> None:
     """Refuse to resume a job its failed trials would end again at once, with the flag that lets it on.
+
+    ``max_failed``, ``max_trial_count``: the counts the resume is about to set (None: the job's).
 
     Raises:
         ConfigError: the job's failure rule already holds and trials are left to run.
@@ -88,10 +90,11 @@ def check_failure_budget(h: JobHandle) -> None:
     trials = h.store.frozen_trials()
     n_failed = sum(1 for t in trials if t.user_attrs.get("failed"))
     n_ok = sum(1 for t in trials if t.user_attrs.get("state") == "SUCCEEDED")
-    left = len(h.store.waiting_trials()) + len(h.store.running_trials())
-    if not left or job_failure(h.job, n_failed=n_failed, n_succeeded=n_ok, first_failure="") is None:
+    left = len(h.store.waiting_trials()) + len(h.store.running_trials()) + max(0, (max_trial_count or 0) - len(trials))
+    limit = h.job.max_failed_trial_count if max_failed is None else max_failed
+    job = replace(h.job, max_failed_trial_count=limit)
+    if not left or job_failure(job, n_failed=n_failed, n_succeeded=n_ok, first_failure="") is None:
         return
-    limit = h.job.max_failed_trial_count
     rule = f"maxFailedTrialCount={limit}" if limit else "maxFailedTrialCount unset: the first failure ends it"
     raise ConfigError(f"job {h.job_id} would fail again at once: {n_failed} of its trials failed ({rule}); "
                       f"to run its {left} trials left, resume it with --max-failed-trial-count N "
