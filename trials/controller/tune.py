@@ -21,6 +21,7 @@ from trials import protocol
 from trials.controller import launch, policy, stopping
 from trials.errors import TuneError
 from trials.spec import JobSpec
+from trials.timefmt import wall_after
 
 
 @dataclass(repr=False)
@@ -191,7 +192,7 @@ def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec,
             base_env=base_env, ports=[2222], gcs_root=os.path.join(job_dir, "gcs"),
         )
         flags = [*args, *launch.trial_flags(study_spec, claimed.params)]
-        start = time.time()
+        start, start_mono = time.time(), time.monotonic()
         state: dict[str, Any] = {"stopped": False, "detail": "", "curve": []}
 
         def on_report(ctx: Any, step: int, metrics: Mapping[str, float], claimed: Claimed = claimed,
@@ -227,8 +228,9 @@ def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec,
             failure = policy.exit_message(replica.name, outcome.exit_code)
         # Told to stop but ran to the end anyway (it ignored should_stop): not stopped early.
         stopped = bool(state["stopped"]) and stopping.ended_early(state["curve"], completed)
+        end = wall_after(start, start_mono, time.monotonic())  # after its start, whatever the wall clock did
         finished = finished_trial(measurements, study_spec, failure=failure, reported_tags=reader.reported_tags,
-                                  end_time=_rfc(time.time()), stopped_early=stopped, stop_detail=state["detail"])
+                                  end_time=_rfc(end), stopped_early=stopped, stop_detail=state["detail"])
         record_finished(store, number=claimed.number, storage_id=claimed.storage_id, outcome=finished,
                         extra={"error_detail": [detail]} if failure else None)
         if finished.succeeded:

@@ -1,0 +1,42 @@
+"""Running a job here: a controller that stops on an error never leaves a cancel half done."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trials.controller import job_run
+from trials.controller import jobs as controller
+from trials.controller.job import JobRunner
+from trials.spec.load import loads_spec
+
+SPEC = """\
+metrics: {loss: minimize}
+parameters:
+  x: {type: double, min: 0.0, max: 1.0}
+command: [python, train.py]
+max_trial_count: 2
+"""
+
+
+def test_a_controller_that_stops_on_an_error_ends_a_pending_cancel(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    h = controller.create_job(loads_spec(SPEC, source="t.yaml"), root=str(tmp_path / "jobs"), job_id="j",
+                              spec_path=None, storage=None, base_output_dir=None, project_number=None,
+                              local_command=None)
+    trial = h.store.claim(h.job.study)
+    assert trial is not None
+
+    def run(self: JobRunner, **kwargs: object) -> str:
+        h.store.set_meta(state="JOB_STATE_CANCELLING")  # `trials cancel` told this controller to stop ...
+        raise RuntimeError("... and it died of something else before it ended the job")
+
+    monkeypatch.setattr(JobRunner, "run", run)
+    options = job_run.run_options(h, echo=False, grace_period_s=0.1, memory_limit_mb=None, inject_restarts=0.0,
+                                  slots=None, seed=1)
+    with pytest.raises(RuntimeError):
+        job_run.run_job(h, options)
+    assert h.store.get_meta("state") == "JOB_STATE_CANCELLED"
+    assert [t.user_attrs.get("state") for t in h.store.frozen_trials()][:1] == ["REQUESTED"]
+    assert h.store.running_trials() == []
