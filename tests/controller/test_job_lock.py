@@ -69,3 +69,35 @@ def test_without_a_kernel_entry_a_claim_counts_only_with_the_file_open(tmp_path,
     with real_open(path) as held:
         assert held.fileno() >= 0
         assert job_lock.proven_holder(st, f"pid {os.getpid()}".encode()) == os.getpid()
+
+
+def test_a_controller_starting_during_a_look_at_its_lock_waits_for_the_look_to_end(tmp_path):
+    # lock_holder's look holds a shared flock for an instant; a controller starting then took it
+    # for another controller ("already being run by another controller") and exited 2.
+    import fcntl
+    import threading
+
+    (tmp_path / job_lock.LOCK_FILE).write_text("")
+    look = os.open(tmp_path / job_lock.LOCK_FILE, os.O_RDONLY)
+    fcntl.flock(look, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    threading.Timer(0.05, os.close, (look,)).start()
+    lock = ControllerLock(str(tmp_path))
+    lock.acquire(probe_wait_s=30.0)
+    try:
+        assert lock_holder(str(tmp_path)) == os.getpid()
+    finally:
+        lock.release()
+
+
+def test_a_lock_held_by_another_controller_is_still_refused(tmp_path):
+    import pytest
+
+    from trials.errors import ConfigError
+
+    first = ControllerLock(str(tmp_path))
+    first.acquire()
+    try:
+        with pytest.raises(ConfigError, match="already being run by another controller"):
+            ControllerLock(str(tmp_path)).acquire(probe_wait_s=0.05)
+    finally:
+        first.release()

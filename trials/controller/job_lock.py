@@ -10,6 +10,7 @@ import contextlib
 import fcntl
 import os
 import re
+import time
 from typing import TYPE_CHECKING
 
 from trials.errors import ConfigError
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
 
 
 LOCK_FILE = "controller.lock"
+_PROBE_WAIT_S = 0.5  # a look at the lock (lock_holder) holds it for microseconds
+_PROBE_POLL_S = 0.01
 
 
 class ControllerLock:
@@ -28,15 +31,28 @@ class ControllerLock:
         self.path = os.path.join(job_dir, LOCK_FILE)
         self.fd: int | None = None
 
-    def acquire(self) -> None:
+    def acquire(self, *, probe_wait_s: float = _PROBE_WAIT_S) -> None:
+        """Take the lock, or raise naming the controller that holds it.
+
+        ``trials cancel``, ``resume --max-trial-count`` and ``repair`` look at the lock with a shared
+        flock held for microseconds (:func:`lock_holder`); a controller starting at that instant
+        waits ``probe_wait_s`` for such a look to end instead of taking it for another controller.
+        """
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = proven_holder(os.fstat(fd), os.read(fd, 200))
-            os.close(fd)
-            raise ConfigError(f"the job in {os.path.dirname(self.path)} is already being run "
-                              f"by another controller ({f'pid {holder}' if holder else 'unknown pid'})") from None
+        deadline = time.monotonic() + probe_wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                holder = proven_holder(os.fstat(fd), os.read(fd, 200))
+                if time.monotonic() < deadline:
+                    time.sleep(_PROBE_POLL_S)
+                    os.lseek(fd, 0, os.SEEK_SET)
+                    continue
+                os.close(fd)
+                raise ConfigError(f"the job in {os.path.dirname(self.path)} is already being run by another "
+                                  f"controller ({f'pid {holder}' if holder else 'unknown pid'})") from None
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()}".encode())
         self.fd = fd
