@@ -5,16 +5,22 @@ from __future__ import annotations
 
 import subprocess
 
-import psycopg2
-from pg_helpers import create_job, events, finish, output, start_worker, wait_for
+from pg_helpers import (
+    backend_pid,
+    blocked_by,
+    create_job,
+    events,
+    finish,
+    kill_all,
+    output,
+    pg_connect,
+    start_worker,
+    wait_for,
+)
 
 from trials import protocol
 from trials.controller import jobs as controller
 from trials.controller.worker import ADVISORY_LOCK_CLASS, LEASE_TABLE, SharedJob
-
-
-def _connect(url):
-    return psycopg2.connect(url.replace("postgresql+psycopg2://", "postgresql://"), connect_timeout=10)
 
 
 def _ends(worker, tmp_path):
@@ -39,22 +45,17 @@ def test_a_claim_whose_lock_holding_backend_is_terminated_is_finished_not_orphan
     SharedJob(h.store)  # the lease table exists before the blocker writes into it
     first = min(h.store.frozen_trials(), key=lambda t: t.number)._trial_id
     study_id = h.store._study_id
-    blocker, watch = _connect(pg_url), _connect(pg_url)
+    blocker, watch = pg_connect(pg_url), pg_connect(pg_url)
     watch.autocommit = True
     try:
+        blocker_pid = backend_pid(blocker)
         with blocker.cursor() as cur:  # an uncommitted lease row of trial 1: the worker's lease write waits on it
-            cur.execute("SELECT pg_backend_pid()")
-            blocker_pid = cur.fetchone()[0]
             cur.execute(f"INSERT INTO {LEASE_TABLE} (trial_id, study_id, owner, heartbeat, generation) "
                         f"VALUES (%s, %s, 'test-blocker', 0, 1)", (first, study_id))
         worker = start_worker(tmp_path, pg_url, job_id, name="w")
         try:
+            wait_for(lambda: blocked_by(watch, blocker_pid), 60, "the worker's lease write to wait on the row")
             with watch.cursor() as cur:
-                def waiting():
-                    cur.execute("SELECT pid FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
-                                (blocker_pid,))
-                    return [r[0] for r in cur.fetchall()]
-                wait_for(waiting, 60, "the worker's lease write to wait on the blocker's row")
                 cur.execute("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = %s "
                             "AND objid = %s AND granted", (ADVISORY_LOCK_CLASS, study_id))
                 holders = [r[0] for r in cur.fetchall()]
@@ -63,7 +64,7 @@ def test_a_claim_whose_lock_holding_backend_is_terminated_is_finished_not_orphan
             blocker.rollback()  # the table is free again; what the worker wrote on it is up to the worker
             assert _ends(worker, tmp_path) == 0, output(tmp_path, "w")
         finally:
-            finish([worker], timeout_s=0.1)
+            kill_all([worker])
     finally:
         blocker.close()
         watch.close()

@@ -3,22 +3,73 @@ the trials of a healthy worker; absurdly short timeouts are refused."""
 
 from __future__ import annotations
 
-from pg_helpers import create_job, events, finish, output, start_worker, trials_cli, wait_for
+from pg_helpers import (
+    backend_pid,
+    blocked_by,
+    create_job,
+    events,
+    finish,
+    gate_path,
+    kill_all,
+    leases,
+    output,
+    pg_connect,
+    start_worker,
+    take_claim_lock,
+    trials_cli,
+    wait_for,
+)
 
 from trials.controller import jobs as controller
 
+SHORT_S = 2.0  # what worker b asks for; a's leases are older than this when b looks at them
+
+
+def _b_claims_once_seeing_old_leases(lock, watch, study_id):
+    """Let worker b (waiting on the claim lock we hold) run one whole claim while every lease of a is
+    older than SHORT_S and a does not renew it meanwhile; we hold the lock again when it is done."""
+    me = backend_pid(lock)
+    for _ in range(10):  # a renews every 5 s: a round where it renewed during b's claim is repeated
+        wait_for(lambda: blocked_by(watch, me), 60, "worker b to wait on the claim lock")
+        wait_for(lambda: all(age > SHORT_S + 0.5 for _owner, _hb, age in leases(watch, study_id).values()),
+                 30, f"worker a's leases to be older than {SHORT_S + 0.5}s")
+        before = {tid: (owner, hb) for tid, (owner, hb, _age) in leases(watch, study_id).items()}
+        lock.commit()  # b's claim runs now; taking the lock again waits until that claim is done
+        take_claim_lock(lock, study_id)
+        after = {tid: (owner, hb) for tid, (owner, hb, _age) in leases(watch, study_id).items()}
+        assert len(before) == 2, before
+        if after == before or {o for o, _ in after.values()} != {o for o, _ in before.values()}:
+            return  # b looked at a's old leases (a taken over trial fails the test's assertions)
+    raise AssertionError("worker a renewed its leases during every claim of worker b")
+
 
 def test_a_worker_with_a_short_stale_after_does_not_take_over_a_healthy_workers_trials(tmp_path, pg_url, job_id):
-    create_job(tmp_path, pg_url, job_id, points=2, parallel=2, epochs=16, sleep=0.5)  # 8 s per trial
+    # Issue 23 item 13: b must join while a's trials provably run, and look at a's leases when they
+    # are older than its own --stale-after (before: 8 s trials, and under load b came after the end).
+    h = create_job(tmp_path, pg_url, job_id, points=2, parallel=2, epochs=2, sleep=0.1, gated=True)
+    study_id = h.store._study_id
     a = start_worker(tmp_path, pg_url, job_id, "--parallel-trial-count", "2", name="a")
-    wait_for(lambda: len({e["trial"] for e in events(tmp_path) if e["event"] == "start"}) == 2, 30,
-             "worker a to start both trials")
-    refused = trials_cli(tmp_path, "worker", job_id, "--storage", pg_url, "--root", str(tmp_path / "jobs"),
-                         "--stale-after", "0.1")
-    assert refused.returncode == 2, refused.stdout + refused.stderr
-    assert refused.stderr.strip().count("\n") == 0 and "--stale-after must be >= 2" in refused.stderr
-    b = start_worker(tmp_path, pg_url, job_id, "--parallel-trial-count", "2", "--stale-after", "2", name="b")
-    assert finish([a, b], timeout_s=90) == [0, 0], output(tmp_path, "a") + output(tmp_path, "b")
+    lock, watch = pg_connect(pg_url), pg_connect(pg_url)
+    watch.autocommit = True
+    b = None
+    try:
+        wait_for(lambda: len({e["trial"] for e in events(tmp_path) if e["event"] == "epoch"}) == 2, 60,
+                 "worker a to run both trials (held at the gate after their first epoch)")
+        refused = trials_cli(tmp_path, "worker", job_id, "--storage", pg_url, "--root", str(tmp_path / "jobs"),
+                             "--stale-after", "0.1")
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert refused.stderr.strip().count("\n") == 0 and "--stale-after must be >= 2" in refused.stderr
+        take_claim_lock(lock, study_id)  # a runs at the job's cap and claims nothing: only b waits on it
+        b = start_worker(tmp_path, pg_url, job_id, "--parallel-trial-count", "2", "--stale-after", f"{SHORT_S:g}",
+                         name="b")
+        _b_claims_once_seeing_old_leases(lock, watch, study_id)
+        lock.commit()
+        gate_path(tmp_path).touch()  # a's trials go on to their end
+        assert finish([a, b], timeout_s=90) == [0, 0], output(tmp_path, "a") + output(tmp_path, "b")
+    finally:
+        lock.close()
+        watch.close()
+        kill_all([a, b])
     assert "--stale-after 2 ignored: the job's lease timeout is 30s" in output(tmp_path, "b"), output(tmp_path, "b")
     starts = [e["trial"] for e in events(tmp_path) if e["event"] == "start"]
     assert sorted(starts) == ["1", "2"], starts  # each trial ran once, by worker a, never taken over
