@@ -251,21 +251,24 @@ class SharedJob:
     def _lease_for_adoption(self, conn: Any, trial_id: int, lease: Lease | None) -> bool:
         """Renew this worker's lease, or insert it where none is (never over another worker's)."""
         now = self._now_sql or ":now"
-        with self._txn(conn) as c:
-            if lease is not None:
+        values = {"t": trial_id, "s": self.study_id, "o": self.me, "now": time.time()}
+        if lease is not None:
+            with self._txn(conn) as c:
                 result = c.execute(text(
-                    f"UPDATE {LEASE_TABLE} SET heartbeat = {now} WHERE trial_id = :t AND owner = :o"),
-                    {"t": trial_id, "o": self.me, "now": time.time()})
+                    f"UPDATE {LEASE_TABLE} SET heartbeat = {now} WHERE trial_id = :t AND owner = :o"), values)
                 return bool(result.rowcount == 1)
-            try:
-                with c.begin_nested():
-                    c.execute(text(
-                        f"INSERT INTO {LEASE_TABLE} (trial_id, study_id, owner, heartbeat, generation) "
-                        f"VALUES (:t, :s, :o, {now}, 1)"),
-                        {"t": trial_id, "s": self.study_id, "o": self.me, "now": time.time()})
-            except sa_exc.IntegrityError:
-                return False
-            return True
+        insert = text(f"INSERT INTO {LEASE_TABLE} (trial_id, study_id, owner, heartbeat, generation) "
+                      f"VALUES (:t, :s, :o, {now}, 1)")
+        try:
+            if conn is not None:  # a savepoint: a failed insert must not end the lock's transaction
+                with conn.begin_nested():
+                    conn.execute(insert, values)
+            else:
+                with self.engine.begin() as own:
+                    own.execute(insert, values)
+        except sa_exc.IntegrityError:
+            return False  # another worker leased it first
+        return True
 
     def _delete_lease(self, conn: Any, trial_id: int) -> None:
         with self._txn(conn) as c:
