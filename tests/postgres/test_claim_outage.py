@@ -7,7 +7,6 @@ import subprocess
 
 from pg_helpers import (
     backend_pid,
-    blocked_by,
     create_job,
     events,
     finish,
@@ -54,13 +53,16 @@ def test_a_claim_whose_lock_holding_backend_is_terminated_is_finished_not_orphan
                         f"VALUES (%s, %s, 'test-blocker', 0, 1)", (first, study_id))
         worker = start_worker(tmp_path, pg_url, job_id, name="w")
         try:
-            wait_for(lambda: blocked_by(watch, blocker_pid), 60, "the worker's lease write to wait on the row")
-            with watch.cursor() as cur:
-                cur.execute("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = %s "
-                            "AND objid = %s AND granted", (ADVISORY_LOCK_CLASS, study_id))
-                holders = [r[0] for r in cur.fetchall()]
-                assert len(holders) == 1, holders  # the worker is inside its claim, holding the job's lock
-                cur.execute("SELECT pg_terminate_backend(%s)", (holders[0],))
+            def terminate_the_claim():
+                # the backend holding the job's claim lock, at a moment the lease write waits on our row
+                with watch.cursor() as cur:
+                    cur.execute("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' "
+                                "AND classid = %s AND objid = %s AND granted AND EXISTS (SELECT 1 FROM "
+                                "pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid)))",
+                                (ADVISORY_LOCK_CLASS, study_id, blocker_pid))
+                    return [r[0] for r in cur.fetchall()]
+
+            assert wait_for(terminate_the_claim, 60, "the worker's lease write to wait on the row") == [True]
             blocker.rollback()  # the table is free again; what the worker wrote on it is up to the worker
             assert _ends(worker, tmp_path) == 0, output(tmp_path, "w")
         finally:
