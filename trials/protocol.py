@@ -44,6 +44,9 @@ ENV_SANDBOX = "TRIALS_SANDBOX"  # "off": replicas run as plain children, without
 ENV_OUTAGE_TIMEOUT = "TRIALS_OUTAGE_TIMEOUT"  # seconds a database outage may last before a worker gives up
 ENV_CGROUP = "TRIALS_CGROUP"  # "off": no cgroup per replica; orphans are found through the subreaper instead
 ENV_OUTPUT_ROOT = "TRIALS_OUTPUT_ROOT"  # outside a tuning job: where local runs write (default ./trials-output)
+# Tests only: a path; a worker's first claim whose commit succeeds creates it and then fails as if the
+# connection had dropped before the answer came (the commit reached the server, the client never knew)
+ENV_TEST_LOSE_CLAIM_ANSWER = "TRIALS_TEST_LOSE_CLAIM_ANSWER"
 # `trials validate --trainer` / the sweep's pre-flight: the trainer, run with --help, checks this spec
 # against its own flags and writes {"problems": [...], "n_values": N} as JSON to the _OUT file
 ENV_CHECK_SPEC = "TRIALS_CHECK_SPEC"

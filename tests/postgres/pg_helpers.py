@@ -10,11 +10,14 @@ from pathlib import Path
 TRAINER = str(Path(__file__).resolve().parent / "pg_trainer.py")
 
 
-def write_spec(path, *, events, points=4, parallel=2, epochs=4, sleep=0.1, accelerators=0):
+def write_spec(path, *, events, points=4, parallel=2, epochs=4, sleep=0.1, accelerators=0, gate=None,
+               gate_epoch=1):
+    """``gate``: every trial waits after ``gate_epoch`` epochs until that file exists (see ``gate_path``)."""
     values = ", ".join(f"{0.1 * (i + 1):.1f}" for i in range(points))
     machine = "{machineType: n1-standard-4" + (
         f", acceleratorType: NVIDIA_TESLA_T4, acceleratorCount: {accelerators}" if accelerators else "") + "}"
-    args = json.dumps([f"--events={events}", f"--epochs={epochs}", f"--sleep={sleep}"])
+    args = json.dumps([f"--events={events}", f"--epochs={epochs}", f"--sleep={sleep}",
+                       *([f"--gate={gate}", f"--gate-epoch={gate_epoch}"] if gate else [])])
     path.write_text("\n".join([
         "studySpec:",
         "  metrics: [{metricId: score, goal: MAXIMIZE}]",
@@ -30,11 +33,16 @@ def write_spec(path, *, events, points=4, parallel=2, epochs=4, sleep=0.1, accel
     return path
 
 
-def create_job(tmp_path, url, job_id, stale_after_s=None, **spec):
-    """Create the job in PostgreSQL without running it (workers join afterwards)."""
+def create_job(tmp_path, url, job_id, stale_after_s=None, gated=False, **spec):
+    """Create the job in PostgreSQL without running it (workers join afterwards).
+
+    ``gated``: its trials wait after their first epoch (``gate_epoch``) until ``gate_path`` exists.
+    """
     from trials.controller import jobs as controller
     from trials.spec.load import load_spec
 
+    if gated:
+        spec["gate"] = gate_path(tmp_path)
     spec_path = write_spec(tmp_path / "job.yaml", events=events_path(tmp_path), **spec)
     h = controller.create_job(load_spec(str(spec_path)), root=str(tmp_path / "jobs"), job_id=job_id,
                               spec_path=str(spec_path), storage=url, base_output_dir=None,
@@ -63,6 +71,11 @@ def events_path(tmp_path):
     folder = tmp_path.with_name(tmp_path.name + "-events")
     folder.mkdir(exist_ok=True)
     return folder / "events.jsonl"
+
+
+def gate_path(tmp_path):
+    """The file a gated trial waits for (beside the events file, outside the launch folder)."""
+    return events_path(tmp_path).with_name("gate")
 
 
 def events(tmp_path):
@@ -99,3 +112,49 @@ def finish(procs, timeout_s=40):
 
 def output(tmp_path, name):
     return (tmp_path / f"{name}.out").read_text()
+
+
+def pg_connect(url):
+    """A plain psycopg2 connection to the test server (for locks and pg_stat_activity)."""
+    import psycopg2
+
+    return psycopg2.connect(url.replace("postgresql+psycopg2://", "postgresql://"), connect_timeout=10)
+
+
+def backend_pid(conn):
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_backend_pid()")
+        return cur.fetchone()[0]
+
+
+def blocked_by(conn, pid):
+    """The backends waiting on a lock that backend ``pid`` holds (``conn``: autocommit)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT pid FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", (pid,))
+        return [r[0] for r in cur.fetchall()]
+
+
+def take_claim_lock(conn, study_id):
+    """Take the job's claim lock in ``conn``'s transaction (every worker's claim waits until it ends)."""
+    from trials.controller.worker import ADVISORY_LOCK_CLASS
+
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", (ADVISORY_LOCK_CLASS, study_id))
+
+
+def leases(conn, study_id):
+    """{trial id: (owner, heartbeat, seconds since it by the database's clock)} of the job's leases."""
+    from trials.controller.worker import LEASE_TABLE
+
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT trial_id, owner, heartbeat, EXTRACT(EPOCH FROM CLOCK_TIMESTAMP()) - heartbeat "
+                    f"FROM {LEASE_TABLE} WHERE study_id = %s", (study_id,))
+        return {r[0]: (r[1], float(r[2]), float(r[3])) for r in cur.fetchall()}
+
+
+def kill_all(procs):
+    """Kill and reap whatever of ``procs`` still runs (a failing test leaves nothing behind)."""
+    for p in procs:
+        if p is not None and p.poll() is None:
+            p.kill()
+            p.wait()

@@ -13,6 +13,8 @@ p.add_argument("--x", type=float, default=0.5)
 p.add_argument("--epochs", type=int, default=4)
 p.add_argument("--sleep", type=float, default=0.1)
 p.add_argument("--events", required=True)
+p.add_argument("--gate", default=None, help="a file: epochs after --gate-epoch wait until it exists")
+p.add_argument("--gate-epoch", type=int, default=1)
 a = p.parse_args()
 
 trial = os.environ["CLOUD_ML_TRIAL_ID"]
@@ -31,6 +33,8 @@ def event(kind, **extra):
 event("start", from_epoch=start, x=a.x, gpus=os.environ.get("CUDA_VISIBLE_DEVICES"))
 ht = hypertune.HyperTune()
 for epoch in range(start + 1, a.epochs + 1):
+    while a.gate and epoch > a.gate_epoch and not os.path.exists(a.gate):
+        time.sleep(0.05)  # the test holds the trial here until what it checks has happened
     time.sleep(a.sleep)
     ht.report_hyperparameter_tuning_metric(hyperparameter_metric_tag="score",
                                            metric_value=1.0 - (a.x - 0.3) ** 2 + 0.01 * epoch,

@@ -13,7 +13,7 @@ CLAIMER = str(Path(__file__).resolve().parent / "claimer.py")
 
 def race(tmp_path, url, job_id, mode, cap, n=4):
     go = tmp_path / "go"
-    procs = [subprocess.Popen([sys.executable, CLAIMER, url, job_id, mode, str(cap), str(go)],
+    procs = [subprocess.Popen([sys.executable, CLAIMER, url, job_id, mode, str(cap), str(go), str(n)],
                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(n)]
     try:
@@ -38,7 +38,7 @@ def test_waiting_to_running_claim_is_atomic(tmp_path, pg_url, job_id):
     assert sorted(ids, key=int) == [str(i) for i in range(1, 25)]  # all claimed, none twice
     xs = [c["params"]["x"] for per in got for c in per]
     assert len(set(xs)) == 24  # every grid point once
-    assert sum(1 for per in got if per) >= 2  # the processes really competed
+    assert sum(1 for per in got if per) == 4  # the processes really competed (each waited for the others)
 
 
 def test_global_cap_holds_when_workers_claim_at_once(tmp_path, pg_url, job_id):

@@ -56,7 +56,8 @@ class CuttableProxy:
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
 
-    def cut(self, seconds):
+    def cut(self, seconds=0.0, *, until=None):
+        """Drop every connection; refuse new ones for ``seconds``, or until ``until()`` is true."""
         self.down.set()
         with self.lock:
             conns, self.conns = self.conns, []
@@ -66,6 +67,8 @@ class CuttableProxy:
                 s.close()
             except OSError:
                 pass
+        if until is not None:
+            wait_for(until, 60, "the outage to be seen")
         time.sleep(seconds)
         self.down.clear()
 
@@ -90,7 +93,9 @@ def test_worker_waits_out_a_database_outage_and_fails_nothing(tmp_path, proxied_
     worker = start_worker(tmp_path, url, job_id, name="w")
     wait_for(lambda: any(e["event"] == "epoch" and e["epoch"] >= 2 for e in events(tmp_path)), 20,
              "the first trial to report")
-    proxy.cut(3.0)
+    # down until the worker has seen it (before: 3 s, and a worker busy for 3 s under load reconnected
+    # afterwards without noticing)
+    proxy.cut(until=lambda: "database unreachable" in output(tmp_path, "w"))
     assert finish([worker], timeout_s=40) == [0], output(tmp_path, "w")
     text = output(tmp_path, "w")
     assert text.count("database unreachable") == 1, text  # one line per outage

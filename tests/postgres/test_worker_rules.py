@@ -1,11 +1,12 @@
-"""The pure parts of scale-out: staleness, heartbeat rate, outage retries, password scrubbing."""
+"""The pure parts of scale-out: staleness, heartbeat rate, reconciling leases after an outage, outage
+retries, password scrubbing."""
 
 import signal
 
 import pytest
 from sqlalchemy import exc as sa_exc
 
-from trials.controller.worker import Lease, heartbeat_interval, is_stale, takeover_reason
+from trials.controller.worker import Lease, heartbeat_interval, is_stale, reconcile, takeover_reason
 from trials.errors import ConfigError, OutageInterruptedError, StorageUnreachableError
 from trials.outages import Outages, is_connection_error, outage_limit_s
 from trials.storage_url import redact, scrub
@@ -29,6 +30,23 @@ def test_heartbeat_interval_is_a_sixth_of_the_grace_within_bounds():
     assert heartbeat_interval(3) == 0.5
     assert heartbeat_interval(0.5) == 0.2
     assert heartbeat_interval(600) == 5.0
+
+
+def test_reconcile_runs_what_this_worker_leased_or_was_claiming_and_drops_the_rest():
+    def of(tid, owner):
+        return tid, Lease(trial_id=tid, owner=owner, heartbeat=0.0, generation=1)
+
+    leases = dict([of(1, "me"), of(2, "me"), of(3, "other"), of(4, "me"), of(6, "other")])
+    # 1: mine, RUNNING, not run here (a claim whose answer was lost): run it
+    # 2: mine and run here; 3, 6: another worker's; 4: mine but no longer RUNNING: drop the lease
+    assert reconcile(leases, me="me", held={2}, running={1, 2, 3}, claiming=None) == ([1], [4])
+    # 5: being claimed when the connection dropped, RUNNING, nobody's lease: it is this claim's
+    assert reconcile(leases, me="me", held={1, 2}, running={1, 2, 3, 5}, claiming=5) == ([5], [4])
+    # the claim did not commit (still WAITING), or another worker leased it: not ours
+    assert reconcile(leases, me="me", held={1, 2}, running={1, 2, 3}, claiming=5) == ([], [4])
+    assert reconcile(leases, me="me", held={1, 2}, running={1, 2, 3, 6}, claiming=6) == ([], [4])
+    assert reconcile({}, me="me", held=set(), running={7}, claiming=7) == ([7], [])
+    assert reconcile(leases, me="me", held={1, 2, 4}, running={1, 2, 4}, claiming=2) == ([], [])
 
 
 def blink(n_failures, err_factory):

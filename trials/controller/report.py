@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import html
 import os
 from collections.abc import Mapping, Sequence
@@ -10,12 +9,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from trials import files
-from trials.controller import describe
+from trials.controller import describe, staged_folder
 from trials.controller.report_data import PlotTrial, plot_trials
 from trials.controller.report_parallel import param_axes
 from trials.controller.report_plots import PLOT_STEMS, Figure, draw_plots, matplotlib_available
 from trials.controller.report_svg import CSS as SVG_CSS
 from trials.controller.report_svg import inline_svg, tips_script, trial_tips
+from trials.errors import ConfigError
 from trials.printable import printable
 
 REPORT_DIR = "report"
@@ -218,12 +218,35 @@ def local_view(rest: Mapping[str, Any]) -> Mapping[str, Mapping[str, Any]]:
 
 
 # --- effects -------------------------------------------------------------------------------------
+def report_entry(name: str) -> bool:
+    """Whether a file name is one a report writes (its page, its plots, a page being written)."""
+    return name == INDEX_FILE or name in {stem + ".png" for stem in PLOT_STEMS} or (
+        name.startswith(INDEX_FILE + ".") and name.endswith(".tmp"))
+
+
+def check_replaceable(out_dir: str) -> None:
+    """A folder replaced whole by the new report must hold nothing but an earlier report."""
+    if os.path.lexists(out_dir) and not os.path.isdir(out_dir):
+        raise ConfigError(f"--out {printable(out_dir)}: expected a folder for the report, got a file")
+    try:
+        entries = os.listdir(out_dir)
+    except FileNotFoundError:
+        return
+    foreign = sorted(e for e in entries if not report_entry(e))
+    if foreign:
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        shown = ", ".join(printable(e) for e in foreign[:3]) + more
+        raise ConfigError(f"--out {printable(out_dir)}: expected a new folder or an earlier report (it is "
+                          f"replaced whole), got a folder that also holds {shown}")
+
+
 def write_report(h: Any, *, out_dir: str | None = None, plots: bool = True) -> Report:
     """Write ``index.html`` and the PNGs for the job behind handle ``h`` (``controller.open_job``).
 
     Args:
         h: the job handle; its storage is read, never written.
-        out_dir: where to write (default ``<job folder>/report``).
+        out_dir: where to write (default ``<job folder>/report``): a new folder or an earlier
+            report, replaced whole once the new one is written (a killed run changes nothing).
         plots: draw the plots (needs matplotlib; without it the page has tables only and says so).
 
     Returns:
@@ -232,31 +255,32 @@ def write_report(h: Any, *, out_dir: str | None = None, plots: bool = True) -> R
     from trials.controller import job_view
 
     out_dir = out_dir or os.path.join(h.job_dir, REPORT_DIR)
-    os.makedirs(out_dir, exist_ok=True)
+    target = os.path.realpath(out_dir)  # a link to a folder: the folder is replaced, not the link
+    check_replaceable(target)
     # the report's view: the v1 resource plus the local details beside it
     rest = {**job_view.describe(h), "trialsLocal": job_view.describe_local(h)["trials"]}
     metric_ids = list(h.job.study.metric_ids)
     maximize = [m.maximize for m in h.job.study.metrics]
-    for stem in PLOT_STEMS:  # a plot that no longer applies must not linger
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(os.path.join(out_dir, stem + ".png"))
     note = None
     drawn: list[Figure] = []
     skipped: list[tuple[str, str]] = []
     trials = plot_trials(rest, local_view(rest), metric_ids)
-    if not plots:
-        note = "Plots were not requested (--no-plots): tables only."
-    elif not matplotlib_available():
-        note = "matplotlib is not installed, so this report has tables only: pip install 'trials[report]'"
-    else:
-        drawn, skipped = _draw(h, trials, metric_ids, maximize, out_dir)
-    page = render_html(job_id=h.job_id, rest=rest, metric_ids=metric_ids, maximize=maximize,
-                       figures=drawn, tips=trial_tips(trials, metric_ids, local_view(rest)),
-                       skipped=skipped, plots_note=note, job_dir=h.job_dir,
-                       sampler=h.store.get_meta("sampler"))
+    # written beside out_dir and swapped in whole: a killed report leaves the old one (or none)
+    with staged_folder.staged(target) as staging:
+        if not plots:
+            note = "Plots were not requested (--no-plots): tables only."
+        elif not matplotlib_available():
+            note = "matplotlib is not installed, so this report has tables only: pip install 'trials[report]'"
+        else:
+            drawn, skipped = _draw(h, trials, metric_ids, maximize, staging)
+        page = render_html(job_id=h.job_id, rest=rest, metric_ids=metric_ids, maximize=maximize,
+                           figures=drawn, tips=trial_tips(trials, metric_ids, local_view(rest)),
+                           skipped=skipped, plots_note=note, job_dir=h.job_dir,
+                           sampler=h.store.get_meta("sampler"))
+        files.write_text_atomic(os.path.join(staging, INDEX_FILE), page)
     index = os.path.join(out_dir, INDEX_FILE)
-    files.write_text_atomic(index, page)
+    images = tuple(os.path.join(out_dir, os.path.basename(f.png_path)) for f in drawn)
     title, top = top_trials(rest, metric_ids, maximize)
     header, body = table(rest, top, metric_ids)
-    return Report(index_html=index, note=note, images=tuple(f.png_path for f in drawn), skipped=tuple(skipped),
+    return Report(index_html=index, note=note, images=images, skipped=tuple(skipped),
                   top_title=title, top_header=tuple(header), top_rows=tuple(tuple(r) for r in body))

@@ -15,17 +15,19 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 
+from trials import protocol
 from trials.outages import Outages
 from trials.spec import StudySpec
 from trials.study.storage import RetryingRDBStorage
-from trials.study.store import Claimed, JobStore
+from trials.study.store import Claimed, FrozenTrial, JobStore
 
 T = TypeVar("T")
 
@@ -71,11 +73,41 @@ def is_stale(lease: Lease | None, *, db_now: float, stale_after_s: float,
     return db_now - lease.heartbeat >= stale_after_s
 
 
+def reconcile(leases: Mapping[int, Lease], *, me: str, held: AbstractSet[int], running: AbstractSet[int],
+              claiming: int | None) -> tuple[list[int], list[int]]:
+    """(to run, leases to drop): what this worker holds in the database that its job loop does not run.
+
+    A lease of ``me`` on a RUNNING trial the loop was never given (its claim committed, the answer was
+    lost) is run; one on a trial no longer RUNNING is dropped. The trial being claimed when the
+    connection dropped (``claiming``) is run when it is RUNNING with no lease: nobody else leased it.
+    """
+    adopt = sorted(tid for tid, lease in leases.items()
+                   if lease.owner == me and tid not in held and tid in running)
+    drop = sorted(tid for tid, lease in leases.items()
+                  if lease.owner == me and tid not in held and tid not in running)
+    if claiming is not None and claiming not in held and claiming in running and claiming not in leases:
+        adopt.append(claiming)
+    return adopt, drop
+
+
 def takeover_reason(lease: Lease | None, *, db_now: float, me: str) -> str:
     if lease is None:
         return f"no worker held the trial; re-run by {me}"
     return (f"worker {lease.owner} stopped heartbeating ({db_now - lease.heartbeat:.1f}s since its "
             f"last heartbeat); re-run by {me}")
+
+
+def _lose_answer_if_testing() -> None:
+    """Tests only (``TRIALS_TEST_LOSE_CLAIM_ANSWER``): the claim committed, but its answer is lost once."""
+    path = os.environ.get(protocol.ENV_TEST_LOSE_CLAIM_ANSWER)
+    if not path:
+        return
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    except FileExistsError:
+        return
+    raise sa_exc.OperationalError("COMMIT", {}, ConnectionError(
+        f"server closed the connection unexpectedly (test: {protocol.ENV_TEST_LOSE_CLAIM_ANSWER})"))
 
 
 class SharedJob:
@@ -105,6 +137,8 @@ class SharedJob:
         self.n_waiting = 0
         self.n_running = 0  # in the whole job, at the last claim attempt
         self._unleased: dict[int, float] = {}
+        self._held: set[int] = set()  # trials this worker handed to its job loop and still runs
+        self._claiming: int | None = None  # the trial whose claim is under way (it may have committed)
         self._last_beat = -float("inf")
         self._now_sql = _NOW_SQL.get(self.engine.dialect.name)
         self._call(self._create_table)
@@ -131,18 +165,20 @@ class SharedJob:
         return float(conn.execute(text(f"SELECT {self._now_sql}")).scalar_one())
 
     @contextlib.contextmanager
-    def _claim_lock(self) -> Iterator[bool]:
-        """Serialize count + claim per job across workers; yields whether it is a real lock."""
+    def _claim_lock(self) -> Iterator[Any]:
+        """Serialize count + claim per job across workers; yields the lock's connection (None: no
+        real lock, elsewhere than PostgreSQL), whose transaction also writes the claim's lease."""
         if self.engine.dialect.name != "postgresql":
-            yield False
+            yield None
             return
         with self.engine.begin() as conn:
             conn.execute(text("SELECT pg_advisory_xact_lock(:a, :b)"),
                          {"a": ADVISORY_LOCK_CLASS, "b": self.study_id})
-            yield True  # released when this transaction ends, or when its connection dies
+            yield conn  # released when this transaction ends, or when its connection dies
 
-    def leases(self, trial_ids: Sequence[int]) -> dict[int, Lease]:
-        if not trial_ids:
+    def leases(self, trial_ids: Sequence[int], *, every: bool = False) -> dict[int, Lease]:
+        """The leases of ``trial_ids`` (``every``: and this worker's leases of any other trial)."""
+        if not trial_ids and not every:
             return {}
         with self.engine.begin() as conn:
             rows = conn.execute(text(
@@ -150,37 +186,106 @@ class SharedJob:
                 f"WHERE study_id = :s"), {"s": self.study_id}).all()
         wanted = set(trial_ids)
         return {r[0]: Lease(trial_id=r[0], owner=r[1], heartbeat=float(r[2]), generation=r[3])
-                for r in rows if r[0] in wanted}
+                for r in rows if r[0] in wanted or (every and r[1] == self.me)}
 
     # -- claiming
     def claim(self, study: StudySpec, *, cap: int) -> Claimed | None:
-        """A stale trial to take over, else a WAITING trial if the job runs fewer than ``cap``."""
+        """A trial this worker leased but does not run (its claim was cut by an outage), else a stale
+        trial to take over, else a WAITING trial if the job runs fewer than ``cap``."""
         return self._call(self._claim, study, cap)
 
     def _claim(self, study: StudySpec, cap: int) -> Claimed | None:
-        with self._claim_lock() as locked:
+        with self._claim_lock() as conn:
             running = self.store.running_trials()
-            taken = self._take_over_one(running, study)
-            if taken is not None:
-                return taken
+            leases = self.leases([t._trial_id for t in running], every=True)
             self.n_running = len(running)
-            self.n_waiting = -1  # unknown: only counted when nothing could be claimed
-            if len(running) >= cap:
-                return None
-            claimed = self.store.claim(study)
+            claimed = self._reconcile(conn, running, leases, study)
             if claimed is None:
-                self.n_waiting = 0
-                return None
-            self._acquire(claimed.storage_id)
-            self.n_running += 1
-        if not locked and len(self.store.running_trials()) > cap:
+                claimed = self._take_over_one(running, leases, study)
+            fresh = claimed is None
+            if fresh:
+                self.n_waiting = -1  # unknown: only counted when nothing could be claimed
+                if len(running) >= cap:
+                    self._claiming = None
+                    return None
+                claimed = self.store.claim(study, before=self._note_claiming)
+                if claimed is None:
+                    self._claiming = None
+                    self.n_waiting = 0
+                    return None
+                self._acquire(conn, claimed.storage_id)
+                self.n_running += 1
+        assert claimed is not None  # (each branch without a trial returned above)
+        _lose_answer_if_testing()
+        # committed, and this worker knows it: from here the job loop runs the trial
+        self._claiming = None
+        self._held.add(claimed.storage_id)
+        if conn is None and fresh and len(self.store.running_trials()) > cap:
             self.release(claimed.storage_id)  # over the cap after all: give it back
             self.store.requeue(claimed.storage_id)
             return None
         return claimed
 
-    def _take_over_one(self, running: Sequence[Any], study: StudySpec) -> Claimed | None:
-        leases = self.leases([t._trial_id for t in running])
+    def _note_claiming(self, storage_id: int) -> None:
+        self._claiming = storage_id  # its WAITING -> RUNNING may commit although the answer is lost
+
+    def _reconcile(self, conn: Any, running: Sequence[FrozenTrial], leases: Mapping[int, Lease],
+                   study: StudySpec) -> Claimed | None:
+        """Finish a claim an outage cut short: a trial leased to this worker (or being claimed by it)
+        that it does not run is run now; its lease on a trial no longer RUNNING is dropped."""
+        by_id = {t._trial_id: t for t in running}
+        adopt, drop = reconcile(leases, me=self.me, held=self._held, running=set(by_id),
+                                claiming=self._claiming)
+        for tid in drop:
+            self._delete_lease(conn, tid)
+        for tid in adopt:
+            if not self._lease_for_adoption(conn, tid, leases.get(tid)):
+                continue  # another worker's now
+            frozen = by_id[tid]
+            if frozen.user_attrs.get("attempts"):  # it ran before (a takeover whose answer was lost)
+                return self.store.reclaim(frozen, study, reason=f"its claim by {self.me} was cut by a "
+                                          f"database outage; run by {self.me}")
+            return self.store.started(frozen, study)
+        return None
+
+    def _lease_for_adoption(self, conn: Any, trial_id: int, lease: Lease | None) -> bool:
+        """Renew this worker's lease, or insert it where none is (never over another worker's)."""
+        now = self._now_sql or ":now"
+        values = {"t": trial_id, "s": self.study_id, "o": self.me, "now": time.time()}
+        if lease is not None:
+            with self._txn(conn) as c:
+                result = c.execute(text(
+                    f"UPDATE {LEASE_TABLE} SET heartbeat = {now} WHERE trial_id = :t AND owner = :o"), values)
+                return bool(result.rowcount == 1)
+        insert = text(f"INSERT INTO {LEASE_TABLE} (trial_id, study_id, owner, heartbeat, generation) "
+                      f"VALUES (:t, :s, :o, {now}, 1)")
+        try:
+            if conn is not None:  # a savepoint: a failed insert must not end the lock's transaction
+                with conn.begin_nested():
+                    conn.execute(insert, values)
+            else:
+                with self.engine.begin() as own:
+                    own.execute(insert, values)
+        except sa_exc.IntegrityError:
+            return False  # another worker leased it first
+        return True
+
+    def _delete_lease(self, conn: Any, trial_id: int) -> None:
+        with self._txn(conn) as c:
+            c.execute(text(f"DELETE FROM {LEASE_TABLE} WHERE trial_id = :t AND owner = :o"),
+                      {"t": trial_id, "o": self.me})
+
+    @contextlib.contextmanager
+    def _txn(self, conn: Any) -> Iterator[Any]:
+        """The claim lock's transaction when there is one (its writes commit, or vanish, with it)."""
+        if conn is not None:
+            yield conn
+            return
+        with self.engine.begin() as own:
+            yield own
+
+    def _take_over_one(self, running: Sequence[FrozenTrial], leases: Mapping[int, Lease],
+                       study: StudySpec) -> Claimed | None:
         now_mono = self.clock()
         for tid in list(self._unleased):
             if tid not in {t._trial_id for t in running} or tid in leases:
@@ -222,15 +327,16 @@ class SharedJob:
                 {"o": self.me, "t": trial_id, "g": lease.generation, "old": lease.owner, "now": time.time()})
             return result.rowcount == 1
 
-    def _acquire(self, trial_id: int) -> None:
-        """Lease a trial this worker just claimed (WAITING -> RUNNING made it ours alone)."""
+    def _acquire(self, conn: Any, trial_id: int) -> None:
+        """Lease a trial this worker just claimed (WAITING -> RUNNING made it ours alone), in the
+        claim lock's transaction: a connection lost before its commit takes the lease with it."""
         now = self._now_sql or ":now"
-        with self.engine.begin() as conn:
-            result = conn.execute(text(
+        with self._txn(conn) as c:
+            result = c.execute(text(
                 f"UPDATE {LEASE_TABLE} SET owner = :o, heartbeat = {now}, generation = generation + 1 "
                 f"WHERE trial_id = :t"), {"o": self.me, "t": trial_id, "now": time.time()})
             if result.rowcount == 0:
-                conn.execute(text(
+                c.execute(text(
                     f"INSERT INTO {LEASE_TABLE} (trial_id, study_id, owner, heartbeat, generation) "
                     f"VALUES (:t, :s, :o, {now}, 1)"),
                     {"t": trial_id, "s": self.study_id, "o": self.me, "now": time.time()})
@@ -247,7 +353,7 @@ class SharedJob:
         return self._call(self._beat, list(trial_ids))
 
     def _beat(self, trial_ids: list[int]) -> list[int]:
-        lost = []
+        lost: list[int] = []
         with self.engine.begin() as conn:
             for tid in trial_ids:
                 result = conn.execute(text(
@@ -255,6 +361,7 @@ class SharedJob:
                     f"WHERE trial_id = :t AND owner = :o"), {"t": tid, "o": self.me, "now": time.time()})
                 if result.rowcount == 0:
                     lost.append(tid)
+        self._held.difference_update(lost)
         return lost
 
     def owns(self, trial_id: int) -> bool:
@@ -268,6 +375,7 @@ class SharedJob:
                 conn.execute(text(f"DELETE FROM {LEASE_TABLE} WHERE trial_id = :t AND owner = :o"),
                              {"t": trial_id, "o": self.me})
         self._call(run)
+        self._held.discard(trial_id)
 
     # -- job level
     def counts(self) -> tuple[int, int]:

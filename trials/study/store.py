@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,8 +111,12 @@ class JobStore:
             self._study_id, deepcopy=False, states=tuple(states) if states else None
         )
 
-    def claim(self, study: StudySpec) -> Claimed | None:
-        """Atomically move one WAITING trial to RUNNING and suggest its parameters."""
+    def claim(self, study: StudySpec, *, before: Callable[[int], None] | None = None) -> Claimed | None:
+        """Atomically move one WAITING trial to RUNNING and suggest its parameters.
+
+        ``before`` gets each trial's storage id before its move is tried (the move may commit although
+        its answer is lost: the caller then knows which trial to look at).
+        """
         lookup = getattr(self.storage, "waiting_trial_ids", None)
         while True:
             if lookup is not None:  # a database: ids only, a few at a time, not every trial whole
@@ -120,18 +124,28 @@ class JobStore:
             else:
                 candidates = [(t.number, t._trial_id) for t in self.frozen_trials((TrialState.WAITING,))]
             for number, storage_id in candidates:
+                if before is not None:
+                    before(storage_id)
                 try:
                     if not self.storage.set_trial_state_values(storage_id, state=TrialState.RUNNING):
                         continue
                 except optuna.exceptions.UpdateFinishedTrialError:
                     continue
-                self._know_trial(storage_id)
-                trial = optuna.Trial(self.study, storage_id)
-                params = suggest(trial, study)
-                return Claimed(number=number, storage_id=storage_id,
-                               trial_id=str(number + 1), params=params, resumed=False)
+                return self._suggested(number, storage_id, study)
             if lookup is None or not candidates:
                 return None  # (a database: all 8 taken by others meanwhile, look again)
+
+    def started(self, frozen: FrozenTrial, study: StudySpec) -> Claimed:
+        """A RUNNING trial whose claim was cut short (by an outage) before it ran: its parameters,
+        those already suggested kept, the rest suggested now."""
+        return self._suggested(frozen.number, frozen._trial_id, study)
+
+    def _suggested(self, number: int, storage_id: int, study: StudySpec) -> Claimed:
+        self._know_trial(storage_id)
+        trial = optuna.Trial(self.study, storage_id)
+        params = suggest(trial, study)  # a parameter already set keeps its value (Optuna's rule)
+        return Claimed(number=number, storage_id=storage_id,
+                       trial_id=str(number + 1), params=params, resumed=False)
 
     def _know_trial(self, trial_id: int) -> None:
         # Optuna's cache over an RDB storage must have read a trial before params are set on it;
