@@ -5,7 +5,7 @@ rising curve with a slow start, one report at global_step=1000) give each seed a
 random parameters and their full curves. Each variant replays the same job in trial order, one slot:
 after each report the rule sees the trial's curve so far and the full curves of the trials that ran
 to completion (a stopped trial's curve is not used by later decisions, as in the job loop), through
-``trials.controller.stopping`` with the variant's constants. Work is the steps a trial ran (epochs,
+``trials.controller.policy.stopping`` with the variant's constants. Work is the steps a trial ran (epochs,
 boosting rounds). "Best" is the best value any trial measured (its BEST measurement). A "futile" stop
 is one at a trial's own last report: it saves nothing and, in a real job, kills the trial as it
 saves its model. The ``old_*`` variants are the rules as they were before issue 16 (2 completed
@@ -35,7 +35,7 @@ GOAL_SAVED = 0.40
 
 def variants() -> dict[str, dict[str, Any]]:
     """name -> constants: the product default, the old rules, and the grids the default was chosen from."""
-    from trials.controller import stopping as st
+    from trials.controller.policy import stopping as st
 
     out: dict[str, dict[str, Any]] = {
         "none": {"rule": "none"}, "old_median": {"rule": "old_median"}, "old_decay_curve": {"rule": "old_decay_curve"},
@@ -64,7 +64,7 @@ def variants() -> dict[str, dict[str, Any]]:
 def _running_median(current: Curve, completed: Sequence[Curve], min_completed: int, margin: float) -> bool:
     """The median rule before this default: best value below the median of the completed trials' running
     averages at x by more than ``margin`` x their IQR (with the same guards)."""
-    from trials.controller import stopping as st
+    from trials.controller.policy import stopping as st
 
     if not st.guard(current, completed, min_completed=min_completed):
         return False
@@ -89,7 +89,7 @@ def _ranks(values: Sequence[float]) -> list[float]:
 
 
 def _rank_gated(current: Curve, completed: Sequence[Curve], min_completed: int, rho: float) -> bool:
-    from trials.controller import stopping as st
+    from trials.controller.policy import stopping as st
 
     if not st.guard(current, completed, min_completed=min_completed):
         return False
@@ -104,7 +104,7 @@ def _rank_gated(current: Curve, completed: Sequence[Curve], min_completed: int, 
 
 
 def _old_median(current: Curve, completed: Sequence[Curve]) -> bool:
-    from trials.controller import stopping as st
+    from trials.controller.policy import stopping as st
 
     if len(completed) < 2 or not current:
         return False
@@ -114,7 +114,7 @@ def _old_median(current: Curve, completed: Sequence[Curve]) -> bool:
 
 
 def _old_decay(current: Curve, completed: Sequence[Curve]) -> bool:
-    from trials.controller import stopping as st
+    from trials.controller.policy import stopping as st
 
     if len(completed) < 2 or not current:
         return False
@@ -125,7 +125,7 @@ def _old_decay(current: Curve, completed: Sequence[Curve]) -> bool:
 
 
 def decider(v: dict[str, Any]) -> Callable[[Curve, Sequence[Curve]], bool]:
-    from trials.controller import stopping as st
+    from trials.controller.policy import stopping as st
 
     rule = v["rule"]
     kw = {k: v[k] for k in ("min_completed", "min_points", "min_fraction") if k in v}

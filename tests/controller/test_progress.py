@@ -202,7 +202,7 @@ def test_the_first_trial_without_the_metric_is_said_loudly_once():
            "global_step=step) in a plain one."),
 ])
 def test_the_advice_fits_the_trainer(source, how):
-    from trials.controller.policy import missing_metric_advice
+    from trials.controller.policy.exits import missing_metric_advice
 
     advice = missing_metric_advice("4", ["accuracy"], [], source=source)
     assert advice.startswith("trial 4 ended without the spec's metric accuracy (it reported no metric at all)")

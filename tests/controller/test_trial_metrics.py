@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from trials.controller.metrics_reader import TrialMetricsReader, conflicting, merge_step
+from trials.controller.trial.metrics_reader import TrialMetricsReader, conflicting, merge_step
 from trials.controller.trial_metrics import steps_to_store
 from trials.records import Measurement, format_record, live_metrics, measurement_to_dict, stored_measurements
 

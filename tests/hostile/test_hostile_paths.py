@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from trials import protocol
-from trials.controller import launch
 from trials.controller.jobs import job_dir_of
+from trials.controller.trial import launch
 from trials.errors import ConfigError
 
 TRAINER = str(Path(__file__).resolve().parent.parent / "scripts" / "fault_trainer.py")

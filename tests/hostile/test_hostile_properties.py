@@ -19,7 +19,7 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from trials.controller.metrics_reader import TrialMetricsReader
+from trials.controller.trial.metrics_reader import TrialMetricsReader
 from trials.errors import FlagError, TrialsError
 from trials.hypertune_file import parse_hypertune_text
 from trials.records import parse_records

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from trials import protocol
-from trials.controller.metrics_reader import TrialMetricsReader
+from trials.controller.trial.metrics_reader import TrialMetricsReader
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("hypertune")

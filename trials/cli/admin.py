@@ -9,7 +9,7 @@ from trials.errors import ConfigError
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from trials.controller import trial_view
+    from trials.controller.trial import view as trial_view
     from trials.spec.load import load_spec
     from trials.spec.text import summary
 
@@ -24,7 +24,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                                        pass_env=args.pass_env):
         print(line)
     if args.trainer is not None:
-        from trials.controller import preflight
+        from trials.controller.trial import preflight
 
         argv = preflight.trainer_command(job, args.local_command or None,
                                          target=args.trainer or None)

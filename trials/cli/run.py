@@ -12,10 +12,10 @@ from trials.printable import printable
 if TYPE_CHECKING:  # each command imports what it needs when it runs
     from typing import Any
 
-    from trials.controller.devices import DevicePlan
     from trials.controller.job import JobRunner
     from trials.controller.jobs import JobHandle
     from trials.controller.progress import Progress
+    from trials.controller.trial.devices import DevicePlan
     from trials.spec import JobSpec
 
 
@@ -41,11 +41,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
         check_choice(args.sampler, job.study)  # before a job folder and id are used up
     command = args.local_command
-    from trials.controller.trial_view import check_command
+    from trials.controller.trial.view import check_command
 
     check_command(job, command, args.spec)  # before a job folder and id are used up
     if not args.no_trainer_check:
-        from trials.controller import preflight
+        from trials.controller.trial import preflight
 
         argv = preflight.trainer_command(job, command or None)
         if preflight.is_trials_trainer(argv):  # spec and Config disagree: say so before any trial
@@ -153,7 +153,7 @@ def _with_overrides(job: JobSpec, args: argparse.Namespace) -> JobSpec:
 
 def _device_plan(job: JobSpec, args: argparse.Namespace) -> DevicePlan:
     """Check the worker options (before a sweep creates its job) and plan the GPUs."""
-    from trials.controller import devices
+    from trials.controller.trial import devices
 
     if args.stale_after is not None:
         from trials.controller.worker import MIN_STALE_AFTER_S

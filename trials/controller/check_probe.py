@@ -9,10 +9,11 @@ import time
 from collections.abc import Callable, Sequence
 
 from trials import files, protocol
-from trials.controller import launch, scorecard
+from trials.controller import scorecard
 from trials.controller.identity_audit import AUDIT_ENV
 from trials.controller.process import Replica
 from trials.controller.spawn import start_replica
+from trials.controller.trial import launch
 from trials.hypertune_file import parse_hypertune_text
 
 _POLL_S = 0.1

@@ -16,13 +16,13 @@ from collections.abc import Callable
 from typing import Any
 
 from trials.controller.chaos import Chaos
-from trials.controller.devices import DeviceAllocator
 from trials.controller.effects import Clock, ReplicaFactory, Signals, SystemClock
 from trials.controller.job_state import JobProgress, RunOptions
 from trials.controller.process import check_memory_all
 from trials.controller.signals import LoopSignals
 from trials.controller.spawn import start_replica
 from trials.controller.state_lock import state_lock
+from trials.controller.trial.devices import DeviceAllocator
 from trials.controller.trial_launch import TrialLauncher, start_error_text
 from trials.controller.trial_metrics import TrialMetrics
 from trials.controller.trial_record import active_attrs, record_trial

@@ -85,7 +85,7 @@ def check_failure_budget(h: JobHandle, *, max_failed: int | None = None, max_tri
     Raises:
         ConfigError: the job's failure rule already holds and trials are left to run.
     """
-    from trials.controller.policy import job_failure
+    from trials.controller.policy.exits import job_failure
 
     trials = h.store.frozen_trials()
     n_failed = sum(1 for t in trials if t.user_attrs.get("failed"))

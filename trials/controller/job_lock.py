@@ -190,7 +190,7 @@ def reap_job_leftovers(h: JobHandle) -> int:
     that trial's are signalled (:func:`proc_groups.leftover_groups`).
     """
     from trials.controller.proc_groups import leftover_groups, reap_groups
-    from trials.controller.trial_files import read_pids
+    from trials.controller.trial.files import read_pids
 
     targets: list[int] = []
     for t in h.store.running_trials():

@@ -39,7 +39,7 @@ def set_command(h: JobHandle, command: Sequence[str]) -> None:
 
 def check_runnable(h: JobHandle) -> None:
     """Refuse to resume a job whose trials have no command (``trials resume JOB -- COMMAND``)."""
-    from trials.controller.trial_view import check_command
+    from trials.controller.trial.view import check_command
 
     try:
         check_command(h.job, h.store.get_meta("local_command"), f"job {h.job_id}")

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from trials.controller import policy
-from trials.controller.devices import DevicePlan
 from trials.controller.effects import Clock
+from trials.controller.policy import exits as policy
+from trials.controller.trial.devices import DevicePlan
 from trials.records import JobState, StopReason
 from trials.spec import JobSpec
 from trials.study.store import Claimed, JobStore

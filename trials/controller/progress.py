@@ -9,7 +9,7 @@ import time
 from typing import Any, TextIO
 
 from trials.controller.describe import display
-from trials.controller.policy import missing_metric_advice
+from trials.controller.policy.exits import missing_metric_advice
 from trials.printable import printable
 
 

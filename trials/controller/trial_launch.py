@@ -10,13 +10,16 @@ from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
 from trials import protocol
-from trials.controller import gcs_emulator, launch, sandbox, trial_files
-from trials.controller.devices import DeviceAllocator, DevicePlan, replica_env
+from trials.controller import sandbox
 from trials.controller.effects import Clock, ReplicaFactory
-from trials.controller.metrics_reader import TrialMetricsReader
+from trials.controller.gcs import emulator as gcs_emulator
 from trials.controller.proc_groups import reap_leftovers
 from trials.controller.process import free_port
 from trials.controller.spawn import start_replica
+from trials.controller.trial import files as trial_files
+from trials.controller.trial import launch
+from trials.controller.trial.devices import DeviceAllocator, DevicePlan, replica_env
+from trials.controller.trial.metrics_reader import TrialMetricsReader
 from trials.controller.trial_run import TrialRun
 from trials.errors import ConfigError
 from trials.spec import JobSpec

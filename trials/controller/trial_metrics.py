@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from trials.controller import stopping
+from trials.controller.policy import stopping
 from trials.controller.trial_run import TrialRun
 from trials.records import (
     LIVE_ELAPSED_ATTR,

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from trials.controller import launch, policy
 from trials.controller.job_state import JobProgress
-from trials.controller.outcome import finished_trial, record_finished
+from trials.controller.policy import exits as policy
+from trials.controller.policy.outcome import finished_trial, record_finished
+from trials.controller.trial import launch
 from trials.controller.trial_metrics import TrialMetrics
 from trials.controller.trial_run import TrialRun
 from trials.records import StopReason, TrialState, measurement_to_dict

@@ -14,9 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trials.controller import launch, policy
 from trials.controller.effects import ReplicaHandle
-from trials.controller.metrics_reader import TrialMetricsReader
+from trials.controller.policy import exits as policy
+from trials.controller.trial import launch
+from trials.controller.trial.metrics_reader import TrialMetricsReader
 from trials.records import StopReason
 from trials.study.store import Claimed
 from trials.timefmt import rfc3339, wall_after

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from trials.controller import policy
 from trials.controller.chaos import Chaos
 from trials.controller.effects import Clock, ReplicaHandle
-from trials.controller.trial_files import request_stop, stderr_tail
+from trials.controller.policy import exits as policy
+from trials.controller.trial.files import request_stop, stderr_tail
 from trials.controller.trial_launch import TrialLauncher, start_error_text
 from trials.controller.trial_run import TrialRun, Verdict, decide_exit
 from trials.errors import ConfigError

@@ -18,7 +18,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from trials import protocol
-from trials.controller import launch, policy, stopping
+from trials.controller.policy import exits as policy
+from trials.controller.policy import stopping
+from trials.controller.trial import launch
 from trials.errors import TuneError
 from trials.spec import JobSpec
 from trials.timefmt import wall_after
@@ -148,8 +150,8 @@ def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec,
           checkpoint_format: Any) -> tuple[TuneResult, BaseException | None]:
     """Run the job in ``job_dir``; (result, the first failed trial's exception)."""
     from trials.controller.describe import trial_to_rest
-    from trials.controller.metrics_reader import TrialMetricsReader
-    from trials.controller.outcome import finished_trial, record_finished
+    from trials.controller.policy.outcome import finished_trial, record_finished
+    from trials.controller.trial.metrics_reader import TrialMetricsReader
     from trials.runtime import entrypoint
     from trials.runtime.context import RunOptions
     from trials.study.samplers import choose_sampler_name

@@ -53,7 +53,7 @@ def start(gcs_root: str, environ: Mapping[str, str] | None = None) -> tuple[Emul
     if not available():
         return None, "the gcs extra is not installed (pip install 'trials[gcs]')"
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "trials.controller.gcs_server", gcs_root],
+        proc = subprocess.Popen([sys.executable, "-m", "trials.controller.gcs.server", gcs_root],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     except OSError as err:
         return None, f"the local Cloud Storage endpoint could not be started: {err}"

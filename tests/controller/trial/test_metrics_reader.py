@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from trials.controller import metrics_reader
-from trials.controller.metrics_reader import TrialMetricsReader
+from trials.controller.trial import metrics_reader
+from trials.controller.trial.metrics_reader import TrialMetricsReader
 from trials.hypertune_file import HypertuneLine, parse_hypertune_text
 from trials.records import format_record
 
@@ -265,7 +265,7 @@ def test_reports_without_global_step_are_each_their_own_measurement_in_order(pat
     ms = reader.measurements()
     assert [(m.step, m.metrics["acc"]) for m in ms] == [(0, 0.1), (0, 0.9), (0, 0.3)]
     assert "repeated a step" in reader.repeated_steps_warning
-    from trials.controller.policy import select_final
+    from trials.controller.policy.exits import select_final
     from trials.spec import MetricSpec
 
     acc = MetricSpec(metric_id="acc")

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from trials import protocol
-from trials.controller import crash
+from trials.controller.policy import crash
 from trials.records import Measurement
 from trials.spec import JobSpec, MetricSpec
 from trials.timefmt import duration

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from trials import files, protocol
-from trials.controller.line_tail import LineTail, Scan
+from trials.controller.trial.line_tail import LineTail, Scan
 from trials.hypertune_file import HypertuneLine, parse_hypertune_line
 from trials.records import Key, Measurement, MeasurementLog, parse_record, same_value
 

@@ -2,7 +2,7 @@
 
 import statistics
 
-from trials.controller import stopping
+from trials.controller.policy import stopping
 from trials.spec import StoppingKind, StoppingSpec
 
 

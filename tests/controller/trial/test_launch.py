@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from trials.controller import launch
+from trials.controller.trial import launch
 from trials.errors import ConfigError
 from trials.spec import (
     ConditionalParameterSpec,

@@ -7,12 +7,12 @@ import sys
 
 import pytest
 
-from trials.controller.preflight import is_trials_trainer
+from trials.controller.trial.preflight import is_trials_trainer
 from trials.runtime.params import params_from_config
 from trials.runtime.spec_check import check_params
 from trials.spec.load import loads_spec
 
-SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts")
+SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts")
 GOOD = """metrics: {accuracy: maximize}
 parameters:
   alpha: {type: double, min: 0.00001, max: 0.1, scale: log}

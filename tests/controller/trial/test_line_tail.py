@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from trials.controller import line_tail
-from trials.controller.line_tail import LineTail
+from trials.controller.trial import line_tail
+from trials.controller.trial.line_tail import LineTail
 
 
 def read(tail, path, *, max_line=100, max_scan=None):

@@ -7,7 +7,7 @@ import shlex
 from collections.abc import Collection, Mapping, Sequence
 
 from trials import protocol
-from trials.controller import launch
+from trials.controller.trial import launch
 from trials.spec import JobSpec, WorkerPoolSpec
 from trials.spec.text import sample_trial
 

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from trials.controller import policy
-from trials.controller.policy import ExitKind, classify_exit
+from trials.controller.policy import exits as policy
+from trials.controller.policy.exits import ExitKind, classify_exit
 from trials.records import Measurement
 from trials.spec import Goal, JobSpec, MetricSpec, ParameterSpec, ParameterType, StudySpec
 

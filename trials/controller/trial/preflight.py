@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from trials import files, protocol
-from trials.controller import launch
+from trials.controller.trial import launch
 from trials.spec import JobSpec, TrialJobSpec, WorkerPoolSpec
 
 DEFAULT_TIMEOUT_S = 120.0

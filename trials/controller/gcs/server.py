@@ -1,6 +1,6 @@
 """The local Cloud Storage endpoint (extra ``trials[gcs]``): gcp-storage-emulator over the job's bucket folder.
 
-``python -m trials.controller.gcs_server ROOT``: serves ``ROOT/<bucket>/<object>`` (the folder that
+``python -m trials.controller.gcs.server ROOT``: serves ``ROOT/<bucket>/<object>`` (the folder that
 is ``/gcs`` in every sandboxed replica) on 127.0.0.1 at a free port, prints the port on one line,
 and runs until stdin closes or SIGTERM. Folders and files written straight into ROOT (through
 ``/gcs``) are buckets and objects before each request; uploads land there as plain files.
@@ -126,7 +126,7 @@ def _hashes(path: str) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m trials.controller.gcs_server ROOT", file=sys.stderr)
+        print("usage: python -m trials.controller.gcs.server ROOT", file=sys.stderr)
         return 2
     root = os.path.abspath(args[0])
     os.makedirs(root, exist_ok=True)

@@ -8,8 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from trials.controller import devices
-from trials.controller.devices import DeviceAllocator, DevicePlan, parse_gpus_flag, parse_nvidia_smi, plan, replica_env
+from trials.controller.trial import devices
+from trials.controller.trial.devices import (
+    DeviceAllocator,
+    DevicePlan,
+    parse_gpus_flag,
+    parse_nvidia_smi,
+    plan,
+    replica_env,
+)
 from trials.errors import ConfigError
 from trials.spec import MachineSpec
 
@@ -136,7 +143,7 @@ def test_replica_env():
 
 
 # --- through the CLI, with real trial processes (journal storage, no database) -------------------
-TRAINER = str(Path(__file__).resolve().parents[1] / "postgres" / "pg_trainer.py")
+TRAINER = str(Path(__file__).resolve().parents[2] / "postgres" / "pg_trainer.py")
 
 
 def gpu_spec(tmp_path, *, accelerators, parallel, points=4):

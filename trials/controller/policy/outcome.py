@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from trials.controller import policy
+from trials.controller.policy import exits as policy
 from trials.records import Measurement, TrialState, measurement_to_dict
 from trials.spec import StudySpec
 

@@ -2,7 +2,7 @@
 
 import json
 
-from trials.controller import crash
+from trials.controller.policy import crash
 
 TRACEBACK = ["Traceback (most recent call last):", '  File "t.py", line 9, in <module>', "    main()",
              '  File "t.py", line 5, in main', '    raise ValueError("bad x")', "ValueError: bad x"]

@@ -1,0 +1,1 @@
+"""What one trial gets and leaves: its launch (argv, env, paths), its folder's files, its metrics, its devices."""
