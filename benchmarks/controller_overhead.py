@@ -241,7 +241,7 @@ PROFILED = {  # (file suffix, function): kept in step with the modules' names (a
     "report (per-epoch intermediate values)": ("trials/study/store.py", "report_many"),
     "set_trial_attrs (Vertex state attrs)": ("trials/study/store.py", "set_trial_attrs"),
     "prepare (trial folder and its files)": ("trials/controller/trial_launch.py", "prepare"),
-    "start_replica (spawn until exec)": ("trials/controller/spawn.py", "start_replica"),
+    "start_replica (spawn until exec)": ("trials/controller/process/spawn.py", "start_replica"),
     "metrics (read, report, stopping)": ("trials/controller/job.py", "_on_metrics"),
     "launch (total)": ("trials/controller/job.py", "_launch"),
     "finalize (total)": ("trials/controller/job.py", "_finalize"),

@@ -30,7 +30,7 @@ GOAL_MS = 10.0
 
 def _before(argv: list[str], log: str, cwd: str) -> None:
     """The start as it was: ``start_replica`` without the shim (a ``preexec_fn`` fork), no cgroup."""
-    from trials.controller import shim, spawn
+    from trials.controller.process import shim, spawn
 
     def unavailable() -> str:
         raise shim.ShimUnavailable("benchmark: the start before the shim")
@@ -47,7 +47,7 @@ def _before(argv: list[str], log: str, cwd: str) -> None:
 
 
 def run(*, quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
-    from trials.controller import sandbox
+    from trials.controller.process import sandbox
 
     repeats = 5 if quick else 41
     work = tempfile.mkdtemp(prefix="bench-sandbox-")

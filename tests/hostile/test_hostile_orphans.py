@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from trials.controller.proc_groups import read_stat
+from trials.controller.process.groups import read_stat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "faults"))
 from faultkit import Jobs  # noqa: E402

@@ -34,7 +34,7 @@ _WAIT_S = 120.0
 
 def _sandbox_on(root: Path, prefix: Sequence[str], env: dict[str, str]) -> bool:
     probe = [*prefix, sys.executable, "-c",
-             "import sys; from trials.controller import sandbox; "
+             "import sys; from trials.controller.process import sandbox; "
              "sys.exit(0 if sandbox.detect(launch_dir=sys.argv[1], job_dir=sys.argv[2], "
              "gcs_root=sys.argv[3]).on else 1)",
              str(root), str(root / "probe-job"), str(root / "probe-job" / "gcs")]

@@ -113,7 +113,7 @@ def test_without_the_sandbox_writes_are_still_seen_and_the_scorecard_says_why(tm
 
 def test_with_the_sandbox_a_trainers_writes_stay_out_of_the_working_folder(tmp_path, tmp_path_factory, capsys,
                                                                           monkeypatch):
-    from trials.controller import sandbox
+    from trials.controller.process import sandbox
 
     aside = tmp_path_factory.mktemp("probe")
     if not sandbox.detect(launch_dir=str(tmp_path), job_dir=str(aside / "j"), gcs_root=str(aside / "g")).on:

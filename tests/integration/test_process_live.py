@@ -1,4 +1,4 @@
-"""trials.controller.process with real children: exit statuses, stopping, groups, echo, memory, orphans."""
+"""trials.controller.process.replica with real children: exit statuses, stopping, groups, echo, memory, orphans."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from trials.controller.proc_groups import group_alive, parse_proc_stat, process_start_time, reap_leftovers
-from trials.controller.process import check_memory_all, tail_lines
-from trials.controller.spawn import start_replica
+from trials.controller.process.groups import group_alive, parse_proc_stat, process_start_time, reap_leftovers
+from trials.controller.process.replica import check_memory_all, tail_lines
+from trials.controller.process.spawn import start_replica
 from trials.errors import ConfigError
 
 pytestmark = [
@@ -298,7 +298,7 @@ def test_exec_format_error_is_a_config_error(tmp_path: Path) -> None:
 
 # --- with a cgroup: the replica is born in it (clone3 CLONE_INTO_CGROUP) under a waiting shim --------------
 def _tree_or_skip(name: str):
-    from trials.controller.tree import CgroupTree
+    from trials.controller.process.tree import CgroupTree
 
     tree = CgroupTree.create(name)
     if tree is None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from trials.controller.proc_groups import read_stat
+from trials.controller.process.groups import read_stat
 
 pytestmark = pytest.mark.integration
 
@@ -132,7 +132,7 @@ def test_a_legacy_job_dir_reaches_the_trainer_as_job_dir(tmp_path):
 
 # --- the container view: own working folder, /gcs, process tree, planted links (13.2, 13.3, 12.1, 12.8)
 def sandbox_on() -> bool:
-    from trials.controller import sandbox
+    from trials.controller.process import sandbox
 
     probe = Path(tempfile.mkdtemp(prefix="trials-probe-"))
     try:
@@ -203,7 +203,7 @@ def test_the_journal_is_out_of_reach_and_a_planted_log_link_is_not_followed(tmp_
 
 
 def test_a_planted_log_link_is_not_followed_without_the_sandbox(tmp_path):
-    from trials.controller.spawn import start_replica
+    from trials.controller.process.spawn import start_replica
 
     victim = tmp_path / "journal.log"
     victim.write_text("precious\n")
@@ -229,7 +229,7 @@ def test_grandchildren_that_call_setsid_die_with_the_trial_and_are_named(tmp_pat
     spec = write_spec(tmp_path / "spec.yaml", command=False)
     proc = trials_cli("sweep", str(spec), "--job-id", "orphans", "--", "python", str(trainer), cwd=tmp_path)
     pid = int((tmp_path / "trials-jobs" / "orphans" / "1" / "orphan.pid").read_text())
-    from trials.controller.tree import cgroup_parent
+    from trials.controller.process.tree import cgroup_parent
 
     if cgroup_parent() is None:
         pytest.skip("no writable cgroup v2 here: a replica is tracked by its process group only")

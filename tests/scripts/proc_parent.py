@@ -7,8 +7,8 @@ import os
 import sys
 import time
 
-from trials.controller.spawn import start_replica
-from trials.controller.tree import CgroupTree
+from trials.controller.process.spawn import start_replica
+from trials.controller.process.tree import CgroupTree
 
 here = os.path.dirname(os.path.abspath(__file__))
 tree = None

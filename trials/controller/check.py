@@ -17,11 +17,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from trials import files, protocol
-from trials.controller import sandbox, scorecard
+from trials.controller import scorecard
 from trials.controller.check_probe import Probe, walk
 from trials.controller.identity_audit import AUDIT_ENV, SITECUSTOMIZE
-from trials.controller.process import free_port
-from trials.controller.spawn import start_replica
+from trials.controller.process import sandbox
+from trials.controller.process.replica import free_port
+from trials.controller.process.spawn import start_replica
 from trials.controller.trial import launch
 from trials.errors import ConfigError
 from trials.spec.export import with_base_output

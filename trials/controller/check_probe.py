@@ -11,13 +11,13 @@ from collections.abc import Callable, Sequence
 from trials import files, protocol
 from trials.controller import scorecard
 from trials.controller.identity_audit import AUDIT_ENV
-from trials.controller.process import Replica
-from trials.controller.spawn import start_replica
+from trials.controller.process.replica import Replica
+from trials.controller.process.spawn import start_replica
 from trials.controller.trial import launch
 from trials.hypertune_file import parse_hypertune_text
 
 _POLL_S = 0.1
-StartReplica = Callable[..., Replica]  # process.start_replica, or a sandbox's factory with its signature
+StartReplica = Callable[..., Replica]  # spawn.start_replica, or a sandbox's factory with its signature
 _MAX_LOG_BYTES = 4 << 20
 _MAX_WALK = 20_000
 _IGNORED_NAMES = {"__pycache__", ".git", ".hg", ".svn", ".pytest_cache", ".mypy_cache", ".ruff_cache",

@@ -2,7 +2,7 @@
 
 The loop only ever touches processes, time and signals through these, so a test replays a
 history with fake replicas, a fake clock and fake signals (``tests/controller/test_job.py``), and
-production passes :func:`trials.controller.process.start_replica`, :class:`SystemClock` and
+production passes :func:`trials.controller.process.spawn.start_replica`, :class:`SystemClock` and
 :class:`trials.controller.signals.LoopSignals`.
 """
 
@@ -14,7 +14,7 @@ from typing import Any, Protocol, TextIO
 
 
 class ReplicaHandle(Protocol):
-    """One started replica, as :class:`trials.controller.process.Replica` is."""
+    """One started replica, as :class:`trials.controller.process.replica.Replica` is."""
 
     name: str
     oom_killed: bool
@@ -44,7 +44,7 @@ class ReplicaHandle(Protocol):
 
 
 class ReplicaFactory(Protocol):
-    """Starts one replica: :func:`trials.controller.process.start_replica`'s signature."""
+    """Starts one replica: :func:`trials.controller.process.spawn.start_replica`'s signature."""
 
     def __call__(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, stdout_path: str,
                  stderr_path: str, name: str, echo: TextIO | None = None,

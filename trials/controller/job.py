@@ -18,9 +18,9 @@ from typing import Any
 from trials.controller.chaos import Chaos
 from trials.controller.effects import Clock, ReplicaFactory, Signals, SystemClock
 from trials.controller.job_state import JobProgress, RunOptions
-from trials.controller.process import check_memory_all
+from trials.controller.process.replica import check_memory_all
+from trials.controller.process.spawn import start_replica
 from trials.controller.signals import LoopSignals
-from trials.controller.spawn import start_replica
 from trials.controller.state_lock import state_lock
 from trials.controller.trial.devices import DeviceAllocator
 from trials.controller.trial_launch import TrialLauncher, start_error_text
@@ -52,7 +52,7 @@ class JobRunner(JobProgress):
         store: the job in its storage; ``job`` its spec; ``options`` how to run it here.
         progress: called with each event for the user (``trial_started``, ``trial_done``, ...).
         clock: monotonic and wall time (default: the system's).
-        replica_factory: starts a replica (default: ``process.start_replica``).
+        replica_factory: starts a replica (default: ``spawn.start_replica``).
         signals: installs the stop-signal handlers and waits between passes (default: ``LoopSignals``).
     """
 

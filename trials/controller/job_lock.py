@@ -189,7 +189,7 @@ def reap_job_leftovers(h: JobHandle) -> int:
     A record is the trainer's to forge (it can write its trial folder): only groups proven to be
     that trial's are signalled (:func:`proc_groups.leftover_groups`).
     """
-    from trials.controller.proc_groups import leftover_groups, reap_groups
+    from trials.controller.process.groups import leftover_groups, reap_groups
     from trials.controller.trial.files import read_pids
 
     targets: list[int] = []

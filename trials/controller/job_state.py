@@ -40,7 +40,7 @@ class RunOptions:
     join: bool = False  # a `trials worker`: Ctrl-C / SIGTERM leaves the job instead of cancelling it
     devices: DevicePlan | None = None  # GPUs handed to replicas (None: CUDA_VISIBLE_DEVICES untouched)
     pass_env: tuple[str, ...] = ()  # withheld host variables passed to replicas anyway (--pass-env)
-    sandbox: Any = None  # trials.controller.sandbox.Sandbox; None: detected when the run starts
+    sandbox: Any = None  # trials.controller.process.sandbox.Sandbox; None: detected when the run starts
 
 
 class JobProgress:

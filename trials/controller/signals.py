@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from trials.controller import exit_times
+from trials.controller.process import exit_times
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 

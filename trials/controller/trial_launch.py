@@ -10,12 +10,12 @@ from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
 from trials import protocol
-from trials.controller import sandbox
 from trials.controller.effects import Clock, ReplicaFactory
 from trials.controller.gcs import emulator as gcs_emulator
-from trials.controller.proc_groups import reap_leftovers
-from trials.controller.process import free_port
-from trials.controller.spawn import start_replica
+from trials.controller.process import sandbox
+from trials.controller.process.groups import reap_leftovers
+from trials.controller.process.replica import free_port
+from trials.controller.process.spawn import start_replica
 from trials.controller.trial import files as trial_files
 from trials.controller.trial import launch
 from trials.controller.trial.devices import DeviceAllocator, DevicePlan, replica_env
@@ -33,7 +33,7 @@ class TrialLauncher:
     Args:
         job: the job spec; ``job_id`` its id; ``trial_job_rest`` the stored trialJobSpec (REST form).
         options: the loop's ``RunOptions`` (paths, command, echo, memory limit, devices, pass_env).
-        factory: starts one replica (``process.start_replica`` in production).
+        factory: starts one replica (``spawn.start_replica`` in production).
         clock: wall time for the records.
         alloc: hands out devices to trials (None: devices untouched).
     """

@@ -1,7 +1,7 @@
 """A running replica: its own process group, output in log files, stop TERM -> grace -> KILL.
 
-Started by :func:`trials.controller.spawn.start_replica`; the process groups themselves are read
-through /proc by :mod:`trials.controller.proc_groups`.
+Started by :func:`trials.controller.process.spawn.start_replica`; the process groups themselves are read
+through /proc by :mod:`trials.controller.process.groups`.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from trials import files
-from trials.controller import exit_times
-from trials.controller.echo import Echo
-from trials.controller.proc_groups import Clock, group_alive, group_rss_bytes, kill_group
-from trials.controller.tree import ProcessTree
+from trials.controller.process import exit_times
+from trials.controller.process.echo import Echo
+from trials.controller.process.groups import Clock, group_alive, group_rss_bytes, kill_group
+from trials.controller.process.tree import ProcessTree
 
 _STOP_POLL_S = 0.01
 

@@ -38,7 +38,7 @@ def cgroup_parent() -> str | None:
 
     ``<cgroup2 mount><our cgroup>/trials-<pid>``: created once; None when there is no cgroup v2
     hierarchy, it is not ours to write, or ``TRIALS_CGROUP=off`` (then a replica is tracked by its
-    process group and the controller as subreaper: :mod:`trials.controller.orphans`).
+    process group and the controller as subreaper: :mod:`trials.controller.process.orphans`).
     """
     if os.environ.get(protocol.ENV_CGROUP, "").strip().lower() in ("off", "0", "no", "false"):
         return None

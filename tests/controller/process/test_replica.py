@@ -1,4 +1,4 @@
-"""trials.controller.process without child processes: replayed stop histories on a fake clock, pure helpers."""
+"""trials.controller.process.replica without child processes: replayed stop histories on a fake clock, pure helpers."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trials.controller.proc_groups import (
+from trials.controller.process.groups import (
     ProcStat,
     is_leftover,
     kill_group,
@@ -17,8 +17,8 @@ from trials.controller.proc_groups import (
     process_start_time,
     reap_leftovers,
 )
-from trials.controller.process import Replica, free_port, stop_action, tail_lines
-from trials.controller.spawn import start_replica
+from trials.controller.process.replica import Replica, free_port, stop_action, tail_lines
+from trials.controller.process.spawn import start_replica
 from trials.errors import ConfigError
 
 TERM, KILL = signal.SIGTERM, signal.SIGKILL

@@ -1,10 +1,10 @@
-"""trials/controller/tree.py: cgroup folders of dead controllers are cleaned up, busy ones kept."""
+"""trials/controller/process/tree.py: cgroup folders of dead controllers are cleaned up, busy ones kept."""
 
 from __future__ import annotations
 
 import os
 
-from trials.controller import tree
+from trials.controller.process import tree
 
 
 def _dead_pid() -> int:

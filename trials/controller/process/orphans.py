@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from trials import protocol
-from trials.controller import tree as tree_mod
-from trials.controller.spawn import libc_prctl
+from trials.controller.process import tree as tree_mod
+from trials.controller.process.spawn import libc_prctl
 
 _PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 _PROC = "/proc"
@@ -86,7 +86,7 @@ def become_subreaper() -> bool:
 class OrphanTree:
     """One replica start's descendants that outlived their parents, found among the controller's children.
 
-    Has :class:`trials.controller.tree.CgroupTree`'s methods, so a :class:`Replica` uses either alike.
+    Has :class:`trials.controller.process.tree.CgroupTree`'s methods, so a :class:`Replica` uses either alike.
     """
 
     procs_file: str | None = None  # nothing for the shim to join

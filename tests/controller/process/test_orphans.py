@@ -1,4 +1,4 @@
-"""trials/controller/orphans.py: without a cgroup, the controller as subreaper kills a replica's escaped
+"""trials/controller/process/orphans.py: without a cgroup, the controller as subreaper kills a replica's escaped
 descendants and reaps exactly those (real processes, in a child interpreter: the subreaper mark is
 process-wide and must not stay on pytest)."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 SCRIPT = textwrap.dedent("""\
     import json, os, subprocess, sys
     os.environ["TRIALS_CGROUP"] = "off"
-    from trials.controller import sandbox
+    from trials.controller.process import sandbox
 
     trial_dir, daemons = sys.argv[1], sys.argv[2]
     # the controller's own children: another replica's leader and a helper, both Popen's to reap
@@ -51,7 +51,7 @@ SCRIPT = textwrap.dedent("""\
 
 def test_escaped_descendants_are_killed_named_and_reaped_and_nothing_else_is(tmp_path: Path) -> None:
     daemons = tmp_path / "daemons.py"
-    src = (Path(__file__).resolve().parent.parent / "hostile" / "test_hostile_orphans.py").read_text()
+    src = (Path(__file__).resolve().parents[2] / "hostile" / "test_hostile_orphans.py").read_text()
     body = src.split('TRAINER = """\\\n', 1)[1].split('"""', 1)[0].replace("\\\\n", "\\n")
     daemons.write_text(body)
     trial_dir = tmp_path / "1"

@@ -50,7 +50,7 @@ def shim_path() -> str:
         return path
     compiler = os.environ.get(ENV_CC) or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if not compiler:
-        raise ShimUnavailable("no C compiler (cc) to build the sandbox helper trials/controller/shim.c")
+        raise ShimUnavailable("no C compiler (cc) to build the sandbox helper trials/controller/process/shim.c")
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         proc = subprocess.run([compiler, "-O2", "-o", tmp, SOURCE], capture_output=True, text=True,

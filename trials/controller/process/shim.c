@@ -1,4 +1,4 @@
-/* The exec shim every replica starts through (trials/controller/shim.py builds it with cc).
+/* The exec shim every replica starts through (trials/controller/process/shim.py builds it with cc).
  *
  * It does, in order, what Python could only do between fork and exec (preexec_fn forces a full
  * fork of the controller): die with the controller (PR_SET_PDEATHSIG), join the replica's cgroup

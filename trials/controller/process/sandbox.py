@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from trials import protocol
-from trials.controller import orphans, shim
-from trials.controller.process import Replica
-from trials.controller.spawn import start_replica
-from trials.controller.tree import CgroupTree, ProcessTree
+from trials.controller.process import orphans, shim
+from trials.controller.process.replica import Replica
+from trials.controller.process.spawn import start_replica
+from trials.controller.process.tree import CgroupTree, ProcessTree
 
 OFF_VALUES = ("off", "0", "no", "false")
 _PROBE_TIMEOUT_S = 60.0
@@ -149,7 +149,7 @@ def start_sandboxed(sandbox: Sandbox, argv: Sequence[str], *, env: Mapping[str, 
     """Start one replica in its container view (or as a plain child when the sandbox is off).
 
     ``outputs``: folders the replica writes through to the host besides its trial folder (its
-    local ``AIP_*`` base folder). ``options`` go to :func:`process.start_replica` (log paths,
+    local ``AIP_*`` base folder). ``options`` go to :func:`spawn.start_replica` (log paths,
     name, echo, memory limit). The replica's ``upper_dir`` then names where its other writes are.
     """
     tree: ProcessTree | None = CgroupTree.create(f"{os.path.basename(trial_dir)}-{replica}")
@@ -170,7 +170,7 @@ def start_sandboxed(sandbox: Sandbox, argv: Sequence[str], *, env: Mapping[str, 
 
 
 class SandboxedStart:
-    """A replica factory with ``process.start_replica``'s signature that starts replicas in their view.
+    """A replica factory with ``spawn.start_replica``'s signature that starts replicas in their view.
 
     The trial folder is the log files' folder, the replica name and the ``AIP_*`` base come from
     the replica's environment; ``extra_env`` is added to it (``STORAGE_EMULATOR_HOST``).

@@ -12,11 +12,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
 from trials import files
-from trials.controller import exit_times, shim
-from trials.controller.echo import Echo
-from trials.controller.proc_groups import process_start_time
-from trials.controller.process import Replica
-from trials.controller.tree import ProcessTree
+from trials.controller.process import exit_times, shim
+from trials.controller.process.echo import Echo
+from trials.controller.process.groups import process_start_time
+from trials.controller.process.replica import Replica
+from trials.controller.process.tree import ProcessTree
 from trials.errors import ConfigError
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
