@@ -240,16 +240,16 @@ PROFILED = {  # (file suffix, function): kept in step with the modules' names (a
     "complete (tell)": ("trials/study/store.py", "complete"),
     "report (per-epoch intermediate values)": ("trials/study/store.py", "report_many"),
     "set_trial_attrs (Vertex state attrs)": ("trials/study/store.py", "set_trial_attrs"),
-    "prepare (trial folder and its files)": ("trials/controller/trial_launch.py", "prepare"),
+    "prepare (trial folder and its files)": ("trials/controller/loop/launcher.py", "prepare"),
     "start_replica (spawn until exec)": ("trials/controller/process/spawn.py", "start_replica"),
-    "metrics (read, report, stopping)": ("trials/controller/job.py", "_on_metrics"),
-    "launch (total)": ("trials/controller/job.py", "_launch"),
-    "finalize (total)": ("trials/controller/job.py", "_finalize"),
-    "exit checks": ("trials/controller/trial_run.py", "new_exits"),
+    "metrics (read, report, stopping)": ("trials/controller/loop/runner.py", "_on_metrics"),
+    "launch (total)": ("trials/controller/loop/runner.py", "_launch"),
+    "finalize (total)": ("trials/controller/loop/runner.py", "_finalize"),
+    "exit checks": ("trials/controller/loop/running.py", "new_exits"),
     "journal append (lock + write + fsync)": ("optuna/storages/journal/_file.py", "append_logs"),
     "fsync": ("~", "<built-in method posix.fsync>"),
-    "idle wait (select)": ("trials/controller/signals.py", "wait"),
-    "job loop (total)": ("trials/controller/job.py", "_loop"),
+    "idle wait (select)": ("trials/controller/loop/signals.py", "wait"),
+    "job loop (total)": ("trials/controller/loop/runner.py", "_loop"),
 }
 
 

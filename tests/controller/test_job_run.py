@@ -8,7 +8,7 @@ import pytest
 
 from trials.controller import job_run
 from trials.controller import jobs as controller
-from trials.controller.job import JobRunner
+from trials.controller.loop.runner import JobRunner
 from trials.spec.load import loads_spec
 
 SPEC = """\

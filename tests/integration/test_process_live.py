@@ -369,7 +369,7 @@ def test_in_a_cgroup_the_trainer_dies_with_a_sigkilled_controller(tmp_path: Path
 def test_an_exit_while_the_controller_is_busy_is_timed_at_its_sigchld_not_at_the_reap(tmp_path: Path) -> None:
     # The job loop reaps once per pass; a pass waits while a sampler computes a suggestion (seconds,
     # OSS Vizier's 12-25 s). The SIGCHLD handler notes the exit's time; the reap takes it.
-    from trials.controller.signals import LoopSignals
+    from trials.controller.loop.signals import LoopSignals
 
     restore = LoopSignals().install(lambda signum: None)
     try:

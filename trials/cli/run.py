@@ -12,8 +12,8 @@ from trials.printable import printable
 if TYPE_CHECKING:  # each command imports what it needs when it runs
     from typing import Any
 
-    from trials.controller.job import JobRunner
     from trials.controller.jobs import JobHandle
+    from trials.controller.loop.runner import JobRunner
     from trials.controller.progress import Progress
     from trials.controller.trial.devices import DevicePlan
     from trials.spec import JobSpec
@@ -106,7 +106,7 @@ def _resume_counts(h: JobHandle, args: argparse.Namespace) -> dict[str, int]:
 
 def _cmd_worker(args: argparse.Namespace) -> int:
     from trials.controller import jobs as controller
-    from trials.controller.job import CANCELLING, FINAL_STATES
+    from trials.controller.loop.runner import CANCELLING, FINAL_STATES
     from trials.storage_url import is_journal_url
 
     if not args.storage or is_journal_url(args.storage):
@@ -166,7 +166,7 @@ def _device_plan(job: JobSpec, args: argparse.Namespace) -> DevicePlan:
 
 def _run_and_report(h: JobHandle, args: argparse.Namespace, *, resume: bool, join: bool = False,
                     plan: DevicePlan | None = None) -> int:
-    from trials.controller.signals import LoopSignals
+    from trials.controller.loop.signals import LoopSignals
 
     signals = LoopSignals()  # from here on a stop signal is kept for the job loop, never the default action
     release = signals.hold()

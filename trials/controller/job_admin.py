@@ -10,11 +10,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from trials.controller.job import CANCELLED, CANCELLING, FINAL_STATES, QUEUED, RUNNING
 from trials.controller.job_lock import lock_holder, reap_job_leftovers, repair_journal
 from trials.controller.job_run import is_shared, shared_job
 from trials.controller.jobs import job_dir_of
-from trials.controller.state_lock import state_lock
+from trials.controller.loop.runner import CANCELLED, CANCELLING, FINAL_STATES, QUEUED, RUNNING
+from trials.controller.loop.state_lock import state_lock
 from trials.errors import ConfigError, JobNotFoundError
 from trials.storage_url import JOURNAL_FILE
 from trials.timefmt import rfc3339

@@ -9,11 +9,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from trials.controller.job import JobRunner
 from trials.controller.job_lock import ControllerLock, reap_job_leftovers, repair_journal
-from trials.controller.job_state import RunOptions
-from trials.controller.signals import LoopSignals
-from trials.controller.state_lock import state_lock
+from trials.controller.loop.runner import JobRunner
+from trials.controller.loop.signals import LoopSignals
+from trials.controller.loop.state import RunOptions
+from trials.controller.loop.state_lock import state_lock
 from trials.errors import ConfigError
 from trials.study.storage import RetryingRDBStorage
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from trials import protocol
 from trials.controller.describe import shown
-from trials.controller.job import QUEUED
+from trials.controller.loop.runner import QUEUED
 from trials.errors import ConfigError, JobNotFoundError, StorageError
 from trials.spec import Algorithm, JobSpec, LocalOptions
 from trials.storage_url import JOURNAL_FILE, redact

@@ -5,7 +5,7 @@ unchanged except at the points a test needs to arrange an order of events: no sl
 production test hook. ``TEST_HOOKS`` is a comma-separated list; marker files go to ``TEST_HOOK_DIR``:
 
   sigterm-after-running   SIGTERM to itself right after the job's JOB_STATE_RUNNING is written
-  pause:QUALNAME:WHEN:N   at the N-th call of ``trials.controller.job.QUALNAME`` (WHEN ``before``
+  pause:QUALNAME:WHEN:N   at the N-th call of ``trials.controller.loop.runner.QUALNAME`` (WHEN ``before``
                           or ``after`` it), create ``QUALNAME-WHEN-N.reached`` and wait for
                           ``QUALNAME-WHEN-N.go``
   pause-after-state-read  the same after the first read of the job's state (``state-read``)
@@ -154,7 +154,7 @@ for _hook in HOOKS:
         _after_import("trials.study.store", _pause_after_state_read)
     elif _hook.startswith("pause:"):
         _, _qualname, _when, _nth = _hook.split(":")
-        _after_import("trials.controller.job", _pause_at(_qualname, _when, int(_nth)))
+        _after_import("trials.controller.loop.runner", _pause_at(_qualname, _when, int(_nth)))
     elif _hook == "flock-blocked":
         _flock_blocked()
     elif _hook == "clock-jump":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 
-from trials.controller.signals import LoopSignals
+from trials.controller.loop.signals import LoopSignals
 
 
 def test_a_signal_before_the_loop_is_held_and_handed_to_it() -> None:

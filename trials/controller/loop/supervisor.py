@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from trials.controller.chaos import Chaos
-from trials.controller.effects import Clock, ReplicaHandle
+from trials.controller.loop.chaos import Chaos
+from trials.controller.loop.effects import Clock, ReplicaHandle
+from trials.controller.loop.launcher import TrialLauncher, start_error_text
+from trials.controller.loop.running import TrialRun, Verdict, decide_exit
 from trials.controller.policy import exits as policy
 from trials.controller.trial.files import request_stop, stderr_tail
-from trials.controller.trial_launch import TrialLauncher, start_error_text
-from trials.controller.trial_run import TrialRun, Verdict, decide_exit
 from trials.errors import ConfigError
 from trials.records import StopReason, TrialState
 from trials.study.store import JobStore

@@ -15,19 +15,19 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-from trials.controller.chaos import Chaos
-from trials.controller.effects import Clock, ReplicaFactory, Signals, SystemClock
-from trials.controller.job_state import JobProgress, RunOptions
+from trials.controller.loop.chaos import Chaos
+from trials.controller.loop.effects import Clock, ReplicaFactory, Signals, SystemClock
+from trials.controller.loop.launcher import TrialLauncher, start_error_text
+from trials.controller.loop.metrics import TrialMetrics
+from trials.controller.loop.record import active_attrs, record_trial
+from trials.controller.loop.running import TrialRun
+from trials.controller.loop.signals import LoopSignals
+from trials.controller.loop.state import JobProgress, RunOptions
+from trials.controller.loop.state_lock import state_lock
+from trials.controller.loop.supervisor import TrialSupervisor
 from trials.controller.process.replica import check_memory_all
 from trials.controller.process.spawn import start_replica
-from trials.controller.signals import LoopSignals
-from trials.controller.state_lock import state_lock
 from trials.controller.trial.devices import DeviceAllocator
-from trials.controller.trial_launch import TrialLauncher, start_error_text
-from trials.controller.trial_metrics import TrialMetrics
-from trials.controller.trial_record import active_attrs, record_trial
-from trials.controller.trial_run import TrialRun
-from trials.controller.trial_supervisor import TrialSupervisor
 from trials.errors import ConfigError, DiskFullError
 from trials.records import FINAL_JOB_STATES, JobState, StopReason, TrialState
 from trials.spec import JobSpec, Scheduling

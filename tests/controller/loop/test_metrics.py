@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
+from trials.controller.loop.metrics import steps_to_store
 from trials.controller.trial.metrics_reader import TrialMetricsReader, conflicting, merge_step
-from trials.controller.trial_metrics import steps_to_store
 from trials.records import Measurement, format_record, live_metrics, measurement_to_dict, stored_measurements
 
 
@@ -87,7 +87,7 @@ def test_a_seeded_step_reported_again_with_another_value_is_a_conflict_and_the_l
 
 
 def test_first_start_is_the_stored_start_when_it_is_earlier():
-    from trials.controller.trial_metrics import first_start
+    from trials.controller.loop.metrics import first_start
     from trials.timefmt import rfc3339
 
     assert first_start(rfc3339(100.5), 200.0) == 100.5

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from trials.controller.loop.running import TrialRun
 from trials.controller.policy import stopping
-from trials.controller.trial_run import TrialRun
 from trials.records import (
     LIVE_ELAPSED_ATTR,
     LIVE_METRICS_ATTR,

@@ -1,9 +1,9 @@
 """The job loop's effects behind small interfaces: replicas, the replica factory, the clock, signals.
 
 The loop only ever touches processes, time and signals through these, so a test replays a
-history with fake replicas, a fake clock and fake signals (``tests/controller/test_job.py``), and
+history with fake replicas, a fake clock and fake signals (``tests/controller/loop/test_runner.py``), and
 production passes :func:`trials.controller.process.spawn.start_replica`, :class:`SystemClock` and
-:class:`trials.controller.signals.LoopSignals`.
+:class:`trials.controller.loop.signals.LoopSignals`.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class Clock(Protocol):
 
 
 class Signals(Protocol):
-    """How the loop hears stop signals and waits: :class:`trials.controller.signals.LoopSignals`."""
+    """How the loop hears stop signals and waits: :class:`trials.controller.loop.signals.LoopSignals`."""
 
     def install(self, on_stop: Callable[[int], None]) -> Callable[[], None]: ...
     def wait(self, timeout: float) -> None: ...

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from trials.controller.effects import Clock
+from trials.controller.loop.effects import Clock
 from trials.controller.policy import exits as policy
 from trials.controller.trial.devices import DevicePlan
 from trials.records import JobState, StopReason

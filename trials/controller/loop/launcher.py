@@ -10,8 +10,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
 from trials import protocol
-from trials.controller.effects import Clock, ReplicaFactory
 from trials.controller.gcs import emulator as gcs_emulator
+from trials.controller.loop.effects import Clock, ReplicaFactory
+from trials.controller.loop.running import TrialRun
 from trials.controller.process import sandbox
 from trials.controller.process.groups import reap_leftovers
 from trials.controller.process.replica import free_port
@@ -20,7 +21,6 @@ from trials.controller.trial import files as trial_files
 from trials.controller.trial import launch
 from trials.controller.trial.devices import DeviceAllocator, DevicePlan, replica_env
 from trials.controller.trial.metrics_reader import TrialMetricsReader
-from trials.controller.trial_run import TrialRun
 from trials.errors import ConfigError
 from trials.spec import JobSpec
 from trials.study.store import Claimed

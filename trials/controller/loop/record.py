@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from trials.controller.job_state import JobProgress
+from trials.controller.loop.metrics import TrialMetrics
+from trials.controller.loop.running import TrialRun
+from trials.controller.loop.state import JobProgress
 from trials.controller.policy import exits as policy
 from trials.controller.policy.outcome import finished_trial, record_finished
 from trials.controller.trial import launch
-from trials.controller.trial_metrics import TrialMetrics
-from trials.controller.trial_run import TrialRun
 from trials.records import StopReason, TrialState, measurement_to_dict
 from trials.study.store import Claimed
 from trials.timefmt import rfc3339

@@ -16,7 +16,7 @@ from typing import Any
 from trials import protocol
 from trials.controller import job_run
 from trials.controller import jobs as controller
-from trials.controller.job import JobRunner
+from trials.controller.loop.runner import JobRunner
 from trials.records import JobState
 from trials.spec.load import loads_spec
 from trials.timefmt import rfc3339
