@@ -217,7 +217,7 @@ def run_mode(mode: str, sizes: Sizes, slots: int, *, profile: str | None = None)
 
 def _sweep_latencies(root: str, job_id: str, times: dict[str, tuple[float, float]]) -> dict[str, Any]:
     """From the journal: launch -> trial start, trial end -> finalized, finalized -> next launch."""
-    from trials.controller import jobs as controller
+    from trials.controller.jobs import registry as controller
     from trials.timefmt import parse_rfc3339
 
     h = controller.open_job(job_id, root=root, storage=None)

@@ -64,7 +64,7 @@ def spec_dict(n_trials: int, parallel: int, work_ms: float, times: str) -> dict:
 
 def create(workdir: str, storage: str | None, job_id: str, spec: dict):
     os.makedirs(os.path.join(workdir, "launch"), exist_ok=True)  # times.txt stays outside the trials' view
-    from trials.controller import jobs as controller
+    from trials.controller.jobs import registry as controller
     from trials.spec.load import parse_spec
 
     job = parse_spec(spec, source="<benchmark>")
@@ -133,7 +133,7 @@ def storage_cycle_ms(storage: str | None, n: int) -> float:
     with tempfile.TemporaryDirectory(prefix="scale-out-") as workdir:
         job_id = f"bench-{uuid.uuid4().hex[:10]}"
         h = create(workdir, storage, job_id, spec_dict(n, n, 0, os.path.join(workdir, "t")))
-        from trials.controller import job_run
+        from trials.controller.jobs import run as job_run
 
         shared = job_run.shared_job(h, stale_after_s=30)
         store, study = h.store, h.job.study

@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "main": ("trials.runtime.entrypoint", "main"),
     "TrialContext": ("trials.runtime.context", "TrialContext"),
-    "tune": ("trials.controller.tune", "tune"),
+    "tune": ("trials.controller.jobs.tune", "tune"),
     "load_spec": ("trials.spec.load", "load_spec"),
     "TrialsError": ("trials.errors", "TrialsError"),
     "ConfigError": ("trials.errors", "ConfigError"),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from trials import protocol
-from trials.controller.jobs import job_dir_of
+from trials.controller.jobs.registry import job_dir_of
 from trials.controller.trial import launch
 from trials.errors import ConfigError
 

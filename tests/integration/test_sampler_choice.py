@@ -120,7 +120,7 @@ def test_the_default_warped_gp_suggests_in_a_real_job(job_files):
                      cwd=job_files)
     assert out.returncode == 0, out.stderr
     assert ", sampler gp-warped; folder " in out.stdout and "12 succeeded" in out.stdout
-    from trials.controller.jobs import open_job
+    from trials.controller.jobs.registry import open_job
 
     h = open_job("g", root=str(job_files / "trials-jobs"), storage=None)
     by_gp = [t.number for t in h.store.frozen_trials() if any(k.startswith("gp:relative_params")
@@ -141,7 +141,7 @@ def test_vizier_suggests_in_a_real_job(job_files):
     assert ", sampler vizier; folder " in out.stdout and "3 succeeded" in out.stdout
     from optuna.study import StudyDirection
 
-    from trials.controller.jobs import open_job
+    from trials.controller.jobs.registry import open_job
     from trials.study import vizier
 
     trials = open_job("v", root=str(job_files / "trials-jobs"), storage=None).store.frozen_trials()

@@ -95,7 +95,7 @@ def test_an_image_without_command_is_refused_before_a_job_exists(tmp_path):
 
 def test_resume_can_give_the_command_a_job_lacks(tmp_path):
     from trials.cli import main
-    from trials.controller import jobs
+    from trials.controller.jobs import registry as jobs
     from trials.spec.load import load_spec
 
     spec = write_spec(tmp_path / "spec.yaml", command=False)
@@ -352,4 +352,4 @@ def _cmdline_has(pid: str, text: str) -> bool:
             cmdline = f.read()
     except OSError:
         return False
-    return b"gcs_server" in cmdline and text.encode() in cmdline
+    return b"trials.controller.gcs.server" in cmdline and text.encode() in cmdline

@@ -9,8 +9,8 @@ import os
 import sys
 import time
 
-from trials.controller import jobs as controller
-from trials.controller.worker import SharedJob
+from trials.controller.jobs import registry as controller
+from trials.study.leases import SharedJob
 
 url, job_id, mode, cap, go_file, n_claimers = (sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]),
                                                sys.argv[5], int(sys.argv[6]))

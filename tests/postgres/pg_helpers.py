@@ -38,7 +38,7 @@ def create_job(tmp_path, url, job_id, stale_after_s=None, gated=False, **spec):
 
     ``gated``: its trials wait after their first epoch (``gate_epoch``) until ``gate_path`` exists.
     """
-    from trials.controller import jobs as controller
+    from trials.controller.jobs import registry as controller
     from trials.spec.load import load_spec
 
     if gated:
@@ -136,7 +136,7 @@ def blocked_by(conn, pid):
 
 def take_claim_lock(conn, study_id):
     """Take the job's claim lock in ``conn``'s transaction (every worker's claim waits until it ends)."""
-    from trials.controller.worker import ADVISORY_LOCK_CLASS
+    from trials.study.leases import ADVISORY_LOCK_CLASS
 
     with conn.cursor() as cur:
         cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", (ADVISORY_LOCK_CLASS, study_id))
@@ -144,7 +144,7 @@ def take_claim_lock(conn, study_id):
 
 def leases(conn, study_id):
     """{trial id: (owner, heartbeat, seconds since it by the database's clock)} of the job's leases."""
-    from trials.controller.worker import LEASE_TABLE
+    from trials.study.leases import LEASE_TABLE
 
     with conn.cursor() as cur:
         cur.execute(f"SELECT trial_id, owner, heartbeat, EXTRACT(EPOCH FROM CLOCK_TIMESTAMP()) - heartbeat "

@@ -18,8 +18,8 @@ from pg_helpers import (
 )
 
 from trials import protocol
-from trials.controller import jobs as controller
-from trials.controller.worker import ADVISORY_LOCK_CLASS, LEASE_TABLE, SharedJob
+from trials.controller.jobs import registry as controller
+from trials.study.leases import ADVISORY_LOCK_CLASS, LEASE_TABLE, SharedJob
 
 
 def _ends(worker, tmp_path):

@@ -17,8 +17,8 @@ from trials.study import pg_session
 
 HOLDER = """\
 import os, signal, sys
-from trials.controller import jobs as controller
-from trials.controller.worker import SharedJob
+from trials.controller.jobs import registry as controller
+from trials.study.leases import SharedJob
 url, job_id, ready = sys.argv[1:4]
 h = controller.open_job(job_id, root="unused", storage=url)
 shared = SharedJob(h.store, stale_after_s=60)
@@ -102,7 +102,7 @@ def test_a_silent_partition_is_reported_like_an_outage_and_the_job_recovers(tmp_
     assert finish([worker], timeout_s=120) == [0], output(tmp_path, "w")
     text = output(tmp_path, "w")
     assert "database reachable again" in text, text
-    from trials.controller import jobs as controller
+    from trials.controller.jobs import registry as controller
 
     h = controller.open_job(job_id, root="unused", storage=pg_url)
     assert h.store.get_meta("state") == "JOB_STATE_SUCCEEDED"

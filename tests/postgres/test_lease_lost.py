@@ -8,7 +8,7 @@ from pg_helpers import create_job, finish, output, start_worker, wait_for
 
 
 def open_job(tmp_path, url, job_id):
-    from trials.controller import jobs as controller
+    from trials.controller.jobs import registry as controller
 
     return controller.open_job(job_id, root=str(tmp_path / "jobs"), storage=url)
 

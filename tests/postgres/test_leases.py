@@ -20,7 +20,7 @@ from pg_helpers import (
     wait_for,
 )
 
-from trials.controller import jobs as controller
+from trials.controller.jobs import registry as controller
 
 SHORT_S = 2.0  # what worker b asks for; a's leases are older than this when b looks at them
 

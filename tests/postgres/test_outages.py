@@ -101,7 +101,7 @@ def test_worker_waits_out_a_database_outage_and_fails_nothing(tmp_path, proxied_
     assert text.count("database unreachable") == 1, text  # one line per outage
     assert text.count("database reachable again") == 1, text
     assert SECRET not in text
-    from trials.controller import jobs as controller
+    from trials.controller.jobs import registry as controller
 
     h = controller.open_job(job_id, root="unused", storage=url)
     trials = h.store.frozen_trials()
@@ -164,7 +164,7 @@ def _gone_for_good(tmp_path, proxied_url, job_id, env=None, pg_url=None):
     wait_for(lambda: any(e["event"] == "epoch" and e["epoch"] >= 2 for e in events(tmp_path)), 30,
              "the first trial to report")
     if pg_url is not None:  # one connection, polled (a new one per poll would use up the server's)
-        from trials.controller import jobs as controller
+        from trials.controller.jobs import registry as controller
 
         store = controller.open_job(job_id, root="unused", storage=pg_url).store
 
@@ -184,7 +184,7 @@ def _gone_for_good(tmp_path, proxied_url, job_id, env=None, pg_url=None):
 
 
 def _stored(pg_url, job_id):
-    from trials.controller import jobs as controller
+    from trials.controller.jobs import registry as controller
 
     h = controller.open_job(job_id, root="unused", storage=pg_url)
     return h.store.get_meta("state"), h.store.frozen_trials()

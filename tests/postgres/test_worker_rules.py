@@ -6,10 +6,10 @@ import signal
 import pytest
 from sqlalchemy import exc as sa_exc
 
-from trials.controller.worker import Lease, heartbeat_interval, is_stale, reconcile, takeover_reason
 from trials.errors import ConfigError, OutageInterruptedError, StorageUnreachableError
-from trials.outages import Outages, is_connection_error, outage_limit_s
 from trials.storage_url import redact, scrub
+from trials.study.leases import Lease, heartbeat_interval, is_stale, reconcile, takeover_reason
+from trials.study.outages import Outages, is_connection_error, outage_limit_s
 
 
 def lease(hb, owner="h:1"):

@@ -33,7 +33,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from trials.controller.check import CheckOptions, check_main, parse_params
+    from trials.controller.check.check import CheckOptions, check_main, parse_params
     from trials.spec.load import load_spec
 
     job = load_spec(args.spec)
@@ -47,8 +47,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_cancel(args: argparse.Namespace) -> int:
-    from trials.controller import job_admin
-    from trials.controller import jobs as controller
+    from trials.controller.jobs import admin as job_admin
+    from trials.controller.jobs import registry as controller
 
     h = controller.open_job(args.job, root=args.root, storage=args.storage)
     state, ended = job_admin.cancel(h)
@@ -60,7 +60,7 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def _cmd_repair(args: argparse.Namespace) -> int:
-    from trials.controller import job_admin
+    from trials.controller.jobs import admin as job_admin
 
     kept, dropped, backup = job_admin.repair_job(args.root, args.job)
     if not dropped:

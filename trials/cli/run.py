@@ -12,9 +12,9 @@ from trials.printable import printable
 if TYPE_CHECKING:  # each command imports what it needs when it runs
     from typing import Any
 
-    from trials.controller.jobs import JobHandle
+    from trials.cli.progress import Progress
+    from trials.controller.jobs.registry import JobHandle
     from trials.controller.loop.runner import JobRunner
-    from trials.controller.progress import Progress
     from trials.controller.trial.devices import DevicePlan
     from trials.spec import JobSpec
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # each command imports what it needs when it runs
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from trials.controller import jobs as controller
+    from trials.controller.jobs import registry as controller
     from trials.spec import Algorithm
     from trials.spec.load import load_spec
 
@@ -63,8 +63,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
-    from trials.controller import job_admin, job_run
-    from trials.controller import jobs as controller
+    from trials.controller.jobs import admin as job_admin
+    from trials.controller.jobs import registry as controller
+    from trials.controller.jobs import run as job_run
 
     if args.max_trial_count is not None:  # the spec's rule, before the job is touched
         from trials.spec.node import INT32_MAX, Node
@@ -105,7 +106,7 @@ def _resume_counts(h: JobHandle, args: argparse.Namespace) -> dict[str, int]:
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
-    from trials.controller import jobs as controller
+    from trials.controller.jobs import registry as controller
     from trials.controller.loop.runner import CANCELLING, FINAL_STATES
     from trials.storage_url import is_journal_url
 
@@ -156,7 +157,7 @@ def _device_plan(job: JobSpec, args: argparse.Namespace) -> DevicePlan:
     from trials.controller.trial import devices
 
     if args.stale_after is not None:
-        from trials.controller.worker import MIN_STALE_AFTER_S
+        from trials.study.leases import MIN_STALE_AFTER_S
 
         if not args.stale_after >= MIN_STALE_AFTER_S:
             raise ConfigError(f"--stale-after must be >= {MIN_STALE_AFTER_S:g} seconds (the job's lease "
@@ -178,7 +179,7 @@ def _run_and_report(h: JobHandle, args: argparse.Namespace, *, resume: bool, joi
 
 def _run_held(h: JobHandle, args: argparse.Namespace, signals: Any, *, resume: bool, join: bool,
               plan: DevicePlan | None) -> int:
-    from trials.controller import job_run
+    from trials.controller.jobs import run as job_run
     from trials.storage_url import redact
 
     plan = plan or _device_plan(h.job, args)
@@ -206,7 +207,7 @@ def _run_held(h: JobHandle, args: argparse.Namespace, signals: Any, *, resume: b
 
 
 def _progress(h: JobHandle, args: argparse.Namespace) -> Progress:
-    from trials.controller.progress import Progress
+    from trials.cli.progress import Progress
 
     mode = "quiet" if args.quiet else ("json" if args.json_logs else None)
     return Progress(total=len(h.store.frozen_trials()), metric_ids=h.job.study.metric_ids,
@@ -214,7 +215,7 @@ def _progress(h: JobHandle, args: argparse.Namespace) -> Progress:
 
 
 def _summary(h: JobHandle, runner: JobRunner, args: argparse.Namespace) -> int:
-    from trials.controller import job_view
+    from trials.controller.jobs import view as job_view
     from trials.protocol import format_flag
 
     state = h.store.get_meta("state")

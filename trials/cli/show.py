@@ -17,8 +17,9 @@ if TYPE_CHECKING:
 def _cmd_describe(args: argparse.Namespace) -> int:
     import json
 
-    from trials.controller import describe, job_view
-    from trials.controller import jobs as controller
+    from trials.controller.jobs import describe
+    from trials.controller.jobs import registry as controller
+    from trials.controller.jobs import view as job_view
 
     h = controller.open_job(args.job, root=args.root, storage=args.storage)
     if args.format == "local-json":  # attempts, exit statuses, stop reasons, folders, workers
@@ -41,8 +42,8 @@ def _cmd_describe(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from trials.controller import describe
-    from trials.controller import jobs as controller
+    from trials.controller.jobs import describe
+    from trials.controller.jobs import registry as controller
 
     jobs = controller.list_jobs(args.root, args.storage)
     if not jobs:
@@ -56,8 +57,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
 def _cmd_best(args: argparse.Namespace) -> int:
     import json
 
-    from trials.controller import job_view
-    from trials.controller import jobs as controller
+    from trials.controller.jobs import registry as controller
+    from trials.controller.jobs import view as job_view
     from trials.protocol import format_flag, local_path
 
     h = controller.open_job(args.job, root=args.root, storage=args.storage)
@@ -84,9 +85,9 @@ def _cmd_best(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from trials.controller import describe
-    from trials.controller import jobs as controller
-    from trials.controller.report import write_report
+    from trials.controller.jobs import describe
+    from trials.controller.jobs import registry as controller
+    from trials.controller.report.page import write_report
 
     h = controller.open_job(args.job, root=args.root, storage=args.storage)
     report = write_report(h, out_dir=args.out, plots=not args.no_plots)
@@ -116,7 +117,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         job = load_spec(args.spec)
         name = os.path.splitext(os.path.basename(args.spec))[0]
     else:  # a job: the spec it stored, with its actual trial count
-        from trials.controller import jobs as controller
+        from trials.controller.jobs import registry as controller
         from trials.errors import JobNotFoundError
 
         try:

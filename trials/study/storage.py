@@ -15,8 +15,8 @@ from optuna.study import StudySummary
 from optuna.trial import TrialState
 
 from trials.errors import ConfigError, StorageError
-from trials.outages import Outages
 from trials.storage_url import first_line, is_journal_url, journal_path, redact, scrub
+from trials.study.outages import Outages
 
 
 @functools.cache

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from trials import protocol
-from trials.controller import job_run
-from trials.controller import jobs as controller
+from trials.controller.jobs import registry as controller
+from trials.controller.jobs import run as job_run
 from trials.controller.loop.runner import JobRunner
 from trials.records import JobState
 from trials.spec.load import loads_spec

@@ -160,7 +160,7 @@ def test_the_host_cloud_identity_is_withheld_unless_passed():
 
 def test_pass_env_is_on_every_command_that_starts_trials(monkeypatch, tmp_path):
     from trials.cli import build_parser
-    from trials.controller import check
+    from trials.controller.check import check
 
     parser = build_parser()
     for argv in (["sweep", "s.yaml"], ["resume", "j"], ["worker", "j"], ["check", "s.yaml"], ["validate", "s.yaml"]):

@@ -16,7 +16,7 @@ _START_TIMEOUT_S = 30.0
 
 
 class Emulator:
-    """A running ``gcs_server`` subprocess; ``host`` is the trials' ``STORAGE_EMULATOR_HOST``."""
+    """A running ``gcs.server`` subprocess; ``host`` is the trials' ``STORAGE_EMULATOR_HOST``."""
 
     def __init__(self, proc: subprocess.Popen[str], port: int):
         self.proc = proc

@@ -2,10 +2,10 @@
 
 One thread. Each pass takes ONE snapshot of every replica's exit and consumes the events of the
 pass: replicas exited (with their codes), metrics read, timers due (restart, timeout, chaos),
-signals, a cancel, a lost lease. What to do comes from pure functions (``trial_run.decide_exit``,
+signals, a cancel, a lost lease. What to do comes from pure functions (``running.decide_exit``,
 ``stopping``, ``policy``, ``outcome.finished_trial``, ``chaos``); effects go through small
 interfaces: the replica factory, the clock and the signals are injected (``effects``), trial files
-are written by ``trial_files``, what a trial is recorded as by ``trial_record``.
+are written by ``trial.files``, what a trial is recorded as by ``record``.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ class RunOptions:
     inject_restarts: float = 0.0  # chaos mode: SIGTERM + restart rate per trial-second
     echo: TextIO | None = None  # copy replica output here, prefixed
     seed: int | None = None
-    shared: Any = None  # trials.controller.worker.SharedJob: one of several workers on a database job
+    shared: Any = None  # trials.study.leases.SharedJob: one of several workers on a database job
     join: bool = False  # a `trials worker`: Ctrl-C / SIGTERM leaves the job instead of cancelling it
     devices: DevicePlan | None = None  # GPUs handed to replicas (None: CUDA_VISIBLE_DEVICES untouched)
     pass_env: tuple[str, ...] = ()  # withheld host variables passed to replicas anyway (--pass-env)

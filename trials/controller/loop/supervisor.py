@@ -1,7 +1,7 @@
 """What happens to one running trial's replicas: exits, restarts, stops, timeouts, chaos injections.
 
 Each handler consumes one event of a loop pass and asks a pure function what it means
-(``trial_run.decide_exit``, ``policy``, ``chaos``); its effects are signals to the replicas (through
+(``running.decide_exit``, ``policy``, ``chaos``); its effects are signals to the replicas (through
 their handles), replica starts (through the launcher and its injected factory), the ``STOP`` file,
 and progress events.
 """

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from trials.errors import ConfigError
 
 if TYPE_CHECKING:
-    from trials.controller.jobs import JobHandle
+    from trials.controller.jobs.registry import JobHandle
 
 
 LOCK_FILE = "controller.lock"
@@ -187,7 +187,7 @@ def reap_job_leftovers(h: JobHandle) -> int:
     """Kill replicas a SIGKILLed controller left behind (recorded in each trial's pids.json).
 
     A record is the trainer's to forge (it can write its trial folder): only groups proven to be
-    that trial's are signalled (:func:`proc_groups.leftover_groups`).
+    that trial's are signalled (:func:`process.groups.leftover_groups`).
     """
     from trials.controller.process.groups import leftover_groups, reap_groups
     from trials.controller.trial.files import read_pids

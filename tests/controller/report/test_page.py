@@ -12,7 +12,10 @@ import pytest
 from jobkit import fake_job
 
 from trials.cli import main
-from trials.controller import report, report_data, report_parallel, report_plots
+from trials.controller.report import data as report_data
+from trials.controller.report import page as report
+from trials.controller.report import parallel as report_parallel
+from trials.controller.report import plots as report_plots
 from trials.spec.load import loads_spec
 
 MULTI = """

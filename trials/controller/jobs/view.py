@@ -6,12 +6,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from trials.controller.describe import job_to_rest
+from trials.controller.jobs.describe import job_to_rest
 from trials.study.space import values_from_optuna
 from trials.timefmt import rfc3339
 
 if TYPE_CHECKING:
-    from trials.controller.jobs import JobHandle
+    from trials.controller.jobs.registry import JobHandle
     from trials.spec import Value
     from trials.study.store import FrozenTrial
 
@@ -35,7 +35,7 @@ def describe(h: JobHandle) -> dict[str, Any]:
 
 def describe_local(h: JobHandle) -> dict[str, Any]:
     """What only the local run knows, per trial (``describe --format local-json``)."""
-    from trials.controller.describe import local_details
+    from trials.controller.jobs.describe import local_details
 
     meta = h.store.meta()
     return {"jobId": h.job_id, "jobFolder": h.job_dir, "state": meta.get("state"),

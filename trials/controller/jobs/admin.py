@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from trials.controller.job_lock import lock_holder, reap_job_leftovers, repair_journal
-from trials.controller.job_run import is_shared, shared_job
-from trials.controller.jobs import job_dir_of
+from trials.controller.jobs.lock import lock_holder, reap_job_leftovers, repair_journal
+from trials.controller.jobs.registry import job_dir_of
+from trials.controller.jobs.run import is_shared, shared_job
 from trials.controller.loop.runner import CANCELLED, CANCELLING, FINAL_STATES, QUEUED, RUNNING
 from trials.controller.loop.state_lock import state_lock
 from trials.errors import ConfigError, JobNotFoundError
@@ -20,7 +20,7 @@ from trials.storage_url import JOURNAL_FILE
 from trials.timefmt import rfc3339
 
 if TYPE_CHECKING:
-    from trials.controller.jobs import JobHandle
+    from trials.controller.jobs.registry import JobHandle
 
 
 _REST_FIELDS = {"max_trial_count": "maxTrialCount", "max_failed_trial_count": "maxFailedTrialCount",

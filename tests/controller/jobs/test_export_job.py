@@ -9,11 +9,11 @@ import pytest
 import yaml
 
 from trials.cli import main
-from trials.controller import job_admin
-from trials.controller import jobs as controller
+from trials.controller.jobs import admin as job_admin
+from trials.controller.jobs import registry as controller
 from trials.spec.load import load_spec, loads_spec
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ARGPARSE_CONFIG = ROOT / "examples" / "argparse_hypertune" / "config.yaml"
 IMAGE = "us-docker.pkg.dev/my-project/trainers/demo:1"
 SEARCH_SPACE = """

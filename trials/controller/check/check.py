@@ -4,7 +4,7 @@ Three probes share one time box: a clean run of trial "1" with the spec's first 
 same run interrupted by SIGTERM after some reports and started again as Vertex restarts a replica;
 and, when the spec has several replicas, every replica of a run, each non-primary one with its own
 output folders so that what it saves can be told apart. The verdicts are in
-:mod:`trials.controller.scorecard`.
+:mod:`trials.controller.check.scorecard`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from trials import files, protocol
-from trials.controller import scorecard
-from trials.controller.check_probe import Probe, walk
-from trials.controller.identity_audit import AUDIT_ENV, SITECUSTOMIZE
+from trials.controller.check import scorecard
+from trials.controller.check.identity_audit import AUDIT_ENV, SITECUSTOMIZE
+from trials.controller.check.probe import Probe, walk
 from trials.controller.process import sandbox
 from trials.controller.process.replica import free_port
 from trials.controller.process.spawn import start_replica

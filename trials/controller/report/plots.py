@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trials.controller.report_data import PlotTrial, best_so_far, best_trial, pareto_ids
-from trials.controller.report_parallel import Axis, draw_parallel
+from trials.controller.report.data import PlotTrial, best_so_far, best_trial, pareto_ids
+from trials.controller.report.parallel import Axis, draw_parallel
 
 RESULT_COLOR = "#1f77b4"
 BEST_COLOR = "#d62728"

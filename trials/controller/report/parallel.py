@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trials.controller.report_data import PlotTrial, Value
+from trials.controller.report.data import PlotTrial, Value
 
 INACTIVE_Y = -0.12
 MIN_LABEL_GAP = 0.07  # of the axis height: closer tick labels would overlap

@@ -9,7 +9,7 @@ import json
 from jobkit import fake_job
 
 from trials.cli import main
-from trials.controller import describe
+from trials.controller.jobs import describe
 
 
 def _run(capsys, *argv: str) -> tuple[int, str]:

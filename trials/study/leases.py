@@ -24,8 +24,8 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 
 from trials import protocol
-from trials.outages import Outages
 from trials.spec import StudySpec
+from trials.study.outages import Outages
 from trials.study.storage import RetryingRDBStorage
 from trials.study.store import Claimed, FrozenTrial, JobStore
 

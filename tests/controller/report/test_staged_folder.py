@@ -1,4 +1,4 @@
-"""trials/controller/staged_folder.py: a folder written beside its place, swapped in whole."""
+"""trials/controller/report/staged_folder.py: a folder written beside its place, swapped in whole."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from trials.controller import report, staged_folder
+from trials.controller.report import page as report
+from trials.controller.report import staged_folder
 
 
 def _tree(path):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trials.controller import jobs as controller
+from trials.controller.jobs import registry as controller
 from trials.spec.load import loads_spec
 
 SINGLE = """

@@ -1,6 +1,6 @@
 """The scorecard's verdicts, from observations (no process)."""
 
-from trials.controller.scorecard import Observations, Report, RunSeen, StopSeen, Verdict, format_text, judge
+from trials.controller.check.scorecard import Observations, Report, RunSeen, StopSeen, Verdict, format_text, judge
 
 
 def reports(steps, tag="accuracy"):

@@ -14,7 +14,7 @@ import pytest
 from jobkit import fake_job
 
 from trials.cli import main
-from trials.controller.progress import Progress
+from trials.cli.progress import Progress
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "examples" / "argparse_hypertune" / "config.yaml"
@@ -138,7 +138,7 @@ def test_sweep_output_plain_live_quiet_and_json(tmp_path):
 
 
 def test_a_closed_output_does_not_stop_the_job():
-    from trials.controller.progress import Progress
+    from trials.cli.progress import Progress
 
     class Closed:
         def write(self, text):

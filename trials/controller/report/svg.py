@@ -7,8 +7,8 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 
-from trials.controller.describe import display
-from trials.controller.report_data import PlotTrial
+from trials.controller.jobs.describe import display
+from trials.controller.report.data import PlotTrial
 
 _TRIAL_GID = re.compile(r'<g id="trial-(\d+)"')
 

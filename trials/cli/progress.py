@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from trials.controller.describe import display
+from trials.controller.jobs.describe import display
 from trials.controller.policy.exits import missing_metric_advice
 from trials.printable import printable
 

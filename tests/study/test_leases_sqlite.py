@@ -1,4 +1,4 @@
-"""trials/controller/worker.py on SQLite (no advisory lock): a claim whose answer was lost is handed
+"""trials/study/leases.py on SQLite (no advisory lock): a claim whose answer was lost is handed
 out again, never a second trial in its place; a lease on a trial no longer RUNNING is dropped."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import pytest
 from sqlalchemy import exc as sa_exc
 
 from trials import protocol
-from trials.controller import jobs as controller
-from trials.controller.worker import SharedJob
+from trials.controller.jobs import registry as controller
 from trials.spec.load import loads_spec
+from trials.study.leases import SharedJob
 
 SPEC = """
 metrics: {loss: minimize}

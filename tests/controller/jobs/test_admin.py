@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from trials.controller import job_admin
-from trials.controller import jobs as controller
-from trials.controller.job_lock import ControllerLock
-from trials.controller.jobs import JobHandle
+from trials.controller.jobs import admin as job_admin
+from trials.controller.jobs import registry as controller
+from trials.controller.jobs.lock import ControllerLock
+from trials.controller.jobs.registry import JobHandle
 from trials.errors import ConfigError
 from trials.spec.load import loads_spec
 

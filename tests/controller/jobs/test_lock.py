@@ -1,4 +1,4 @@
-"""trials/controller/job_lock.py: the lock's holder is the kernel's, never the file's word."""
+"""trials/controller/jobs/lock.py: the lock's holder is the kernel's, never the file's word."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import os
 import subprocess
 import sys
 
-from trials.controller import job_lock
-from trials.controller.job_lock import ControllerLock, lock_holder, parse_claimed_pid, parse_flock_holders
+from trials.controller.jobs import lock as job_lock
+from trials.controller.jobs.lock import ControllerLock, lock_holder, parse_claimed_pid, parse_flock_holders
 
 LOCKS = """\
 1: POSIX  ADVISORY  WRITE 3795 fe:00:1466769 0 EOF

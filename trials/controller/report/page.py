@@ -9,12 +9,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from trials import files
-from trials.controller import describe, staged_folder
-from trials.controller.report_data import PlotTrial, plot_trials
-from trials.controller.report_parallel import param_axes
-from trials.controller.report_plots import PLOT_STEMS, Figure, draw_plots, matplotlib_available
-from trials.controller.report_svg import CSS as SVG_CSS
-from trials.controller.report_svg import inline_svg, tips_script, trial_tips
+from trials.controller.jobs import describe
+from trials.controller.report import staged_folder
+from trials.controller.report.data import PlotTrial, plot_trials
+from trials.controller.report.parallel import param_axes
+from trials.controller.report.plots import PLOT_STEMS, Figure, draw_plots, matplotlib_available
+from trials.controller.report.svg import CSS as SVG_CSS
+from trials.controller.report.svg import inline_svg, tips_script, trial_tips
 from trials.errors import ConfigError
 from trials.printable import printable
 
@@ -252,7 +253,7 @@ def write_report(h: Any, *, out_dir: str | None = None, plots: bool = True) -> R
     Returns:
         The paths written, the plots skipped with their reasons, and the top-trials table.
     """
-    from trials.controller import job_view
+    from trials.controller.jobs import view as job_view
 
     out_dir = out_dir or os.path.join(h.job_dir, REPORT_DIR)
     target = os.path.realpath(out_dir)  # a link to a folder: the folder is replaced, not the link

@@ -149,7 +149,7 @@ def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec,
           args: tuple[str, ...], on_trial: Callable[[dict[str, Any]], None] | None,
           checkpoint_format: Any) -> tuple[TuneResult, BaseException | None]:
     """Run the job in ``job_dir``; (result, the first failed trial's exception)."""
-    from trials.controller.describe import trial_to_rest
+    from trials.controller.jobs.describe import trial_to_rest
     from trials.controller.policy.outcome import finished_trial, record_finished
     from trials.controller.trial.metrics_reader import TrialMetricsReader
     from trials.runtime import entrypoint

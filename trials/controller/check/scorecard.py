@@ -1,7 +1,7 @@
 """`trials check`'s verdicts: what was seen while running a trainer, judged against the Vertex rules.
 
 Pure: :func:`judge` turns the observations of the probe runs into one line per check; the runs
-themselves are in :mod:`trials.controller.check`.
+themselves are in :mod:`trials.controller.check.check`.
 """
 
 from __future__ import annotations

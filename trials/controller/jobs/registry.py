@@ -1,5 +1,5 @@
-"""Jobs on disk and in storage: name them, create, open and list them (running one: ``job_run``;
-changing one from outside: ``job_admin``; showing one: ``job_view``)."""
+"""Jobs on disk and in storage: name them, create, open and list them (running one: ``run``;
+changing one from outside: ``admin``; showing one: ``view``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from trials import protocol
-from trials.controller.describe import shown
+from trials.controller.jobs.describe import shown
 from trials.controller.loop.runner import QUEUED
 from trials.errors import ConfigError, JobNotFoundError, StorageError
 from trials.spec import Algorithm, JobSpec, LocalOptions
@@ -150,7 +150,7 @@ def create_job(job: JobSpec, *, root: str, job_id: str | None, spec_path: str | 
         "local": {k: getattr(job.local, k) for k in ("inject_restarts", "grace_period_s", "memory_limit_mb")},
     }
     if storage is not None:  # a database job: every worker takes over a trial after the same silence
-        from trials.controller.worker import DEFAULT_STALE_AFTER_S
+        from trials.study.leases import DEFAULT_STALE_AFTER_S
 
         meta["stale_after_s"] = stale_after_s or DEFAULT_STALE_AFTER_S
     database = None if storage is None else open_storage(url)

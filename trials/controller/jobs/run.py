@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from trials.controller.job_lock import ControllerLock, reap_job_leftovers, repair_journal
+from trials.controller.jobs.lock import ControllerLock, reap_job_leftovers, repair_journal
 from trials.controller.loop.runner import JobRunner
 from trials.controller.loop.signals import LoopSignals
 from trials.controller.loop.state import RunOptions
@@ -18,8 +18,8 @@ from trials.errors import ConfigError
 from trials.study.storage import RetryingRDBStorage
 
 if TYPE_CHECKING:
-    from trials.controller.jobs import JobHandle
-    from trials.controller.worker import SharedJob
+    from trials.controller.jobs.registry import JobHandle
+    from trials.study.leases import SharedJob
 
 
 # --- run ------------------------------------------------------------------------------------------
@@ -82,8 +82,8 @@ def shared_job(h: JobHandle, *, stale_after_s: float | None = None,
     """
     if not is_shared(h):
         return None
-    from trials.controller.worker import DEFAULT_STALE_AFTER_S, SharedJob
-    from trials.outages import Outages
+    from trials.study.leases import DEFAULT_STALE_AFTER_S, SharedJob
+    from trials.study.outages import Outages
 
     say = notify or (lambda line: print(f"trials: {line}", file=sys.stderr, flush=True))
     outages = Outages(say, url=h.storage_url)

@@ -9,8 +9,8 @@ import time
 from collections.abc import Callable, Sequence
 
 from trials import files, protocol
-from trials.controller import scorecard
-from trials.controller.identity_audit import AUDIT_ENV
+from trials.controller.check import scorecard
+from trials.controller.check.identity_audit import AUDIT_ENV
 from trials.controller.process.replica import Replica
 from trials.controller.process.spawn import start_replica
 from trials.controller.trial import launch
