@@ -1,4 +1,4 @@
-"""The layout shows the three roles, imports go one way, and only the Optuna adapter imports optuna.
+"""The layout shows the three roles, imports go one way, and only the Optuna adapter imports the storage.
 
 Every import counts, the ones inside functions too: a function-level import is still a dependency.
 """
@@ -15,8 +15,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "trials"
 
 VOCABULARY = {f"trials.{m}" for m in (
-    "errors", "files", "hypertune_file", "outages", "printable", "protocol", "records", "storage_url",
-    "timefmt")}
+    "errors", "files", "hypertune_file", "printable", "protocol", "records", "storage_url", "timefmt")}
 ENTRY = {"trials", "trials.__main__", "trials.cli", "trials.pytest_plugin"}
 # role -> the roles it may import (itself included); the arrows point one way
 ALLOWED = {
@@ -28,6 +27,9 @@ ALLOWED = {
     "entry": {"vocabulary", "spec", "runtime", "study", "controller", "entry"},
 }
 HEAVY = ("optuna", "sqlalchemy", "yaml", "numpy")
+STORAGE = ("optuna", "sqlalchemy", "psycopg2")
+MAX_MODULES_PER_FOLDER = 15
+CONTROLLER = PACKAGE / "controller"
 
 
 def module_name(path: Path) -> str:
@@ -83,9 +85,46 @@ def test_every_module_has_a_role():
 
 
 def test_no_flat_prefixes_stand_in_for_a_package():
-    assert not list(PACKAGE.glob("spec_*.py"))
     flat = sorted(m for m in MODULES if m.count(".") == 1 and m not in VOCABULARY | ENTRY)
     assert flat == [f"trials.{p}" for p in ("controller", "runtime", "spec", "study")]
+
+
+def _folders() -> list[Path]:
+    return sorted({p.parent for p in PACKAGE.rglob("*.py")})
+
+
+def _prefix_families(names: list[str]) -> dict[str, list[str]]:
+    """Three or more module names sharing ``<prefix>_`` (the bare ``<prefix>`` counts too): a package in disguise."""
+    prefixes = {n.split("_")[0] for n in names if "_" in n.strip("_")}
+    families = {p: sorted(n for n in names if n == p or n.startswith(p + "_")) for p in prefixes}
+    return {p: f for p, f in families.items() if len(f) >= 3}
+
+
+@pytest.mark.parametrize("folder", _folders(), ids=lambda f: str(f.relative_to(PACKAGE.parent)))
+def test_no_prefix_family_in_any_folder(folder):
+    names = [p.stem for p in folder.glob("*.py") if not p.stem.startswith("__")]
+    assert _prefix_families(names) == {}, f"{folder.relative_to(PACKAGE.parent)}: make these a subpackage"
+
+
+def test_a_prefix_family_is_found_when_there_is_one():
+    assert _prefix_families(["job", "job_state", "job_lock", "jobs", "launch"]) == {
+        "job": ["job", "job_lock", "job_state"]}
+    assert _prefix_families(["state", "state_lock", "line_tail", "metrics_reader"]) == {}
+
+
+@pytest.mark.parametrize("folder", _folders(), ids=lambda f: str(f.relative_to(PACKAGE.parent)))
+def test_a_folder_holds_at_most_about_fifteen_modules(folder):
+    names = [p.stem for p in folder.glob("*.py") if not p.stem.startswith("__")]
+    assert len(names) <= MAX_MODULES_PER_FOLDER, f"{folder.relative_to(PACKAGE.parent)}: {len(names)} modules"
+
+
+def test_each_subpackage_init_is_only_a_docstring():
+    # importing a room costs nothing and can close no cycle
+    for init in sorted(PACKAGE.rglob("__init__.py")):
+        if init.parent in (PACKAGE, PACKAGE / "cli", PACKAGE / "spec"):  # public names live there
+            continue
+        body = ast.parse(init.read_text()).body
+        assert len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant), init
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
@@ -95,14 +134,44 @@ def test_imports_point_one_way(module):
     assert wrong == [], f"{module} ({mine}) imports {wrong}"
 
 
-def test_only_the_adapter_subpackage_imports_optuna():
-    offenders = sorted(m for m in MODULES if role(m) != "study"
-                       and any(n == "optuna" or n.startswith("optuna.") for n in imports(m)))
+def test_only_the_adapter_subpackage_imports_the_storage_libraries():
+    offenders = sorted((m, n) for m in MODULES if role(m) != "study" for n in imports(m)
+                       if n.split(".")[0] in STORAGE)
     assert offenders == []
 
 
+def test_the_vocabulary_imports_only_the_standard_library_and_itself():
+    for module in sorted(VOCABULARY):
+        outside = sorted(n for n in imports(module) if n.split(".")[0] != "trials"
+                         and n.split(".")[0] not in sys.stdlib_module_names)
+        assert outside == [], f"{module} imports {outside}"
+
+
+def room(module: str) -> str | None:
+    """The controller subpackage a module is in (``trials.controller.loop.runner`` -> ``loop``)."""
+    parts = module.split(".")
+    return parts[2] if len(parts) >= 4 and parts[:2] == ["trials", "controller"] else None
+
+
+def test_every_controller_module_is_in_a_room():
+    assert sorted(p.stem for p in CONTROLLER.glob("*.py")) == ["__init__"]
+    assert all(room(m) for m in MODULES if m.startswith("trials.controller.") and m.count(".") >= 3)
+
+
+def test_the_controller_rooms_import_each_other_without_cycles():
+    graph: dict[str, set[str]] = {}
+    for m in MODULES:
+        if room(m):
+            graph.setdefault(room(m), set()).update(r for d in ours(m) if (r := room(d)) and r != room(m))
+    assert _sccs(graph) == [], {r: sorted(d) for r, d in graph.items()}
+
+
 def _cycles() -> list[list[str]]:
-    graph = {m: sorted(ours(m) - {"trials"}) for m in MODULES}
+    return _sccs({m: set(ours(m) - {"trials"}) for m in MODULES})
+
+
+def _sccs(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one node (Tarjan)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -113,7 +182,7 @@ def _cycles() -> list[list[str]]:
         index[v] = low[v] = len(index)
         stack.append(v)
         on_stack.add(v)
-        for w in graph[v]:
+        for w in sorted(graph.get(v, ())):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
