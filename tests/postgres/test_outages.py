@@ -56,8 +56,8 @@ class CuttableProxy:
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
 
-    def cut(self, seconds=0.0, *, until=None):
-        """Drop every connection; refuse new ones for ``seconds``, or until ``until()`` is true."""
+    def go_down(self):
+        """Refuse every connection from now on, and drop the open ones (until ``self.down.clear()``)."""
         self.down.set()
         with self.lock:
             conns, self.conns = self.conns, []
@@ -67,6 +67,10 @@ class CuttableProxy:
                 s.close()
             except OSError:
                 pass
+
+    def cut(self, seconds=0.0, *, until=None):
+        """Drop every connection; refuse new ones for ``seconds``, or until ``until()`` is true."""
+        self.go_down()
         if until is not None:
             wait_for(until, 60, "the outage to be seen")
         time.sleep(seconds)

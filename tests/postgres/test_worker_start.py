@@ -2,7 +2,6 @@
 
 import os
 import signal
-import socket
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -21,19 +20,6 @@ def proxy_url(pg_url):
     proxy.close()
 
 
-def _go_down(proxy: CuttableProxy) -> None:
-    """Refuse every connection from now on, and drop the open ones (until ``proxy.down.clear()``)."""
-    proxy.down.set()
-    with proxy.lock:
-        conns, proxy.conns = proxy.conns, []
-    for s in conns:
-        try:
-            s.shutdown(socket.SHUT_RDWR)
-            s.close()
-        except OSError:
-            pass
-
-
 def test_a_sigterm_while_a_starting_worker_waits_out_an_outage_stops_it_with_one_line(tmp_path, proxy_url, job_id):
     # Known gap of the first pass: during the worker's start SIGTERM met the default action (the
     # worker died at once, nothing said) because the loop's handlers were not installed yet.
@@ -48,7 +34,7 @@ def test_a_sigterm_while_a_starting_worker_waits_out_an_outage_stops_it_with_one
         wait_for(lambda: (hook_dir / "JobRunner.__init__-before-1.reached").exists() or worker.poll() is not None,
                  60, "the worker's start")
         assert worker.poll() is None, output(tmp_path, "w")
-        _go_down(proxy)
+        proxy.go_down()
         (hook_dir / "JobRunner.__init__-before-1.go").touch()  # its next read meets the outage
         wait_for(lambda: "database unreachable" in output(tmp_path, "w") or worker.poll() is not None, 60,
                  "the outage to be noticed")
