@@ -119,7 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "algorithm, seconds per trial (kept on resume; not part of an exported job)")
     p.add_argument("--base-output-dir")
     p.add_argument("--gcs-root", help="local directory standing in for /gcs (default: <job>/gcs)")
-    p.add_argument("--project-number", help="CLOUD_ML_PROJECT_ID given to trials (default 000000000000)")
+    p.add_argument("--project-number",
+                   help=f"CLOUD_ML_PROJECT_ID given to trials (default {protocol.DEFAULT_PROJECT_NUMBER})")
     p.add_argument("--no-trainer-check", action="store_true",
                    help="do not ask a trials.main/trials-run trainer to check the spec's flags first")
     _run_args(p)

@@ -6,13 +6,13 @@ record from it. Modelled on honcho's tests/test_manager.py.
 
 from __future__ import annotations
 
-import json
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.controller.loop.backendkit import FakeBackend, FakeClock, FakeSignals, Script
 from trials import protocol
 from trials.controller.jobs import registry as controller
 from trials.controller.jobs import run as job_run
@@ -33,162 +33,11 @@ max_failed_trial_count: {max_failed}
 """
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def monotonic(self) -> float:
-        return self.t
-
-    def wall(self) -> float:
-        return 1_800_000_000.0 + self.t
-
-    def sleep(self, seconds: float) -> None:
-        self.t += seconds
-
-
-class FakeSignals:
-    """Waiting advances the clock; ``at`` delivers signals or runs hooks at given times."""
-
-    def __init__(self, clock: FakeClock, at: list[tuple[float, Any]] | None = None):
-        self.clock = clock
-        self.at = sorted(at or [], key=lambda item: item[0])
-        self.on_stop: Callable[[int], None] | None = None
-
-    def install(self, on_stop: Callable[[int], None]) -> Callable[[], None]:
-        self.on_stop = on_stop
-        return lambda: None
-
-    def wait(self, timeout: float) -> None:
-        self.clock.t += timeout
-        while self.at and self.at[0][0] <= self.clock.t - 1000.0:
-            _, what = self.at.pop(0)
-            if callable(what):
-                what()
-            else:
-                assert self.on_stop is not None
-                self.on_stop(what)
-
-
-@dataclass
-class Script:
-    """What one attempt of a replica does, in seconds of the fake clock since it started."""
-
-    steps: int = 3
-    step_s: float = 1.0
-    exit_code: int = 0  # after the last step
-    crash_at_step: int | None = None  # exits with crash_code instead of reporting this step
-    crash_code: int = 139
-    exit_on_poll: int | None = None  # exits with crash_code just before its n-th poll sees it
-    on_term: str = "exit"  # "exit": dies at once (143); "ignore": only SIGKILL ends it
-    term_code: int = 143
-    offset: float = 0.0  # added to every reported value
-
-
-@dataclass
-class FakeReplica:
-    clock: FakeClock
-    name: str
-    env: dict[str, str]
-    script: Script
-    start: float = 0.0
-    returncode: int | None = None
-    exited_mono: float | None = None
-    stop_requested_at: float | None = None
-    oom_killed: bool = False
-    signals: list[int] = field(default_factory=list)
-    reports: list[str] = field(default_factory=list)
-    n_polls: int = 0
-
-    def __post_init__(self) -> None:
-        self.start = self.clock.t
-
-    def _run(self) -> None:
-        """Catch up with the clock: report the steps that came due, exit when the script says."""
-        s = self.script
-        elapsed = self.clock.t - self.start
-        due = min(s.steps, int(elapsed / s.step_s + 1e-9))
-        for step in range(len(self.reports) + 1, due + 1):
-            if step == s.crash_at_step:
-                self.returncode = s.crash_code
-                return
-            self._report(step)
-        if due == s.steps and self.name.endswith("-0"):
-            self.returncode = s.exit_code
-            # what the SIGCHLD handler notes (exit_times): the exit's own time, however late the poll
-            self.exited_mono = self.clock.monotonic() - (elapsed - s.steps * s.step_s)
-
-    def _report(self, step: int) -> None:
-        x = float(self.env.get("X", "0.5"))
-        value = s_value(x, step, self.script.offset)
-        self.reports.append(json.dumps({"loss": str(value), "global_step": str(step),
-                                        "timestamp": self.clock.wall(), "trial": self.env[protocol.ENV_TRIAL_ID],
-                                        "checkpoint_path": ""}))
-        Path(self.env[protocol.ENV_METRIC_FILE]).write_text("\n".join(self.reports) + "\n")
-
-    def poll(self) -> int | None:
-        self.n_polls += 1
-        if self.returncode is None and self.script.exit_on_poll == self.n_polls:
-            self.returncode = self.script.crash_code  # exited since the last poll
-        if self.returncode is None:
-            self._run()
-        return self.returncode
-
-    def begin_stop(self, now: float) -> float:
-        if self.stop_requested_at is None:
-            self.stop_requested_at = now
-            if self.returncode is None:
-                self.signals.append(signal.SIGTERM)
-                if self.script.on_term == "exit":
-                    self.returncode = self.script.term_code
-        return self.stop_requested_at
-
-    def advance_stop(self, now: float, grace_s: float) -> bool:
-        started = self.begin_stop(now)
-        if self.poll() is not None:
-            return True
-        if now - started >= grace_s:
-            self.send_signal_group(signal.SIGKILL)
-        return False
-
-    def send_signal_group(self, sig: int) -> None:
-        self.signals.append(sig)
-        if sig == signal.SIGKILL and self.returncode is None:
-            self.returncode = 137
-
-    def record(self) -> dict[str, Any]:
-        return {"name": self.name, "pid": 1_000_000, "pgid": 1_000_000, "start_time": None}
-
-    def close(self) -> None:
-        pass
-
-
-def s_value(x: float, step: int, offset: float = 0.0) -> float:
-    return offset + (x - 0.3) ** 2 + 1.0 / (step + 1)
-
-
-class FakeFactory:
-    """Starts fake replicas; ``plan(trial_id, attempt)`` gives each attempt's script."""
-
-    def __init__(self, clock: FakeClock, plan: Callable[[str, int], Script]):
-        self.clock = clock
-        self.plan = plan
-        self.started: list[FakeReplica] = []
-
-    def __call__(self, argv: list[str], *, env: dict[str, str], cwd: str, stdout_path: str, stderr_path: str,
-                 name: str, echo: Any = None, memory_limit_mb: int | None = None) -> FakeReplica:
-        x = next(a.split("=", 1)[1] for a in argv if a.startswith("--x="))
-        script = self.plan(env[protocol.ENV_TRIAL_ID], int(env[protocol.ENV_ATTEMPT]))
-        replica = FakeReplica(self.clock, name, {**env, "X": x}, script)
-        self.started.append(replica)
-        return replica
-
-
 @dataclass
 class Run:
     state: str
     trials: list[Any]
-    factory: FakeFactory
+    factory: FakeBackend
     events: list[tuple[str, dict[str, Any]]]
     runner: JobRunner
     job_dir: Path
@@ -210,11 +59,11 @@ def replay(tmp_path: Path, plan: Callable[[str, int], Script], *, n: int = 1, pa
     options = job_run.run_options(h, echo=False, grace_period_s=2.0, memory_limit_mb=None,
                                   inject_restarts=inject, slots=None, seed=seed, shared=shared)
     clock = FakeClock()
-    factory = FakeFactory(clock, plan)
+    factory = FakeBackend(clock, plan)
     events: list[tuple[str, dict[str, Any]]] = []
     signals = FakeSignals(clock, at)
     runner = JobRunner(h.store, h.job, options, progress=lambda e, d: events.append((e, d)), clock=clock,
-                       replica_factory=factory, signals=signals)
+                       backend=factory, signals=signals)
     if hooks is not None:
         signals.at = sorted(signals.at + hooks(runner), key=lambda item: item[0])
     state = runner.run()
@@ -433,8 +282,8 @@ def test_a_job_resumed_with_its_failures_over_the_budget_fails_again_at_once(tmp
     first = replay(tmp_path, lambda trial, attempt: Script(steps=2, crash_at_step=1, crash_code=1), n=3)
     assert first.state == JobState.FAILED
     clock = FakeClock()
-    factory = FakeFactory(clock, lambda trial, attempt: Script(steps=2))
-    again = JobRunner(first.runner.store, first.runner.job, first.runner.opt, clock=clock, replica_factory=factory,
+    factory = FakeBackend(clock, lambda trial, attempt: Script(steps=2))
+    again = JobRunner(first.runner.store, first.runner.job, first.runner.opt, clock=clock, backend=factory,
                       signals=FakeSignals(clock, None))
     assert again.run() == JobState.FAILED  # not SUCCEEDED because nothing more failed
     assert factory.started == []
@@ -464,7 +313,7 @@ def test_the_end_time_follows_the_start_whatever_the_wall_clock_does(tmp_path: P
     clock = JumpingClock()
     events: list[tuple[str, dict[str, Any]]] = []
     runner = JobRunner(h.store, h.job, options, progress=lambda e, d: events.append((e, d)), clock=clock,
-                       replica_factory=FakeFactory(clock, lambda trial, attempt: Script(steps=3)),
+                       backend=FakeBackend(clock, lambda trial, attempt: Script(steps=3)),
                        signals=FakeSignals(clock, None))
     assert runner.run() == JobState.SUCCEEDED
     from trials.timefmt import parse_rfc3339

@@ -20,9 +20,8 @@ from trials import files, protocol
 from trials.controller.check import scorecard
 from trials.controller.check.identity_audit import AUDIT_ENV, SITECUSTOMIZE
 from trials.controller.check.probe import Probe, walk
-from trials.controller.process import sandbox
+from trials.controller.process.host import HostBackend
 from trials.controller.process.replica import free_port
-from trials.controller.process.spawn import start_replica
 from trials.controller.trial import launch
 from trials.errors import ConfigError
 from trials.spec.export import with_base_output
@@ -39,7 +38,7 @@ class CheckOptions:
     grace_s: float = DEFAULT_GRACE_S
     params: Mapping[str, Value] = field(default_factory=dict)
     local_command: Sequence[str] | None = None
-    project_number: str = "000000000000"
+    project_number: str = protocol.DEFAULT_PROJECT_NUMBER
     cwd: str = "."
     folder: str | None = None  # where runs keep their files (default: a temporary folder, removed)
     pass_env: tuple[str, ...] = ()  # withheld host variables passed anyway (--pass-env)
@@ -117,15 +116,15 @@ def run_check(job: JobSpec, options: CheckOptions, *, echo: Callable[[str], None
     folder = options.folder or tempfile.mkdtemp(prefix="trials-check-")
     os.makedirs(folder, exist_ok=True)
     cwd = os.path.abspath(options.cwd)
-    view = sandbox.detect(launch_dir=cwd, job_dir=folder, gcs_root=os.path.join(folder, "gcs"))
-    start = sandbox.SandboxedStart(view) if view.on else start_replica
+    backend = HostBackend(launch_dir=cwd, job_dir=folder, gcs_root=os.path.join(folder, "gcs"), gcs_endpoint=False)
+    view = backend.view
     t0 = time.monotonic()
     budget = options.time_limit_s
     notes: list[str] = [] if view.on else [view.describe()]
 
     def probe_for(name: str, attempt: int = 0) -> Probe:
         launches, trial_dir = _launches(job, params, options, folder=os.path.join(folder, name), attempt=attempt)
-        return Probe(launches, trial_dir=trial_dir, cwd=cwd, start=start, exclude=folder)
+        return Probe(launches, trial_dir=trial_dir, cwd=cwd, backend=backend, exclude=folder)
 
     # 1. the clean run
     echo(f"clean run with {_flags_text(job, params)}")

@@ -9,15 +9,14 @@ import time
 from collections.abc import Callable, Sequence
 
 from trials import files, protocol
+from trials.controller.backend.protocol import ReplicaBackend, ReplicaHandle, ReplicaStart
 from trials.controller.check import scorecard
 from trials.controller.check.identity_audit import AUDIT_ENV
-from trials.controller.process.replica import Replica
-from trials.controller.process.spawn import start_replica
+from trials.controller.loop.launcher import write_through
 from trials.controller.trial import launch
 from trials.hypertune_file import parse_hypertune_text
 
 _POLL_S = 0.1
-StartReplica = Callable[..., Replica]  # spawn.start_replica, or a sandbox's factory with its signature
 _MAX_LOG_BYTES = 4 << 20
 _MAX_WALK = 20_000
 _IGNORED_NAMES = {"__pycache__", ".git", ".hg", ".svn", ".pytest_cache", ".mypy_cache", ".ruff_cache",
@@ -28,15 +27,15 @@ class Probe:
     """One run of all replicas of trial "1" in one folder, watched until it ends or is stopped."""
 
     def __init__(self, launches: Sequence[launch.ReplicaLaunch], *, trial_dir: str, cwd: str,
-                 start: StartReplica = start_replica, exclude: str = "",
+                 backend: ReplicaBackend, exclude: str = "",
                  clock: Callable[[], float] = time.monotonic):
         self.launches = launches
         self.trial_dir = trial_dir
         self.cwd = cwd
-        self.start_replica = start
+        self.backend = backend
         self.exclude = exclude
         self.clock = clock
-        self.replicas: list[Replica] = []
+        self.replicas: list[ReplicaHandle] = []
         self.start = 0.0
         self.first_report_s: float | None = None
         self.before: Snapshot = {}
@@ -45,15 +44,16 @@ class Probe:
         self.before = snapshot(self.cwd, exclude=self.exclude)
         self.start = self.clock()
         for lau in self.launches:
-            self.replicas.append(self.start_replica(
-                lau.argv, env=lau.env, cwd=self.cwd, name=lau.name,
+            self.replicas.append(self.backend.start(ReplicaStart(
+                argv=tuple(lau.argv), env=lau.env, cwd=self.cwd, name=lau.name, label=lau.name,
+                trial_dir=self.trial_dir, outputs=write_through(lau.env, lau.env.get(protocol.ENV_GCS_ROOT, "")),
                 stdout_path=os.path.join(self.trial_dir, protocol.stdout_log(lau.name)),
-                stderr_path=os.path.join(self.trial_dir, protocol.stderr_log(lau.name))))
+                stderr_path=os.path.join(self.trial_dir, protocol.stderr_log(lau.name)))))
 
     def outside_writes(self) -> list[str]:
         """What the replicas wrote in their working folder: their overlay's upper layer when they ran
         in the sandbox, else the folder's files that changed since :meth:`begin`."""
-        uppers = [upper for upper in (getattr(r, "upper_dir", None) for r in self.replicas) if upper]
+        uppers = [r.upper_dir for r in self.replicas if r.upper_dir]
         if uppers:
             return sorted({f for upper in uppers for f in walk(upper)
                            if not set(f.split(os.sep)) & _IGNORED_NAMES and not f.endswith((".pyc", ".pyo"))})

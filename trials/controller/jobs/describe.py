@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from trials import protocol
 from trials.printable import printable
 from trials.protocol import format_value
 from trials.records import LIVE_METRICS_ATTR, measurement_to_dict, stored_measurements
@@ -90,7 +91,7 @@ def job_to_rest(job_id: str, meta: Mapping[str, Any], trials: Sequence[Any],
     """The HyperparameterTuningJob resource, exactly (it parses strictly as the v1 type);
     ``params_of(trial) -> {parameterId: value}``. Local details are in ``local_details``."""
     spec = dict(meta.get("spec") or {})
-    project = meta.get("project_number") or "000000000000"
+    project = meta.get("project_number") or protocol.DEFAULT_PROJECT_NUMBER
     out: dict[str, Any] = {"name": f"projects/{project}/locations/local/hyperparameterTuningJobs/{job_id}"}
     out["displayName"] = spec.get("displayName") or job_id
     for key in ("studySpec", "maxTrialCount", "parallelTrialCount", "maxFailedTrialCount", "trialJobSpec", "labels",

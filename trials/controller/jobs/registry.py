@@ -27,7 +27,6 @@ from trials.timefmt import rfc3339
 if TYPE_CHECKING:
     from trials.study.storage import BaseStorage
 
-DEFAULT_PROJECT_NUMBER = "000000000000"
 
 
 @dataclass(kw_only=True)
@@ -143,7 +142,7 @@ def create_job(job: JobSpec, *, root: str, job_id: str | None, spec_path: str | 
         "state": QUEUED, "create_time": rfc3339(time.time()), "job_dir": job_dir,
         "base_output": base_output,
         "gcs_root": os.path.abspath(gcs_root) if gcs_root else os.path.join(job_dir, "gcs"),
-        "project_number": project_number or DEFAULT_PROJECT_NUMBER,
+        "project_number": project_number or protocol.DEFAULT_PROJECT_NUMBER,
         "local_command": list(local_command) if local_command else None,
         "cwd": os.path.abspath(cwd or os.getcwd()),
         "pass_env": list(dict.fromkeys(pass_env)),

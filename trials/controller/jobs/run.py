@@ -14,6 +14,7 @@ from trials.controller.loop.runner import JobRunner
 from trials.controller.loop.signals import LoopSignals
 from trials.controller.loop.state import RunOptions
 from trials.controller.loop.state_lock import state_lock
+from trials.controller.process.host import HostBackend
 from trials.errors import ConfigError
 from trials.study.storage import RetryingRDBStorage
 
@@ -123,7 +124,8 @@ def run_job(h: JobHandle, options: RunOptions, *, progress: Callable[[str, dict[
             locker.release()
 
     try:
-        runner = JobRunner(h.store, h.job, options, progress=progress, signals=signals)
+        backend = HostBackend(launch_dir=options.cwd, job_dir=options.job_dir, gcs_root=options.gcs_root)
+        runner = JobRunner(h.store, h.job, options, backend=backend, progress=progress, signals=signals)
         if resume and options.shared is None:  # shared jobs take over stale trials instead
             reap_job_leftovers(h)
             runner.resume_running()

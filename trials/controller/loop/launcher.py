@@ -1,22 +1,19 @@
 """Starting a claimed trial: its folder and files, its replicas' commands and environments, and each
-replica start (first or restart) through the injected replica factory (wrapped, in production, in
-the replicas' container view and the local Cloud Storage endpoint)."""
+replica start (first or restart) through the loop's replica backend."""
 
 from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Mapping
-from typing import Any, TextIO
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TextIO
 
 from trials import protocol
-from trials.controller.gcs import emulator as gcs_emulator
-from trials.controller.loop.effects import Clock, ReplicaFactory
+from trials.controller.backend.protocol import ReplicaBackend, ReplicaStart
+from trials.controller.loop.effects import Clock
 from trials.controller.loop.running import TrialRun
-from trials.controller.process import sandbox
 from trials.controller.process.groups import reap_leftovers
 from trials.controller.process.replica import free_port
-from trials.controller.process.spawn import start_replica
 from trials.controller.trial import files as trial_files
 from trials.controller.trial import launch
 from trials.controller.trial.devices import DeviceAllocator, DevicePlan, replica_env
@@ -26,6 +23,9 @@ from trials.spec import JobSpec
 from trials.study.store import Claimed
 from trials.timefmt import rfc3339
 
+if TYPE_CHECKING:
+    from trials.controller.loop.state import RunOptions
+
 
 class TrialLauncher:
     """Prepares trial folders and starts replicas for one job loop.
@@ -33,18 +33,19 @@ class TrialLauncher:
     Args:
         job: the job spec; ``job_id`` its id; ``trial_job_rest`` the stored trialJobSpec (REST form).
         options: the loop's ``RunOptions`` (paths, command, echo, memory limit, devices, pass_env).
-        factory: starts one replica (``spawn.start_replica`` in production).
+        backend: starts the replicas (:class:`trials.controller.process.host.HostBackend` in production).
         clock: wall time for the records.
         alloc: hands out devices to trials (None: devices untouched).
     """
 
-    def __init__(self, job: JobSpec, job_id: str, options: Any, *, factory: ReplicaFactory, clock: Clock,
+    def __init__(self, job: JobSpec, job_id: str, options: RunOptions, *, backend: ReplicaBackend,
+                 clock: Clock,
                  trial_job_rest: Mapping[str, Any], alloc: DeviceAllocator | None,
                  environ: Mapping[str, str] | None = None):
         self.job = job
         self.job_id = job_id
         self.opt = options
-        self.factory = factory
+        self.backend = backend
         self.clock = clock
         self.trial_job_rest = dict(trial_job_rest)
         self.alloc = alloc
@@ -74,7 +75,7 @@ class TrialLauncher:
         for d in (paths.model_dir, paths.checkpoint_dir, paths.tensorboard_dir):
             os.makedirs(protocol.local_path(d, self.opt.gcs_root), exist_ok=True)
         n_replicas = len(self.job.trial_job.replicas()) if self.job.trial_job else 1
-        ports = [free_port() for _ in range(n_replicas)] if n_replicas > 1 else [2222]
+        ports = [free_port() for _ in range(n_replicas)] if n_replicas > 1 else [protocol.REPLICA_PORT]
         launches = launch.build_replicas(
             job=self.job, job_id=self.job_id, trial_id=claimed.trial_id,
             params=claimed.params, paths=paths, project_number=self.opt.project_number,
@@ -85,7 +86,7 @@ class TrialLauncher:
         run = TrialRun(claimed=claimed, paths=paths, launches=launches,
                        reader=self._reader(paths, launches[0].metric_file),
                        start_wall=self.clock.wall(), start_mono=now)
-        if self.alloc is not None:
+        if self.alloc is not None and self.opt.devices is not None:
             run.devices = self.alloc.allocate(claimed.trial_id, self.opt.devices.counts)
         if claimed.resumed:
             # Measurements of earlier attempts stay in the trial directory and are read again.
@@ -112,39 +113,25 @@ class TrialLauncher:
         env = dict(lau.env)
         env[protocol.ENV_ATTEMPT] = str(attempt)
         plan: DevicePlan | None = self.opt.devices
+        group: tuple[str, ...] | None = None
         if plan is not None:
             group = run.devices[run.launches.index(lau)] if run.devices is not None else None
             env.update(replica_env(group, hide=plan.hide))
-        replica = self.factory(
-            list(lau.argv), env=env, cwd=self.opt.cwd,
+        replica = self.backend.start(ReplicaStart(
+            argv=tuple(lau.argv), env=env, cwd=self.opt.cwd, name=lau.name,
+            label=f"{run.trial_id}/{lau.name}" if echo else lau.name, trial_dir=run.paths.trial_dir,
             stdout_path=os.path.join(run.paths.trial_dir, protocol.stdout_log(lau.name)),
             stderr_path=os.path.join(run.paths.trial_dir, protocol.stderr_log(lau.name)),
-            name=f"{run.trial_id}/{lau.name}" if echo else lau.name,
-            echo=echo, memory_limit_mb=self.opt.memory_limit_mb,
-        )
+            outputs=write_through(env, self.opt.gcs_root), devices=group, echo=echo,
+            memory_limit_mb=self.opt.memory_limit_mb,
+        ))
         run.replicas[lau.name] = replica
         run.exited.pop(lau.name, None)
         # Every replica started in this run stays listed: a resumed controller reaps their groups.
-        run.pid_records.append(replica.record())
-        trial_files.write_pids(run.paths.trial_dir, run.pid_records)
-
-    def start_container(self, progress: Callable[[str, dict[str, Any]], None]) -> gcs_emulator.Emulator | None:
-        """The replicas' container view and the local Cloud Storage endpoint, each said once if absent.
-
-        Only the production factory is wrapped: an injected one (tests) starts replicas as it likes.
-        """
-        if self.factory is not start_replica:
-            return None
-        view = self.opt.sandbox or sandbox.detect(launch_dir=self.opt.cwd, job_dir=self.opt.job_dir,
-                                                  gcs_root=self.opt.gcs_root)
-        if not view.on:
-            progress("warning", {"message": view.describe()})
-        gcs, why = gcs_emulator.start(self.opt.gcs_root)
-        if gcs is None and gcs_emulator.available() and not gcs_emulator.disabled():
-            progress("warning", {"message": f"no local Cloud Storage endpoint: {why}"})
-        extra = {protocol.ENV_STORAGE_EMULATOR_HOST: gcs.host} if gcs is not None else {}
-        self.factory = sandbox.SandboxedStart(view, extra)
-        return gcs
+        record = replica.record()
+        if record is not None:
+            run.pid_records.append(record)
+            trial_files.write_pids(run.paths.trial_dir, run.pid_records)
 
     @staticmethod
     def _reap_previous(previous_worker: str, trial_dir: str) -> None:
@@ -161,3 +148,13 @@ def start_error_text(err: OSError | ConfigError, trial_dir: str) -> str:
     if not isinstance(err, OSError):
         return str(err).rstrip(".")
     return f"{err.strerror or err} ({getattr(err, 'filename', None) or trial_dir})"
+
+
+def write_through(env: Mapping[str, str], gcs_root: str) -> tuple[str, ...]:
+    """The host folder a replica writes through besides its trial folder: ``<base>/<trial>/``, the
+    parent of its ``AIP_MODEL_DIR`` (mapped from gs:// into the job's /gcs root); () without one."""
+    model_dir = env.get(protocol.ENV_MODEL_DIR)
+    if not model_dir:
+        return ()
+    local = protocol.local_path(model_dir, env.get(protocol.ENV_GCS_ROOT) or gcs_root)
+    return (os.path.dirname(local.rstrip("/")),)

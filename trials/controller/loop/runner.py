@@ -15,8 +15,9 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
+from trials.controller.backend.protocol import ReplicaBackend
 from trials.controller.loop.chaos import Chaos
-from trials.controller.loop.effects import Clock, ReplicaFactory, Signals, SystemClock
+from trials.controller.loop.effects import Clock, Signals, SystemClock
 from trials.controller.loop.launcher import TrialLauncher, start_error_text
 from trials.controller.loop.metrics import TrialMetrics
 from trials.controller.loop.record import active_attrs, record_trial
@@ -25,12 +26,11 @@ from trials.controller.loop.signals import LoopSignals
 from trials.controller.loop.state import JobProgress, RunOptions
 from trials.controller.loop.state_lock import state_lock
 from trials.controller.loop.supervisor import TrialSupervisor
-from trials.controller.process.replica import check_memory_all
-from trials.controller.process.spawn import start_replica
 from trials.controller.trial.devices import DeviceAllocator
 from trials.errors import ConfigError, DiskFullError
 from trials.records import FINAL_JOB_STATES, JobState, StopReason, TrialState
 from trials.spec import JobSpec, Scheduling
+from trials.study.leases import SharedJob
 from trials.study.store import Claimed, JobStore
 
 # Vertex job states (names kept for the modules that import them from here)
@@ -52,13 +52,13 @@ class JobRunner(JobProgress):
         store: the job in its storage; ``job`` its spec; ``options`` how to run it here.
         progress: called with each event for the user (``trial_started``, ``trial_done``, ...).
         clock: monotonic and wall time (default: the system's).
-        replica_factory: starts a replica (default: ``spawn.start_replica``).
+        backend: starts the replicas (:class:`trials.controller.process.host.HostBackend` for host processes).
         signals: installs the stop-signal handlers and waits between passes (default: ``LoopSignals``).
     """
 
-    def __init__(self, store: JobStore, job: JobSpec, options: RunOptions, *,
+    def __init__(self, store: JobStore, job: JobSpec, options: RunOptions, *, backend: ReplicaBackend,
                  progress: Callable[[str, dict[str, Any]], None] | None = None,
-                 clock: Clock | None = None, replica_factory: ReplicaFactory = start_replica,
+                 clock: Clock | None = None,
                  signals: Signals | None = None):
         super().__init__(store, job, options, progress=progress, clock=clock or SystemClock())
         self.running: dict[str, TrialRun] = {}
@@ -67,7 +67,8 @@ class JobRunner(JobProgress):
         plan = options.devices
         self._alloc = DeviceAllocator(plan.devices) if plan and plan.devices is not None else None
         spec_rest = store.get_meta("spec") or {}
-        self._launcher = TrialLauncher(job, store.job_id, options, factory=replica_factory, clock=self.clock,
+        self._backend = backend
+        self._launcher = TrialLauncher(job, store.job_id, options, backend=self._backend, clock=self.clock,
                                        trial_job_rest=spec_rest.get("trialJobSpec", {}), alloc=self._alloc)
         scheduling = job.trial_job.scheduling if job.trial_job else Scheduling()
         self._chaos = Chaos(options.inject_restarts, options.seed)
@@ -99,7 +100,7 @@ class JobRunner(JobProgress):
 
     def _run(self, on_end: Callable[[], None] | None) -> str:
         self.begin_job()
-        gcs = self._launcher.start_container(self.progress)
+        self._backend.open(lambda message: self.progress("warning", {"message": message}))
         full: OSError | None = None
         state = ""
         try:
@@ -118,8 +119,7 @@ class JobRunner(JobProgress):
             full = err  # nothing more can be recorded: pause, keep what is recorded
         finally:
             self._stop_everything()
-            if gcs is not None:
-                gcs.stop()
+            self._backend.close()
         if full is not None:
             where = f" writing {full.filename}" if full.filename else ""
             raise DiskFullError(
@@ -137,8 +137,10 @@ class JobRunner(JobProgress):
                 self._fill_slots(now)
                 self.max_parallel = max(self.max_parallel, len(self.running))
             if self.shared is not None and self.shared.beat_due():
-                self._on_heartbeat(now)
+                self._on_heartbeat(self.shared, now)
             n_running = len(self.running)
+            if self.opt.memory_limit_mb and self.running:
+                self._backend.check_memory()
             for run in list(self.running.values()):
                 self._pass(run, now)
             if not self.running and not self.accepting_trials:
@@ -202,8 +204,6 @@ class JobRunner(JobProgress):
         if self.kill_now:
             for r in run.replicas.values():
                 r.send_signal_group(signal.SIGKILL)
-        if self.opt.memory_limit_mb:
-            check_memory_all(r for r in run.replicas.values() if r.poll() is None)  # type: ignore[misc]
         exits = run.new_exits()  # THE snapshot: each exit below is classified exactly once
         self._on_metrics(run, now, final=bool(exits))
         for name, status in exits.items():
@@ -239,8 +239,8 @@ class JobRunner(JobProgress):
                 run.predicted = (decision.predicted_x, decision.predicted_final)
             self._sup.begin_stop(run, now, StopReason.EARLY)  # ACTIVE -> STOPPING
 
-    def _on_heartbeat(self, now: float) -> None:
-        lost = set(self.shared.beat([r.claimed.storage_id for r in self.running.values() if not r.lost]))
+    def _on_heartbeat(self, shared: SharedJob, now: float) -> None:
+        lost = set(shared.beat([r.claimed.storage_id for r in self.running.values() if not r.lost]))
         for run in self.running.values():
             if run.claimed.storage_id in lost and not run.lost:
                 self._lose(run, now)
@@ -282,11 +282,10 @@ class JobRunner(JobProgress):
             self._alloc.release(run.trial_id)
         for name, r in run.replicas.items():
             r.close()
-            leftovers = getattr(r, "leftovers", None)  # process.Replica: killed after its leader exited
-            if leftovers:
+            if r.leftovers:  # killed after its leader exited
                 self.progress("warning", {"trial_id": run.trial_id, "message": (
-                    f"trial {run.trial_id}: {name} exited and left {len(leftovers)} processes running; "
-                    f"killed them: {', '.join(leftovers)}")})
+                    f"trial {run.trial_id}: {name} exited and left {len(r.leftovers)} processes running; "
+                    f"killed them: {', '.join(r.leftovers)}")})
         if not run.lost and self.shared is not None and not self.shared.owns(run.claimed.storage_id):
             run.stop_reason = StopReason.LOST
         if not run.lost:

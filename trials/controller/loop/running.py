@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trials.controller.loop.effects import ReplicaHandle
+from trials.controller.backend.protocol import ReplicaHandle
 from trials.controller.policy import exits as policy
 from trials.controller.trial import launch
 from trials.controller.trial.metrics_reader import TrialMetricsReader

@@ -7,7 +7,7 @@ import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from trials.controller.loop.effects import Clock
 from trials.controller.policy import exits as policy
@@ -16,6 +16,9 @@ from trials.records import JobState, StopReason
 from trials.spec import JobSpec
 from trials.study.store import Claimed, JobStore
 from trials.timefmt import parse_rfc3339, rfc3339, wall_after
+
+if TYPE_CHECKING:
+    from trials.study.leases import SharedJob
 
 DEFAULT_GRACE_S = 10.0
 STATE_CHECK_INTERVAL_S = 1.0  # how often the loop reads the job's state written by others (cancel)
@@ -36,17 +39,16 @@ class RunOptions:
     inject_restarts: float = 0.0  # chaos mode: SIGTERM + restart rate per trial-second
     echo: TextIO | None = None  # copy replica output here, prefixed
     seed: int | None = None
-    shared: Any = None  # trials.study.leases.SharedJob: one of several workers on a database job
+    shared: SharedJob | None = None  # one of several workers on a database job
     join: bool = False  # a `trials worker`: Ctrl-C / SIGTERM leaves the job instead of cancelling it
     devices: DevicePlan | None = None  # GPUs handed to replicas (None: CUDA_VISIBLE_DEVICES untouched)
     pass_env: tuple[str, ...] = ()  # withheld host variables passed to replicas anyway (--pass-env)
-    sandbox: Any = None  # trials.controller.process.sandbox.Sandbox; None: detected when the run starts
 
 
 class JobProgress:
     """Job-level state of one job loop (the base of ``JobRunner``)."""
 
-    def __init__(self, store: JobStore, job: JobSpec, options: Any, *,
+    def __init__(self, store: JobStore, job: JobSpec, options: RunOptions, *,
                  progress: Callable[[str, dict[str, Any]], None] | None, clock: Clock):
         self.store = store
         self.job = job

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from trials.controller.backend.protocol import ReplicaHandle
 from trials.controller.loop.chaos import Chaos
-from trials.controller.loop.effects import Clock, ReplicaHandle
+from trials.controller.loop.effects import Clock
 from trials.controller.loop.launcher import TrialLauncher, start_error_text
 from trials.controller.loop.running import TrialRun, Verdict, decide_exit
 from trials.controller.policy import exits as policy
@@ -43,8 +44,7 @@ class TrialSupervisor:
 
     def _exit_mono(self, r: ReplicaHandle) -> float:
         """When the replica exited (monotonic): noted at its SIGCHLD (``exit_times``), or now."""
-        mono = getattr(r, "exited_mono", None)  # a replayed replica may have none
-        return float(mono) if mono is not None else self.clock.monotonic()
+        return r.exited_mono if r.exited_mono is not None else self.clock.monotonic()
 
     def on_exit(self, run: TrialRun, name: str, status: int, now: float) -> None:
         r = run.replicas[name]

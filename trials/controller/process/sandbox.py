@@ -167,28 +167,3 @@ def start_sandboxed(sandbox: Sandbox, argv: Sequence[str], *, env: Mapping[str, 
     if orphan_tree is not None:
         orphan_tree.adopt(started.pid)
     return started
-
-
-class SandboxedStart:
-    """A replica factory with ``spawn.start_replica``'s signature that starts replicas in their view.
-
-    The trial folder is the log files' folder, the replica name and the ``AIP_*`` base come from
-    the replica's environment; ``extra_env`` is added to it (``STORAGE_EMULATOR_HOST``).
-    """
-
-    def __init__(self, sandbox: Sandbox, extra_env: Mapping[str, str] | None = None):
-        self.sandbox = sandbox
-        self.extra_env = dict(extra_env or {})
-
-    def __call__(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, stdout_path: str,
-                 stderr_path: str, name: str, echo: Any = None, memory_limit_mb: int | None = None) -> Replica:
-        trial_dir = os.path.dirname(os.path.abspath(stdout_path))
-        replica = env.get(protocol.ENV_REPLICA) or os.path.basename(stdout_path).split(".", 1)[0]
-        outputs = []
-        model_dir = env.get(protocol.ENV_MODEL_DIR)
-        if model_dir:  # <base>/<trial>/model/: the replica writes <base>/<trial>/ through
-            local = protocol.local_path(model_dir, env.get(protocol.ENV_GCS_ROOT) or self.sandbox.gcs_root)
-            outputs.append(os.path.dirname(local.rstrip("/")))
-        return start_sandboxed(self.sandbox, argv, env={**env, **self.extra_env}, trial_dir=trial_dir,
-                               outputs=outputs, replica=replica, stdout_path=stdout_path,
-                               stderr_path=stderr_path, name=name, echo=echo, memory_limit_mb=memory_limit_mb)

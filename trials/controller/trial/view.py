@@ -51,8 +51,8 @@ def sample_view(job: JobSpec, *, local_command: Sequence[str] | None, pass_env: 
     n = len(job.trial_job.replicas()) if job.trial_job else 1
     primary = launch.build_replicas(
         job=job, job_id=JOB_ID, trial_id="1", params=params, paths=paths,
-        project_number="000000000000", local_command=local_command, base_env=base_env,
-        ports=[2222] * n, gcs_root=os.path.join(JOB_DIR, "gcs"),
+        project_number=protocol.DEFAULT_PROJECT_NUMBER, local_command=local_command, base_env=base_env,
+        ports=[protocol.REPLICA_PORT] * n, gcs_root=os.path.join(JOB_DIR, "gcs"),
     )[0]
     spec_env = {e.name for pool in _pools(job) for e in pool.env}
     set_here = {k: v for k, v in primary.env.items()

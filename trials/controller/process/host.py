@@ -1,0 +1,80 @@
+"""The host backend: each replica a local process tree, in its container view where Linux allows.
+
+What the job loop's :class:`trials.controller.backend.protocol.ReplicaBackend` asks, done with the exec
+shim (:mod:`spawn`), the namespace sandbox (:mod:`sandbox`), a cgroup or the subreaper (:mod:`tree`,
+:mod:`orphans`), memory limits read from /proc (:mod:`replica`) and the local Cloud Storage endpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from trials import protocol
+from trials.controller.backend.protocol import ReplicaStart
+from trials.controller.gcs import emulator as gcs_emulator
+from trials.controller.process import sandbox as sandboxing
+from trials.controller.process.replica import Replica, check_memory_all
+
+
+class HostBackend:
+    """Replicas as host processes of one job.
+
+    Args:
+        launch_dir: the folder trials start in (each replica gets a private copy-on-write view of it).
+        job_dir: the job's folder (hidden from replicas, but for their own trial folder).
+        gcs_root: the job's buckets (``/gcs`` in every replica; served as Cloud Storage when the
+            ``gcs`` extra is installed).
+        sandbox: the view to use (default: :func:`sandbox.detect` when the backend opens).
+        gcs_endpoint: start the local Cloud Storage endpoint (``trials check`` does not).
+        environ: where ``TRIALS_SANDBOX`` and ``TRIALS_GCS_EMULATOR`` are read (default: os.environ).
+    """
+
+    def __init__(self, *, launch_dir: str, job_dir: str, gcs_root: str,
+                 sandbox: sandboxing.Sandbox | None = None, gcs_endpoint: bool = True,
+                 environ: Mapping[str, str] | None = None):
+        self.launch_dir = launch_dir
+        self.job_dir = job_dir
+        self.gcs_root = gcs_root
+        self.sandbox = sandbox
+        self.gcs_endpoint = gcs_endpoint
+        self.environ = environ
+        self._gcs: gcs_emulator.Emulator | None = None
+        self._extra_env: dict[str, str] = {}
+        self._live: list[Replica] = []
+
+    @property
+    def view(self) -> sandboxing.Sandbox:
+        """The replicas' container view (detected on first use)."""
+        if self.sandbox is None:
+            self.sandbox = sandboxing.detect(launch_dir=self.launch_dir, job_dir=self.job_dir,
+                                             gcs_root=self.gcs_root, environ=self.environ)
+        return self.sandbox
+
+    def open(self, say: Callable[[str], None]) -> None:
+        if not self.view.on:
+            say(self.view.describe())
+        if not self.gcs_endpoint:
+            return
+        gcs, why = gcs_emulator.start(self.gcs_root, self.environ)
+        if gcs is None and gcs_emulator.available() and not gcs_emulator.disabled(self.environ):
+            say(f"no local Cloud Storage endpoint: {why}")
+        self._gcs = gcs
+        self._extra_env = {protocol.ENV_STORAGE_EMULATOR_HOST: gcs.host} if gcs is not None else {}
+
+    def start(self, request: ReplicaStart) -> Replica:
+        replica = sandboxing.start_sandboxed(
+            self.view, request.argv, env={**request.env, **self._extra_env}, trial_dir=request.trial_dir,
+            outputs=request.outputs, replica=request.name, stdout_path=request.stdout_path,
+            stderr_path=request.stderr_path, name=request.label, echo=request.echo,
+            memory_limit_mb=request.memory_limit_mb)
+        self._live = [r for r in self._live if r.returncode is None]
+        self._live.append(replica)
+        return replica
+
+    def check_memory(self) -> None:
+        check_memory_all(r for r in self._live if r.poll() is None)
+
+    def close(self) -> None:
+        if self._gcs is not None:
+            self._gcs.stop()
+            self._gcs = None
