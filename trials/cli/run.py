@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from trials import protocol
 from trials.errors import ConfigError
 from trials.printable import printable
+from trials.records import JobState
 
 if TYPE_CHECKING:  # each command imports what it needs when it runs
     from typing import Any
@@ -107,7 +108,7 @@ def _resume_counts(h: JobHandle, args: argparse.Namespace) -> dict[str, int]:
 
 def _cmd_worker(args: argparse.Namespace) -> int:
     from trials.controller.jobs import registry as controller
-    from trials.controller.loop.runner import CANCELLING, FINAL_STATES
+    from trials.records import FINAL_JOB_STATES
     from trials.storage_url import is_journal_url
 
     if not args.storage or is_journal_url(args.storage):
@@ -120,7 +121,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         h.job_dir = controller.job_dir_of(args.root, h.job_id)
     args.root = args.root or protocol.DEFAULT_JOBS_ROOT
     state = h.store.get_meta("state")
-    if state in FINAL_STATES or state == CANCELLING:
+    if state in FINAL_JOB_STATES or state == JobState.CANCELLING:
         print(f"job {h.job_id} is {state}; nothing to run")
         return 0
     return _run_and_report(h, args, resume=False, join=True)
@@ -271,9 +272,9 @@ def _summary(h: JobHandle, runner: JobRunner, args: argparse.Namespace) -> int:
                      "")
         print(f"error: no trial succeeded, so this job found nothing (first reason: {printable(str(first))})")
         return code
-    if state == "JOB_STATE_SUCCEEDED":
+    if state == JobState.SUCCEEDED:
         return 0
-    if state in ("JOB_STATE_CANCELLED", "JOB_STATE_CANCELLING"):  # CANCELLING: other workers still stopping
+    if state in (JobState.CANCELLED, JobState.CANCELLING):  # CANCELLING: other workers still stopping
         root = f" --root {args.root}" if args.root != protocol.DEFAULT_JOBS_ROOT else ""
         print(f"resume it with: trials resume {h.job_id}{root}")
         return protocol.EXIT_INTERRUPTED

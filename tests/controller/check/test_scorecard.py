@@ -1,10 +1,10 @@
 """The scorecard's verdicts, from observations (no process)."""
 
-from trials.controller.check.scorecard import Observations, Report, RunSeen, StopSeen, Verdict, format_text, judge
+from trials.controller.check.scorecard import Observations, RunSeen, SeenReport, StopSeen, Verdict, format_text, judge
 
 
 def reports(steps, tag="accuracy"):
-    return [Report(tag=tag, step=s, value=0.5) for s in steps]
+    return [SeenReport(tag=tag, step=s, value=0.5) for s in steps]
 
 
 def good_run(**kw):

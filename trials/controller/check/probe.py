@@ -59,10 +59,10 @@ class Probe:
                            if not set(f.split(os.sep)) & _IGNORED_NAMES and not f.endswith((".pyc", ".pyo"))})
         return changed(self.before, snapshot(self.cwd, exclude=self.exclude))
 
-    def primary_reports(self) -> list[scorecard.Report]:
+    def primary_reports(self) -> list[scorecard.SeenReport]:
         return read_reports(self.launches[0].metric_file)
 
-    def watch(self, deadline: float, until: Callable[[list[scorecard.Report]], bool] | None = None) -> bool:
+    def watch(self, deadline: float, until: Callable[[list[scorecard.SeenReport]], bool] | None = None) -> bool:
         """Wait until the primary exits, ``until`` holds, or ``deadline``; True when the primary exited."""
         primary = self.replicas[0]
         while True:
@@ -138,8 +138,8 @@ def read_text(path: str) -> str:
         return ""
 
 
-def read_reports(metric_file: str) -> list[scorecard.Report]:
-    return [scorecard.Report(tag=h.tag, step=h.step or None, value=h.value)
+def read_reports(metric_file: str) -> list[scorecard.SeenReport]:
+    return [scorecard.SeenReport(tag=h.tag, step=h.step or None, value=h.value)
             for h in parse_hypertune_text(read_text(metric_file))]
 
 

@@ -27,7 +27,7 @@ class Verdict(str, enum.Enum):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Report:
+class SeenReport:
     """One metric report as the controller read it (hypertune file or metrics.jsonl)."""
 
     tag: str
@@ -42,7 +42,7 @@ class RunSeen:
     exit_code: int | None = None  # None: never exited (killed by the check)
     duration_s: float = 0.0
     stopped_by_check: bool = False  # shortened to stay in the time box
-    reports: list[Report] = field(default_factory=list)
+    reports: list[SeenReport] = field(default_factory=list)
     first_report_s: float | None = None  # seconds from start to the first report
     error_tail: list[str] = field(default_factory=list)
     n_log_lines: int = 0
@@ -100,7 +100,7 @@ RULE_IDENTITY = ("on Vertex the project is CLOUD_ML_PROJECT_ID and the credentia
 RULE_PRIMARY = "in distributed training only the primary replica (workerpool0-0) reports and saves"
 
 
-def _steps(reports: Sequence[Report], metric_ids: Sequence[str]) -> list[int | None]:
+def _steps(reports: Sequence[SeenReport], metric_ids: Sequence[str]) -> list[int | None]:
     primary = metric_ids[0] if metric_ids else None
     return [r.step for r in reports if r.tag == primary]
 

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 from trials.controller.jobs.lock import lock_holder, reap_job_leftovers, repair_journal
 from trials.controller.jobs.registry import job_dir_of
 from trials.controller.jobs.run import is_shared, shared_job
-from trials.controller.loop.runner import CANCELLED, CANCELLING, FINAL_STATES, QUEUED, RUNNING
 from trials.controller.loop.state_lock import state_lock
 from trials.errors import ConfigError, JobNotFoundError
+from trials.records import FINAL_JOB_STATES, JobState
 from trials.storage_url import JOURNAL_FILE
 from trials.timefmt import rfc3339
 
@@ -128,11 +128,11 @@ def cancel(h: JobHandle) -> tuple[str, bool]:
 def _cancel(h: JobHandle) -> tuple[str, bool]:
     state = h.store.get_meta("state")
     holder = _holder(h)
-    if state in FINAL_STATES and holder is None:
+    if state in FINAL_JOB_STATES and holder is None:
         return str(state), True
     if holder is None:
         repair_journal(h.storage_url)
-    h.store.set_meta(state=CANCELLING)
+    h.store.set_meta(state=JobState.CANCELLING.value)
     shared = shared_job(h) if is_shared(h) else None
     if shared is not None:
         shared.requeue_stale()  # trials of dead workers: nobody else would ever stop them
@@ -140,14 +140,14 @@ def _cancel(h: JobHandle) -> tuple[str, bool]:
         if holder:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(holder, signal.SIGTERM)
-        return CANCELLING, False
-    if shared is None and state in (QUEUED, RUNNING, CANCELLING):
+        return JobState.CANCELLING.value, False
+    if shared is None and state in (JobState.QUEUED, JobState.RUNNING, JobState.CANCELLING):
         _requeue_orphans(h)  # the controller died: nobody else would ever stop its trials
-    if state in (QUEUED, RUNNING, CANCELLING) and not h.store.running_trials():
-        h.store.set_meta(state=CANCELLED, end_time=rfc3339(time.time()),
+    if state in (JobState.QUEUED, JobState.RUNNING, JobState.CANCELLING) and not h.store.running_trials():
+        h.store.set_meta(state=JobState.CANCELLED.value, end_time=rfc3339(time.time()),
                          error={"code": 1, "message": "The job was cancelled."})
-        return CANCELLED, False
-    return CANCELLING, False
+        return JobState.CANCELLED.value, False
+    return JobState.CANCELLING.value, False
 
 
 def repair_job(root: str, job_id: str) -> tuple[int, list[str], str | None]:

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from trials import protocol
 from trials.controller.jobs.describe import shown
-from trials.controller.loop.runner import QUEUED
 from trials.errors import ConfigError, JobNotFoundError, StorageError
+from trials.records import JobState
 from trials.spec import Algorithm, JobSpec, LocalOptions
 from trials.storage_url import JOURNAL_FILE, redact
 from trials.study.samplers import check_choice, choose_sampler_name, make_sampler
@@ -139,7 +139,7 @@ def create_job(job: JobSpec, *, root: str, job_id: str | None, spec_path: str | 
     # Everything that can refuse the options runs before the job folder exists: a bad
     # --base-output-dir or --storage leaves nothing behind.
     meta: dict[str, Any] = {
-        "state": QUEUED, "create_time": rfc3339(time.time()), "job_dir": job_dir,
+        "state": JobState.QUEUED.value, "create_time": rfc3339(time.time()), "job_dir": job_dir,
         "base_output": base_output,
         "gcs_root": os.path.abspath(gcs_root) if gcs_root else os.path.join(job_dir, "gcs"),
         "project_number": project_number or protocol.DEFAULT_PROJECT_NUMBER,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from trials.controller.jobs.lock import ControllerLock, reap_job_leftovers, repair_journal
 from trials.controller.loop.runner import JobRunner
 from trials.controller.loop.signals import LoopSignals
-from trials.controller.loop.state import RunOptions
+from trials.controller.loop.state import LoopOptions
 from trials.controller.loop.state_lock import state_lock
 from trials.controller.process.host import HostBackend
 from trials.errors import ConfigError
@@ -51,10 +51,10 @@ def check_runnable(h: JobHandle) -> None:
 def run_options(h: JobHandle, *, echo: bool, grace_period_s: float | None, memory_limit_mb: int | None,
                 inject_restarts: float | None, slots: int | None, seed: int | None,
                 devices: Any = None, shared: Any = None, join: bool = False,
-                pass_env: Sequence[str] = ()) -> RunOptions:
+                pass_env: Sequence[str] = ()) -> LoopOptions:
     meta = h.store.meta()
     local = h.job.local
-    return RunOptions(
+    return LoopOptions(
         job_dir=h.job_dir, base_output=meta["base_output"], gcs_root=meta["gcs_root"],
         project_number=meta["project_number"], cwd=meta["cwd"],
         local_command=tuple(meta["local_command"]) if meta.get("local_command") else None,
@@ -103,7 +103,7 @@ def shared_job(h: JobHandle, *, stale_after_s: float | None = None,
     return SharedJob(h.store, stale_after_s=float(job_value), outages=outages)
 
 
-def run_job(h: JobHandle, options: RunOptions, *, progress: Callable[[str, dict[str, Any]], None] | None = None,
+def run_job(h: JobHandle, options: LoopOptions, *, progress: Callable[[str, dict[str, Any]], None] | None = None,
             resume: bool = False, lock: bool = True, signals: LoopSignals | None = None) -> JobRunner:
     """Run the job here (holding its controller lock unless ``lock`` is false: a joined worker).
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from trials import protocol
 from trials.controller.backend.protocol import ReplicaBackend, ReplicaStart
 from trials.controller.loop.effects import Clock
-from trials.controller.loop.running import TrialRun
+from trials.controller.loop.running import RunningTrial
 from trials.controller.process.groups import reap_leftovers
 from trials.controller.process.replica import free_port
 from trials.controller.trial import files as trial_files
@@ -24,7 +24,7 @@ from trials.study.store import Claimed
 from trials.timefmt import rfc3339
 
 if TYPE_CHECKING:
-    from trials.controller.loop.state import RunOptions
+    from trials.controller.loop.state import LoopOptions
 
 
 class TrialLauncher:
@@ -32,13 +32,13 @@ class TrialLauncher:
 
     Args:
         job: the job spec; ``job_id`` its id; ``trial_job_rest`` the stored trialJobSpec (REST form).
-        options: the loop's ``RunOptions`` (paths, command, echo, memory limit, devices, pass_env).
+        options: the loop's ``LoopOptions`` (paths, command, echo, memory limit, devices, pass_env).
         backend: starts the replicas (:class:`trials.controller.process.host.HostBackend` in production).
         clock: wall time for the records.
         alloc: hands out devices to trials (None: devices untouched).
     """
 
-    def __init__(self, job: JobSpec, job_id: str, options: RunOptions, *, backend: ReplicaBackend,
+    def __init__(self, job: JobSpec, job_id: str, options: LoopOptions, *, backend: ReplicaBackend,
                  clock: Clock,
                  trial_job_rest: Mapping[str, Any], alloc: DeviceAllocator | None,
                  environ: Mapping[str, str] | None = None):
@@ -55,14 +55,14 @@ class TrialLauncher:
         return TrialMetricsReader(metric_file, os.path.join(paths.trial_dir, protocol.METRICS_LOG),
                                   self.job.study.reported_metric_ids, start_time=self.clock.wall())
 
-    def empty_run(self, claimed: Claimed, now: float) -> TrialRun:
+    def empty_run(self, claimed: Claimed, now: float) -> RunningTrial:
         """A run with no replica: for a trial that could not be prepared (it fails at once)."""
         paths = launch.trial_paths(self.opt.job_dir, self.opt.base_output, claimed.trial_id)
         reader = self._reader(paths, os.path.join(paths.trial_dir, protocol.HYPERTUNE_FILE))
-        return TrialRun(claimed=claimed, paths=paths, launches=[], reader=reader,
+        return RunningTrial(claimed=claimed, paths=paths, launches=[], reader=reader,
                         start_wall=self.clock.wall(), start_mono=now)
 
-    def prepare(self, claimed: Claimed, now: float, previous_attempts: list[dict[str, Any]]) -> TrialRun:
+    def prepare(self, claimed: Claimed, now: float, previous_attempts: list[dict[str, Any]]) -> RunningTrial:
         """Create the trial folder and its files; the run has no replica started yet.
 
         Raises:
@@ -83,7 +83,7 @@ class TrialLauncher:
             base_env=launch.clean_base_env(self.environ, self.opt.pass_env),
             ports=ports, gcs_root=self.opt.gcs_root, job_spec_rest=self.trial_job_rest,
         )
-        run = TrialRun(claimed=claimed, paths=paths, launches=launches,
+        run = RunningTrial(claimed=claimed, paths=paths, launches=launches,
                        reader=self._reader(paths, launches[0].metric_file),
                        start_wall=self.clock.wall(), start_mono=now)
         if self.alloc is not None and self.opt.devices is not None:
@@ -104,7 +104,7 @@ class TrialLauncher:
         trial_files.write_env(paths.trial_dir, {lau.name: lau.env for lau in launches}, self.environ)
         return run
 
-    def start(self, run: TrialRun, lau: launch.ReplicaLaunch, *, attempt: int, echo: TextIO | None) -> None:
+    def start(self, run: RunningTrial, lau: launch.ReplicaLaunch, *, attempt: int, echo: TextIO | None) -> None:
         """Start (or restart) one replica and list it in ``pids.json``.
 
         Raises:

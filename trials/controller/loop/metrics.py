@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from trials.controller.loop.running import TrialRun
+from trials.controller.loop.running import RunningTrial
 from trials.controller.policy import stopping
 from trials.records import (
     LIVE_ELAPSED_ATTR,
@@ -39,7 +39,7 @@ class TrialMetrics:
         """A trial completed: the early-stopping rule compares against one more curve."""
         self._curves = None
 
-    def warn_unknown_tags(self, run: TrialRun) -> None:
+    def warn_unknown_tags(self, run: RunningTrial) -> None:
         if run.warned_tags or not run.reader.unknown_tags:
             return
         run.warned_tags = True
@@ -59,7 +59,7 @@ class TrialMetrics:
                 f"trial {run.trial_id} reports tags not in the spec: {names} (spec metrics: "
                 f"{spec_ids}); other trials reporting the same tags are not warned again")})
 
-    def resume_from_store(self, run: TrialRun) -> None:
+    def resume_from_store(self, run: RunningTrial) -> None:
         """Start a trial's run from what the storage holds for it (the steps earlier controllers or
         runs read, with their metrics): its record is the union of every attempt's reports."""
         frozen = self.store.storage.get_trial(run.claimed.storage_id)
@@ -74,7 +74,7 @@ class TrialMetrics:
         run.live_elapsed = {str(k): v for k, v in (attrs.get(LIVE_ELAPSED_ATTR) or {}).items()}
         run.live_metrics = {str(k): dict(v) for k, v in (attrs.get(LIVE_METRICS_ATTR) or {}).items()}
 
-    def report_new(self, run: TrialRun) -> bool:
+    def report_new(self, run: RunningTrial) -> bool:
         """Store the steps read since the last call, and those whose values changed (a later report
         wins): the primary metric as Optuna's intermediate value, the other metrics and the
         elapsed time in the trial's live attributes (what ``describe`` shows of a running trial
@@ -101,7 +101,7 @@ class TrialMetrics:
         run.stored.update((m.step, dict(m.metrics)) for m in new)
         return True
 
-    def early_stop(self, run: TrialRun) -> stopping.StopDecision | None:
+    def early_stop(self, run: RunningTrial) -> stopping.StopDecision | None:
         """The stopping rule's decision for a running trial, or None when there is no rule."""
         spec = self.job.study.stopping
         if spec is None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from trials.controller.loop.metrics import TrialMetrics
-from trials.controller.loop.running import TrialRun
+from trials.controller.loop.running import RunningTrial
 from trials.controller.loop.state import JobProgress
 from trials.controller.policy import exits as policy
 from trials.controller.policy.outcome import finished_trial, record_finished
@@ -23,7 +23,7 @@ def active_attrs(loop: JobProgress, claimed: Claimed) -> dict[str, Any]:
             "trial_dir": paths.trial_dir, "start_time": rfc3339(loop.clock.wall())}
 
 
-def record_trial(loop: JobProgress, metrics: TrialMetrics, run: TrialRun) -> None:
+def record_trial(loop: JobProgress, metrics: TrialMetrics, run: RunningTrial) -> None:
     """Record a trial that ended here: back to the queue, or finished with its outcome."""
     run.reader.poll(final=True)
     metrics.warn_unknown_tags(run)

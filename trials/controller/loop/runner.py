@@ -21,23 +21,17 @@ from trials.controller.loop.effects import Clock, Signals, SystemClock
 from trials.controller.loop.launcher import TrialLauncher, start_error_text
 from trials.controller.loop.metrics import TrialMetrics
 from trials.controller.loop.record import active_attrs, record_trial
-from trials.controller.loop.running import TrialRun
+from trials.controller.loop.running import RunningTrial
 from trials.controller.loop.signals import LoopSignals
-from trials.controller.loop.state import JobProgress, RunOptions
+from trials.controller.loop.state import JobProgress, LoopOptions
 from trials.controller.loop.state_lock import state_lock
 from trials.controller.loop.supervisor import TrialSupervisor
 from trials.controller.trial.devices import DeviceAllocator
 from trials.errors import ConfigError, DiskFullError
-from trials.records import FINAL_JOB_STATES, JobState, StopReason, TrialState
+from trials.records import StopReason, TrialState
 from trials.spec import JobSpec, Scheduling
 from trials.study.leases import SharedJob
 from trials.study.store import Claimed, JobStore
-
-# Vertex job states (names kept for the modules that import them from here)
-QUEUED, PENDING, RUNNING = JobState.QUEUED, JobState.PENDING, JobState.RUNNING
-SUCCEEDED, FAILED = JobState.SUCCEEDED, JobState.FAILED
-CANCELLING, CANCELLED = JobState.CANCELLING, JobState.CANCELLED
-FINAL_STATES = FINAL_JOB_STATES
 
 METRICS_POLL_S = 0.25  # metric reads of a running trial when no stopping rule needs every step
 STOP_POLL_S = 0.02  # while stopping every replica on the way out
@@ -56,12 +50,12 @@ class JobRunner(JobProgress):
         signals: installs the stop-signal handlers and waits between passes (default: ``LoopSignals``).
     """
 
-    def __init__(self, store: JobStore, job: JobSpec, options: RunOptions, *, backend: ReplicaBackend,
+    def __init__(self, store: JobStore, job: JobSpec, options: LoopOptions, *, backend: ReplicaBackend,
                  progress: Callable[[str, dict[str, Any]], None] | None = None,
                  clock: Clock | None = None,
                  signals: Signals | None = None):
         super().__init__(store, job, options, progress=progress, clock=clock or SystemClock())
-        self.running: dict[str, TrialRun] = {}
+        self.running: dict[str, RunningTrial] = {}
         self._signals: Signals = signals or LoopSignals()
         self._metrics = TrialMetrics(store, job, self.progress)
         plan = options.devices
@@ -200,7 +194,7 @@ class JobRunner(JobProgress):
                                         "resumed": claimed.resumed})
 
     # ------------------------------------------------------------------ one pass over a trial
-    def _pass(self, run: TrialRun, now: float) -> None:
+    def _pass(self, run: RunningTrial, now: float) -> None:
         if self.kill_now:
             for r in run.replicas.values():
                 r.send_signal_group(signal.SIGKILL)
@@ -217,7 +211,7 @@ class JobRunner(JobProgress):
         if run.all_exits_classified() and self._sup.groups_gone(run, now):
             self._finalize(run)
 
-    def _on_metrics(self, run: TrialRun, now: float, *, final: bool) -> None:
+    def _on_metrics(self, run: RunningTrial, now: float, *, final: bool) -> None:
         if run.lost:
             return  # the trial is another worker's now: nothing more is written for it here
         # Without a stopping rule nothing is decided on the way: read at most every
@@ -245,7 +239,7 @@ class JobRunner(JobProgress):
             if run.claimed.storage_id in lost and not run.lost:
                 self._lose(run, now)
 
-    def _lose(self, run: TrialRun, now: float) -> None:
+    def _lose(self, run: RunningTrial, now: float) -> None:
         """Another worker took the trial over: stop its replicas here, write nothing more for it."""
         self.progress("warning", {"trial_id": run.trial_id, "message": (
             f"trial {run.trial_id}: another worker took it over (this worker missed its "
@@ -253,7 +247,7 @@ class JobRunner(JobProgress):
         run.stop_reason = None  # whatever it was stopping for, it is not ours to record
         self._sup.begin_stop(run, now, StopReason.LOST)
 
-    def _store_metrics(self, run: TrialRun) -> bool:
+    def _store_metrics(self, run: RunningTrial) -> bool:
         """Store the steps read and not stored yet; False if none (or the trial is lost here)."""
         try:
             return self._metrics.report_new(run)
@@ -262,7 +256,7 @@ class JobRunner(JobProgress):
                 return False
             raise
 
-    def _taken_over(self, run: TrialRun, err: RuntimeError) -> bool:
+    def _taken_over(self, run: RunningTrial, err: RuntimeError) -> bool:
         """Whether a refused write means the trial is another worker's now (it is then lost here).
 
         A worker paused past its lease (SIGSTOP, a suspended VM) may write before its next
@@ -276,7 +270,7 @@ class JobRunner(JobProgress):
         return True
 
     # ------------------------------------------------------------------ finalize
-    def _finalize(self, run: TrialRun) -> None:
+    def _finalize(self, run: RunningTrial) -> None:
         del self.running[run.trial_id]
         if self._alloc is not None:
             self._alloc.release(run.trial_id)
@@ -318,5 +312,4 @@ class JobRunner(JobProgress):
         return self.store.storage.get_trial(claimed.storage_id).user_attrs.get(key)
 
 
-__all__ = ["CANCELLED", "CANCELLING", "FAILED", "FINAL_STATES", "PENDING", "QUEUED", "RUNNING", "SUCCEEDED",
-           "JobRunner", "RunOptions"]
+__all__ = ["JobRunner", "LoopOptions"]

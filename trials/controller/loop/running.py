@@ -2,8 +2,8 @@
 of what a replica's exit means for it.
 
 Each exit is classified exactly once, from the one poll of the loop tick that saw it
-(:meth:`TrialRun.new_exits`); a trial is finished only when every replica's exit has been
-classified and no restart is pending (:meth:`TrialRun.all_exits_classified`).
+(:meth:`RunningTrial.new_exits`); a trial is finished only when every replica's exit has been
+classified and no restart is pending (:meth:`RunningTrial.all_exits_classified`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from trials.study.store import Claimed
 from trials.timefmt import rfc3339, wall_after
 
 
-class Verdict(str, enum.Enum):
+class ExitAction(str, enum.Enum):
     RECORD = "record"  # nothing to decide: the trial is stopping, or a restart is already pending
     SUCCESS = "success"  # the primary replica succeeded: stop the others, the trial is done
     RESTART = "restart"  # restart the replica (same trial id, same env)
@@ -34,7 +34,7 @@ class Verdict(str, enum.Enum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExitDecision:
-    verdict: Verdict
+    action: ExitAction
     message: str | None = None  # the trial's failure, or the restarted attempt's reason
     detail: tuple[str, ...] = ()  # the exception and the traceback's last lines (local view)
     injected: bool = False  # a chaos-mode restart (does not use up the crash budget)
@@ -67,27 +67,27 @@ def decide_exit(
         n_job_retries: retries of the trial's whole CustomJob after transient exits so far.
     """
     if trial_stop is not None or restart_pending:
-        return ExitDecision(verdict=Verdict.RECORD)
+        return ExitDecision(action=ExitAction.RECORD)
     injected = told_to_stop
     decision = policy.classify_exit(status, replica=replica, stop_requested=False, oom_killed=oom_killed,
                                     restarts_so_far=0 if injected else n_crash_restarts,
                                     stderr_tail=stderr_tail, job_retries_so_far=n_job_retries)
     kind = decision.kind
     if injected and (kind is policy.ExitKind.RESTARTABLE or (kind is policy.ExitKind.SUCCEEDED and not is_primary)):
-        return ExitDecision(verdict=Verdict.RESTART, injected=True)  # a maintenance restart
+        return ExitDecision(action=ExitAction.RESTART, injected=True)  # a maintenance restart
     if kind is policy.ExitKind.SUCCEEDED:
-        return ExitDecision(verdict=Verdict.SUCCESS if is_primary else Verdict.WAIT)
+        return ExitDecision(action=ExitAction.SUCCESS if is_primary else ExitAction.WAIT)
     if kind is policy.ExitKind.RESTARTABLE:
-        return ExitDecision(verdict=Verdict.RESTART, message=policy.exit_message(replica, status),
+        return ExitDecision(action=ExitAction.RESTART, message=policy.exit_message(replica, status),
                             detail=decision.detail, budget=decision.budget)
     if kind is policy.ExitKind.RETRY_JOB:
-        return ExitDecision(verdict=Verdict.RETRY_JOB, message=policy.exit_message(replica, status),
+        return ExitDecision(action=ExitAction.RETRY_JOB, message=policy.exit_message(replica, status),
                             detail=decision.detail, budget=decision.budget)
-    return ExitDecision(verdict=Verdict.FAIL, message=decision.message, detail=decision.detail)
+    return ExitDecision(action=ExitAction.FAIL, message=decision.message, detail=decision.detail)
 
 
 @dataclass(eq=False)
-class TrialRun:
+class RunningTrial:
     """A claimed trial while its replicas run: what the loop knows and has decided about it."""
 
     claimed: Claimed

@@ -1,4 +1,4 @@
-"""The job as a whole while its loop runs: how it runs here (``RunOptions``), its state in the store,
+"""The job as a whole while its loop runs: how it runs here (``LoopOptions``), its state in the store,
 which trial runs next, why it stops, the failure rule's counts, and the totals the summary prints."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ STATE_CHECK_INTERVAL_S = 1.0  # how often the loop reads the job's state written
 
 
 @dataclass(kw_only=True)
-class RunOptions:
+class LoopOptions:
     job_dir: str
     base_output: str  # local directory or gs:// URI: trials get <base>/<trial_id>/...
     gcs_root: str
@@ -48,7 +48,7 @@ class RunOptions:
 class JobProgress:
     """Job-level state of one job loop (the base of ``JobRunner``)."""
 
-    def __init__(self, store: JobStore, job: JobSpec, options: RunOptions, *,
+    def __init__(self, store: JobStore, job: JobSpec, options: LoopOptions, *,
                  progress: Callable[[str, dict[str, Any]], None] | None, clock: Clock):
         self.store = store
         self.job = job

@@ -15,7 +15,7 @@ from trials.controller.backend.protocol import ReplicaHandle
 from trials.controller.loop.chaos import Chaos
 from trials.controller.loop.effects import Clock
 from trials.controller.loop.launcher import TrialLauncher, start_error_text
-from trials.controller.loop.running import TrialRun, Verdict, decide_exit
+from trials.controller.loop.running import ExitAction, RunningTrial, decide_exit
 from trials.controller.policy import exits as policy
 from trials.controller.trial.files import request_stop, stderr_tail
 from trials.errors import ConfigError
@@ -29,7 +29,7 @@ class TrialSupervisor:
     def __init__(self, *, store: JobStore, launcher: TrialLauncher, chaos: Chaos, clock: Clock,
                  progress: Callable[[str, dict[str, Any]], None], grace_s: float, timeout_s: float | None,
                  restart_all: bool, echo: TextIO | None,
-                 save_metrics: Callable[[TrialRun], object] | None = None):
+                 save_metrics: Callable[[RunningTrial], object] | None = None):
         self.store = store
         self.launcher = launcher
         self.chaos = chaos
@@ -46,7 +46,7 @@ class TrialSupervisor:
         """When the replica exited (monotonic): noted at its SIGCHLD (``exit_times``), or now."""
         return r.exited_mono if r.exited_mono is not None else self.clock.monotonic()
 
-    def on_exit(self, run: TrialRun, name: str, status: int, now: float) -> None:
+    def on_exit(self, run: RunningTrial, name: str, status: int, now: float) -> None:
         r = run.replicas[name]
         entry = run.record_exit(name, status, oom_killed=r.oom_killed, mono=self._exit_mono(r))
         r.close()
@@ -58,24 +58,24 @@ class TrialSupervisor:
             stderr_tail=stderr_tail(run.paths.trial_dir, name, status) if status else (),
             n_job_retries=run.job_retries,
         )
-        if decision.verdict in (Verdict.RESTART, Verdict.RETRY_JOB):
+        if decision.action in (ExitAction.RESTART, ExitAction.RETRY_JOB):
             if decision.message:
                 entry["reason"] = decision.message
             if decision.detail:
                 entry["detail"] = list(decision.detail)
             if decision.budget:
                 entry["budget"] = decision.budget  # which Vertex retry budget this restart uses
-            if decision.verdict is Verdict.RETRY_JOB:
+            if decision.action is ExitAction.RETRY_JOB:
                 self._retry_job(run, name, status, now, decision.budget)
             else:
                 self._schedule_restart(run, name, now, injected=decision.injected,
                                        budget=decision.budget)
-        elif decision.verdict is Verdict.SUCCESS:
+        elif decision.action is ExitAction.SUCCESS:
             self.begin_stop(run, now, StopReason.SUCCESS)  # the primary exited 0: stop the others
-        elif decision.verdict is Verdict.FAIL:
+        elif decision.action is ExitAction.FAIL:
             self.fail(run, now, decision.message or policy.exit_message(name, status), decision.detail)
 
-    def _schedule_restart(self, run: TrialRun, name: str, now: float, *, injected: bool,
+    def _schedule_restart(self, run: RunningTrial, name: str, now: float, *, injected: bool,
                           budget: str = "") -> None:
         names = [lau.name for lau in run.launches] if self.restart_all else [name]
         for other in names:
@@ -88,7 +88,7 @@ class TrialSupervisor:
         self.progress("replica_restart", {"trial_id": run.trial_id, "replica": name, "why": why,
                                           "restarts": run.restarts[name]})
 
-    def _retry_job(self, run: TrialRun, name: str, status: int, now: float, budget: str) -> None:
+    def _retry_job(self, run: RunningTrial, name: str, status: int, now: float, budget: str) -> None:
         """A transient exit (SIGABRT, SIGSEGV): Vertex retries the whole job; here the trial's
         CustomJob, every replica started again (same trial id, ``TRIALS_ATTEMPT`` + 1)."""
         names = [lau.name for lau in run.launches]
@@ -101,7 +101,7 @@ class TrialSupervisor:
             "trial_id": run.trial_id, "replica": name, "restarts": run.restarts[name],
             "why": f"transient exit {status}: the trial's CustomJob runs again, {budget}"})
 
-    def on_restarts_due(self, run: TrialRun, now: float) -> None:
+    def on_restarts_due(self, run: RunningTrial, now: float) -> None:
         for name in list(run.restart_at):
             r = run.replicas[name]
             r.begin_stop(now)  # the leader or what is left of its group
@@ -126,7 +126,7 @@ class TrialSupervisor:
                 self.fail(run, now, f"The replica {name} could not be restarted: "
                                      f"{start_error_text(err, run.paths.trial_dir)}.")
 
-    def on_timers(self, run: TrialRun, now: float, job_stop: StopReason | None) -> None:
+    def on_timers(self, run: RunningTrial, now: float, job_stop: StopReason | None) -> None:
         if run.stopping:
             return
         if self.timeout_s and now - run.start_mono > self.timeout_s:
@@ -137,7 +137,7 @@ class TrialSupervisor:
         elif now >= run.next_injection:
             self._inject(run, now)
 
-    def _inject(self, run: TrialRun, now: float) -> None:
+    def _inject(self, run: RunningTrial, now: float) -> None:
         run.next_injection = self.chaos.next_due(now)
         name = self.chaos.pick(run.injectable())
         if name is None:
@@ -147,12 +147,12 @@ class TrialSupervisor:
         self.n_injected += 1
         self.progress("injected_restart", {"trial_id": run.trial_id, "replica": name})
 
-    def fail(self, run: TrialRun, now: float, message: str, detail: tuple[str, ...] = ()) -> None:
+    def fail(self, run: RunningTrial, now: float, message: str, detail: tuple[str, ...] = ()) -> None:
         if run.failure is None:
             run.failure, run.failure_detail = message, detail
         self.begin_stop(run, now, StopReason.FAILED)
 
-    def begin_stop(self, run: TrialRun, now: float, reason: StopReason) -> None:
+    def begin_stop(self, run: RunningTrial, now: float, reason: StopReason) -> None:
         if run.stopping and run.stop_reason is not StopReason.SUCCESS:
             return
         run.stop_reason = reason
@@ -172,7 +172,7 @@ class TrialSupervisor:
             self.progress("trial_stopping", {"trial_id": run.trial_id, "reason": reason.value,
                                              "detail": run.stop_detail or run.failure or ""})
 
-    def groups_gone(self, run: TrialRun, now: float) -> bool:
+    def groups_gone(self, run: RunningTrial, now: float) -> bool:
         """Every leader exited: stop what is left of their groups (children that outlived them)."""
         done = True
         for r in run.replicas.values():

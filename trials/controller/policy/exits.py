@@ -32,7 +32,7 @@ class ExitKind(str, enum.Enum):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ExitDecision:
+class ExitClassification:
     kind: ExitKind
     status: int
     message: str | None = None  # Vertex-style error text when the trial fails
@@ -51,7 +51,7 @@ def classify_exit(
     max_restarts: int = MAX_RESTARTS_PER_REPLICA,
     job_retries_so_far: int = 0,
     max_job_retries: int = MAX_JOB_RETRIES,
-) -> ExitDecision:
+) -> ExitClassification:
     """Decide what a replica's exit means. ``status`` is Vertex-style (128+signal for signals).
 
     Two budgets, as Vertex documents them: a non-permanent exit restarts that worker, up to
@@ -59,29 +59,29 @@ def classify_exit(
     whole CustomJob, up to ``max_job_retries`` times. Exits 1 and 2 (user code) are permanent.
     """
     if status == 0:
-        return ExitDecision(kind=ExitKind.SUCCEEDED, status=0)
+        return ExitClassification(kind=ExitKind.SUCCEEDED, status=0)
     if oom_killed:
-        return ExitDecision(kind=ExitKind.OOM, status=status, message=oom_message(replica, status))
+        return ExitClassification(kind=ExitKind.OOM, status=status, message=oom_message(replica, status))
     if stop_requested:
-        return ExitDecision(kind=ExitKind.STOPPED, status=status)
+        return ExitClassification(kind=ExitKind.STOPPED, status=status)
     detail = tuple(crash.summary(stderr_tail))
     if status in PERMANENT_EXIT_CODES:
-        return ExitDecision(kind=ExitKind.PERMANENT, status=status,
+        return ExitClassification(kind=ExitKind.PERMANENT, status=status,
                             message=exit_message(replica, status), detail=detail)
     if status in TRANSIENT_SIGNAL_CODES:
         if job_retries_so_far >= max_job_retries:
-            return ExitDecision(
+            return ExitClassification(
                 kind=ExitKind.PERMANENT, status=status, message=exit_message(replica, status),
                 detail=(*detail, f"(the trial's CustomJob was retried {job_retries_so_far} times, "
                                  f"the limit for transient exits, and failed again)"))
-        return ExitDecision(kind=ExitKind.RETRY_JOB, status=status, detail=detail,
+        return ExitClassification(kind=ExitKind.RETRY_JOB, status=status, detail=detail,
                             budget=f"job retry {job_retries_so_far + 1} of {max_job_retries}")
     if restarts_so_far >= max_restarts:
-        return ExitDecision(
+        return ExitClassification(
             kind=ExitKind.PERMANENT, status=status, message=exit_message(replica, status),
             detail=(*detail, f"(restarted {restarts_so_far} times, the limit of restarts per "
                              f"worker, and failed again)"))
-    return ExitDecision(kind=ExitKind.RESTARTABLE, status=status, detail=detail,
+    return ExitClassification(kind=ExitKind.RESTARTABLE, status=status, detail=detail,
                         budget=f"worker restart {restarts_so_far + 1} of {max_restarts}")
 
 

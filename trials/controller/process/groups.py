@@ -17,7 +17,7 @@ from trials import protocol
 
 PROC = "/proc"
 
-Clock = Callable[[], float]
+Now = Callable[[], float]
 
 
 class ProcStat(NamedTuple):
@@ -178,7 +178,7 @@ def reap_leftovers(
     *,
     trial_dir: str,
     grace_s: float = 2.0,
-    clock: Clock = time.monotonic,
+    clock: Now = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Kill the process groups a dead controller left behind for one trial (TERM, ``grace_s``, KILL).
@@ -198,7 +198,7 @@ def reap_leftovers(
                        sleep=sleep)
 
 
-def reap_groups(targets: Iterable[int], *, grace_s: float = 2.0, clock: Clock = time.monotonic,
+def reap_groups(targets: Iterable[int], *, grace_s: float = 2.0, clock: Now = time.monotonic,
                 sleep: Callable[[float], None] = time.sleep) -> int:
     """TERM each group, wait up to ``grace_s`` for them, then KILL what is left; returns how many."""
     signalled = []

@@ -16,7 +16,7 @@ from typing import Any
 from trials import files
 from trials.controller.process import exit_times
 from trials.controller.process.echo import Echo
-from trials.controller.process.groups import Clock, group_alive, group_rss_bytes, kill_group
+from trials.controller.process.groups import Now, group_alive, group_rss_bytes, kill_group
 from trials.controller.process.tree import ProcessTree
 
 _STOP_POLL_S = 0.01
@@ -180,7 +180,7 @@ class Replica:
         self,
         grace_s: float,
         *,
-        clock: Clock = time.monotonic,
+        clock: Now = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> int:
         """SIGTERM the group, wait up to ``grace_s`` for all of it to exit, then SIGKILL it.
