@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -15,6 +16,8 @@ from jobkit import fake_job
 
 from trials.cli import main
 from trials.cli.progress import Progress
+from trials.controller.loop import events as ev
+from trials.records import JobState, StopReason, TrialState
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "examples" / "argparse_hypertune" / "config.yaml"
@@ -27,15 +30,33 @@ class Terminal(io.StringIO):
         return True
 
 
+
+def event(name: str, data: dict) -> ev.Event:
+    """A typed event from its JSON name and fields (the defaults of TrialDone filled in)."""
+    cls = {c.name: c for c in ev.ALL_EVENTS}[name]
+    known = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {k: v for k, v in data.items() if k in known}
+    if cls is ev.TrialDone:
+        kwargs = {"reason": None, "values": (), "stopped_early": False, **kwargs}
+        kwargs["state"] = TrialState(kwargs["state"])
+        kwargs["values"] = tuple(kwargs["values"])
+        kwargs["reported_tags"] = tuple(kwargs.get("reported_tags", ()))
+    if cls is ev.JobDone:
+        kwargs["state"] = JobState(kwargs["state"])
+    if cls is ev.TrialStopping:
+        kwargs["reason"] = StopReason(kwargs["reason"])
+    return cls(**kwargs)
+
+
 def _events(p: Progress) -> None:
-    p("trial_started", {"trial_id": "1", "params": {"lr": 0.027599337346012304, "units": 64}})
-    p("warning", {"trial_id": "1", "message": "trial 1 reports tags not in the spec: loss"})
-    p("trial_stopping", {"trial_id": "1", "reason": "early", "detail": "below the median"})
-    p("trial_done", {"trial_id": "1", "state": "SUCCEEDED", "values": [0.25], "stopped_early": True,
-                     "steps": 3, "last_step": 3, "seconds": 1.25, "params": {"lr": 0.1}})
-    p("trial_done", {"trial_id": "2", "state": "INFEASIBLE", "values": [], "reason": "exit 1",
-                     "steps": 0, "seconds": 0.5, "params": {}})
-    p("job_done", {"state": "JOB_STATE_SUCCEEDED", "error": None})
+    p(event("trial_started", {"trial_id": "1", "params": {"lr": 0.027599337346012304, "units": 64}}))
+    p(event("warning", {"trial_id": "1", "message": "trial 1 reports tags not in the spec: loss"}))
+    p(event("trial_stopping", {"trial_id": "1", "reason": "early", "detail": "below the median"}))
+    p(event("trial_done", {"trial_id": "1", "state": "SUCCEEDED", "values": [0.25], "stopped_early": True,
+                     "steps": 3, "last_step": 3, "seconds": 1.25, "params": {"lr": 0.1}}))
+    p(event("trial_done", {"trial_id": "2", "state": "INFEASIBLE", "values": [], "reason": "exit 1",
+                     "steps": 0, "seconds": 0.5, "params": {}}))
+    p(event("job_done", {"state": "JOB_STATE_SUCCEEDED", "error": None}))
 
 
 def _progress(out, mode=None) -> Progress:
@@ -151,20 +172,20 @@ def test_a_closed_output_does_not_stop_the_job():
             return False
 
     progress = Progress(total=2, metric_ids=("a",), maximize=True, out=Closed(), mode="plain")
-    progress("trial_started", {"trial_id": "1", "params": {"x": 1}})  # must not raise
-    progress("trial_done", {"trial_id": "1", "state": "SUCCEEDED", "values": [0.5], "steps": 3,
-                            "seconds": 0.1, "params": {}})
+    progress(event("trial_started", {"trial_id": "1", "params": {"x": 1}}))  # must not raise
+    progress(event("trial_done", {"trial_id": "1", "state": "SUCCEEDED", "values": [0.5], "steps": 3,
+                                  "seconds": 0.1, "params": {}}))
     assert progress.mode == "quiet" and progress.done == 1
 
 
 def test_one_step_is_singular_and_a_stopped_trial_is_not_the_best():
     out = io.StringIO()
     p = _progress(out)
-    p("trial_started", {"trial_id": "1", "params": {}})
-    p("trial_done", {"trial_id": "1", "state": "SUCCEEDED", "values": [0.1], "stopped_early": True,
-                     "steps": 1, "last_step": 1, "seconds": 0.5, "params": {}})
-    p("trial_done", {"trial_id": "2", "state": "SUCCEEDED", "values": [0.3], "steps": 1, "seconds": 0.5,
-                     "params": {}})
+    p(event("trial_started", {"trial_id": "1", "params": {}}))
+    p(event("trial_done", {"trial_id": "1", "state": "SUCCEEDED", "values": [0.1], "stopped_early": True,
+                     "steps": 1, "last_step": 1, "seconds": 0.5, "params": {}}))
+    p(event("trial_done", {"trial_id": "2", "state": "SUCCEEDED", "values": [0.3], "steps": 1, "seconds": 0.5,
+                     "params": {}}))
     lines = [ln[11:] for ln in out.getvalue().splitlines()]
     assert lines[1] == "trial 1 SUCCEEDED (stopped early) at step 1, 0.5s: loss=0.1"
     assert lines[2] == "trial 2 SUCCEEDED after 1 step, 0.5s: loss=0.3"
@@ -183,10 +204,10 @@ def test_the_first_trial_without_the_metric_is_said_loudly_once():
     out = io.StringIO()
     p = Progress(total=3, metric_ids=("accuracy",), maximize=True, out=out, mode="quiet")
     for trial_id in ("1", "2"):
-        p("trial_started", {"trial_id": trial_id, "params": {}})
-        p("trial_done", {"trial_id": trial_id, "state": "INFEASIBLE", "values": [], "reason": "no accuracy",
+        p(event("trial_started", {"trial_id": trial_id, "params": {}}))
+        p(event("trial_done", {"trial_id": trial_id, "state": "INFEASIBLE", "values": [], "reason": "no accuracy",
                          "steps": 0, "seconds": 0.5, "params": {}, "missing_metric": True,
-                         "reported_tags": ["val_acc"], "metrics_source": "hypertune"})
+                         "reported_tags": ["val_acc"], "metrics_source": "hypertune"}))
     (line,) = out.getvalue().splitlines()  # even --quiet says it, and only once
     assert line[11:] == (
         "warning: trial 1 ended without the spec's metric accuracy (it reported val_acc), so it counts "

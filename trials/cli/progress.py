@@ -6,11 +6,13 @@ import json
 import math
 import sys
 import time
-from typing import Any, TextIO
+from typing import TextIO
 
 from trials.controller.jobs.describe import display
+from trials.controller.loop import events as ev
 from trials.controller.policy.exits import missing_metric_advice
 from trials.printable import printable
+from trials.records import TrialState
 
 
 class Progress:
@@ -31,86 +33,87 @@ class Progress:
         self.warnings: list[str] = []
         self.told_missing_metric = False
 
-    def __call__(self, event: str, data: dict[str, Any]) -> None:
+    def __call__(self, event: ev.Event) -> None:
         try:
-            self._handle(event, data)
+            self._handle(event)
         except (BrokenPipeError, OSError):
             # Output closed (`trials sweep … | head`): the job must go on, silently.
             self.mode = "quiet"
             self._live_shown = False
             self.out = _Discard()
 
-    def _handle(self, event: str, data: dict[str, Any]) -> None:
-        if event == "trial_started":
+    def _handle(self, event: ev.Event) -> None:
+        if isinstance(event, ev.TrialStarted):
             self.running += 1
-            what = "resumed" if data.get("resumed") else "started"
-            params = " ".join(f"{k}={display(v, 3)}" for k, v in data["params"].items())
-            self._line(f"trial {data['trial_id']} {what}: {params}", event, data)
-        elif event == "trial_done":
+            what = "resumed" if event.resumed else "started"
+            params = " ".join(f"{k}={display(v, 3)}" for k, v in event.params.items())
+            self._line(f"trial {event.trial_id} {what}: {params}", event)
+        elif isinstance(event, ev.TrialDone):
+            self._trial_done(event)
+        elif isinstance(event, ev.JobNote):
+            self._line(f"note: {event.message}", event)
+        elif isinstance(event, ev.JobWarning):
+            self.warnings.append(event.message)
+            self._line(f"warning: {event.message}", event, force=True)
+        elif isinstance(event, ev.ReplicaRestart):
+            self._line(f"trial {event.trial_id} replica {event.replica} restarting "
+                       f"(restart {event.restarts}, {event.why})", event)
+        elif isinstance(event, ev.TrialStopping):
+            detail = f": {event.detail}" if event.detail else ""
+            self._line(f"trial {event.trial_id} stopping ({event.reason.value}){detail}", event)
+        elif isinstance(event, ev.TrialRequeued):
             self.running -= 1
-            self.done += 1
-            if data["state"] != "SUCCEEDED":
-                self.failed += 1
-            if data.get("stopped_early"):
-                self.stopped += 1
-            values = data.get("values") or []
-            if values and math.isfinite(values[0]) and not data.get("stopped_early"):  # not a result
-                better = self.best is None or (values[0] > self.best if self.maximize else values[0] < self.best)
-                if better:
-                    self.best, self.best_trial = values[0], data["trial_id"]
-            result = (f"{self.metric_ids[0]}={values[0]:.6g}" if values else data.get("reason") or "")
-            n = data["steps"]  # how many steps it reported; last_step: the last one's number
-            when = f"after {n} step{'' if n == 1 else 's'}"
-            if data.get("stopped_early"):
-                when = "(stopped early) " + (f"at step {data['last_step']}" if data.get("last_step") is not None
-                                             else when)
-            detail = "".join(f"\n    {line}" for line in data.get("detail") or ())
-            self._line(f"trial {data['trial_id']} {data['state']} {when}, {data['seconds']:.1f}s: {result}"
-                       + detail, event, data)
-            if data.get("missing_metric") and not self.told_missing_metric:  # once, at the first such trial
-                self.told_missing_metric = True
-                self._handle("warning", {"trial_id": data["trial_id"], "message": missing_metric_advice(
-                    data["trial_id"], self.metric_ids, data.get("reported_tags") or (),
-                    source=data.get("metrics_source"))})
-        elif event == "note":
-            self._line(f"note: {data['message']}", event, data)
-        elif event == "warning":
-            self.warnings.append(data["message"])
-            self._line(f"warning: {data['message']}", event, data, force=True)
-        elif event == "replica_restart":
-            self._line(f"trial {data['trial_id']} replica {data['replica']} restarting "
-                       f"(restart {data['restarts']}, {data['why']})", event, data)
-        elif event == "trial_stopping":
-            detail = f": {data['detail']}" if data.get("detail") else ""
-            self._line(f"trial {data['trial_id']} stopping ({data['reason']}){detail}", event, data)
-        elif event == "trial_requeued":
-            self.running -= 1
-            self._line(f"trial {data['trial_id']} interrupted; it runs again on resume", event, data)
-        elif event == "injected_restart":
-            self._line(f"trial {data['trial_id']}: injected a maintenance restart of {data['replica']}", event, data)
-        elif event == "trials_added":  # `trials resume --max-trial-count` while the job ran
-            self.total = int(data["total"])
-            self._line(f"trials added to the job: {data['waiting']} to run, {self.total} in all", event, data)
-        elif event in ("job_cancelling",):
-            self._line("cancelling the job: stopping every replica", event, data, force=True)
-        elif event == "job_done":
+            self._line(f"trial {event.trial_id} interrupted; it runs again on resume", event)
+        elif isinstance(event, ev.InjectedRestart):
+            self._line(f"trial {event.trial_id}: injected a maintenance restart of {event.replica}", event)
+        elif isinstance(event, ev.TrialsAdded):  # `trials resume --max-trial-count` while the job ran
+            self.total = event.total
+            self._line(f"trials added to the job: {event.waiting} to run, {self.total} in all", event)
+        elif isinstance(event, ev.JobCancelling):
+            self._line("cancelling the job: stopping every replica", event, force=True)
+        elif isinstance(event, ev.JobDone):
             if self._live_shown:
                 self.out.write("\n")  # keep the last status line; the summary starts below it
                 self.out.flush()
                 self._live_shown = False
             if self.mode == "json":
-                self._emit_json(event, data, f"job {data.get('state')}")
+                self._emit_json(event, f"job {event.state.value}")
             return
         if self.mode == "live":
             self._status()
 
-    def _line(self, text: str, event: str, data: dict[str, Any], force: bool = False) -> None:
+    def _trial_done(self, event: ev.TrialDone) -> None:
+        self.running -= 1
+        self.done += 1
+        if event.state is not TrialState.SUCCEEDED:
+            self.failed += 1
+        if event.stopped_early:
+            self.stopped += 1
+        values = event.values
+        if values and math.isfinite(values[0]) and not event.stopped_early:  # not a result
+            better = self.best is None or (values[0] > self.best if self.maximize else values[0] < self.best)
+            if better:
+                self.best, self.best_trial = values[0], event.trial_id
+        result = f"{self.metric_ids[0]}={values[0]:.6g}" if values else event.reason or ""
+        n = event.steps  # how many steps it reported; last_step: the last one's number
+        when = f"after {n} step{'' if n == 1 else 's'}"
+        if event.stopped_early:
+            when = "(stopped early) " + (f"at step {event.last_step}" if event.last_step is not None else when)
+        detail = "".join(f"\n    {line}" for line in event.detail)
+        self._line(f"trial {event.trial_id} {event.state.value} {when}, {event.seconds:.1f}s: {result}" + detail,
+                   event)
+        if event.missing_metric and not self.told_missing_metric:  # once, at the first such trial
+            self.told_missing_metric = True
+            self._handle(ev.JobWarning(trial_id=event.trial_id, message=missing_metric_advice(
+                event.trial_id, self.metric_ids, event.reported_tags, source=event.metrics_source)))
+
+    def _line(self, text: str, event: ev.Event, force: bool = False) -> None:
         if self.mode == "quiet" and not force:
             return
         # trial reasons, tags and warnings may carry a trainer's bytes; our own line breaks stay
         text = "\n".join(printable(line) for line in text.split("\n"))
         if self.mode == "json":
-            self._emit_json(event, data, text)
+            self._emit_json(event, text)
             return
         if self._live_shown:
             self.out.write("\r\033[K")
@@ -118,10 +121,10 @@ class Progress:
         self.out.write(f"[{time.strftime('%H:%M:%S')}] {text}\n")
         self.out.flush()
 
-    def _emit_json(self, event: str, data: dict[str, Any], message: str) -> None:
+    def _emit_json(self, event: ev.Event, message: str) -> None:
         # Cloud Logging's special fields: `message` is the display text, `severity` the level.
-        record = {"severity": "WARNING" if event == "warning" else "INFO", "message": message,
-                  "event": event, "timestampSeconds": int(time.time()), **data}
+        record = {"severity": "WARNING" if isinstance(event, ev.JobWarning) else "INFO", "message": message,
+                  "event": event.name, "timestampSeconds": int(time.time()), **event.fields()}
         self.out.write(json.dumps(record, default=str) + "\n")
         self.out.flush()
 

@@ -181,12 +181,13 @@ def _run_and_report(h: JobHandle, args: argparse.Namespace, *, resume: bool, joi
 def _run_held(h: JobHandle, args: argparse.Namespace, signals: Any, *, resume: bool, join: bool,
               plan: DevicePlan | None) -> int:
     from trials.controller.jobs import run as job_run
+    from trials.controller.loop.events import JobWarning
     from trials.storage_url import redact
 
     plan = plan or _device_plan(h.job, args)
     progress = _progress(h, args)
     shared = job_run.shared_job(h, stale_after_s=args.stale_after,
-                                notify=lambda line: progress("warning", {"message": line}), signals=signals)
+                                notify=lambda line: progress(JobWarning(message=line)), signals=signals)
     options = job_run.run_options(
         h, echo=args.echo, grace_period_s=args.grace_period, memory_limit_mb=args.memory_limit,
         inject_restarts=args.inject_restarts, slots=getattr(args, "slots", None), seed=args.seed,
@@ -199,9 +200,9 @@ def _run_held(h: JobHandle, args: argparse.Namespace, signals: Any, *, resume: b
               f"folder {h.job_dir}")
         if shared is not None and not join:
             print(f"more workers join with: trials worker {h.job_id} --storage {redact(h.storage_url)}")
-    runner = job_run.run_job(h, options, progress=progress, resume=resume, lock=not join, signals=signals)
-    if join and runner.leaving and shared is not None:
-        print(f"worker {shared.me} left job {h.job_id} after starting {runner.n_started} trials; "
+    runner = job_run.run_job(h, options, emit=progress, resume=resume, lock=not join, signals=signals)
+    if join and runner.state.leaving and shared is not None:
+        print(f"worker {shared.me} left job {h.job_id} after starting {runner.state.n_started} trials; "
               f"its running trials went back to the queue")
         return protocol.EXIT_INTERRUPTED
     return _summary(h, runner, args)
@@ -244,15 +245,16 @@ def _summary(h: JobHandle, runner: JobRunner, args: argparse.Namespace) -> int:
                      for t in job_view.best_trials(h)],
         }, default=str))
         return code
-    ran = f"; at most {runner.max_parallel} in parallel" if runner.max_parallel else "; no trial ran this time"
+    most = runner.state.max_parallel
+    ran = f"; at most {most} in parallel" if most else "; no trial ran this time"
     print(f"job {h.job_id} {state}: {n_ok} succeeded ({n_early} stopped early), {n_bad} infeasible, "
           f"{len(trials) - n_ok - n_bad} not run{ran}")
     if runner.opt.inject_restarts > 0:
         problems = []
-        if runner.conflicts_total:
-            problems.append(f"{runner.conflicts_total} steps reported twice with different values")
-        if runner.lost_steps_total:
-            problems.append(f"{runner.lost_steps_total} steps lost")
+        if runner.state.conflicts_total:
+            problems.append(f"{runner.state.conflicts_total} steps reported twice with different values")
+        if runner.state.lost_steps_total:
+            problems.append(f"{runner.state.lost_steps_total} steps lost")
         verdict = ("consistent: no step lost or reported twice with different values"
                    if not problems else "INCONSISTENT: " + ", ".join(problems))
         print(f"chaos: {runner.injected_total} restarts injected; measurements {verdict}")

@@ -62,7 +62,8 @@ def replay(tmp_path: Path, plan: Callable[[str, int], Script], *, n: int = 1, pa
     factory = FakeBackend(clock, plan)
     events: list[tuple[str, dict[str, Any]]] = []
     signals = FakeSignals(clock, at)
-    runner = JobRunner(h.store, h.job, options, progress=lambda e, d: events.append((e, d)), clock=clock,
+    runner = JobRunner(h.store, h.job, options, emit=lambda event: events.append((event.name, event.fields())),
+                       clock=clock,
                        backend=factory, signals=signals)
     if hooks is not None:
         signals.at = sorted(signals.at + hooks(runner), key=lambda item: item[0])
@@ -120,7 +121,7 @@ def test_a_trial_that_ends_while_the_loop_waits_on_a_suggestion_is_recorded_at_i
     # Trial 2 exits at 10 s while the loop is inside trial 3's suggestion (20 s, as OSS Vizier's can
     # take): its end time is its exit's, not the time the loop came back (before: 23 s).
     def slow_third_claim(runner: JobRunner) -> list[Any]:
-        claim, calls = runner.next_claim, []
+        claim, calls = runner.state.next_claim, []
 
         def next_claim(now: float) -> Any:
             calls.append(now)
@@ -128,7 +129,7 @@ def test_a_trial_that_ends_while_the_loop_waits_on_a_suggestion_is_recorded_at_i
                 runner.clock.sleep(20.0)  # type: ignore[attr-defined]
             return claim(now)
 
-        runner.next_claim = next_claim  # type: ignore[method-assign]
+        runner.state.next_claim = next_claim  # type: ignore[method-assign]
         return []
 
     # the timeout counts from a trial's start: trial 3's (12 s to run) starts after its 20 s suggestion
@@ -156,7 +157,7 @@ def test_chaos_injection_during_start_up_restarts_the_replica(tmp_path: Path) ->
         assert exits[-1] == 0 and set(exits[:-1]) <= {143}
         assert len(exits) - 1 == t.user_attrs.get("injected_restarts", 0)
     assert any(e == "injected_restart" for e, _ in run.events)
-    assert run.runner.lost_steps_total == 0
+    assert run.runner.state.lost_steps_total == 0
 
 
 def test_an_exit_during_a_stop_is_recorded_not_restarted(tmp_path: Path) -> None:
@@ -294,10 +295,10 @@ def test_a_cancel_seen_at_the_end_cancels_only_what_is_left(tmp_path: Path) -> N
     assert run.state == JobState.SUCCEEDED
     store = run.runner.store
     store.set_meta(state=JobState.CANCELLING.value)  # a `trials cancel` after the last trial finished
-    assert run.runner.finish_job() == JobState.SUCCEEDED
+    assert run.runner.state.finish_job() == JobState.SUCCEEDED
     store.add_trials(1, run.runner.job)
     store.set_meta(state=JobState.CANCELLING.value)  # ... and with a trial that never ran
-    assert run.runner.finish_job() == JobState.CANCELLED
+    assert run.runner.state.finish_job() == JobState.CANCELLED
 
 
 def test_the_end_time_follows_the_start_whatever_the_wall_clock_does(tmp_path: Path) -> None:
@@ -312,7 +313,8 @@ def test_the_end_time_follows_the_start_whatever_the_wall_clock_does(tmp_path: P
                                   slots=None, seed=1)
     clock = JumpingClock()
     events: list[tuple[str, dict[str, Any]]] = []
-    runner = JobRunner(h.store, h.job, options, progress=lambda e, d: events.append((e, d)), clock=clock,
+    runner = JobRunner(h.store, h.job, options, emit=lambda event: events.append((event.name, event.fields())),
+                       clock=clock,
                        backend=FakeBackend(clock, lambda trial, attempt: Script(steps=3)),
                        signals=FakeSignals(clock, None))
     assert runner.run() == JobState.SUCCEEDED

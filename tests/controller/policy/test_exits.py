@@ -11,7 +11,7 @@ from trials.spec import Goal, JobSpec, MetricSpec, ParameterSpec, ParameterType,
 
 
 def decide(status, **kw):
-    args = dict(replica="workerpool0-0", stop_requested=False, oom_killed=False, restarts_so_far=0)
+    args = dict(replica="workerpool0-0", oom_killed=False, restarts_so_far=0)
     args.update(kw)
     return classify_exit(status, **args)
 
@@ -30,14 +30,11 @@ def test_exit_classification(status, kind):
     assert decide(status).kind is kind
 
 
-def test_oom_wins_over_everything():
-    d = decide(137, oom_killed=True, stop_requested=True)
+def test_oom_wins_over_every_budget():
+    d = decide(137, oom_killed=True, restarts_so_far=0)
     assert d.kind is ExitKind.OOM
     assert d.message == "The replica workerpool0-0 ran out of memory and exited with a non-zero status of 137."
-
-
-def test_requested_stop_is_not_a_failure():
-    assert decide(143, stop_requested=True).kind is ExitKind.STOPPED
+    assert decide(139, oom_killed=True).kind is ExitKind.OOM  # not a transient retry either
 
 
 def test_restart_budget_is_five_then_permanent():
@@ -61,7 +58,7 @@ def test_transient_exits_retry_the_whole_custom_job_three_times_then_fail():
 
 def test_exit_message_is_vertex_text_and_the_exception_goes_to_the_detail():
     tail = ["Traceback (most recent call last):", '  File "t.py", line 1', "ValueError: bad lr", ""]
-    d = policy.classify_exit(1, replica="workerpool1-0", stop_requested=False, oom_killed=False,
+    d = policy.classify_exit(1, replica="workerpool1-0", oom_killed=False,
                              restarts_so_far=0, stderr_tail=tail)
     assert d.message == ("The replica workerpool1-0 exited with a non-zero status of 1. "
                          "Termination reason: Error.")

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from trials.controller.jobs.lock import ControllerLock, reap_job_leftovers, repair_journal
+from trials.controller.loop import events
 from trials.controller.loop.runner import JobRunner
 from trials.controller.loop.signals import LoopSignals
 from trials.controller.loop.state import LoopOptions
@@ -103,7 +104,7 @@ def shared_job(h: JobHandle, *, stale_after_s: float | None = None,
     return SharedJob(h.store, stale_after_s=float(job_value), outages=outages)
 
 
-def run_job(h: JobHandle, options: LoopOptions, *, progress: Callable[[str, dict[str, Any]], None] | None = None,
+def run_job(h: JobHandle, options: LoopOptions, *, emit: events.Emit = events.ignore,
             resume: bool = False, lock: bool = True, signals: LoopSignals | None = None) -> JobRunner:
     """Run the job here (holding its controller lock unless ``lock`` is false: a joined worker).
 
@@ -125,10 +126,10 @@ def run_job(h: JobHandle, options: LoopOptions, *, progress: Callable[[str, dict
 
     try:
         backend = HostBackend(launch_dir=options.cwd, job_dir=options.job_dir, gcs_root=options.gcs_root)
-        runner = JobRunner(h.store, h.job, options, backend=backend, progress=progress, signals=signals)
+        runner = JobRunner(h.store, h.job, options, backend=backend, emit=emit, signals=signals)
         if resume and options.shared is None:  # shared jobs take over stale trials instead
             reap_job_leftovers(h)
-            runner.resume_running()
+            runner.state.resume_running()
         runner.run(on_end=end)
         return runner
     finally:

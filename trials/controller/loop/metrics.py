@@ -3,9 +3,10 @@ early-stopping rule's verdict on each trial's curve against the completed trials
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from trials.controller.loop import events
 from trials.controller.loop.running import RunningTrial
 from trials.controller.policy import stopping
 from trials.records import (
@@ -21,16 +22,14 @@ from trials.spec import JobSpec
 from trials.study.store import JobStore
 from trials.timefmt import parse_rfc3339
 
-Progress = Callable[[str, dict[str, Any]], None]
-
 
 class TrialMetrics:
     """Reads and judges the metrics of a job's running trials (one instance per job loop)."""
 
-    def __init__(self, store: JobStore, job: JobSpec, progress: Progress):
+    def __init__(self, store: JobStore, job: JobSpec, emit: events.Emit):
         self.store = store
         self.job = job
-        self.progress = progress
+        self.emit = emit
         self.metric_ids = job.study.metric_ids
         self._warned_tag_sets: set[frozenset[str]] = set()
         self._curves: list[list[tuple[float, float]]] | None = None
@@ -51,13 +50,13 @@ class TrialMetrics:
         spec_ids = ", ".join(self.metric_ids)
         if self.metric_ids[0] in run.reader.reported_tags:
             # reported beside the objective: deliberate extra metrics, kept but not tuned
-            self.progress("note", {"trial_id": run.trial_id, "message": (
+            self.emit(events.JobNote(trial_id=run.trial_id, message=(
                 f"trial {run.trial_id} also reports {names}, not in the spec (spec metrics: "
-                f"{spec_ids}): recorded in metrics.jsonl, not tuned")})
+                f"{spec_ids}): recorded in metrics.jsonl, not tuned")))
         else:
-            self.progress("warning", {"trial_id": run.trial_id, "message": (
+            self.emit(events.JobWarning(trial_id=run.trial_id, message=(
                 f"trial {run.trial_id} reports tags not in the spec: {names} (spec metrics: "
-                f"{spec_ids}); other trials reporting the same tags are not warned again")})
+                f"{spec_ids}); other trials reporting the same tags are not warned again")))
 
     def resume_from_store(self, run: RunningTrial) -> None:
         """Start a trial's run from what the storage holds for it (the steps earlier controllers or

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trials.controller.backend.protocol import ReplicaBackend
+from trials.controller.loop import events
 from trials.controller.loop.chaos import Chaos
 from trials.controller.loop.effects import Clock, Signals, SystemClock
 from trials.controller.loop.launcher import TrialLauncher, start_error_text
@@ -23,7 +24,7 @@ from trials.controller.loop.metrics import TrialMetrics
 from trials.controller.loop.record import active_attrs, record_trial
 from trials.controller.loop.running import RunningTrial
 from trials.controller.loop.signals import LoopSignals
-from trials.controller.loop.state import JobProgress, LoopOptions
+from trials.controller.loop.state import LoopOptions, LoopState, TrialRecorded
 from trials.controller.loop.state_lock import state_lock
 from trials.controller.loop.supervisor import TrialSupervisor
 from trials.controller.trial.devices import DeviceAllocator
@@ -39,25 +40,33 @@ STOP_POLL_S = 0.02  # while stopping every replica on the way out
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
-class JobRunner(JobProgress):
+class JobRunner:
     """Runs one job until every trial is done, the job fails, or it is cancelled.
+
+    It owns the job's state (``state``, a :class:`LoopState`) and the running trials (``running``);
+    everything it does to the world goes through what it is given.
 
     Args:
         store: the job in its storage; ``job`` its spec; ``options`` how to run it here.
-        progress: called with each event for the user (``trial_started``, ``trial_done``, ...).
+        emit: called with each event for the user (:mod:`trials.controller.loop.events`).
         clock: monotonic and wall time (default: the system's).
         backend: starts the replicas (:class:`trials.controller.process.host.HostBackend` for host processes).
         signals: installs the stop-signal handlers and waits between passes (default: ``LoopSignals``).
     """
 
     def __init__(self, store: JobStore, job: JobSpec, options: LoopOptions, *, backend: ReplicaBackend,
-                 progress: Callable[[str, dict[str, Any]], None] | None = None,
-                 clock: Clock | None = None,
+                 emit: events.Emit = events.ignore, clock: Clock | None = None,
                  signals: Signals | None = None):
-        super().__init__(store, job, options, progress=progress, clock=clock or SystemClock())
+        self.store = store
+        self.job = job
+        self.opt = options
+        self.emit = emit
+        self.clock: Clock = clock or SystemClock()
+        self.state = LoopState(store, job, options, emit=emit, clock=self.clock)
+        self.shared = options.shared
         self.running: dict[str, RunningTrial] = {}
         self._signals: Signals = signals or LoopSignals()
-        self._metrics = TrialMetrics(store, job, self.progress)
+        self._metrics = TrialMetrics(store, job, emit)
         plan = options.devices
         self._alloc = DeviceAllocator(plan.devices) if plan and plan.devices is not None else None
         spec_rest = store.get_meta("spec") or {}
@@ -67,7 +76,7 @@ class JobRunner(JobProgress):
         scheduling = job.trial_job.scheduling if job.trial_job else Scheduling()
         self._chaos = Chaos(options.inject_restarts, options.seed)
         self._sup = TrialSupervisor(store=store, launcher=self._launcher, chaos=self._chaos, clock=self.clock,
-                                    progress=self.progress, grace_s=options.grace_period_s,
+                                    emit=emit, grace_s=options.grace_period_s,
                                     timeout_s=scheduling.timeout_s,
                                     restart_all=scheduling.restart_job_on_worker_restart, echo=options.echo,
                                     save_metrics=self._store_metrics)
@@ -86,24 +95,24 @@ class JobRunner(JobProgress):
         when the end state is written, inside the same hold of the job's state lock (``run_job``
         releases the controller lock there: see ``state_lock``).
         """
-        restore = self._signals.install(self.on_stop_signal)
+        restore = self._signals.install(self.state.on_stop_signal)
         try:
             return self._run(on_end)
         finally:
             restore()
 
     def _run(self, on_end: Callable[[], None] | None) -> str:
-        self.begin_job()
-        self._backend.open(lambda message: self.progress("warning", {"message": message}))
+        self.state.begin_job()
+        self._backend.open(lambda message: self.emit(events.JobWarning(message=message)))
         full: OSError | None = None
         state = ""
         try:
             while True:
                 self._loop()
                 with state_lock(self.opt.job_dir):  # a cancel or trials added: seen now, or after the end
-                    if self.more_to_run():
+                    if self.state.more_to_run():
                         continue  # trials were added while the last ones finished: run them too
-                    state = self.finish_job()
+                    state = self.state.finish_job()
                     if on_end is not None:
                         on_end()
                     break
@@ -126,10 +135,10 @@ class JobRunner(JobProgress):
     def _loop(self) -> None:
         while True:
             now = self.clock.monotonic()
-            self.check_external_state(now)  # a cancel or a failure decided elsewhere
-            if self.accepting_trials:
+            self.state.check_external_state(now)  # a cancel or a failure decided elsewhere
+            if self.state.accepting_trials:
                 self._fill_slots(now)
-                self.max_parallel = max(self.max_parallel, len(self.running))
+                self.state.max_parallel = max(self.state.max_parallel, len(self.running))
             if self.shared is not None and self.shared.beat_due():
                 self._on_heartbeat(self.shared, now)
             n_running = len(self.running)
@@ -137,11 +146,11 @@ class JobRunner(JobProgress):
                 self._backend.check_memory()
             for run in list(self.running.values()):
                 self._pass(run, now)
-            if not self.running and not self.accepting_trials:
+            if not self.running and not self.state.accepting_trials:
                 return
-            if not self.running and self.exhausted:
+            if not self.running and self.state.exhausted:
                 return
-            if len(self.running) < n_running and not self.exhausted:
+            if len(self.running) < n_running and not self.state.exhausted:
                 continue  # a trial just finished: fill its slot now, not one poll interval later
             self._signals.wait(self.opt.poll_interval_s)
 
@@ -154,9 +163,11 @@ class JobRunner(JobProgress):
                     and not self._alloc.fits(self.opt.devices.counts):
                 return  # the next trial waits in REQUESTED until its devices are free
             with self.store.batch():  # the claim and the trial's first attributes: one journal write
-                claimed = self.next_claim(now)
+                claimed = self.state.next_claim(now)
                 if claimed is not None and not claimed.resumed:
-                    self.store.set_trial_attrs(claimed.storage_id, **active_attrs(self, claimed))
+                    self.store.set_trial_attrs(claimed.storage_id, **active_attrs(
+                        claimed, job_dir=self.opt.job_dir, base_output=self.opt.base_output,
+                        worker=self.state.worker_name, wall=self.clock.wall()))
             if claimed is None:
                 return
             now = self.clock.monotonic()  # a suggestion can take seconds: the trial starts now
@@ -184,18 +195,17 @@ class JobRunner(JobProgress):
                 return
         if claimed.resumed:  # (a fresh claim got its attributes with the claim)
             attrs: dict[str, Any] = {"state": TrialState.ACTIVE.value, "trial_id": claimed.trial_id,
-                                     "worker": self.worker_name, "trial_dir": run.paths.trial_dir}
+                                     "worker": self.state.worker_name, "trial_dir": run.paths.trial_dir}
             if self.shared is not None:
                 attrs["attempts"] = run.attempts  # visible in `describe` while the re-run goes on
             self.store.set_trial_attrs(claimed.storage_id, **attrs)
-        self.n_started += 1
+        self.state.n_started += 1
         run.next_injection = self._chaos.next_due(now)
-        self.progress("trial_started", {"trial_id": claimed.trial_id, "params": claimed.params,
-                                        "resumed": claimed.resumed})
+        self.emit(events.TrialStarted(trial_id=claimed.trial_id, params=claimed.params, resumed=claimed.resumed))
 
     # ------------------------------------------------------------------ one pass over a trial
     def _pass(self, run: RunningTrial, now: float) -> None:
-        if self.kill_now:
+        if self.state.kill_now:
             for r in run.replicas.values():
                 r.send_signal_group(signal.SIGKILL)
         exits = run.new_exits()  # THE snapshot: each exit below is classified exactly once
@@ -203,7 +213,7 @@ class JobRunner(JobProgress):
         for name, status in exits.items():
             self._sup.on_exit(run, name, status, now)
         self._sup.on_restarts_due(run, now)
-        self._sup.on_timers(run, now, self.job_stop_reason)
+        self._sup.on_timers(run, now, self.state.job_stop_reason)
         if run.stopping:
             for name, r in run.replicas.items():
                 if name not in run.exited:
@@ -241,9 +251,9 @@ class JobRunner(JobProgress):
 
     def _lose(self, run: RunningTrial, now: float) -> None:
         """Another worker took the trial over: stop its replicas here, write nothing more for it."""
-        self.progress("warning", {"trial_id": run.trial_id, "message": (
+        self.emit(events.JobWarning(trial_id=run.trial_id, message=(
             f"trial {run.trial_id}: another worker took it over (this worker missed its "
-            f"heartbeats); stopping it here")})
+            f"heartbeats); stopping it here")))
         run.stop_reason = None  # whatever it was stopping for, it is not ours to record
         self._sup.begin_stop(run, now, StopReason.LOST)
 
@@ -277,21 +287,35 @@ class JobRunner(JobProgress):
         for name, r in run.replicas.items():
             r.close()
             if r.leftovers:  # killed after its leader exited
-                self.progress("warning", {"trial_id": run.trial_id, "message": (
+                self.emit(events.JobWarning(trial_id=run.trial_id, message=(
                     f"trial {run.trial_id}: {name} exited and left {len(r.leftovers)} processes running; "
-                    f"killed them: {', '.join(r.leftovers)}")})
+                    f"killed them: {', '.join(r.leftovers)}")))
         if not run.lost and self.shared is not None and not self.shared.owns(run.claimed.storage_id):
             run.stop_reason = StopReason.LOST
         if not run.lost:
             try:
                 with self.store.batch():  # its last steps, attributes and state: one journal write
-                    record_trial(self, self._metrics, run)
+                    recorded = record_trial(self.store, self.job, self._metrics, run, shared=self.shared,
+                                            clock=self.clock,
+                                            job_failure=self.state.first_failure or self.state.job_error)
             except RuntimeError as err:
                 if not self._taken_over(run, err):
                     raise
+            else:
+                self._recorded(run, recorded)
         if run.lost:
-            self.progress("trial_requeued", {"trial_id": run.trial_id, "lost": True})
+            self.emit(events.TrialRequeued(trial_id=run.trial_id, lost=True))
             # the worker that took it over records it
+
+    def _recorded(self, run: RunningTrial, recorded: TrialRecorded) -> None:
+        """The job counts a recorded trial; the listener hears of it (warnings first, then its end)."""
+        first_repeat = self.state.trial_recorded(recorded, run.trial_id)
+        for warning in recorded.warnings:
+            self.emit(warning)
+        if first_repeat:  # once per job: every trial of a trainer does it
+            self.emit(events.JobWarning(trial_id=run.trial_id, message=first_repeat))
+        if recorded.final is not None:
+            self.emit(recorded.final)
 
     # ------------------------------------------------------------------ the way out
     def _stop_everything(self) -> None:

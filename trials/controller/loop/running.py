@@ -69,7 +69,7 @@ def decide_exit(
     if trial_stop is not None or restart_pending:
         return ExitDecision(action=ExitAction.RECORD)
     injected = told_to_stop
-    decision = policy.classify_exit(status, replica=replica, stop_requested=False, oom_killed=oom_killed,
+    decision = policy.classify_exit(status, replica=replica, oom_killed=oom_killed,
                                     restarts_so_far=0 if injected else n_crash_restarts,
                                     stderr_tail=stderr_tail, job_retries_so_far=n_job_retries)
     kind = decision.kind

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
+from trials.controller.loop import events
 from trials.controller.loop.effects import Clock
 from trials.controller.policy import exits as policy
 from trials.controller.trial.devices import DevicePlan
-from trials.records import JobState, StopReason
+from trials.records import JobState, StopReason, TrialState
 from trials.spec import JobSpec
 from trials.study.store import Claimed, JobStore
 from trials.timefmt import parse_rfc3339, rfc3339, wall_after
@@ -45,15 +45,29 @@ class LoopOptions:
     pass_env: tuple[str, ...] = ()  # withheld host variables passed to replicas anyway (--pass-env)
 
 
-class JobProgress:
-    """Job-level state of one job loop (the base of ``JobRunner``)."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrialRecorded:
+    """What recording a finished trial changes in the job: its counts and its totals."""
+
+    requeued: bool = False  # back to the queue (not the trial's fault): nothing is counted
+    succeeded: bool = False
+    failure: str | None = None  # why it failed (the failure rule counts it)
+    conflicts: int = 0  # steps reported twice with different values
+    lost_steps: int = 0  # chaos mode: gaps in its step sequence
+    repeated_steps: str = ""  # it reported a step twice: warned once per job
+    warnings: tuple[events.JobWarning, ...] = ()  # said before ``final``
+    final: events.TrialDone | events.TrialRequeued | None = None  # said once the job counted it
+
+
+class LoopState:
+    """The job-level state of one job loop, owned by its ``JobRunner``."""
 
     def __init__(self, store: JobStore, job: JobSpec, options: LoopOptions, *,
-                 progress: Callable[[str, dict[str, Any]], None] | None, clock: Clock):
+                 emit: events.Emit, clock: Clock):
         self.store = store
         self.job = job
         self.opt = options
-        self.progress: Callable[[str, dict[str, Any]], None] = progress or (lambda event, data: None)
+        self.emit = emit
         self.clock = clock
         self.shared = options.shared
         self.worker_name = self.shared.me if self.shared else f"{socket.gethostname()}:{os.getpid()}"
@@ -145,13 +159,13 @@ class JobProgress:
                                 controller=self.worker_name)
         elif self.store.get_meta("state") in (JobState.QUEUED, JobState.PENDING):
             self.store.set_meta(state=JobState.RUNNING.value)
-        self.progress("job_running", {})
+        self.emit(events.JobRunning())
 
     def check_external_state(self, now: float) -> None:
         """A cancel (``trials cancel``) or a failure another worker decided, read from the store."""
         if self.cancel_requested and self.store.get_meta("state") != JobState.CANCELLING:
             self.store.set_meta(state=JobState.CANCELLING.value)
-            self.progress("job_cancelling", {})
+            self.emit(events.JobCancelling())
         if now - self._last_state_check < STATE_CHECK_INTERVAL_S:
             return
         self._last_state_check = now
@@ -162,7 +176,22 @@ class JobProgress:
             error = self.store.get_meta("error") or {}
             self.job_error = error.get("message") or "another worker ended the job FAILED"
 
-    def count_finished_trial(self, trial_id: str, *, succeeded: bool, failure: str | None) -> None:
+    def trial_recorded(self, recorded: TrialRecorded, trial_id: str) -> str:
+        """Apply what recording a trial changed: the totals, then the job's failure rule.
+
+        Returns the repeated-steps warning when this is the first of the job (it is said once), else "".
+        """
+        self.conflicts_total += recorded.conflicts
+        self.lost_steps_total += recorded.lost_steps
+        first_repeat = ""
+        if recorded.repeated_steps and not self.warned_repeated_steps:
+            self.warned_repeated_steps = True
+            first_repeat = recorded.repeated_steps
+        if not recorded.requeued:
+            self._count_finished_trial(trial_id, succeeded=recorded.succeeded, failure=recorded.failure)
+        return first_repeat
+
+    def _count_finished_trial(self, trial_id: str, *, succeeded: bool, failure: str | None) -> None:
         """A trial finished here: apply the job's failure rule."""
         if succeeded:
             self.n_succeeded += 1
@@ -186,7 +215,7 @@ class JobProgress:
                 self.n_failed += 1
                 reason = t.user_attrs.get("infeasible_reason")
                 self.first_failure = self.first_failure or f"Trial {t.number + 1}: {reason}"
-            elif t.user_attrs.get("state") == "SUCCEEDED":
+            elif t.user_attrs.get("state") == TrialState.SUCCEEDED:
                 self.n_succeeded += 1
 
     def more_to_run(self) -> bool:
@@ -201,7 +230,7 @@ class JobProgress:
         if not waiting:
             return False
         self.exhausted = False
-        self.progress("trials_added", {"waiting": len(waiting), "total": len(self.store.frozen_trials())})
+        self.emit(events.TrialsAdded(waiting=len(waiting), total=len(self.store.frozen_trials())))
         return True
 
     def _end_wall(self) -> float:
@@ -226,7 +255,7 @@ class JobProgress:
             self.cancel_requested = True
         if self.shared is not None and self.job_error is None:
             if self.leaving:
-                self.progress("job_left", {})
+                self.emit(events.JobLeft())
                 return str(self.store.get_meta("state"))
             if self.cancel_requested:
                 self.shared.requeue_stale()
@@ -235,7 +264,7 @@ class JobProgress:
             elif sum(self.shared.counts()):
                 return str(self.store.get_meta("state"))  # left with trials still to run
         for claimed in self._pending_resumed:  # left RUNNING by a dead controller, not run again here
-            self.store.set_trial_attrs(claimed.storage_id, state="REQUESTED", end_time=None)
+            self.store.set_trial_attrs(claimed.storage_id, state=TrialState.REQUESTED.value, end_time=None)
             self.store.requeue(claimed.storage_id)
         self._pending_resumed.clear()
         error: dict[str, Any] | None
@@ -247,5 +276,5 @@ class JobProgress:
         else:
             state, error = JobState.SUCCEEDED, None
         self.store.set_meta(state=state.value, end_time=rfc3339(self._end_wall()), error=error, controller=None)
-        self.progress("job_done", {"state": state.value, "error": error})
+        self.emit(events.JobDone(state=state, error=error))
         return state.value

@@ -3,15 +3,16 @@
 Each handler consumes one event of a loop pass and asks a pure function what it means
 (``running.decide_exit``, ``policy``, ``chaos``); its effects are signals to the replicas (through
 their handles), replica starts (through the launcher and its injected factory), the ``STOP`` file,
-and progress events.
+and events for the listener.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import TextIO
 
 from trials.controller.backend.protocol import ReplicaHandle
+from trials.controller.loop import events
 from trials.controller.loop.chaos import Chaos
 from trials.controller.loop.effects import Clock
 from trials.controller.loop.launcher import TrialLauncher, start_error_text
@@ -27,14 +28,14 @@ class TrialSupervisor:
     """Handles the events of running trials for one job loop."""
 
     def __init__(self, *, store: JobStore, launcher: TrialLauncher, chaos: Chaos, clock: Clock,
-                 progress: Callable[[str, dict[str, Any]], None], grace_s: float, timeout_s: float | None,
+                 emit: events.Emit, grace_s: float, timeout_s: float | None,
                  restart_all: bool, echo: TextIO | None,
                  save_metrics: Callable[[RunningTrial], object] | None = None):
         self.store = store
         self.launcher = launcher
         self.chaos = chaos
         self.clock = clock
-        self.progress = progress
+        self.emit = emit
         self.grace_s = grace_s
         self.timeout_s = timeout_s
         self.restart_all = restart_all
@@ -85,8 +86,7 @@ class TrialSupervisor:
         why = "injected maintenance restart" if injected else f"exit {run.exited.get(name)}, {budget}"
         if self.restart_all and len(names) > 1 and not injected:
             why += ", with the whole trial (restartJobOnWorkerRestart)"
-        self.progress("replica_restart", {"trial_id": run.trial_id, "replica": name, "why": why,
-                                          "restarts": run.restarts[name]})
+        self.emit(events.ReplicaRestart(trial_id=run.trial_id, replica=name, why=why, restarts=run.restarts[name]))
 
     def _retry_job(self, run: RunningTrial, name: str, status: int, now: float, budget: str) -> None:
         """A transient exit (SIGABRT, SIGSEGV): Vertex retries the whole job; here the trial's
@@ -97,9 +97,9 @@ class TrialSupervisor:
                 run.replicas[other].begin_stop(now)
         run.job_retries += 1
         run.schedule_restart(names, now, injected=False, cause="")
-        self.progress("replica_restart", {
-            "trial_id": run.trial_id, "replica": name, "restarts": run.restarts[name],
-            "why": f"transient exit {status}: the trial's CustomJob runs again, {budget}"})
+        self.emit(events.ReplicaRestart(
+            trial_id=run.trial_id, replica=name, restarts=run.restarts[name],
+            why=f"transient exit {status}: the trial's CustomJob runs again, {budget}"))
 
     def on_restarts_due(self, run: RunningTrial, now: float) -> None:
         for name in list(run.restart_at):
@@ -145,7 +145,7 @@ class TrialSupervisor:
         run.replicas[name].begin_stop(now)  # SIGTERM, as before VM maintenance
         run.injected += 1
         self.n_injected += 1
-        self.progress("injected_restart", {"trial_id": run.trial_id, "replica": name})
+        self.emit(events.InjectedRestart(trial_id=run.trial_id, replica=name))
 
     def fail(self, run: RunningTrial, now: float, message: str, detail: tuple[str, ...] = ()) -> None:
         if run.failure is None:
@@ -166,11 +166,11 @@ class TrialSupervisor:
             self.store.set_trial_attrs(run.claimed.storage_id, state=TrialState.STOPPING.value)
         if reason is StopReason.FAILED:  # the failure itself is said once, when the trial ends
             if live:
-                self.progress("trial_stopping", {"trial_id": run.trial_id, "reason": reason.value,
-                                                 "detail": "stopping its other replicas"})
+                self.emit(events.TrialStopping(trial_id=run.trial_id, reason=reason,
+                                               detail="stopping its other replicas"))
         elif reason is not StopReason.SUCCESS:
-            self.progress("trial_stopping", {"trial_id": run.trial_id, "reason": reason.value,
-                                             "detail": run.stop_detail or run.failure or ""})
+            self.emit(events.TrialStopping(trial_id=run.trial_id, reason=reason,
+                                           detail=run.stop_detail or run.failure or ""))
 
     def groups_gone(self, run: RunningTrial, now: float) -> bool:
         """Every leader exited: stop what is left of their groups (children that outlived them)."""

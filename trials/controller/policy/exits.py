@@ -24,7 +24,6 @@ MAX_JOB_RETRIES = 3  # Vertex: such an exit "may be transient": the whole job is
 
 class ExitKind(str, enum.Enum):
     SUCCEEDED = "succeeded"
-    STOPPED = "stopped"  # we asked it to stop (early stopping, cancel, job end)
     PERMANENT = "permanent"  # user code error: the trial fails
     OOM = "oom"  # killed for memory: the trial fails
     RESTARTABLE = "restartable"  # restart the replica (same trial id, same env)
@@ -44,7 +43,6 @@ def classify_exit(
     status: int,
     *,
     replica: str,
-    stop_requested: bool,
     oom_killed: bool,
     restarts_so_far: int,
     stderr_tail: Sequence[str] = (),
@@ -57,13 +55,13 @@ def classify_exit(
     Two budgets, as Vertex documents them: a non-permanent exit restarts that worker, up to
     ``max_restarts`` times; a transient exit (SIGABRT 6/134, SIGSEGV 11/139) retries the trial's
     whole CustomJob, up to ``max_job_retries`` times. Exits 1 and 2 (user code) are permanent.
+    An exit the loop asked for (the trial was stopping) is never classified: the loop records it
+    (``loop.running.decide_exit``).
     """
     if status == 0:
         return ExitClassification(kind=ExitKind.SUCCEEDED, status=0)
     if oom_killed:
         return ExitClassification(kind=ExitKind.OOM, status=status, message=oom_message(replica, status))
-    if stop_requested:
-        return ExitClassification(kind=ExitKind.STOPPED, status=status)
     detail = tuple(crash.summary(stderr_tail))
     if status in PERMANENT_EXIT_CODES:
         return ExitClassification(kind=ExitKind.PERMANENT, status=status,
