@@ -80,7 +80,7 @@ def _gaps(times: dict[str, tuple[float, float]]) -> list[float]:
 
 # --- the modes run as child processes ---------------------------------------------------------------
 def floor_loop(sizes: Sizes, slots: int, workdir: str) -> dict[str, Any]:
-    """The same trial processes back to back in ``slots`` lanes, no controller."""
+    """The same trial processes back to back in ``slots`` lanes, no registry."""
     rng = random.Random(0)
     params = [(rng.random(), rng.random()) for _ in range(sizes.n_trials)]
     base = trainer_argv(sizes)
@@ -217,10 +217,10 @@ def run_mode(mode: str, sizes: Sizes, slots: int, *, profile: str | None = None)
 
 def _sweep_latencies(root: str, job_id: str, times: dict[str, tuple[float, float]]) -> dict[str, Any]:
     """From the journal: launch -> trial start, trial end -> finalized, finalized -> next launch."""
-    from trials.controller.jobs import registry as controller
+    from trials.controller.jobs import registry
     from trials.timefmt import parse_rfc3339
 
-    h = controller.open_job(job_id, root=root, storage=None)
+    h = registry.open_job(job_id, root=root, storage=None)
     rows = []
     for t in h.store.frozen_trials():
         tid = str(t.number + 1)

@@ -64,11 +64,11 @@ def spec_dict(n_trials: int, parallel: int, work_ms: float, times: str) -> dict:
 
 def create(workdir: str, storage: str | None, job_id: str, spec: dict):
     os.makedirs(os.path.join(workdir, "launch"), exist_ok=True)  # times.txt stays outside the trials' view
-    from trials.controller.jobs import registry as controller
+    from trials.controller.jobs import registry
     from trials.spec.load import parse_spec
 
     job = parse_spec(spec, source="<benchmark>")
-    return controller.create_job(job, root=os.path.join(workdir, "jobs"), job_id=job_id, spec_path=None,
+    return registry.create_job(job, root=os.path.join(workdir, "jobs"), job_id=job_id, spec_path=None,
                                  storage=storage, base_output_dir=None, project_number=None,
                                  local_command=None, cwd=os.path.join(workdir, "launch"), seed=1)
 

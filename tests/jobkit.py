@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trials.controller.jobs import registry as controller
+from trials.controller.jobs import registry
 from trials.spec.load import loads_spec
 
 SINGLE = """
@@ -22,7 +22,7 @@ def fake_job(tmp_path, text=SINGLE, *, outcomes):
     outcome: ("ok", [values per step], stopped_early) | ("fail", reason) | None (never run).
     """
     job = loads_spec(text, source="test.yaml")
-    h = controller.create_job(job, root=str(tmp_path / "jobs"), job_id="rep", spec_path=None, storage=None,
+    h = registry.create_job(job, root=str(tmp_path / "jobs"), job_id="rep", spec_path=None, storage=None,
                               base_output_dir=None, project_number=None, local_command=["python", "x.py"],
                               seed=1)
     metric_ids = job.study.metric_ids
@@ -51,4 +51,4 @@ def fake_job(tmp_path, text=SINGLE, *, outcomes):
             h.store.set_trial_attrs(c.storage_id, **attrs)
             h.store.fail(c.number)
     h.store.set_meta(state="JOB_STATE_SUCCEEDED")
-    return controller.open_job("rep", root=str(tmp_path / "jobs"), storage=None)
+    return registry.open_job("rep", root=str(tmp_path / "jobs"), storage=None)

@@ -9,12 +9,12 @@ import os
 import sys
 import time
 
-from trials.controller.jobs import registry as controller
+from trials.controller.jobs import registry
 from trials.study.leases import SharedJob
 
 url, job_id, mode, cap, go_file, n_claimers = (sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]),
                                                sys.argv[5], int(sys.argv[6]))
-h = controller.open_job(job_id, root="unused", storage=url)
+h = registry.open_job(job_id, root="unused", storage=url)
 shared = SharedJob(h.store, stale_after_s=60)
 h.store.frozen_trials()  # connect before the start
 open(f"{go_file}.ready.{os.getpid()}", "w").close()

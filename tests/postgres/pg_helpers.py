@@ -38,13 +38,13 @@ def create_job(tmp_path, url, job_id, stale_after_s=None, gated=False, **spec):
 
     ``gated``: its trials wait after their first epoch (``gate_epoch``) until ``gate_path`` exists.
     """
-    from trials.controller.jobs import registry as controller
+    from trials.controller.jobs import registry
     from trials.spec.load import load_spec
 
     if gated:
         spec["gate"] = gate_path(tmp_path)
     spec_path = write_spec(tmp_path / "job.yaml", events=events_path(tmp_path), **spec)
-    h = controller.create_job(load_spec(str(spec_path)), root=str(tmp_path / "jobs"), job_id=job_id,
+    h = registry.create_job(load_spec(str(spec_path)), root=str(tmp_path / "jobs"), job_id=job_id,
                               spec_path=str(spec_path), storage=url, base_output_dir=None,
                               project_number=None, local_command=None, cwd=str(tmp_path),
                               stale_after_s=stale_after_s)

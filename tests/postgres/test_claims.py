@@ -45,7 +45,7 @@ def test_global_cap_holds_when_workers_claim_at_once(tmp_path, pg_url, job_id):
     create_job(tmp_path, pg_url, job_id, points=12, parallel=3)
     got = race(tmp_path, pg_url, job_id, "shared", cap=3)
     assert sum(len(per) for per in got) == 3
-    from trials.controller.jobs import registry as controller
+    from trials.controller.jobs import registry
 
-    h = controller.open_job(job_id, root="unused", storage=pg_url)
+    h = registry.open_job(job_id, root="unused", storage=pg_url)
     assert len(h.store.running_trials()) == 3

@@ -17,10 +17,10 @@ from trials.study import pg_session
 
 HOLDER = """\
 import os, signal, sys
-from trials.controller.jobs import registry as controller
+from trials.controller.jobs import registry
 from trials.study.leases import SharedJob
 url, job_id, ready = sys.argv[1:4]
-h = controller.open_job(job_id, root="unused", storage=url)
+h = registry.open_job(job_id, root="unused", storage=url)
 shared = SharedJob(h.store, stale_after_s=60)
 with shared._claim_lock():
     open(ready, "w").close()
@@ -102,8 +102,8 @@ def test_a_silent_partition_is_reported_like_an_outage_and_the_job_recovers(tmp_
     assert finish([worker], timeout_s=120) == [0], output(tmp_path, "w")
     text = output(tmp_path, "w")
     assert "database reachable again" in text, text
-    from trials.controller.jobs import registry as controller
+    from trials.controller.jobs import registry
 
-    h = controller.open_job(job_id, root="unused", storage=pg_url)
+    h = registry.open_job(job_id, root="unused", storage=pg_url)
     assert h.store.get_meta("state") == "JOB_STATE_SUCCEEDED"
     assert [t.user_attrs["state"] for t in h.store.frozen_trials()] == ["SUCCEEDED", "SUCCEEDED"]

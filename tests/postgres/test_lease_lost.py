@@ -8,9 +8,9 @@ from pg_helpers import create_job, finish, output, start_worker, wait_for
 
 
 def open_job(tmp_path, url, job_id):
-    from trials.controller.jobs import registry as controller
+    from trials.controller.jobs import registry
 
-    return controller.open_job(job_id, root=str(tmp_path / "jobs"), storage=url)
+    return registry.open_job(job_id, root=str(tmp_path / "jobs"), storage=url)
 
 
 def test_a_worker_that_lost_its_lease_drops_the_trial_and_goes_on(tmp_path, pg_url, job_id):

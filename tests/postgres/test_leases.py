@@ -20,7 +20,7 @@ from pg_helpers import (
     wait_for,
 )
 
-from trials.controller.jobs import registry as controller
+from trials.controller.jobs import registry
 
 SHORT_S = 2.0  # what worker b asks for; a's leases are older than this when b looks at them
 
@@ -88,7 +88,7 @@ def test_a_worker_with_a_short_stale_after_does_not_take_over_a_healthy_workers_
     assert "--stale-after 2 ignored: the job's lease timeout is 30s" in output(tmp_path, "b"), output(tmp_path, "b")
     starts = [e["trial"] for e in events(tmp_path) if e["event"] == "start"]
     assert sorted(starts) == ["1", "2"], starts  # each trial ran once, by worker a, never taken over
-    h = controller.open_job(job_id, root=str(tmp_path / "jobs"), storage=pg_url)
+    h = registry.open_job(job_id, root=str(tmp_path / "jobs"), storage=pg_url)
     assert h.store.get_meta("stale_after_s") == 30.0
     for t in h.store.frozen_trials():
         assert t.user_attrs["state"] == "SUCCEEDED"

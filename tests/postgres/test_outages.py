@@ -105,9 +105,9 @@ def test_worker_waits_out_a_database_outage_and_fails_nothing(tmp_path, proxied_
     assert text.count("database unreachable") == 1, text  # one line per outage
     assert text.count("database reachable again") == 1, text
     assert SECRET not in text
-    from trials.controller.jobs import registry as controller
+    from trials.controller.jobs import registry
 
-    h = controller.open_job(job_id, root="unused", storage=url)
+    h = registry.open_job(job_id, root="unused", storage=url)
     trials = h.store.frozen_trials()
     assert h.store.get_meta("state") == "JOB_STATE_SUCCEEDED"
     assert [t.user_attrs["state"] for t in trials] == ["SUCCEEDED", "SUCCEEDED"]
@@ -168,9 +168,9 @@ def _gone_for_good(tmp_path, proxied_url, job_id, env=None, pg_url=None):
     wait_for(lambda: any(e["event"] == "epoch" and e["epoch"] >= 2 for e in events(tmp_path)), 30,
              "the first trial to report")
     if pg_url is not None:  # one connection, polled (a new one per poll would use up the server's)
-        from trials.controller.jobs import registry as controller
+        from trials.controller.jobs import registry
 
-        store = controller.open_job(job_id, root="unused", storage=pg_url).store
+        store = registry.open_job(job_id, root="unused", storage=pg_url).store
 
         def recorded():
             time.sleep(0.2)
@@ -188,9 +188,9 @@ def _gone_for_good(tmp_path, proxied_url, job_id, env=None, pg_url=None):
 
 
 def _stored(pg_url, job_id):
-    from trials.controller.jobs import registry as controller
+    from trials.controller.jobs import registry
 
-    h = controller.open_job(job_id, root="unused", storage=pg_url)
+    h = registry.open_job(job_id, root="unused", storage=pg_url)
     return h.store.get_meta("state"), h.store.frozen_trials()
 
 

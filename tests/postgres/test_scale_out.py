@@ -8,9 +8,9 @@ from pg_helpers import create_job, events, finish, gate_path, output, start_work
 
 
 def open_job(tmp_path, url, job_id):
-    from trials.controller.jobs import registry as controller
+    from trials.controller.jobs import registry
 
-    return controller.open_job(job_id, root=str(tmp_path / "jobs"), storage=url)
+    return registry.open_job(job_id, root=str(tmp_path / "jobs"), storage=url)
 
 
 def max_overlap(evs):

@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy import exc as sa_exc
 
 from trials import protocol
-from trials.controller.jobs import registry as controller
+from trials.controller.jobs import registry
 from trials.spec.load import loads_spec
 from trials.study.leases import SharedJob
 
@@ -22,7 +22,7 @@ parallel_trial_count: 3
 
 
 def _shared(tmp_path):
-    h = controller.create_job(loads_spec(SPEC), root=str(tmp_path / "jobs"), job_id="j", spec_path=None,
+    h = registry.create_job(loads_spec(SPEC), root=str(tmp_path / "jobs"), job_id="j", spec_path=None,
                               storage=f"sqlite:///{tmp_path / 'jobs.db'}", base_output_dir=None,
                               project_number=None, local_command=["python", "t.py"], cwd=str(tmp_path))
     return h, SharedJob(h.store, me="host:1")

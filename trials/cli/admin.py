@@ -48,9 +48,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 def _cmd_cancel(args: argparse.Namespace) -> int:
     from trials.controller.jobs import admin as job_admin
-    from trials.controller.jobs import registry as controller
+    from trials.controller.jobs import registry
 
-    h = controller.open_job(args.job, root=args.root, storage=args.storage)
+    h = registry.open_job(args.job, root=args.root, storage=args.storage)
     state, ended = job_admin.cancel(h)
     if ended:
         print(f"job {h.job_id} has already ended: {state}; nothing to cancel")

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # each command imports what it needs when it runs
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from trials.controller.jobs import registry as controller
+    from trials.controller.jobs import registry
     from trials.spec import Algorithm
     from trials.spec.load import load_spec
 
@@ -54,7 +54,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             if line.startswith("note:") and not args.quiet:
                 print(line)
     plan = _device_plan(job, args)  # before creating the job: a spec this machine cannot run
-    h = controller.create_job(
+    h = registry.create_job(
         job, root=args.root, job_id=args.job_id, spec_path=args.spec, storage=args.storage,
         base_output_dir=args.base_output_dir, project_number=args.project_number,
         local_command=command or None, seed=args.seed, gcs_root=args.gcs_root, stale_after_s=args.stale_after,
@@ -65,14 +65,14 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 def _cmd_resume(args: argparse.Namespace) -> int:
     from trials.controller.jobs import admin as job_admin
-    from trials.controller.jobs import registry as controller
+    from trials.controller.jobs import registry
     from trials.controller.jobs import run as job_run
 
     if args.max_trial_count is not None:  # the spec's rule, before the job is touched
         from trials.spec.node import INT32_MAX, Node
 
         Node(args.max_trial_count, "--max-trial-count", "command line").integer(lo=1, hi=INT32_MAX)
-    h = controller.open_job(args.job, root=args.root, storage=args.storage)
+    h = registry.open_job(args.job, root=args.root, storage=args.storage)
     counts = _resume_counts(h, args)  # checked by the spec's rules before anything is written
     # a FAILED job resumed with the failure budget it has would fail again at once: say so, write nothing
     job_admin.check_failure_budget(h, max_failed=counts.get("max_failed_trial_count"),
@@ -107,7 +107,7 @@ def _resume_counts(h: JobHandle, args: argparse.Namespace) -> dict[str, int]:
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
-    from trials.controller.jobs import registry as controller
+    from trials.controller.jobs import registry
     from trials.records import FINAL_JOB_STATES
     from trials.storage_url import is_journal_url
 
@@ -116,9 +116,9 @@ def _cmd_worker(args: argparse.Namespace) -> int:
                           f"(e.g. postgresql://user@host/db), got {args.storage!r}")
     if args.slots is not None and args.slots < 1:
         raise ConfigError(f"--parallel-trial-count must be >= 1, got {args.slots}")
-    h = controller.open_job(args.job, root=args.root or protocol.DEFAULT_JOBS_ROOT, storage=args.storage)
+    h = registry.open_job(args.job, root=args.root or protocol.DEFAULT_JOBS_ROOT, storage=args.storage)
     if args.root:  # this host's folder for the trials' logs and metric files
-        h.job_dir = controller.job_dir_of(args.root, h.job_id)
+        h.job_dir = registry.job_dir_of(args.root, h.job_id)
     args.root = args.root or protocol.DEFAULT_JOBS_ROOT
     state = h.store.get_meta("state")
     if state in FINAL_JOB_STATES or state == JobState.CANCELLING:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from trials.controller.jobs import admin as job_admin
-from trials.controller.jobs import registry as controller
+from trials.controller.jobs import registry
 from trials.controller.jobs.lock import ControllerLock
 from trials.controller.jobs.registry import JobHandle
 from trials.errors import ConfigError
@@ -24,7 +24,7 @@ max_trial_count: 3
 
 
 def make_job(tmp_path: Path) -> JobHandle:
-    return controller.create_job(loads_spec(SPEC, source="t.yaml"), root=str(tmp_path / "jobs"), job_id="j",
+    return registry.create_job(loads_spec(SPEC, source="t.yaml"), root=str(tmp_path / "jobs"), job_id="j",
                                  spec_path=None, storage=None, base_output_dir=None, project_number=None,
                                  local_command=None)
 

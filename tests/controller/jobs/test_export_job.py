@@ -10,7 +10,7 @@ import yaml
 
 from trials.cli import main
 from trials.controller.jobs import admin as job_admin
-from trials.controller.jobs import registry as controller
+from trials.controller.jobs import registry
 from trials.spec.load import load_spec, loads_spec
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -41,7 +41,7 @@ def _vertex_job(text: str, fmt: str):
 
 
 def _create(tmp_path, job, **kw):
-    return controller.create_job(job, root=str(tmp_path), job_id="exp", spec_path=None, storage=kw.get("storage"),
+    return registry.create_job(job, root=str(tmp_path), job_id="exp", spec_path=None, storage=kw.get("storage"),
                                  base_output_dir=None, project_number=None,
                                  local_command=kw.get("command"), seed=0)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from trials.controller.jobs import registry as controller
+from trials.controller.jobs import registry
 from trials.controller.jobs import run as job_run
 from trials.controller.loop.runner import JobRunner
 from trials.spec.load import loads_spec
@@ -22,7 +22,7 @@ max_trial_count: 2
 
 def test_a_controller_that_stops_on_an_error_ends_a_pending_cancel(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    h = controller.create_job(loads_spec(SPEC, source="t.yaml"), root=str(tmp_path / "jobs"), job_id="j",
+    h = registry.create_job(loads_spec(SPEC, source="t.yaml"), root=str(tmp_path / "jobs"), job_id="j",
                               spec_path=None, storage=None, base_output_dir=None, project_number=None,
                               local_command=None)
     trial = h.store.claim(h.job.study)

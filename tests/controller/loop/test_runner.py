@@ -14,7 +14,7 @@ from typing import Any
 
 from tests.controller.loop.backendkit import FakeBackend, FakeClock, FakeSignals, Script
 from trials import protocol
-from trials.controller.jobs import registry as controller
+from trials.controller.jobs import registry
 from trials.controller.jobs import run as job_run
 from trials.controller.loop.runner import JobRunner
 from trials.records import JobState
@@ -54,7 +54,7 @@ def replay(tmp_path: Path, plan: Callable[[str, int], Script], *, n: int = 1, pa
            inject: float = 0.0, seed: int = 1, shared: Any = None,
            hooks: Callable[[JobRunner], list[Any]] | None = None) -> Run:
     job = loads_spec(SPEC.format(n=n, parallel=parallel, max_failed=max_failed, extra=extra), source="t.yaml")
-    h = controller.create_job(job, root=str(tmp_path / "jobs"), job_id="replay", spec_path=None, storage=None,
+    h = registry.create_job(job, root=str(tmp_path / "jobs"), job_id="replay", spec_path=None, storage=None,
                               base_output_dir=None, project_number=None, local_command=None, seed=seed)
     options = job_run.run_options(h, echo=False, grace_period_s=2.0, memory_limit_mb=None,
                                   inject_restarts=inject, slots=None, seed=seed, shared=shared)
@@ -307,7 +307,7 @@ def test_the_end_time_follows_the_start_whatever_the_wall_clock_does(tmp_path: P
             return super().wall() - (7200.0 if self.t > 1000.5 else 0.0)
 
     job = loads_spec(SPEC.format(n=1, parallel=1, max_failed=0, extra=""), source="t.yaml")
-    h = controller.create_job(job, root=str(tmp_path / "jobs"), job_id="clock", spec_path=None, storage=None,
+    h = registry.create_job(job, root=str(tmp_path / "jobs"), job_id="clock", spec_path=None, storage=None,
                               base_output_dir=None, project_number=None, local_command=None)
     options = job_run.run_options(h, echo=False, grace_period_s=2.0, memory_limit_mb=None, inject_restarts=0.0,
                                   slots=None, seed=1)

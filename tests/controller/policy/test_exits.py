@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from trials.controller.policy import exits as policy
+from trials.controller.policy import exits
 from trials.controller.policy.exits import ExitKind, classify_exit
 from trials.records import Measurement
 from trials.spec import Goal, JobSpec, MetricSpec, ParameterSpec, ParameterType, StudySpec
@@ -58,12 +58,12 @@ def test_transient_exits_retry_the_whole_custom_job_three_times_then_fail():
 
 def test_exit_message_is_vertex_text_and_the_exception_goes_to_the_detail():
     tail = ["Traceback (most recent call last):", '  File "t.py", line 1', "ValueError: bad lr", ""]
-    d = policy.classify_exit(1, replica="workerpool1-0", oom_killed=False,
+    d = exits.classify_exit(1, replica="workerpool1-0", oom_killed=False,
                              restarts_so_far=0, stderr_tail=tail)
     assert d.message == ("The replica workerpool1-0 exited with a non-zero status of 1. "
                          "Termination reason: Error.")
     assert d.detail == ("ValueError: bad lr", '  File "t.py", line 1')
-    assert policy.exit_message("workerpool0-0", 139) == (
+    assert exits.exit_message("workerpool0-0", 139) == (
         "The replica workerpool0-0 exited with a non-zero status of 139. Termination reason: Error.")
 
 
@@ -75,7 +75,7 @@ def test_a_job_ended_by_failures_names_the_flag():
     study = StudySpec(metrics=(Metric(metric_id="m"),), parameters=(
         ParameterSpec(parameter_id="x", type=ParameterType.INTEGER, min_value=1, max_value=2),))
     for limit, failed in ((0, 1), (2, 2)):
-        msg = policy.job_failure(JobSpec(study=study, max_trial_count=5, max_failed_trial_count=limit),
+        msg = exits.job_failure(JobSpec(study=study, max_trial_count=5, max_failed_trial_count=limit),
                                  n_failed=failed, n_succeeded=0, first_failure="Trial 1: x")
         assert "--max-failed-trial-count N" in msg
 
@@ -88,21 +88,21 @@ def test_select_final_last_and_best_by_goal():
     ms = [m(1, acc=0.5), m(2, acc=0.9), m(3, acc=0.7)]
     maximize = [MetricSpec(metric_id="acc", goal=Goal.GOAL_TYPE_UNSPECIFIED)]
     minimize = [MetricSpec(metric_id="acc", goal=Goal.MINIMIZE)]
-    assert policy.select_final(ms, maximize, best=False).step == 3
-    assert policy.select_final(ms, maximize, best=True).step == 2  # unset goal = maximize
-    assert policy.select_final(ms, minimize, best=True).step == 1
+    assert exits.select_final(ms, maximize, best=False).step == 3
+    assert exits.select_final(ms, maximize, best=True).step == 2  # unset goal = maximize
+    assert exits.select_final(ms, minimize, best=True).step == 1
 
 
 def test_select_final_needs_every_objective_metric():
     metrics = [MetricSpec(metric_id="a"), MetricSpec(metric_id="b")]
     ms = [m(1, a=1.0, b=2.0), m(2, a=3.0)]
-    assert policy.select_final(ms, metrics, best=False).step == 1
-    assert policy.select_final([m(1, c=1.0)], metrics, best=False) is None
+    assert exits.select_final(ms, metrics, best=False).step == 1
+    assert exits.select_final([m(1, c=1.0)], metrics, best=False) is None
 
 
 def test_select_best_ignores_nan():
     ms = [m(1, acc=0.5), m(2, acc=math.nan)]
-    assert policy.select_final(ms, [MetricSpec(metric_id="acc")], best=True).step == 1
+    assert exits.select_final(ms, [MetricSpec(metric_id="acc")], best=True).step == 1
 
 
 def _job(max_failed):
@@ -112,16 +112,16 @@ def _job(max_failed):
 
 
 def test_job_failure_rules():
-    assert policy.job_failure(_job(0), n_failed=1, n_succeeded=0, first_failure="x") is not None
-    assert policy.job_failure(_job(0), n_failed=1, n_succeeded=1, first_failure="x") is None
-    assert policy.job_failure(_job(0), n_failed=3, n_succeeded=2, first_failure="x") is not None
-    assert policy.job_failure(_job(2), n_failed=1, n_succeeded=0, first_failure="x") is None
-    msg = policy.job_failure(_job(2), n_failed=2, n_succeeded=0, first_failure="Trial 1: boom")
+    assert exits.job_failure(_job(0), n_failed=1, n_succeeded=0, first_failure="x") is not None
+    assert exits.job_failure(_job(0), n_failed=1, n_succeeded=1, first_failure="x") is None
+    assert exits.job_failure(_job(0), n_failed=3, n_succeeded=2, first_failure="x") is not None
+    assert exits.job_failure(_job(2), n_failed=1, n_succeeded=0, first_failure="x") is None
+    msg = exits.job_failure(_job(2), n_failed=2, n_succeeded=0, first_failure="Trial 1: boom")
     assert "maxFailedTrialCount=2" in msg and "Trial 1: boom" in msg
 
 
 def test_missing_metric_message_names_reported_tags():
-    msg = policy.missing_metric_message(["accuracy"], {"acc", "loss"})
+    msg = exits.missing_metric_message(["accuracy"], {"acc", "loss"})
     assert "accuracy" in msg and "acc, loss" in msg
 
 
@@ -130,4 +130,4 @@ def test_missing_metric_message_names_reported_tags():
     ([10, 20, 40, 50, 60], 1), ([], 0), ([3], 0), ([1, 1, 2], 0),
 ])
 def test_missing_steps_by_usual_stride(steps, lost):
-    assert policy.missing_steps(steps) == lost
+    assert exits.missing_steps(steps) == lost

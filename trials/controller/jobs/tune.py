@@ -18,8 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from trials import protocol
-from trials.controller.policy import exits as policy
-from trials.controller.policy import stopping
+from trials.controller.policy import exits, stopping
 from trials.controller.trial import launch
 from trials.errors import TuneError
 from trials.spec import JobSpec
@@ -227,7 +226,7 @@ def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec,
         if outcome.exit_code not in (protocol.EXIT_OK, protocol.EXIT_STOPPED):
             err = outcome.error
             detail = f"{type(err).__name__}: {err}" if err is not None else "Error"
-            failure = policy.exit_message(replica.name, outcome.exit_code)
+            failure = exits.exit_message(replica.name, outcome.exit_code)
         # Told to stop but ran to the end anyway (it ignored should_stop): not stopped early.
         stopped = bool(state["stopped"]) and stopping.ended_early(state["curve"], completed)
         end = wall_after(start, start_mono, time.monotonic())  # after its start, whatever the wall clock did
@@ -243,7 +242,7 @@ def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec,
             n_failed += 1
             first_error = first_error or outcome.error
             first_failure = first_failure or f"Trial {claimed.trial_id}: {failure}"
-            job_error = policy.job_failure(job, n_failed=n_failed, n_succeeded=n_succeeded,
+            job_error = exits.job_failure(job, n_failed=n_failed, n_succeeded=n_succeeded,
                                            first_failure=first_failure)
         frozen = store.storage.get_trial(claimed.storage_id)
         params = values_from_optuna(study_spec, frozen.params)
@@ -254,7 +253,7 @@ def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec,
 
     state_name = "JOB_STATE_FAILED" if job_error else "JOB_STATE_SUCCEEDED"
     store.set_meta(state=state_name,
-                   error={"code": policy.JOB_FAILED_CODE, "message": job_error} if job_error else None)
+                   error={"code": exits.JOB_FAILED_CODE, "message": job_error} if job_error else None)
     best = None
     ok = [t for t in results if t["state"] == "SUCCEEDED"]
     if ok:

@@ -13,7 +13,7 @@ from trials.controller.loop.effects import Clock
 from trials.controller.loop.metrics import TrialMetrics
 from trials.controller.loop.running import RunningTrial
 from trials.controller.loop.state import TrialRecorded
-from trials.controller.policy import exits as policy
+from trials.controller.policy import exits
 from trials.controller.policy.outcome import finished_trial, record_finished
 from trials.controller.trial import launch
 from trials.records import StopReason, TrialState, measurement_to_dict
@@ -46,7 +46,7 @@ def record_trial(store: JobStore, job: JobSpec, metrics: TrialMetrics, run: Runn
     if run.stopped_early and not metrics.ended_early(measurements):
         run.stopped_early, run.predicted = False, None  # it reached its end while being stopped
     conflicts = run.reader.conflicts
-    lost_steps = policy.missing_steps([m.step for m in measurements]) if run.injected else 0
+    lost_steps = exits.missing_steps([m.step for m in measurements]) if run.injected else 0
     warnings: list[events.JobWarning] = []
     sid = run.claimed.storage_id
     extra: dict[str, Any] = {"attempts": run.attempts}

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trials.controller.backend.protocol import ReplicaHandle
-from trials.controller.policy import exits as policy
+from trials.controller.policy import exits
 from trials.controller.trial import launch
 from trials.controller.trial.metrics_reader import TrialMetricsReader
 from trials.records import StopReason
@@ -69,19 +69,19 @@ def decide_exit(
     if trial_stop is not None or restart_pending:
         return ExitDecision(action=ExitAction.RECORD)
     injected = told_to_stop
-    decision = policy.classify_exit(status, replica=replica, oom_killed=oom_killed,
+    decision = exits.classify_exit(status, replica=replica, oom_killed=oom_killed,
                                     restarts_so_far=0 if injected else n_crash_restarts,
                                     stderr_tail=stderr_tail, job_retries_so_far=n_job_retries)
     kind = decision.kind
-    if injected and (kind is policy.ExitKind.RESTARTABLE or (kind is policy.ExitKind.SUCCEEDED and not is_primary)):
+    if injected and (kind is exits.ExitKind.RESTARTABLE or (kind is exits.ExitKind.SUCCEEDED and not is_primary)):
         return ExitDecision(action=ExitAction.RESTART, injected=True)  # a maintenance restart
-    if kind is policy.ExitKind.SUCCEEDED:
+    if kind is exits.ExitKind.SUCCEEDED:
         return ExitDecision(action=ExitAction.SUCCESS if is_primary else ExitAction.WAIT)
-    if kind is policy.ExitKind.RESTARTABLE:
-        return ExitDecision(action=ExitAction.RESTART, message=policy.exit_message(replica, status),
+    if kind is exits.ExitKind.RESTARTABLE:
+        return ExitDecision(action=ExitAction.RESTART, message=exits.exit_message(replica, status),
                             detail=decision.detail, budget=decision.budget)
-    if kind is policy.ExitKind.RETRY_JOB:
-        return ExitDecision(action=ExitAction.RETRY_JOB, message=policy.exit_message(replica, status),
+    if kind is exits.ExitKind.RETRY_JOB:
+        return ExitDecision(action=ExitAction.RETRY_JOB, message=exits.exit_message(replica, status),
                             detail=decision.detail, budget=decision.budget)
     return ExitDecision(action=ExitAction.FAIL, message=decision.message, detail=decision.detail)
 

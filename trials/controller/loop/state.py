@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from trials.controller.loop import events
 from trials.controller.loop.effects import Clock
-from trials.controller.policy import exits as policy
+from trials.controller.policy import exits
 from trials.controller.trial.devices import DevicePlan
 from trials.records import JobState, StopReason, TrialState
 from trials.spec import JobSpec
@@ -149,7 +149,7 @@ class LoopState:
         """Count what earlier runs finished; the job is RUNNING with this controller."""
         self._count_finished()
         if self.shared is None:  # the failure rule over every trial so far: a FAILED job stays FAILED
-            self.job_error = policy.job_failure(self.job, n_failed=self.n_failed, n_succeeded=self.n_succeeded,
+            self.job_error = exits.job_failure(self.job, n_failed=self.n_failed, n_succeeded=self.n_succeeded,
                                                 first_failure=self.first_failure)
         self._begin_wall, self._begin_mono = self.clock.wall(), self.clock.monotonic()
         if self.store.get_meta("start_time") is None:
@@ -204,7 +204,7 @@ class LoopState:
             self.first_failure = self.first_failure or f"Trial {trial_id}: {failure}"
         else:
             return
-        error = policy.job_failure(self.job, n_failed=self.n_failed, n_succeeded=self.n_succeeded,
+        error = exits.job_failure(self.job, n_failed=self.n_failed, n_succeeded=self.n_succeeded,
                                    first_failure=self.first_failure)
         if error and self.job_error is None:
             self.job_error = error
@@ -269,7 +269,7 @@ class LoopState:
         self._pending_resumed.clear()
         error: dict[str, Any] | None
         if self.job_error is not None:
-            state, error = JobState.FAILED, {"code": policy.JOB_FAILED_CODE, "message": self.job_error}
+            state, error = JobState.FAILED, {"code": exits.JOB_FAILED_CODE, "message": self.job_error}
         elif self.cancel_requested and (self.shared is not None or self.store.waiting_trials()
                                         or self.store.running_trials()):
             state, error = JobState.CANCELLED, {"code": 1, "message": "The job was cancelled."}

@@ -17,7 +17,7 @@ from trials.controller.loop.chaos import Chaos
 from trials.controller.loop.effects import Clock
 from trials.controller.loop.launcher import TrialLauncher, start_error_text
 from trials.controller.loop.running import ExitAction, RunningTrial, decide_exit
-from trials.controller.policy import exits as policy
+from trials.controller.policy import exits
 from trials.controller.trial.files import request_stop, stderr_tail
 from trials.errors import ConfigError
 from trials.records import StopReason, TrialState
@@ -74,7 +74,7 @@ class TrialSupervisor:
         elif decision.action is ExitAction.SUCCESS:
             self.begin_stop(run, now, StopReason.SUCCESS)  # the primary exited 0: stop the others
         elif decision.action is ExitAction.FAIL:
-            self.fail(run, now, decision.message or policy.exit_message(name, status), decision.detail)
+            self.fail(run, now, decision.message or exits.exit_message(name, status), decision.detail)
 
     def _schedule_restart(self, run: RunningTrial, name: str, now: float, *, injected: bool,
                           budget: str = "") -> None:
@@ -130,7 +130,7 @@ class TrialSupervisor:
         if run.stopping:
             return
         if self.timeout_s and now - run.start_mono > self.timeout_s:
-            run.failure = policy.timeout_message(self.timeout_s)
+            run.failure = exits.timeout_message(self.timeout_s)
             self.begin_stop(run, now, StopReason.TIMEOUT)
         elif job_stop is not None:
             self.begin_stop(run, now, job_stop)

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from trials.controller.policy import exits as policy
+from trials.controller.policy import exits
 from trials.records import Measurement, TrialState, measurement_to_dict
 from trials.spec import StudySpec
 
@@ -63,7 +63,7 @@ def finished_trial(
         primary = study.metrics[0]
         value = oriented if primary.maximize else -oriented
         ms.append(Measurement(step=int(x), metrics={primary.metric_id: value}, elapsed_s=ms[-1].elapsed_s))
-    state, reason, values, final = policy.trial_outcome(ms, study.metrics, best=study.selects_best,
+    state, reason, values, final = exits.trial_outcome(ms, study.metrics, best=study.selects_best,
                                                         failure=failure or stopped_by_job,
                                                         reported_tags=reported_tags)
     attrs: dict[str, Any] = {"state": TrialState(state).value, "end_time": end_time,
