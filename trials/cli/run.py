@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from trials import protocol
 from trials.errors import ConfigError
 from trials.printable import printable
-from trials.records import JobState
+from trials.records import JobState, TrialState
 
 if TYPE_CHECKING:  # each command imports what it needs when it runs
     from typing import Any
@@ -223,12 +223,12 @@ def _summary(h: JobHandle, runner: JobRunner, args: argparse.Namespace) -> int:
     state = h.store.get_meta("state")
     error = h.store.get_meta("error")
     trials = h.store.frozen_trials()
-    n_ok = sum(1 for t in trials if t.user_attrs.get("state") == "SUCCEEDED")
-    n_bad = sum(1 for t in trials if t.user_attrs.get("state") == "INFEASIBLE")
+    n_ok = sum(1 for t in trials if t.user_attrs.get("state") == TrialState.SUCCEEDED)
+    n_bad = sum(1 for t in trials if t.user_attrs.get("state") == TrialState.INFEASIBLE)
     n_early = sum(1 for t in trials if t.user_attrs.get("stopped_early"))
     # a job whose every trial was infeasible "succeeded" as Vertex says, but nothing worked: exit 1
-    nothing_worked = state == "JOB_STATE_SUCCEEDED" and n_ok == 0 and n_bad > 0
-    code = 1 if nothing_worked else {"JOB_STATE_SUCCEEDED": 0, "JOB_STATE_CANCELLED": protocol.EXIT_INTERRUPTED}.get(
+    nothing_worked = state == JobState.SUCCEEDED and n_ok == 0 and n_bad > 0
+    code = 1 if nothing_worked else {JobState.SUCCEEDED: 0, JobState.CANCELLED: protocol.EXIT_INTERRUPTED}.get(
         state, 1)
     if args.quiet:
         return code

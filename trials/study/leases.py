@@ -24,6 +24,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 
 from trials import protocol
+from trials.records import TrialState
 from trials.spec import StudySpec
 from trials.study.outages import Outages
 from trials.study.storage import RetryingRDBStorage
@@ -411,7 +412,7 @@ class SharedJob:
                     continue
                 if is_stale(lease, db_now=db_now, stale_after_s=self.stale_after_s, unleased_for_s=0.0) \
                         and self._take(t._trial_id, lease):
-                    self.store.set_trial_attrs(t._trial_id, state="REQUESTED")
+                    self.store.set_trial_attrs(t._trial_id, state=TrialState.REQUESTED.value)
                     self.store.requeue(t._trial_id)
                     self.release(t._trial_id)
                     n += 1

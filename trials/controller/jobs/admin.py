@@ -15,7 +15,7 @@ from trials.controller.jobs.registry import job_dir_of
 from trials.controller.jobs.run import is_shared, shared_job
 from trials.controller.loop.state_lock import state_lock
 from trials.errors import ConfigError, JobNotFoundError
-from trials.records import FINAL_JOB_STATES, JobState
+from trials.records import FINAL_JOB_STATES, JobState, TrialState
 from trials.storage_url import JOURNAL_FILE
 from trials.timefmt import rfc3339
 
@@ -89,7 +89,7 @@ def check_failure_budget(h: JobHandle, *, max_failed: int | None = None, max_tri
 
     trials = h.store.frozen_trials()
     n_failed = sum(1 for t in trials if t.user_attrs.get("failed"))
-    n_ok = sum(1 for t in trials if t.user_attrs.get("state") == "SUCCEEDED")
+    n_ok = sum(1 for t in trials if t.user_attrs.get("state") == TrialState.SUCCEEDED)
     left = len(h.store.waiting_trials()) + len(h.store.running_trials()) + max(0, (max_trial_count or 0) - len(trials))
     limit = h.job.max_failed_trial_count if max_failed is None else max_failed
     job = replace(h.job, max_failed_trial_count=limit)
@@ -176,7 +176,7 @@ def _requeue_orphans(h: JobHandle) -> None:
     controller does on cancel: same id and parameters on resume)."""
     reap_job_leftovers(h)
     for t in h.store.running_trials():
-        h.store.set_trial_attrs(t._trial_id, state="REQUESTED", end_time=None)
+        h.store.set_trial_attrs(t._trial_id, state=TrialState.REQUESTED.value, end_time=None)
         h.store.requeue(t._trial_id)
 
 

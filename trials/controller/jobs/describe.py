@@ -11,10 +11,10 @@ from typing import Any
 from trials import protocol
 from trials.printable import printable
 from trials.protocol import format_value
-from trials.records import LIVE_METRICS_ATTR, measurement_to_dict, stored_measurements
+from trials.records import LIVE_METRICS_ATTR, JobState, TrialState, measurement_to_dict, stored_measurements
 from trials.timefmt import duration
 
-STATE_NAMES = {"REQUESTED", "ACTIVE", "STOPPING", "SUCCEEDED", "INFEASIBLE"}
+STATE_NAMES = {s.value for s in TrialState}
 
 
 def _value(v: Any) -> Any:
@@ -50,14 +50,15 @@ def trial_state(t: Any) -> str:
     if state in STATE_NAMES:
         return str(state)
     name = getattr(t.state, "name", str(t.state))
-    states = {"COMPLETE": "SUCCEEDED", "FAIL": "INFEASIBLE", "RUNNING": "ACTIVE", "PRUNED": "SUCCEEDED"}
-    return states.get(name, "REQUESTED")
+    states = {"COMPLETE": TrialState.SUCCEEDED, "FAIL": TrialState.INFEASIBLE, "RUNNING": TrialState.ACTIVE,
+              "PRUNED": TrialState.SUCCEEDED}
+    return states.get(name, TrialState.REQUESTED)
 
 
 def shown(t: Any) -> bool:
     """Whether a trial is part of the job's view: it started, now or before it was sent back to the
     queue (a trial only queued is not shown)."""
-    return (trial_state(t) != "REQUESTED" or bool(t.user_attrs.get("start_time"))
+    return (trial_state(t) != TrialState.REQUESTED or bool(t.user_attrs.get("start_time"))
             or bool(t.user_attrs.get("requeued")))
 
 
@@ -68,20 +69,20 @@ def trial_to_rest(t: Any, params: Mapping[str, Any], metric_ids: Sequence[str]) 
     out: dict[str, Any] = {"id": str(t.number + 1), "state": state}
     out["parameters"] = [{"parameterId": k, "value": v} for k, v in params.items()]
     measurements = attrs.get("measurements")
-    if state == "REQUESTED":  # waiting to run (again): no start time, no measurements of an old run
+    if state == TrialState.REQUESTED:  # waiting to run (again): no start time, no measurements of an old run
         return out
     if measurements is None and (t.intermediate_values or attrs.get(LIVE_METRICS_ATTR)):
         measurements = [measurement_to_dict(m) for m in
                         stored_measurements(t.intermediate_values, attrs, metric_ids[0])]
-    if attrs.get("final_measurement") and state == "SUCCEEDED":
+    if attrs.get("final_measurement") and state == TrialState.SUCCEEDED:
         out["finalMeasurement"] = _measurement(attrs["final_measurement"], metric_ids)
     if measurements:
         out["measurements"] = [_measurement(m, metric_ids) for m in measurements]
     if attrs.get("start_time"):
         out["startTime"] = attrs["start_time"]
-    if attrs.get("end_time") and state in ("SUCCEEDED", "INFEASIBLE"):
+    if attrs.get("end_time") and state in (TrialState.SUCCEEDED, TrialState.INFEASIBLE):
         out["endTime"] = attrs["end_time"]
-    if state == "INFEASIBLE" and attrs.get("infeasible_reason"):
+    if state == TrialState.INFEASIBLE and attrs.get("infeasible_reason"):
         out["infeasibleReason"] = attrs["infeasible_reason"]
     return out
 
@@ -100,7 +101,7 @@ def job_to_rest(job_id: str, meta: Mapping[str, Any], trials: Sequence[Any],
             out[key] = spec[key]
     out["maxTrialCount"] = len(trials) if trials else spec.get("maxTrialCount", 1)
     out["trials"] = [trial_to_rest(t, params_of(t), metric_ids) for t in trials if shown(t)]
-    out["state"] = meta.get("state") or "JOB_STATE_QUEUED"
+    out["state"] = meta.get("state") or JobState.QUEUED
     for key, name in (("create_time", "createTime"), ("start_time", "startTime"),
                       ("end_time", "endTime"), ("update_time", "updateTime")):
         if meta.get(key):

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from trials import protocol
 from trials.controller.policy import crash
-from trials.records import Measurement
+from trials.records import Measurement, TrialState
 from trials.spec import JobSpec, MetricSpec
 from trials.timefmt import duration
 
@@ -205,16 +205,16 @@ def trial_outcome(
 ) -> tuple[str, str | None, list[float], Measurement | None]:
     """(Vertex trial state, infeasible reason, objective values, final measurement) of a finished trial."""
     if failure:
-        return "INFEASIBLE", failure, [], None
+        return TrialState.INFEASIBLE, failure, [], None
     final = select_final(measurements, metrics, best=best)
     ids = [m.metric_id for m in metrics]
     if final is None:
-        return "INFEASIBLE", missing_metric_message(ids, reported_tags), [], None
+        return TrialState.INFEASIBLE, missing_metric_message(ids, reported_tags), [], None
     values = [final.metrics[i] for i in ids]
     for metric_id, v in zip(ids, values, strict=False):
         if not math.isfinite(v):
-            return "INFEASIBLE", nonfinite_message(metric_id, v), [], final
-    return "SUCCEEDED", None, values, final
+            return TrialState.INFEASIBLE, nonfinite_message(metric_id, v), [], final
+    return TrialState.SUCCEEDED, None, values, final
 
 
 def missing_steps(steps: Sequence[int]) -> int:

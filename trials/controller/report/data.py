@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from trials.records import TrialState
+
 Value = float | int | str
 
 
@@ -24,7 +26,7 @@ class PlotTrial:
     @property
     def result(self) -> bool:
         """A real result: succeeded, not stopped early, every metric present."""
-        return (self.state == "SUCCEEDED" and not self.stopped and bool(self.values)
+        return (self.state == TrialState.SUCCEEDED and not self.stopped and bool(self.values)
                 and all(v is not None for v in self.values))
 
 

@@ -18,6 +18,7 @@ from trials.controller.report.svg import CSS as SVG_CSS
 from trials.controller.report.svg import inline_svg, tips_script, trial_tips
 from trials.errors import ConfigError
 from trials.printable import printable
+from trials.records import TrialState
 
 REPORT_DIR = "report"
 INDEX_FILE = "index.html"
@@ -56,7 +57,7 @@ def top_trials(rest: Mapping[str, Any], metric_ids: Sequence[str], maximize: Seq
     One metric: sorted best first. Several metrics: the non-dominated trials, best primary first.
     """
     done = [t for t in rest.get("trials", [])
-            if t["state"] == "SUCCEEDED" and all(m in final_values(t) for m in metric_ids)]
+            if t["state"] == TrialState.SUCCEEDED and all(m in final_values(t) for m in metric_ids)]
     signs = [1.0 if mx else -1.0 for mx in maximize]
 
     def key(t: Mapping[str, Any]) -> list[float]:  # larger is better, per metric
@@ -90,11 +91,11 @@ def counts(rest: Mapping[str, Any]) -> dict[str, int]:
     local = rest.get("trialsLocal", {})
     states = [t["state"] for t in rest.get("trials", [])]
     return {
-        "succeeded": states.count("SUCCEEDED"),
+        "succeeded": states.count(TrialState.SUCCEEDED),
         "stopped early": sum(1 for t in rest.get("trials", [])
                              if local.get(t["id"], {}).get("stopped_early")),
-        "infeasible": states.count("INFEASIBLE"),
-        "active": states.count("ACTIVE") + states.count("STOPPING"),
+        "infeasible": states.count(TrialState.INFEASIBLE),
+        "active": states.count(TrialState.ACTIVE) + states.count(TrialState.STOPPING),
         "not run": int(rest.get("maxTrialCount", 0)) - len(states),
     }
 
@@ -170,7 +171,7 @@ def render_html(*, job_id: str, rest: Mapping[str, Any], metric_ids: Sequence[st
 
 
 def _failures_html(rest: Mapping[str, Any]) -> str:
-    bad = [t for t in rest.get("trials", []) if t["state"] == "INFEASIBLE"]
+    bad = [t for t in rest.get("trials", []) if t["state"] == TrialState.INFEASIBLE]
     if not bad:
         return "<h2>Failures</h2><p>No trial failed or was infeasible.</p>"
     local = rest.get("trialsLocal", {})

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trials.controller.report.data import PlotTrial, Value
+from trials.records import TrialState
 
 INACTIVE_Y = -0.12
 MIN_LABEL_GAP = 0.07  # of the axis height: closer tick labels would overlap
@@ -135,7 +136,7 @@ def draw_parallel(ax: Any, trials: Sequence[PlotTrial], axes: Sequence[Axis], *,
     from matplotlib.lines import Line2D
 
     axes = [*axes, metric_axis(metric, trials)]
-    shown = [t for t in trials if t.state == "SUCCEEDED" and t.values and t.values[0] is not None]
+    shown = [t for t in trials if t.state == TrialState.SUCCEEDED and t.values and t.values[0] is not None]
     results = sorted((t for t in shown if t.result), key=lambda t: (t.values[0] or 0.0) * (1 if maximize else -1))
     base = mpl.colormaps["YlOrRd"]
     cmap = mpl.colors.ListedColormap(base([0.2 + 0.8 * i / 255 for i in range(256)]))

@@ -16,6 +16,7 @@ from typing import Any
 
 from trials.controller.report.data import PlotTrial, best_so_far, best_trial, pareto_ids
 from trials.controller.report.parallel import Axis, draw_parallel
+from trials.records import TrialState
 
 RESULT_COLOR = "#1f77b4"
 BEST_COLOR = "#d62728"
@@ -59,9 +60,9 @@ def points(ax: Any, trials: Sequence[PlotTrial], x: Callable[[PlotTrial], Any], 
 def history(ax: Any, trials: Sequence[PlotTrial], metric: str, maximize: bool, index: int = 0) -> None:
     """Final value per trial id; stopped-early trials hollow, failed ones as ticks at the bottom."""
     done = [t for t in trials if t.result]
-    stopped = [t for t in trials if t.state == "SUCCEEDED" and t.stopped and t.values
+    stopped = [t for t in trials if t.state == TrialState.SUCCEEDED and t.stopped and t.values
                and t.values[index] is not None]
-    failed = [t for t in trials if t.state == "INFEASIBLE"]
+    failed = [t for t in trials if t.state == TrialState.INFEASIBLE]
     points(ax, done, lambda t: t.trial_id, lambda t: t.values[index], "o", color=RESULT_COLOR,
            label="completed trial")
     points(ax, stopped, lambda t: t.trial_id, lambda t: t.values[index], "o", mfc="none",
@@ -136,7 +137,7 @@ def pareto(ax: Any, trials: Sequence[PlotTrial], metric_ids: Sequence[str], maxi
     """The first two metrics; the Pareto-optimal trials (on every metric) red and labelled."""
     front = pareto_ids(trials, maximize)
     done = [t for t in trials if t.result]
-    stopped = [t for t in trials if t.state == "SUCCEEDED" and t.stopped and len(t.values) >= 2
+    stopped = [t for t in trials if t.state == TrialState.SUCCEEDED and t.stopped and len(t.values) >= 2
                and None not in t.values[:2]]
     others = [t for t in done if t.trial_id not in front]
     best = sorted((t for t in done if t.trial_id in front), key=lambda t: t.values[0] or 0.0)
@@ -174,7 +175,7 @@ def _plots(trials: Sequence[PlotTrial], metric_ids: Sequence[str], maximize: Seq
     multi = len(metric_ids) > 1
     n_done = sum(1 for t in trials if t.result)
     n_stopped = sum(1 for t in trials if t.stopped)
-    n_failed = sum(1 for t in trials if t.state == "INFEASIBLE")
+    n_failed = sum(1 for t in trials if t.state == TrialState.INFEASIBLE)
     stopped = (f" Hollow markers: the {n_stopped} trial{'s' if n_stopped != 1 else ''} stopped early, "
                f"at the value where {'they were' if n_stopped != 1 else 'it was'} stopped (not a result)."
                if n_stopped else "")
@@ -235,7 +236,7 @@ def draw_plots(trials: Sequence[PlotTrial], *, metric_ids: Sequence[str], maximi
                axes: Sequence[Axis], importances: Importances,
                out_dir: str) -> tuple[list[Figure], list[tuple[str, str]]]:
     """Write one PNG per plot into ``out_dir``: (figures drawn, [(title, reason skipped)])."""
-    if not any(t.state == "SUCCEEDED" for t in trials):
+    if not any(t.state == TrialState.SUCCEEDED for t in trials):
         return [], [("all plots", "no trial has succeeded yet: there is nothing to plot")]
     import matplotlib
 
