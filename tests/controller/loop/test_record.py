@@ -39,14 +39,16 @@ class Job:
         self.clock = FakeClock()
         self.said: list[events.Event] = []
         self.metrics = TrialMetrics(self.h.store, self.h.job, self.said.append)
-        self.launcher = TrialLauncher(self.h.job, "rec", self.options, backend=FakeBackend(self.clock, lambda t, a: Script()),
-                                      clock=self.clock, trial_job_rest={}, alloc=None)
+        backend = FakeBackend(self.clock, lambda t, a: Script())
+        self.launcher = TrialLauncher(self.h.job, "rec", self.options, backend=backend, clock=self.clock,
+                                      trial_job_rest={}, alloc=None)
 
     def trial(self, *losses: float) -> RunningTrial:
         claimed = self.h.store.claim(self.h.job.study)
         assert claimed is not None
         self.h.store.set_trial_attrs(claimed.storage_id, **active_attrs(
-            claimed, job_dir=self.options.job_dir, base_output=self.options.base_output, worker="w", wall=self.clock.wall()))
+            claimed, job_dir=self.options.job_dir, base_output=self.options.base_output, worker="w",
+            wall=self.clock.wall()))
         run = self.launcher.prepare(claimed, self.clock.monotonic(), [])
         lines = [json.dumps({"loss": str(v), "global_step": str(i + 1), "timestamp": self.clock.wall() + i,
                              "trial": claimed.trial_id}) for i, v in enumerate(losses)]
