@@ -234,3 +234,62 @@ def test_the_trial_start_up_path_loads_nothing_heavy():
     out = subprocess.run([sys.executable, "-c", START_UP.format(heavy=HEAVY)],
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def _classes() -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for module, path in MODULES.items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                found.setdefault(node.name, []).append(module)
+    return found
+
+
+def test_one_name_one_thing_no_class_name_is_defined_twice():
+    twice = {name: where for name, where in _classes().items() if len(where) > 1}
+    assert twice == {}
+
+
+DESIGN = PACKAGE.parent / "docs" / "DESIGN.md"
+
+
+def test_every_controller_room_is_on_the_design_page():
+    text = DESIGN.read_text()
+    rooms = sorted(p.name for p in CONTROLLER.iterdir() if (p / "__init__.py").exists())
+    assert [r for r in rooms if f"`{r}/`" not in text] == []
+
+
+def test_every_loop_event_is_in_the_design_pages_schema_with_its_fields():
+    from dataclasses import fields
+
+    from trials.controller.loop import events
+
+    subclasses = {c for c in vars(events).values() if isinstance(c, type) and issubclass(c, events.Event)
+                  and c is not events.Event}
+    assert subclasses == set(events.ALL_EVENTS)
+    rows = {line.split("|")[1].strip().strip("`"): line for line in DESIGN.read_text().splitlines()
+            if line.startswith("| `")}
+    for cls in events.ALL_EVENTS:
+        assert cls.name in rows, f"{cls.__name__} ({cls.name}) is not in docs/DESIGN.md's event table"
+        missing = [f.name for f in fields(cls) if f"`{f.name}`" not in rows[cls.name]]
+        assert missing == [], f"{cls.name}: fields {missing} are not in docs/DESIGN.md"
+
+
+def test_states_are_named_by_their_enums_not_by_literal_strings():
+    import re
+
+    literal = re.compile(r'"(JOB_STATE_[A-Z_]+|REQUESTED|ACTIVE|STOPPING|SUCCEEDED|INFEASIBLE)"')
+    offenders = sorted(f"{m}:{n}" for m, path in MODULES.items() if m != "trials.records"
+                       for n, line in enumerate(path.read_text().splitlines(), 1) if literal.search(line))
+    assert offenders == []
+
+
+def test_the_loop_asks_a_replica_handle_only_what_its_protocol_says():
+    loop = [m for m in MODULES if m.startswith(("trials.controller.loop.", "trials.controller.check."))]
+    offenders = sorted(m for m in loop if m != "trials.controller.loop.events" and "getattr(" in MODULES[m].read_text())
+    assert offenders == []
+    from dataclasses import fields
+
+    from trials.controller.loop.state import LoopOptions
+
+    assert [f.name for f in fields(LoopOptions) if "Any" in str(f.type)] == []

@@ -31,7 +31,7 @@ class BadRecord:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Scan:
+class JournalScan:
     """A journal read line by line: the raw lines Optuna can apply, and the ones it cannot."""
 
     good: list[bytes]
@@ -56,7 +56,7 @@ def _parse(raw: bytes) -> tuple[dict[str, Any] | None, str]:
     return record, ""
 
 
-def scan(path: str) -> Scan:
+def scan(path: str) -> JournalScan:
     """Replay ``path`` one record at a time (as Optuna would), keeping the lines it can apply."""
     replay = JournalStorageReplayResult("trials-check-")
     good: list[bytes] = []
@@ -81,7 +81,7 @@ def scan(path: str) -> Scan:
                 bad.append(BadRecord(line=number, reason=why))
             else:
                 good.append(raw)
-    return Scan(good=good, bad=bad)
+    return JournalScan(good=good, bad=bad)
 
 
 def corrupt_error(path: str, cause: BaseException | None = None) -> CorruptJournalError:
@@ -103,7 +103,7 @@ def corrupt_error(path: str, cause: BaseException | None = None) -> CorruptJourn
         f"{'these' if len(bad) > 1 else 'this one'} (the original is kept beside it)")
 
 
-def repair(path: str) -> tuple[Scan, str | None]:
+def repair(path: str) -> tuple[JournalScan, str | None]:
     """Rewrite ``path`` with only its readable records; the original is kept as ``<path>.corrupt-<time>``.
 
     Returns the scan and the backup's path (``None`` when nothing had to be dropped). Call only

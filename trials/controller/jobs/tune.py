@@ -21,6 +21,7 @@ from trials import protocol
 from trials.controller.policy import exits, stopping
 from trials.controller.trial import launch
 from trials.errors import TuneError
+from trials.records import JobState, TrialState
 from trials.spec import JobSpec
 from trials.timefmt import wall_after
 
@@ -131,7 +132,7 @@ def tune(
 
 def _checked(result: TuneResult, first_error: BaseException | None) -> TuneResult:
     """The result, or TuneError when there is none to give."""
-    if result.state != "JOB_STATE_SUCCEEDED":
+    if result.state != JobState.SUCCEEDED:
         cause = f" ({type(first_error).__name__}: {first_error})" if first_error is not None else ""
         raise TuneError(f"trials.tune: job {result.job_id} {result.state}: {result.error}{cause}",
                         result) from first_error
@@ -172,7 +173,7 @@ def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec,
     from trials.spec.export import to_rest
 
     store = JobStore.create(store_backend, job_id, job, to_rest(job) if job.trial_job else {},
-                            {"state": "JOB_STATE_RUNNING", "job_dir": job_dir},
+                            {"state": JobState.RUNNING.value, "job_dir": job_dir},
                             sampler_name=choose_sampler_name(study_spec, n_trials=job.max_trial_count),
                             seed=seed)
     primary = study_spec.metrics[0]
@@ -213,7 +214,7 @@ def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec,
         def hook(ctx: Any, on_report: Callable[..., None] = on_report) -> None:
             ctx.on_report = on_report
 
-        store.set_trial_attrs(claimed.storage_id, state="ACTIVE", trial_id=claimed.trial_id,
+        store.set_trial_attrs(claimed.storage_id, state=TrialState.ACTIVE.value, trial_id=claimed.trial_id,
                               start_time=_rfc(start))
         outcome = entrypoint.run(objective, Config, spec=study_spec, argv=flags, environ=replica.env,
                                  options=run_options,
@@ -251,11 +252,11 @@ def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec,
         if on_trial is not None:
             on_trial(rest)
 
-    state_name = "JOB_STATE_FAILED" if job_error else "JOB_STATE_SUCCEEDED"
+    state_name = (JobState.FAILED if job_error else JobState.SUCCEEDED).value
     store.set_meta(state=state_name,
                    error={"code": exits.JOB_FAILED_CODE, "message": job_error} if job_error else None)
     best = None
-    ok = [t for t in results if t["state"] == "SUCCEEDED"]
+    ok = [t for t in results if t["state"] == TrialState.SUCCEEDED]
     if ok:
         sign = 1 if primary.maximize else -1
 

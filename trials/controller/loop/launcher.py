@@ -147,7 +147,7 @@ def start_error_text(err: OSError | ConfigError, trial_dir: str) -> str:
     """One line for a trial that could not be prepared or a replica that could not be started."""
     if not isinstance(err, OSError):
         return str(err).rstrip(".")
-    return f"{err.strerror or err} ({getattr(err, 'filename', None) or trial_dir})"
+    return f"{err.strerror or err} ({err.filename or trial_dir})"
 
 
 def write_through(env: Mapping[str, str], gcs_root: str) -> tuple[str, ...]:
