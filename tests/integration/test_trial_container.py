@@ -346,6 +346,47 @@ def test_a_client_uploader_and_a_gcs_writer_see_each_others_objects(tmp_path):
     assert not servers, "the local Cloud Storage endpoint outlived its job"
 
 
+USERS_EMULATOR_TRAINER = '''
+import json, os, hypertune
+from google.cloud import storage
+
+got = storage.Client().bucket("theirs").blob("only-in-theirs.txt").download_as_text()
+with open(os.path.join(os.environ["TRIALS_TRIAL_DIR"], "gcs.json"), "w") as f:
+    json.dump({"got": got, "host": os.environ.get("STORAGE_EMULATOR_HOST")}, f)
+hypertune.HyperTune().report_hyperparameter_tuning_metric(
+    hyperparameter_metric_tag="score", metric_value=1.0, global_step=1)
+'''
+
+
+@pytest.mark.skipif(not all(importlib.util.find_spec(m) for m in ("gcp_storage_emulator", "google.cloud.storage")),
+                    reason="the gcs extra is not installed (pip install 'trials[gcs]')")
+def test_the_users_own_cloud_storage_emulator_wins_with_pass_env_and_is_named_without(tmp_path):
+    from trials.controller.gcs import emulator
+
+    theirs = tmp_path / "their-emulator"
+    (theirs / "theirs").mkdir(parents=True)
+    (theirs / "theirs" / "only-in-theirs.txt").write_text("their data")
+    server, why = emulator.start(str(theirs), {})
+    assert server is not None, why
+    try:
+        trainer = tmp_path / "their_trainer.py"
+        trainer.write_text(USERS_EMULATOR_TRAINER)
+        spec = write_spec(tmp_path / "spec.yaml", command=False)
+        env = {"STORAGE_EMULATOR_HOST": server.host, "TRIALS_GCS_EMULATOR": "on"}
+        done = trials_cli("sweep", str(spec), "--job-id", "kept", "--pass-env", "STORAGE_EMULATOR_HOST",
+                          "--", "python", str(trainer), cwd=tmp_path, env=env)
+        got = json.loads((tmp_path / "trials-jobs" / "kept" / "1" / "gcs.json").read_text())
+        assert got == {"got": "their data", "host": server.host}
+        assert "STORAGE_EMULATOR_HOST" not in done.stdout  # nothing replaced, nothing to say
+        # without --pass-env the job's endpoint serves the job's buckets, and the start says so once
+        done = trials_cli("sweep", str(spec), "--job-id", "replaced", "--", "python", str(trainer),
+                          cwd=tmp_path, env=env, check=False)
+        said = [line for line in done.stdout.splitlines() if f"STORAGE_EMULATOR_HOST={server.host}" in line]
+        assert len(said) == 1 and "--pass-env STORAGE_EMULATOR_HOST" in said[0], done.stdout
+    finally:
+        server.stop()
+
+
 def _cmdline_has(pid: str, text: str) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:

@@ -125,7 +125,8 @@ def run_job(h: JobHandle, options: LoopOptions, *, emit: events.Emit = events.ig
             locker.release()
 
     try:
-        backend = HostBackend(launch_dir=options.cwd, job_dir=options.job_dir, gcs_root=options.gcs_root)
+        backend = HostBackend(launch_dir=options.cwd, job_dir=options.job_dir, gcs_root=options.gcs_root,
+                              pass_env=options.pass_env)
         runner = JobRunner(h.store, h.job, options, backend=backend, emit=emit, signals=signals)
         if resume and options.shared is None:  # shared jobs take over stale trials instead
             reap_job_leftovers(h)

@@ -7,13 +7,15 @@ shim (:mod:`spawn`), the namespace sandbox (:mod:`sandbox`), a cgroup or the sub
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable, Mapping, Sequence
 
 from trials import protocol
 from trials.controller.backend.protocol import ReplicaStart
 from trials.controller.gcs import emulator as gcs_emulator
 from trials.controller.process import sandbox as sandboxing
 from trials.controller.process.replica import Replica, check_memory_all
+from trials.printable import printable
 
 
 class HostBackend:
@@ -26,18 +28,22 @@ class HostBackend:
             ``gcs`` extra is installed).
         sandbox: the view to use (default: :func:`sandbox.detect` when the backend opens).
         gcs_endpoint: start the local Cloud Storage endpoint (``trials check`` does not).
-        environ: where ``TRIALS_SANDBOX`` and ``TRIALS_GCS_EMULATOR`` are read (default: os.environ).
+        environ: where ``TRIALS_SANDBOX``, ``TRIALS_GCS_EMULATOR`` and the user's own
+            ``STORAGE_EMULATOR_HOST`` are read (default: os.environ).
+        pass_env: the host variables passed to replicas on purpose (``--pass-env``): a
+            ``STORAGE_EMULATOR_HOST`` among them is the user's own endpoint, which then wins.
     """
 
     def __init__(self, *, launch_dir: str, job_dir: str, gcs_root: str,
                  sandbox: sandboxing.Sandbox | None = None, gcs_endpoint: bool = True,
-                 environ: Mapping[str, str] | None = None):
+                 environ: Mapping[str, str] | None = None, pass_env: Sequence[str] = ()):
         self.launch_dir = launch_dir
         self.job_dir = job_dir
         self.gcs_root = gcs_root
         self.sandbox = sandbox
         self.gcs_endpoint = gcs_endpoint
         self.environ = environ
+        self.pass_env = tuple(pass_env)
         self._gcs: gcs_emulator.Emulator | None = None
         self._extra_env: dict[str, str] = {}
         self._live: list[Replica] = []
@@ -55,7 +61,15 @@ class HostBackend:
             say(self.view.describe())
         if not self.gcs_endpoint:
             return
+        host_env = os.environ if self.environ is None else self.environ
+        own = host_env.get(protocol.ENV_STORAGE_EMULATOR_HOST)
+        if own and protocol.ENV_STORAGE_EMULATOR_HOST in self.pass_env:
+            return  # the user's own endpoint, passed on purpose: replicas keep it, no endpoint of ours
         gcs, why = gcs_emulator.start(self.gcs_root, self.environ)
+        if gcs is not None and own:
+            say(f"{protocol.ENV_STORAGE_EMULATOR_HOST}={printable(own)} of this shell is not given to trials: "
+                f"they get the job's endpoint {gcs.host}, serving {self.gcs_root} as /gcs does; keep yours "
+                f"with --pass-env {protocol.ENV_STORAGE_EMULATOR_HOST}")
         if gcs is None and gcs_emulator.available() and not gcs_emulator.disabled(self.environ):
             say(f"no local Cloud Storage endpoint: {why}")
         self._gcs = gcs
