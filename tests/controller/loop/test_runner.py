@@ -84,17 +84,31 @@ def test_a_replica_that_crashes_once_is_restarted_and_the_trial_succeeds(tmp_pat
     assert [r.env[protocol.ENV_ATTEMPT] for r in run.factory.started] == ["0", "1"]
 
 
-def test_a_replica_that_crashes_six_times_fails_the_trial_after_five_restarts(tmp_path: Path) -> None:
+def test_a_replica_that_keeps_crashing_uses_five_restarts_then_three_job_retries(tmp_path: Path) -> None:
     run = replay(tmp_path, lambda trial, attempt: Script(steps=5, crash_at_step=2, crash_code=3))
     assert run.state == JobState.FAILED
     t = run.trials[0]
     assert t.user_attrs["state"] == "INFEASIBLE" and t.user_attrs["failed"]
-    assert run.attempts(0) == [3] * 6
+    assert run.attempts(0) == [3] * 24  # 4 runs of the CustomJob, each the first start and 5 restarts
     assert "exited with a non-zero status of 3" in t.user_attrs["infeasible_reason"]
     assert "restarted 5 times, the limit" in t.user_attrs["error_detail"][-1]
-    assert [a.get("budget") for a in t.user_attrs["attempts"][:5]] == [
-        f"worker restart {i} of 5" for i in range(1, 6)]
-    assert len(run.factory.started) == 6
+    assert "retried 3 times" in t.user_attrs["error_detail"][-1]
+    worker = [f"worker restart {i} of 5" for i in range(1, 6)]
+    assert [a.get("budget") for a in t.user_attrs["attempts"][:23]] == [
+        *worker, "job retry 1 of 3, after 5 worker restarts", *worker, "job retry 2 of 3, after 5 worker restarts",
+        *worker, "job retry 3 of 3, after 5 worker restarts", *worker]
+    assert len(run.factory.started) == 24
+
+
+def test_a_worker_budget_used_up_after_a_transient_retry_shares_the_three_job_retries(tmp_path: Path) -> None:
+    # the first run dies of SIGSEGV (job retry 1), every later one exits 3: restarts, then retries 2 and 3
+    run = replay(tmp_path, lambda trial, attempt: Script(steps=5, crash_at_step=2,
+                                                         crash_code=139 if attempt == 0 else 3))
+    budgets = [a.get("budget") for a in run.trials[0].user_attrs["attempts"] if a.get("budget")]
+    assert budgets[0] == "job retry 1 of 3"
+    assert budgets.count("job retry 2 of 3, after 5 worker restarts") == 1
+    assert budgets.count("job retry 3 of 3, after 5 worker restarts") == 1
+    assert run.attempts(0) == [139] + [3] * 18
 
 
 def test_a_transient_exit_retries_the_custom_job_three_times(tmp_path: Path) -> None:

@@ -50,7 +50,8 @@ def test_other_exits_restart_the_replica_within_its_budget_then_fail():
     d = decide(3, n_crash_restarts=0)
     assert (d.action, d.budget) == (ExitAction.RESTART, "worker restart 1 of 5")
     assert d.message and "status of 3" in d.message  # the restarted attempt's reason
-    assert decide(3, n_crash_restarts=5).action is ExitAction.FAIL
+    assert decide(3, n_crash_restarts=5).action is ExitAction.RETRY_JOB  # the job runs again
+    assert decide(3, n_crash_restarts=5, n_job_retries=3).action is ExitAction.FAIL
 
 
 def test_a_transient_signal_retries_the_whole_trial_three_times():
@@ -123,3 +124,17 @@ def test_a_chaos_injection_picks_only_running_replicas_not_already_told_to_stop(
     run2 = _run(tmp_path, names=("workerpool0-0",))
     run2.restart_at["workerpool0-0"] = 1.0
     assert run2.injectable() == []
+
+
+def test_a_job_retry_gives_every_replica_a_fresh_worker_budget(tmp_path):
+    run = _run(tmp_path)
+    for _ in range(5):
+        run.schedule_restart(["workerpool0-0"], 1.0, injected=False, cause="workerpool0-0")
+        run.restart_at.clear()
+    assert run.n_crash_restarts("workerpool0-0") == 5
+    run.retry_job(["workerpool0-0", "workerpool1-0"], 2.0)
+    assert run.job_retries == 1 and set(run.restart_at) == {"workerpool0-0", "workerpool1-0"}
+    assert run.n_crash_restarts("workerpool0-0") == 0 and run.n_crash_restarts("workerpool1-0") == 0
+    run.restart_at.clear()
+    run.schedule_restart(["workerpool0-0"], 3.0, injected=False, cause="workerpool0-0")
+    assert run.n_crash_restarts("workerpool0-0") == 1

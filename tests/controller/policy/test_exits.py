@@ -37,9 +37,11 @@ def test_oom_wins_over_every_budget():
     assert decide(139, oom_killed=True).kind is ExitKind.OOM  # not a transient retry either
 
 
-def test_restart_budget_is_five_then_permanent():
+def test_restart_budget_is_five_then_the_job_three_times_then_permanent():
     assert decide(3, restarts_so_far=4).kind is ExitKind.RESTARTABLE
     d = decide(3, restarts_so_far=5)
+    assert (d.kind, d.budget) == (ExitKind.RETRY_JOB, "job retry 1 of 3, after 5 worker restarts")
+    d = decide(3, restarts_so_far=5, job_retries_so_far=3)
     assert d.kind is ExitKind.PERMANENT
     assert d.message.startswith(
         "The replica workerpool0-0 exited with a non-zero status of 3. Termination reason: Error.")

@@ -101,7 +101,9 @@ class RunningTrial:
     injected_by: dict[str, int] = field(default_factory=dict)  # replica -> injected restarts
     # replica -> restarts it did not cause (restartJobOnWorkerRestart, job retries)
     collateral_by: dict[str, int] = field(default_factory=dict)
-    job_retries: int = 0  # the trial's CustomJob retried whole after transient exits
+    job_retries: int = 0  # the trial's CustomJob retried whole (transient exits, worker restarts used up)
+    # replica -> its own crash restarts before the job's last retry (a retry gives a fresh budget)
+    crash_floor: dict[str, int] = field(default_factory=dict)
     running_attempt: dict[str, int] = field(default_factory=dict)  # replica -> its TRIALS_ATTEMPT now
     exited: dict[str, int] = field(default_factory=dict)  # replica -> classified exit status
     restart_at: dict[str, float] = field(default_factory=dict)  # replicas stopping to be restarted
@@ -167,10 +169,20 @@ class RunningTrial:
         self.attempts.append(entry)
         return entry
 
-    def n_crash_restarts(self, name: str) -> int:
-        """Restarts of ``name`` after its own crashes (its budget of worker restarts)."""
+    def _own_restarts(self, name: str) -> int:
         return (self.restarts.get(name, 0) - self.injected_by.get(name, 0)
                 - self.collateral_by.get(name, 0))
+
+    def n_crash_restarts(self, name: str) -> int:
+        """Restarts of ``name`` after its own crashes since the job's last retry (its worker budget)."""
+        return self._own_restarts(name) - self.crash_floor.get(name, 0)
+
+    def retry_job(self, names: Sequence[str], now: float) -> None:
+        """The trial's CustomJob runs again: every replica restarts with a fresh worker budget."""
+        self.job_retries += 1
+        self.schedule_restart(names, now, injected=False, cause="")
+        for name in names:
+            self.crash_floor[name] = self._own_restarts(name)
 
     def schedule_restart(self, names: Sequence[str], now: float, *, injected: bool,
                          cause: str | None = None) -> None:

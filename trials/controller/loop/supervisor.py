@@ -89,17 +89,17 @@ class TrialSupervisor:
         self.emit(events.ReplicaRestart(trial_id=run.trial_id, replica=name, why=why, restarts=run.restarts[name]))
 
     def _retry_job(self, run: RunningTrial, name: str, status: int, now: float, budget: str) -> None:
-        """A transient exit (SIGABRT, SIGSEGV): Vertex retries the whole job; here the trial's
-        CustomJob, every replica started again (same trial id, ``TRIALS_ATTEMPT`` + 1)."""
+        """A transient exit (SIGABRT, SIGSEGV), or a worker's restarts used up: Vertex retries the whole
+        job; here the trial's CustomJob, every replica started again (same trial id, ``TRIALS_ATTEMPT`` + 1)."""
         names = [lau.name for lau in run.launches]
         for other in names:
             if other not in run.exited:
                 run.replicas[other].begin_stop(now)
-        run.job_retries += 1
-        run.schedule_restart(names, now, injected=False, cause="")
+        run.retry_job(names, now)
         self.emit(events.ReplicaRestart(
             trial_id=run.trial_id, replica=name, restarts=run.restarts[name],
-            why=f"transient exit {status}: the trial's CustomJob runs again, {budget}"))
+            why=f"{'exit' if 'worker restarts' in budget else 'transient exit'} {status}: "
+                f"the trial's CustomJob runs again, {budget}"))
 
     def on_restarts_due(self, run: RunningTrial, now: float) -> None:
         for name in list(run.restart_at):

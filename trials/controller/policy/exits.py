@@ -52,9 +52,11 @@ def classify_exit(
 ) -> ExitClassification:
     """Decide what a replica's exit means. ``status`` is Vertex-style (128+signal for signals).
 
-    Two budgets, as Vertex documents them: a non-permanent exit restarts that worker, up to
-    ``max_restarts`` times; a transient exit (SIGABRT 6/134, SIGSEGV 11/139) retries the trial's
-    whole CustomJob, up to ``max_job_retries`` times. Exits 1 and 2 (user code) are permanent.
+    Two budgets, as Vertex's lifecycle page describes them: a non-permanent exit restarts that
+    worker, up to ``max_restarts`` times, "after that, the whole job is retried up to 3 times"; a
+    transient exit (SIGABRT 6/134, SIGSEGV 11/139) retries the trial's whole CustomJob at once, from
+    the same ``max_job_retries``. ``restarts_so_far`` counts the worker's restarts since the job's
+    last retry (each retry starts every worker afresh). Exits 1 and 2 (user code) are permanent.
     An exit the loop asked for (the trial was stopping) is never classified: the loop records it
     (``loop.running.decide_exit``).
     """
@@ -75,10 +77,16 @@ def classify_exit(
         return ExitClassification(kind=ExitKind.RETRY_JOB, status=status, detail=detail,
                             budget=f"job retry {job_retries_so_far + 1} of {max_job_retries}")
     if restarts_so_far >= max_restarts:
+        if job_retries_so_far < max_job_retries:  # the worker's restarts are used up: the job again
+            return ExitClassification(
+                kind=ExitKind.RETRY_JOB, status=status, detail=detail,
+                budget=f"job retry {job_retries_so_far + 1} of {max_job_retries}, after "
+                       f"{restarts_so_far} worker restarts")
         return ExitClassification(
             kind=ExitKind.PERMANENT, status=status, message=exit_message(replica, status),
             detail=(*detail, f"(restarted {restarts_so_far} times, the limit of restarts per "
-                             f"worker, and failed again)"))
+                             f"worker, after the trial's CustomJob was retried {job_retries_so_far} "
+                             f"times, and failed again)"))
     return ExitClassification(kind=ExitKind.RESTARTABLE, status=status, detail=detail,
                         budget=f"worker restart {restarts_so_far + 1} of {max_restarts}")
 
