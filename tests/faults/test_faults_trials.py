@@ -217,3 +217,41 @@ def test_a_missing_trial_command_fails_the_trial_and_ends_the_job_cleanly(jobs) 
     reason = rest["trials"][0]["infeasibleReason"]
     assert reason.startswith("The trial could not be started: replica workerpool0-0: command "
                              "'/nonexistent/train' was not found"), reason
+
+
+def _sweep_with_shim_failures(jobs, job_id: str, n_failures: int) -> subprocess.CompletedProcess:
+    env = jobs.env()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SCRIPTS / "hooks"), env.get("PYTHONPATH")]))
+    env["TEST_HOOKS"] = f"shim-fails:{n_failures}"
+    return subprocess.run([sys.executable, "-m", "trials", "sweep", jobs.spec(n=1), "--job-id", job_id,
+                           "--", "python", TRAINER], cwd=jobs.root, env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_a_replica_the_shim_cannot_start_is_retried_twice_as_an_internal_error(jobs) -> None:
+    job_id = jobs.job_id("internal")
+    out = _sweep_with_shim_failures(jobs, job_id, 2)  # the real shim fails twice, then starts it
+    if "the sandbox is off" in out.stdout:
+        pytest.skip("the sandbox is off here: the shim sets nothing up that could fail")
+    assert out.returncode == 0, out.stdout + out.stderr
+    (trial,) = jobs.describe(job_id)["trials"]
+    assert trial["state"] == "SUCCEEDED"
+    attempts = jobs.local(job_id)["1"]["attempts"]
+    internal = [a for a in attempts if "internalError" in a]
+    assert [a["budget"] for a in internal] == ["internal retry 1 of 2", "internal retry 2 of 2"]
+    assert all("the sandbox could not be set up" in a["internalError"] for a in internal)
+    assert all(a["attempt"] == 0 for a in internal)  # the same attempt again, not a restart
+
+
+def test_a_third_internal_error_fails_the_trial_with_vertexs_words_not_as_a_user_error(jobs) -> None:
+    job_id = jobs.job_id("internal3")
+    out = _sweep_with_shim_failures(jobs, job_id, 3)
+    if "the sandbox is off" in out.stdout:
+        pytest.skip("the sandbox is off here: the shim sets nothing up that could fail")
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stdout + out.stderr
+    (trial,) = jobs.describe(job_id)["trials"]
+    assert trial["state"] == "INFEASIBLE"
+    assert trial["infeasibleReason"] == "Internal error occurred for the current attempt."
+    local = jobs.local(job_id)["1"]
+    assert "the sandbox could not be set up" in local["error_detail"][0]
+    assert len([a for a in local["attempts"] if "internalError" in a]) == 3

@@ -11,6 +11,9 @@ production test hook. ``TEST_HOOKS`` is a comma-separated list; marker files go 
   pause-after-state-read  the same after the first read of the job's state (``state-read``)
   flock-blocked           create ``flock-blocked`` when a blocking flock has to wait
   clock-jump              ``time.time()`` runs 2 h behind once ``jump`` exists
+  shim-fails:N            the first N replica starts (not the sandbox's start-up probe) give the exec
+                          shim an operation it cannot do (a bind mount of a missing folder): the real
+                          shim fails to set up the sandbox
 
 The hooks take themselves out of the environment, so the processes this one starts (trainers,
 the local Cloud Storage endpoint) run without them.
@@ -147,6 +150,26 @@ def _clock_jump() -> None:
     time.time = fake
 
 
+def _shim_fails(n: int) -> Callable[[Any], None]:
+    def patch(mod: Any) -> None:
+        original = mod.replica_ops
+        calls = [0]
+
+        def replica_ops(*args: Any, **kwargs: Any) -> list[str]:
+            ops: list[str] = original(*args, **kwargs)
+            if ".sandbox-probe" in str(kwargs.get("state_dir", "")):
+                return ops  # the start-up probe of the sandbox: the job's replicas are what fails
+            calls[0] += 1
+            if calls[0] <= n:
+                at = ops.index("cd")
+                ops = [*ops[:at], "bind", "/nonexistent-trials-test-hook", *ops[at:]]
+            return ops
+
+        mod.replica_ops = replica_ops
+
+    return patch
+
+
 for _hook in HOOKS:
     if _hook == "sigterm-after-running":
         _after_import("trials.study.store", _sigterm_after_running)
@@ -159,6 +182,8 @@ for _hook in HOOKS:
         _flock_blocked()
     elif _hook == "clock-jump":
         _clock_jump()
+    elif _hook.startswith("shim-fails:"):
+        _after_import("trials.controller.process.sandbox", _shim_fails(int(_hook.split(":")[1])))
     else:
         raise SystemExit(f"sitecustomize: unknown test hook {_hook!r}")
 if _patches:

@@ -21,6 +21,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TextIO
 
+MAX_INTERNAL_RETRIES = 2  # Vertex retries an attempt that failed for an internal error (3 attempts in all)
+INTERNAL_ERROR_MESSAGE = "Internal error occurred for the current attempt."  # Vertex's words
+
+
+class BackendError(Exception):
+    """The backend could not start a replica for a reason that is not the trainer's (the exec shim or
+    a container runtime failed). Vertex calls it an internal error: the attempt is retried
+    (``MAX_INTERNAL_RETRIES``), then the trial fails with ``INTERNAL_ERROR_MESSAGE``, not as a user error."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReplicaStart:
@@ -113,6 +122,7 @@ class ReplicaBackend(Protocol):
         """Start one replica attempt.
 
         Raises:
+            BackendError: the backend itself failed (the loop retries the attempt, as Vertex does).
             OSError: something could not be written (the loop fails the trial, the job goes on).
             ConfigError: the command cannot run (a missing or non-executable program, a missing folder).
         """

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
 from trials import protocol
-from trials.controller.backend.protocol import ReplicaBackend, ReplicaStart
+from trials.controller.backend.protocol import MAX_INTERNAL_RETRIES, BackendError, ReplicaBackend, ReplicaStart
 from trials.controller.loop.effects import Clock
 from trials.controller.loop.running import RunningTrial
 from trials.controller.process.groups import reap_leftovers
@@ -108,6 +108,7 @@ class TrialLauncher:
         """Start (or restart) one replica and list it in ``pids.json``.
 
         Raises:
+            BackendError: the backend failed the start 3 times (an internal error); the caller fails the trial.
             OSError, ConfigError: it could not be started; the caller fails the trial.
         """
         env = dict(lau.env)
@@ -117,14 +118,26 @@ class TrialLauncher:
         if plan is not None:
             group = run.devices[run.launches.index(lau)] if run.devices is not None else None
             env.update(replica_env(group, hide=plan.hide))
-        replica = self.backend.start(ReplicaStart(
+        request = ReplicaStart(
             argv=tuple(lau.argv), env=env, cwd=self.opt.cwd, name=lau.name,
             label=f"{run.trial_id}/{lau.name}" if echo else lau.name, trial_dir=run.paths.trial_dir,
             stdout_path=os.path.join(run.paths.trial_dir, protocol.stdout_log(lau.name)),
             stderr_path=os.path.join(run.paths.trial_dir, protocol.stderr_log(lau.name)),
             outputs=write_through(env, self.opt.gcs_root), devices=group, echo=echo,
             memory_limit_mb=self.opt.memory_limit_mb,
-        ))
+        )
+        for retry in range(MAX_INTERNAL_RETRIES + 1):
+            try:
+                replica = self.backend.start(request)
+                break
+            except BackendError as err:  # not the trainer's fault: the attempt again, as Vertex does
+                entry = {"replica": lau.name, "attempt": attempt, "internalError": str(err),
+                         "time": rfc3339(self.clock.wall())}
+                if retry < MAX_INTERNAL_RETRIES:
+                    entry["budget"] = f"internal retry {retry + 1} of {MAX_INTERNAL_RETRIES}"
+                run.attempts.append(entry)
+                if retry == MAX_INTERNAL_RETRIES:
+                    raise
         run.replicas[lau.name] = replica
         run.exited.pop(lau.name, None)
         # Every replica started in this run stays listed: a resumed controller reaps their groups.
@@ -143,7 +156,7 @@ class TrialLauncher:
             reap_leftovers(records, trial_dir=trial_dir)
 
 
-def start_error_text(err: OSError | ConfigError, trial_dir: str) -> str:
+def start_error_text(err: OSError | ConfigError | BackendError, trial_dir: str) -> str:
     """One line for a trial that could not be prepared or a replica that could not be started."""
     if not isinstance(err, OSError):
         return str(err).rstrip(".")

@@ -15,7 +15,7 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-from trials.controller.backend.protocol import ReplicaBackend
+from trials.controller.backend.protocol import INTERNAL_ERROR_MESSAGE, BackendError, ReplicaBackend
 from trials.controller.loop import events
 from trials.controller.loop.chaos import Chaos
 from trials.controller.loop.effects import Clock, Signals, SystemClock
@@ -188,6 +188,10 @@ class JobRunner:
         for lau in run.launches:
             try:
                 self._launcher.start(run, lau, attempt=0, echo=self.opt.echo)
+            except BackendError as err:  # retried and failed again: Vertex's internal error
+                run.launches = [x for x in run.launches if x.name in run.replicas]
+                self._sup.fail(run, now, INTERNAL_ERROR_MESSAGE, (str(err),))
+                return
             except (OSError, ConfigError) as err:
                 run.launches = [x for x in run.launches if x.name in run.replicas]  # those started
                 self._sup.fail(run, now, f"The trial could not be started: "

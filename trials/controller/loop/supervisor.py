@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TextIO
 
-from trials.controller.backend.protocol import ReplicaHandle
+from trials.controller.backend.protocol import INTERNAL_ERROR_MESSAGE, BackendError, ReplicaHandle
 from trials.controller.loop import events
 from trials.controller.loop.chaos import Chaos
 from trials.controller.loop.effects import Clock
@@ -122,6 +122,8 @@ class TrialSupervisor:
             try:
                 run.running_attempt[name] = run.restarts[name]
                 self.launcher.start(run, lau, attempt=run.restarts[name], echo=self.echo)
+            except BackendError as err:  # retried and failed again: Vertex's internal error
+                self.fail(run, now, INTERNAL_ERROR_MESSAGE, (str(err),))
             except (OSError, ConfigError) as err:  # e.g. a full disk: the trial fails, the job goes on
                 self.fail(run, now, f"The replica {name} could not be restarted: "
                                      f"{start_error_text(err, run.paths.trial_dir)}.")

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
 from trials import files
+from trials.controller.backend.protocol import BackendError
 from trials.controller.process import exit_times, shim
 from trials.controller.process.echo import Echo
 from trials.controller.process.groups import process_start_time
@@ -178,7 +179,7 @@ def _raise_shim_error(proc: Any, fd: int, name: str, program: str, cwd: str,
     if message.startswith("exec:"):
         errno_ = int(code) if code.isdigit() else 0
         raise ConfigError(_launch_error(name, program, cwd, env, OSError(errno_, os.strerror(errno_))))
-    raise ConfigError(f"replica {name}: the sandbox could not be set up: {message}")
+    raise BackendError(f"replica {name}: the sandbox could not be set up: {message}")
 
 
 def _open_log(path: str) -> int:
