@@ -126,7 +126,7 @@ def test_crash_once_resumes_and_succeeds(tmp_path):
     assert (tmp_path / "trials-jobs" / "c" / "1" / "seen-workerpool0-0-1.json").exists()  # same trial, attempt 1
 
 
-def test_crash_six_times_fails_with_vertex_template(tmp_path):
+def test_crash_always_fails_after_five_restarts_and_three_job_retries_with_vertex_template(tmp_path):
     spec = write_spec(tmp_path / "job.yaml", mode="crash_always", max_trials=1, parallel=1)
     run = trials_cli("sweep", str(spec), "--job-id", "c6", cwd=tmp_path, check=False)
     assert run.returncode == 1
@@ -135,7 +135,10 @@ def test_crash_six_times_fails_with_vertex_template(tmp_path):
     assert t["state"] == "INFEASIBLE"
     assert t["infeasibleReason"].startswith(
         "The replica workerpool0-0 exited with a non-zero status of 3. Termination reason:")
-    assert len(local(tmp_path, "c6")["1"]["attempts"]) == 6
+    attempts = local(tmp_path, "c6")["1"]["attempts"]
+    assert len(attempts) == 24  # 4 runs of the CustomJob: each the first start and 5 worker restarts
+    assert [a["budget"] for a in attempts if a.get("budget", "").startswith("job retry")] == [
+        f"job retry {i} of 3, after 5 worker restarts" for i in (1, 2, 3)]
     assert job["state"] == "JOB_STATE_FAILED"
     assert "first trial failed" in job["error"]["message"]
 
