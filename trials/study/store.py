@@ -106,6 +106,12 @@ class JobStore:
             )
         return n
 
+    def fix_params(self, number: int, params: Mapping[str, Value], study: StudySpec) -> None:
+        """The WAITING trial ``number`` runs with ``params`` when claimed (what Optuna's
+        ``enqueue_trial`` gives a trial it creates; ``trials check`` runs the spec's first point)."""
+        storage_id = self.storage.get_trial_id_from_study_id_trial_number(self._study_id, number)
+        self.storage.set_trial_system_attr(storage_id, "fixed_params", fixed_params(study, params))
+
     def frozen_trials(self, states: Iterable[TrialState] | None = None) -> list[FrozenTrial]:
         return self.storage.get_all_trials(
             self._study_id, deepcopy=False, states=tuple(states) if states else None
