@@ -185,7 +185,9 @@ class ProbePolicy:
         return replace(decision, action=ExitAction.WAIT)  # the probe, not the exit, ends the run
 
     def on_pass(self, run: RunningTrial, now: float) -> PassAction:
-        primary = next(lau for lau in run.launches if lau.is_primary)
+        primary = next((lau for lau in run.launches if lau.is_primary), None)
+        if primary is None:  # it could not be started: the trial fails
+            return PassAction.GO_ON
         attempt = run.running_attempt.get(primary.name, 0)
         start = self._starts.setdefault(attempt, run.start_mono if attempt == 0 else now)
         waiting = self.interrupt_after is not None and self.interrupted_at is None
