@@ -189,3 +189,13 @@ def test_a_command_the_backend_cannot_start_is_the_checks_error(tmp_path: Path) 
     with pytest.raises(ConfigError, match="nope: no such program"):
         run_check(loads_spec(SPEC, source="t.yaml"), options, backend=Refusing(clock, resumes), clock=clock,
                   signals=FakeSignals(clock))
+
+
+def test_the_probes_run_the_specs_first_point_as_given(tmp_path: Path) -> None:
+    spec = SPEC + ("  beta: {type: double, min: 0.01, max: 1.0, scale: reverse_log}\n"
+                   "  units: {type: integer, min: 16, max: 64}\n")
+    result, backend = replay(tmp_path, resumes, spec=spec)
+    assert result.params == {"x": 0.0, "beta": 0.01, "units": 16}
+    for request in backend.requests:  # mirrored for Optuna, never rounded on the way back
+        assert request.argv[-3:] == ("--x=0", "--beta=0.01", "--units=16")
+        assert request.env[protocol.ENV_JOB_ID] == "check" and request.env[protocol.ENV_TRIAL_ID] == "1"
