@@ -11,7 +11,7 @@ import pytest
 
 from tests.controller.loop.backendkit import FakeBackend, FakeClock, FakeReplica, FakeSignals, Script
 from trials import protocol
-from trials.controller.backend.protocol import ReplicaStart
+from trials.controller.backend.protocol import BackendError, ReplicaStart
 from trials.controller.check.check import CheckOptions, CheckResult, run_check
 from trials.controller.check.identity_audit import AUDIT_ENV
 from trials.errors import ConfigError
@@ -199,3 +199,21 @@ def test_the_probes_run_the_specs_first_point_as_given(tmp_path: Path) -> None:
     for request in backend.requests:  # mirrored for Optuna, never rounded on the way back
         assert request.argv[-3:] == ("--x=0", "--beta=0.01", "--units=16")
         assert request.env[protocol.ENV_JOB_ID] == "check" and request.env[protocol.ENV_TRIAL_ID] == "1"
+
+
+def test_an_internal_error_the_loops_retry_gets_past_is_not_the_checks_error(tmp_path: Path) -> None:
+    failed: list[str] = []
+
+    class FlakyOnce(ByReplica):
+        def start(self, request: ReplicaStart) -> FakeReplica:
+            if not failed:
+                failed.append(request.name)
+                raise BackendError("the exec shim could not set up the sandbox")
+            return super().start(request)
+
+    clock = FakeClock()
+    options = CheckOptions(local_command=["python", "train.py"], cwd=str(tmp_path))
+    result = run_check(loads_spec(SPEC, source="t.yaml"), options, backend=FlakyOnce(clock, resumes), clock=clock,
+                       signals=FakeSignals(clock))
+    assert failed == ["workerpool0-0"] and result.ready
+    assert verdicts(result)["resume after restart"] == "pass"

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from trials import files, protocol
-from trials.controller.backend.protocol import ReplicaBackend, ReplicaHandle, ReplicaStart
+from trials.controller.backend.protocol import BackendError, ReplicaBackend, ReplicaHandle, ReplicaStart
 from trials.controller.check import scorecard
 from trials.controller.check.identity_audit import AUDIT_ENV, SITECUSTOMIZE
 from trials.controller.check.seen import Snapshot, changed, read_reports, snapshot, upper_writes, walk
@@ -74,7 +74,7 @@ class ProbeBackend:
         self.clock = clock
         self.attempts: list[Attempt] = []
         self.left: dict[int, Left] = {}  # the primary's attempt number -> what the attempt before it left
-        self.start_error: OSError | ConfigError | None = None
+        self.start_error: OSError | ConfigError | BackendError | None = None  # the last start, if it failed
         self._snapshots: list[Snapshot] = []  # before the first start and at each restart
         self._points: set[int] = set()
 
@@ -99,9 +99,10 @@ class ProbeBackend:
         try:
             handle = self.inner.start(replace(
                 request, env=env, outputs=write_through(env, env.get(protocol.ENV_GCS_ROOT, ""))))
-        except (OSError, ConfigError) as err:
+        except (OSError, ConfigError, BackendError) as err:
             self.start_error = err  # the check says it as the run's error (the loop fails the trial)
             raise
+        self.start_error = None  # (an internal error the loop's retry got past)
         self.attempts.append(Attempt(name=request.name, number=number, env=env, trial_dir=request.trial_dir,
                                      handle=handle, start_mono=start_mono))
         return handle
