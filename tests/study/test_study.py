@@ -104,6 +104,18 @@ def test_reclaim_running_trial_returns_stored_params(tmp_path):
     assert r.resumed and r.params == c.params and r.trial_id == "1"
 
 
+def test_fixed_params_are_what_a_waiting_trial_is_claimed_with(tmp_path):
+    # `trials check` runs the spec's first point: conditional, mirrored and grid parameters included
+    beta = ParameterSpec(parameter_id="beta", type=ParameterType.DOUBLE, min_value=0.01, max_value=1.0,
+                         scale_type=ScaleType.UNIT_REVERSE_LOG_SCALE)
+    for study in (StudySpec(metrics=(MetricSpec(metric_id="a"),), parameters=(CAT, beta)), GRID_STUDY):
+        store, job = _store(study, 1, tmp_path / study.algorithm.value)
+        point = {"opt": "sgd", "momentum": 0.9, **({"beta": 0.02} if study is not GRID_STUDY else {"n": 3})}
+        store.fix_params(0, point, study)
+        c = store.claim(job.study)
+        assert (c.trial_id, c.params) == ("1", point)
+
+
 def test_multi_metric_study_has_one_direction_per_metric(tmp_path):
     study = StudySpec(metrics=(MetricSpec(metric_id="a"), MetricSpec(metric_id="b", goal=Goal.MINIMIZE)),
                       parameters=(CAT,))

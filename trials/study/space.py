@@ -94,6 +94,12 @@ def _num(v: Value) -> Value:
     return v
 
 
+def mirrors_doubles(study: StudySpec) -> bool:
+    """Whether a value of the study can come back from Optuna changed: a reverse-log double is
+    mirrored (``min + max - x``) and mirrored back, which may move it by a rounding."""
+    return any(_mirrored(p) and p.type is ParameterType.DOUBLE for p in study.all_parameters())
+
+
 def _mirror(p: ParameterSpec, raw: Any) -> Value:
     # Reverse log spreads values near the top: x = min + max - y with y log-uniform.
     low, high = p.bounds()

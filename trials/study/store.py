@@ -19,10 +19,11 @@ from trials.errors import ConfigError, JobNotFoundError
 from trials.spec import Algorithm, JobSpec, StudySpec, Value
 from trials.study import journal
 from trials.study.samplers import make_sampler
-from trials.study.space import fixed_params, iter_grid, suggest, values_from_optuna
+from trials.study.space import fixed_params, iter_grid, mirrors_doubles, suggest, values_from_optuna
 from trials.study.storage import quiet_optuna
 
 ATTR_PREFIX = "trials:"
+FIXED_VALUES_ATTR = ATTR_PREFIX + "fixed_values"  # a trial's fixed values as given (system attribute)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +107,14 @@ class JobStore:
             )
         return n
 
+    def fix_params(self, number: int, params: Mapping[str, Value], study: StudySpec) -> None:
+        """The WAITING trial ``number`` runs with ``params`` when claimed (what Optuna's
+        ``enqueue_trial`` gives a trial it creates; ``trials check`` runs the spec's first point)."""
+        storage_id = self.storage.get_trial_id_from_study_id_trial_number(self._study_id, number)
+        self.storage.set_trial_system_attr(storage_id, "fixed_params", fixed_params(study, params))
+        # a reverse-log double is mirrored for Optuna (min + max - x): the claim returns x itself
+        self.storage.set_trial_system_attr(storage_id, FIXED_VALUES_ATTR, dict(params))
+
     def frozen_trials(self, states: Iterable[TrialState] | None = None) -> list[FrozenTrial]:
         return self.storage.get_all_trials(
             self._study_id, deepcopy=False, states=tuple(states) if states else None
@@ -144,6 +153,10 @@ class JobStore:
         self._know_trial(storage_id)
         trial = optuna.Trial(self.study, storage_id)
         params = suggest(trial, study)  # a parameter already set keeps its value (Optuna's rule)
+        if mirrors_doubles(study):  # values fixed by fix_params come back as given, not mirrored twice
+            exact = self.storage.get_trial_system_attrs(storage_id).get(FIXED_VALUES_ATTR)
+            if isinstance(exact, dict):
+                params.update((k, v) for k, v in exact.items() if k in params)
         return Claimed(number=number, storage_id=storage_id,
                        trial_id=str(number + 1), params=params, resumed=False)
 

@@ -64,6 +64,7 @@ class Script:
     on_term: str = "exit"  # "exit": dies at once (143); "ignore": only SIGKILL ends it
     term_code: int = 143
     offset: float = 0.0  # added to every reported value
+    first_step: int = 1  # the global_step of its first report (a trainer resuming from a checkpoint)
 
 
 @dataclass
@@ -95,7 +96,7 @@ class FakeReplica:
             if step == s.crash_at_step:
                 self.returncode = s.crash_code
                 return
-            self._report(step)
+            self._report(step + s.first_step - 1)
         if due == s.steps and self.name.endswith("-0"):
             self.returncode = s.exit_code
             # what the SIGCHLD handler notes (exit_times): the exit's own time, however late the poll

@@ -177,6 +177,20 @@ def test_pass_env_is_on_every_command_that_starts_trials(monkeypatch, tmp_path):
 
     monkeypatch.setattr(check.launch, "clean_base_env", spy)
     job = _job((WorkerPoolSpec(),))
-    check._launches(job, {"a": 1}, check.CheckOptions(local_command=["python", "t.py"], pass_env=("AWS_PROFILE",)),
-                    folder=str(tmp_path), attempt=0)
+    started = []
+
+    class Refusing:  # a replica backend that keeps what it was asked to start, and starts nothing
+        def open(self, say): pass
+        def check_memory(self): pass
+        def close(self): pass
+
+        def start(self, request):
+            started.append(request)
+            raise ConfigError("not started")
+
+    with pytest.raises(ConfigError, match="not started"):
+        check.run_check(job, check.CheckOptions(local_command=["python", "t.py"], pass_env=("AWS_PROFILE",),
+                                                cwd=str(tmp_path), folder=str(tmp_path / "runs")),
+                        backend=Refusing())
     assert seen["pass_env"] == ("AWS_PROFILE",)
+    assert started[0].env["AWS_PROFILE"] == "a" and "GOOGLE_CLOUD_PROJECT" not in started[0].env

@@ -3,7 +3,9 @@
 Three probes share one time box: a clean run of trial "1" with the spec's first parameters; the
 same run interrupted by SIGTERM after some reports and started again as Vertex restarts a replica;
 and, when the spec has several replicas, every replica of a run, each non-primary one with its own
-output folders so that what it saves can be told apart. The verdicts are in
+output folders so that what it saves can be told apart. Each run is a one-trial job run by the job
+loop, as ``trials sweep`` runs its trials; what is the check's own is its trial policy and what its
+backend adds (:mod:`trials.controller.check.probe`). The verdicts are in
 :mod:`trials.controller.check.scorecard`.
 """
 
@@ -12,23 +14,28 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from trials import files, protocol
+from trials import protocol
+from trials.controller.backend.protocol import ReplicaBackend
 from trials.controller.check import scorecard
-from trials.controller.check.identity_audit import AUDIT_ENV, SITECUSTOMIZE
-from trials.controller.check.probe import Probe, walk
+from trials.controller.check.probe import Attempt, ProbeBackend, ProbePolicy
+from trials.controller.check.seen import run_seen
+from trials.controller.jobs import registry
+from trials.controller.jobs import run as job_run
+from trials.controller.loop.effects import Clock, Signals, SystemClock
+from trials.controller.loop.runner import JobRunner
 from trials.controller.process.host import HostBackend
-from trials.controller.process.replica import free_port
 from trials.controller.trial import launch
 from trials.errors import ConfigError
+from trials.records import JobState
 from trials.spec.export import with_base_output
-from trials.spec.model import JobSpec, ParameterSpec, ParameterType, StudySpec, Value
+from trials.spec.model import JobSpec, LocalOptions, ParameterSpec, ParameterType, StudySpec, Value
 
 DEFAULT_TIME_LIMIT_S = 180.0
 DEFAULT_GRACE_S = 10.0
+CHECK_JOB_ID = "check"  # each probe's job (CLOUD_ML_JOB_ID), in <folder>/<probe>/check/
 _EPOCH_WORDS = ("epoch", "step", "iteration", "iter", "n_iter", "rounds", "estimators")
 
 
@@ -50,6 +57,7 @@ class CheckResult:
     notes: list[str]
     params: dict[str, Value]
     folder: str
+    observations: scorecard.Observations  # what was seen, as judged
 
     @property
     def ready(self) -> bool:
@@ -110,110 +118,177 @@ def _typed(p: ParameterSpec, raw: str) -> Value:
     return value
 
 
-def run_check(job: JobSpec, options: CheckOptions, *, echo: Callable[[str], None] = lambda _m: None) -> CheckResult:
-    """Run the probes within ``options.time_limit_s`` and judge them."""
+def run_check(job: JobSpec, options: CheckOptions, *, echo: Callable[[str], None] = lambda _m: None,
+              backend: ReplicaBackend | None = None, clock: Clock | None = None,
+              signals: Signals | None = None) -> CheckResult:
+    """Run the probes within ``options.time_limit_s`` and judge them.
+
+    Each probe is a one-trial job in the check's folder, run by the job loop (``JobRunner``) with a
+    :class:`~trials.controller.check.probe.ProbePolicy` and through a
+    :class:`~trials.controller.check.probe.ProbeBackend`. ``backend`` runs the replicas (default:
+    host processes in their sandbox); ``clock`` and ``signals`` are the loop's (replay tests).
+
+    Raises:
+        ConfigError: the trainer's command cannot be built or started.
+        KeyboardInterrupt: a stop signal (Ctrl-C) cancelled a probe; its replicas were stopped.
+    """
     params = first_params(job.study, options.params)
+    _check_command(job, options.local_command)
     folder = options.folder or tempfile.mkdtemp(prefix="trials-check-")
     os.makedirs(folder, exist_ok=True)
-    cwd = os.path.abspath(options.cwd)
-    backend = HostBackend(launch_dir=cwd, job_dir=folder, gcs_root=os.path.join(folder, "gcs"), gcs_endpoint=False)
-    view = backend.view
-    t0 = time.monotonic()
-    budget = options.time_limit_s
-    notes: list[str] = [] if view.on else [view.describe()]
-
-    def probe_for(name: str, attempt: int = 0) -> Probe:
-        launches, trial_dir = _launches(job, params, options, folder=os.path.join(folder, name), attempt=attempt)
-        return Probe(launches, trial_dir=trial_dir, cwd=cwd, backend=backend, exclude=folder)
-
-    # 1. the clean run
-    echo(f"clean run with {_flags_text(job, params)}")
-    probe = probe_for("clean")
-    probe.begin()
-    exited = probe.watch(t0 + 0.45 * budget)
-    if not exited:
-        notes.append(f"the clean run was stopped after {0.45 * budget:.0f} s to stay in the time box "
-                     f"(--time-limit {budget:.0f}); its later epochs were not seen")
-        probe.terminate(options.grace_s)
+    notes: list[str] = []
+    if backend is None:
+        host = HostBackend(launch_dir=os.path.abspath(options.cwd), job_dir=folder,
+                           gcs_root=os.path.join(folder, "gcs"), gcs_endpoint=False)
+        sandboxed, backend = host.view.on, host
+        if not sandboxed:
+            notes.append(host.view.describe())
     else:
-        # The other replicas may lag the primary (they start later): let them end on their own so
-        # that what they report and save is seen, within the primary's own run time again.
-        probe.wait_all(min(t0 + 0.45 * budget, probe.clock() + probe.clock() - probe.start + 5.0))
-        probe.kill()
-    clean = probe.seen(0, stopped=not exited, outside=probe.outside_writes())
-    launches = probe.launches
-    secondary = probe.seen(1, stopped=not exited, outside=[]) if len(launches) > 1 else None
-    obs = scorecard.Observations(metric_ids=job.study.metric_ids, clean=clean, secondary=secondary,
-                                 secondary_name=launches[1].name if len(launches) > 1 else "",
-                                 sandboxed=view.on, notes=notes)
+        sandboxed = False
+    probes = _Probes(job, params, options, folder=folder, backend=backend, clock=clock or SystemClock(),
+                     signals=signals)
+    try:
+        obs = probes.observe(notes, echo, sandboxed=sandboxed)
+    finally:
+        if not options.folder:
+            _remove_tree(folder)
+    return CheckResult(lines=scorecard.judge(obs), notes=notes, params=params, folder=folder, observations=obs)
 
-    # 2. SIGTERM in the middle, then a restart in the same folders
-    steps = [r.step for r in clean.reports if r.tag == job.study.metric_ids[0]]
-    if len(steps) >= 2 and clean.exit_code == 0:
-        at = max(1, len(steps) // 2)
-        echo(f"restart probe: SIGTERM after {at} report(s), then the same command again")
-        probe = probe_for("restart")
-        probe.begin()
-        primary = job.study.metric_ids[0]
-        done = probe.watch(t0 + 0.75 * budget, until=lambda rs: sum(r.tag == primary for r in rs) >= at)
-        stop = scorecard.StopSeen(grace_s=options.grace_s)
-        stop.sent_after_steps = [r.step if r.step else None for r in probe.primary_reports() if r.tag == primary]
-        if done:
-            notes.append("the run ended before SIGTERM could be sent; the restart probe was skipped")
-            probe.kill()
-        else:
-            stop.exit_after_s = probe.terminate(options.grace_s)
-            stop.exit_code = probe.replicas[0].poll()
-            stop.reported_before_restart = [r.step for r in probe.primary_reports() if r.tag == primary]
-            for lau in probe.launches:  # a restarted replica starts with a fresh metric file, as on a new VM
-                if os.path.lexists(lau.metric_file):
-                    os.replace(lau.metric_file, lau.metric_file + ".attempt-0")
-            stop.checkpoints_before_restart = walk(probe.launches[0].env.get(protocol.ENV_CHECKPOINT_DIR, ""))
-            first_outside = probe.outside_writes()
-            again = probe_for("restart", attempt=1)
-            again.begin()
-            finished = again.watch(t0 + 0.95 * budget)
-            if not finished:
-                notes.append("the restarted run was stopped by the time box")
-                again.terminate(options.grace_s)
+
+class _Probes:
+    """The check's probe runs, each a one-trial job in its own folder run by the job loop."""
+
+    def __init__(self, job: JobSpec, params: Mapping[str, Value], options: CheckOptions, *, folder: str,
+                 backend: ReplicaBackend, clock: Clock, signals: Signals | None):
+        self.job = job
+        self.params = dict(params)
+        self.options = options
+        self.folder = folder
+        self.backend = backend
+        self.clock = clock
+        self.signals = signals
+        self.primary = _replica_names(job)[0]
+        self.metric_id = job.study.metric_ids[0]
+        self.t0 = clock.monotonic()
+
+    def at(self, share: float) -> float:
+        """The moment ``share`` of the time box is used up (monotonic, the loop's clock)."""
+        return self.t0 + share * self.options.time_limit_s
+
+    def observe(self, notes: list[str], echo: Callable[[str], None], *, sandboxed: bool) -> scorecard.Observations:
+        budget = self.options.time_limit_s
+        # 1. the clean run; the other replicas may lag the primary (they start later): they may end
+        # on their own after it, so that what they report and save is seen
+        echo(f"clean run with {_flags_text(self.job, self.params)}")
+        policy = ProbePolicy(metric_id=self.metric_id, box_until=self.at(0.45), hold_others=True)
+        run = self.run("clean", policy)
+        if policy.stopped_by_box:
+            notes.append(f"the clean run was stopped after {0.45 * budget:.0f} s to stay in the time box "
+                         f"(--time-limit {budget:.0f}); its later epochs were not seen")
+        clean = self.seen(run, policy, self.primary, 0, stopped=policy.stopped_by_box,
+                          outside=run.outside_writes())
+        names = run.first_names()
+        secondary = self.seen(run, policy, names[1], 0, stopped=policy.stopped_by_box, outside=[]) \
+            if len(names) > 1 else None
+        obs = scorecard.Observations(metric_ids=self.job.study.metric_ids, clean=clean, secondary=secondary,
+                                     secondary_name=names[1] if len(names) > 1 else "", sandboxed=sandboxed,
+                                     notes=notes)
+        # 2. SIGTERM in the middle, then a restart in the same folders
+        steps = [r.step for r in clean.reports if r.tag == self.metric_id]
+        if len(steps) >= 2 and clean.exit_code == 0:
+            at = max(1, len(steps) // 2)
+            echo(f"restart probe: SIGTERM after {at} report(s), then the same command again")
+            policy = ProbePolicy(metric_id=self.metric_id, box_until=self.at(0.95), interrupt_after=at,
+                                 interrupt_by=self.at(0.75))
+            run = self.run("restart", policy)
+            if policy.ended_before_interrupt:
+                notes.append("the run ended before SIGTERM could be sent; the restart probe was skipped")
             else:
-                again.kill()
-            stop.restart = again.seen(0, stopped=not finished,
-                                      outside=sorted(set(first_outside) | set(again.outside_writes())))
-            obs.stop = stop
-    lines = scorecard.judge(obs)
-    if not options.folder:
-        _remove_tree(folder)
-    return CheckResult(lines=lines, notes=notes, params=params, folder=folder)
+                if policy.stopped_by_box:
+                    notes.append("the restarted run was stopped by the time box")
+                obs.stop = self.stop_seen(run, policy)
+        return obs
+
+    def run(self, name: str, policy: ProbePolicy) -> ProbeBackend:
+        """One probe: a one-trial job in ``<folder>/<name>/``, run by the job loop until it ends."""
+        root = os.path.join(self.folder, name)
+        h = registry.create_job(
+            _one_trial(self.job), root=root, job_id=CHECK_JOB_ID, spec_path=None, storage=None,
+            base_output_dir=os.path.join(root, "outputs"), project_number=self.options.project_number,
+            local_command=self.options.local_command, cwd=os.path.abspath(self.options.cwd),
+            gcs_root=os.path.join(self.folder, "gcs"), pass_env=self.options.pass_env)
+        h.store.fix_params(0, self.params, self.job.study)
+        options = job_run.run_options(h, echo=False, grace_period_s=self.options.grace_s, memory_limit_mb=None,
+                                      inject_restarts=0.0, slots=1, seed=None)
+        probe = ProbeBackend(self.backend, primary=self.primary, outputs_root=root, cwd=options.cwd,
+                             exclude=self.folder, clock=self.clock.monotonic)
+        runner = JobRunner(h.store, h.job, options, backend=probe,
+                           clock=self.clock, signals=self.signals, policy=policy)
+        state = runner.run()
+        if probe.start_error is not None:
+            raise probe.start_error
+        if state == JobState.CANCELLED:
+            raise KeyboardInterrupt
+        return probe
+
+    def seen(self, run: ProbeBackend, policy: ProbePolicy, name: str, number: int, *, stopped: bool,
+             outside: list[str]) -> scorecard.RunSeen:
+        """What one attempt of one replica did (nothing, when it never started)."""
+        a = run.attempt(name, number)
+        if a is None:
+            return scorecard.RunSeen(stopped_by_check=stopped, outside_writes=outside)
+        first = policy.first_report_mono.get(number) if name == self.primary else None
+        return run_seen(name=name, env=a.env, trial_dir=a.trial_dir, exit_code=a.handle.poll(),
+                        duration_s=_ended(a, self.clock) - a.start_mono, stopped=stopped,
+                        first_report_s=None if first is None else max(0.0, first - a.start_mono),
+                        outside=outside)
+
+    def stop_seen(self, run: ProbeBackend, policy: ProbePolicy) -> scorecard.StopSeen:
+        """The SIGTERM probe: the primary's interrupted attempt, what it left, and its restart."""
+        grace_s = self.options.grace_s
+        stop = scorecard.StopSeen(grace_s=grace_s, sent_after_steps=list(policy.sent_after_steps))
+        first, again = run.attempt(self.primary, 0), run.attempt(self.primary, 1)
+        if first is not None:
+            stop.exit_code = first.handle.poll()
+            sent = first.handle.stop_requested_at
+            ended = first.handle.exited_mono if first.handle.exited_mono is not None else \
+                (again.start_mono if again is not None else self.clock.monotonic())
+            took = None if sent is None else max(0.0, ended - sent)
+            stop.exit_after_s = took if took is not None and took < grace_s else None  # None: killed
+        left = run.left.get(1)
+        if left is not None:
+            stop.reported_before_restart = [r.step for r in left.reports if r.tag == self.metric_id]
+            stop.checkpoints_before_restart = left.checkpoints
+        stop.restart = self.seen(run, policy, self.primary, 1, stopped=policy.stopped_by_box,
+                                 outside=run.outside_writes())
+        return stop
 
 
-def _launches(job: JobSpec, params: Mapping[str, Value], options: CheckOptions, *, folder: str,
-              attempt: int) -> tuple[list[launch.ReplicaLaunch], str]:
-    trial_dir = os.path.join(folder, "trial")
-    audit_dir = os.path.join(trial_dir, "audit")  # in the trial folder: a sandboxed replica sees it
-    os.makedirs(audit_dir, exist_ok=True)
-    files.write_text_atomic(os.path.join(audit_dir, "sitecustomize.py"), SITECUSTOMIZE)
-    base = os.path.join(folder, "outputs")
-    job = with_base_output(job, base)  # a local base, as a sweep's default: the AIP_* variables are set
-    paths = replace(launch.trial_paths(trial_dir, base, "1"), trial_dir=trial_dir)
-    n = len(job.trial_job.replicas() if job.trial_job else [None])
-    out = launch.build_replicas(
-        job=job, job_id="check", trial_id="1", params=params, paths=paths,
-        project_number=options.project_number, local_command=options.local_command,
-        base_env=launch.clean_base_env(os.environ, options.pass_env), ports=[free_port() for _ in range(n)],
-        gcs_root=os.path.join(folder, "gcs"), attempt=attempt,
-    )
-    result = []
-    for lau in out:
-        env = dict(lau.env)
-        env[AUDIT_ENV] = os.path.join(trial_dir, f"{lau.name}.audit")
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (audit_dir, env.get("PYTHONPATH", "")) if p)
-        if not lau.is_primary:  # its own output folders: what it saves is told apart from the primary's
-            own = launch.trial_paths(trial_dir, os.path.join(folder, "outputs-" + lau.name), "1")
-            env.update({protocol.ENV_MODEL_DIR: own.model_dir, protocol.ENV_CHECKPOINT_DIR: own.checkpoint_dir,
-                        protocol.ENV_TENSORBOARD_LOG_DIR: own.tensorboard_dir})
-        result.append(replace(lau, env=env))
-    return result, trial_dir
+def _ended(a: Attempt, clock: Clock) -> float:
+    return a.handle.exited_mono if a.handle.exited_mono is not None else clock.monotonic()
+
+
+def _check_command(job: JobSpec, local_command: Sequence[str] | None) -> None:
+    """Refuse now a trainer whose command cannot be built (a probe's start would fail on it)."""
+    trial_job = with_base_output(job, ".").trial_job  # with a local base, as the probes run it
+    for _i, _j, pool in trial_job.replicas() if trial_job is not None else ():
+        launch.base_command(pool, local_command)
+
+
+def _one_trial(job: JobSpec) -> JobSpec:
+    """The job a probe runs: one trial, no early stopping, no per-trial timeout and none of the
+    spec's local settings (the check has its own time box and grace period)."""
+    trial_job = job.trial_job
+    if trial_job is not None:
+        trial_job = replace(trial_job, scheduling=replace(trial_job.scheduling, timeout_s=None))
+    return replace(job, max_trial_count=1, parallel_trial_count=1, max_failed_trial_count=0,
+                   study=replace(job.study, stopping=None), trial_job=trial_job, local=LocalOptions())
+
+
+def _replica_names(job: JobSpec) -> list[str]:
+    """The trial's replicas, the primary first."""
+    replicas = job.trial_job.replicas() if job.trial_job else []
+    return [protocol.replica_name(i, j) for i, j, _pool in replicas] or [protocol.replica_name(0, 0)]
 
 
 def _flags_text(job: JobSpec, params: Mapping[str, Value]) -> str:

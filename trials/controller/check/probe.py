@@ -1,204 +1,224 @@
-"""One run of a trial's replicas, watched for `trials check`: its reports, its output, the files it wrote."""
+"""One probe run of `trials check` through the job loop: the replica backend it watches the run
+through (:class:`ProbeBackend`) and the trial policy that interrupts and time-boxes it
+(:class:`ProbePolicy`). The loop starts, stops and restarts the replicas; these two only add what
+the check needs to see, and say when.
+"""
 
 from __future__ import annotations
 
-import json
+import math
 import os
-import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 
 from trials import files, protocol
-from trials.controller.backend.protocol import ReplicaBackend, ReplicaHandle, ReplicaStart
+from trials.controller.backend.protocol import BackendError, ReplicaBackend, ReplicaHandle, ReplicaStart
 from trials.controller.check import scorecard
-from trials.controller.check.identity_audit import AUDIT_ENV
+from trials.controller.check.identity_audit import AUDIT_ENV, SITECUSTOMIZE
+from trials.controller.check.seen import Snapshot, changed, read_reports, snapshot, upper_writes, walk
 from trials.controller.loop.launcher import write_through
+from trials.controller.loop.running import ExitAction, ExitDecision, RunningTrial
+from trials.controller.loop.trial_policy import PassAction
 from trials.controller.trial import launch
-from trials.hypertune_file import parse_hypertune_text
+from trials.errors import ConfigError
 
-_POLL_S = 0.1
-_MAX_LOG_BYTES = 4 << 20
-_MAX_WALK = 20_000
-_IGNORED_NAMES = {"__pycache__", ".git", ".hg", ".svn", ".pytest_cache", ".mypy_cache", ".ruff_cache",
-                  ".ipynb_checkpoints"}
+HOLD_EXTRA_S = 5.0  # the other replicas may run the primary's run time again, and this, after it exits
+AUDIT_DIR = "audit"  # in the trial folder: a sandboxed replica sees it
 
 
-class Probe:
-    """One run of all replicas of trial "1" in one folder, watched until it ends or is stopped."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Attempt:
+    """One replica attempt as the probe saw it start."""
 
-    def __init__(self, launches: Sequence[launch.ReplicaLaunch], *, trial_dir: str, cwd: str,
-                 backend: ReplicaBackend, exclude: str = "",
+    name: str
+    number: int  # its TRIALS_ATTEMPT
+    env: Mapping[str, str]  # as started (with what the check adds)
+    trial_dir: str
+    handle: ReplicaHandle
+    start_mono: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Left:
+    """What an attempt of the primary left when the next one started (before its fresh metric file)."""
+
+    reports: list[scorecard.SeenReport]
+    checkpoints: list[str]
+
+
+class ProbeBackend:
+    """The job loop's replica backend for one probe run: ``inner`` starts the replicas.
+
+    Each start gets what the check adds: the identity audit (a ``sitecustomize`` on PYTHONPATH) and,
+    for a non-primary replica, its own output folders, so that what it saves is told apart from the
+    primary's. A restarted replica starts with a fresh metric file, as on a new VM (the last one is
+    moved aside to ``<file>.attempt-<n>``). Every attempt is kept, with what the primary left before
+    each restart and snapshots of the working folder (its writes, when there is no sandbox).
+
+    Args:
+        inner: the backend that runs the replicas (the host's).
+        primary: the primary replica's name.
+        outputs_root: where the non-primary replicas' own output folders go (``outputs-<name>/``).
+        cwd: the working folder (snapshotted to see writes there); ``exclude``: a folder of it not to look at.
+        clock: monotonic time, the loop's.
+    """
+
+    def __init__(self, inner: ReplicaBackend, *, primary: str, outputs_root: str, cwd: str, exclude: str,
                  clock: Callable[[], float] = time.monotonic):
-        self.launches = launches
-        self.trial_dir = trial_dir
+        self.inner = inner
+        self.primary = primary
+        self.outputs_root = outputs_root
         self.cwd = cwd
-        self.backend = backend
         self.exclude = exclude
         self.clock = clock
-        self.replicas: list[ReplicaHandle] = []
-        self.start = 0.0
-        self.first_report_s: float | None = None
-        self.before: Snapshot = {}
+        self.attempts: list[Attempt] = []
+        self.left: dict[int, Left] = {}  # the primary's attempt number -> what the attempt before it left
+        self.start_error: OSError | ConfigError | BackendError | None = None  # the last start, if it failed
+        self._snapshots: list[Snapshot] = []  # before the first start and at each restart
+        self._points: set[int] = set()
 
-    def begin(self) -> None:
-        self.before = snapshot(self.cwd, exclude=self.exclude)
-        self.start = self.clock()
-        for lau in self.launches:
-            self.replicas.append(self.backend.start(ReplicaStart(
-                argv=tuple(lau.argv), env=lau.env, cwd=self.cwd, name=lau.name, label=lau.name,
-                trial_dir=self.trial_dir, outputs=write_through(lau.env, lau.env.get(protocol.ENV_GCS_ROOT, "")),
-                stdout_path=os.path.join(self.trial_dir, protocol.stdout_log(lau.name)),
-                stderr_path=os.path.join(self.trial_dir, protocol.stderr_log(lau.name)))))
+    def open(self, say: Callable[[str], None]) -> None:
+        self.inner.open(say)
+
+    def check_memory(self) -> None:
+        self.inner.check_memory()
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def start(self, request: ReplicaStart) -> ReplicaHandle:
+        number = int(request.env.get(protocol.ENV_ATTEMPT) or 0)
+        if number not in self._points:  # the run starts, or restarts: what is in the working folder now
+            self._points.add(number)
+            self._snapshots.append(snapshot(self.cwd, exclude=self.exclude))
+        if number > 0:
+            self._fresh_vm(request, number)
+        env = self._env(request)
+        start_mono = self.clock()
+        try:
+            handle = self.inner.start(replace(
+                request, env=env, outputs=write_through(env, env.get(protocol.ENV_GCS_ROOT, ""))))
+        except (OSError, ConfigError, BackendError) as err:
+            self.start_error = err  # the check says it as the run's error (the loop fails the trial)
+            raise
+        self.start_error = None  # (an internal error the loop's retry got past)
+        self.attempts.append(Attempt(name=request.name, number=number, env=env, trial_dir=request.trial_dir,
+                                     handle=handle, start_mono=start_mono))
+        return handle
+
+    def _fresh_vm(self, request: ReplicaStart, number: int) -> None:
+        metric_file = request.env.get(protocol.ENV_METRIC_FILE, "")
+        if request.name == self.primary:
+            self.left[number] = Left(reports=read_reports(metric_file),
+                                     checkpoints=walk(request.env.get(protocol.ENV_CHECKPOINT_DIR, "")))
+        if metric_file and os.path.lexists(metric_file):
+            os.replace(metric_file, f"{metric_file}.attempt-{number - 1}")
+
+    def _env(self, request: ReplicaStart) -> dict[str, str]:
+        env = dict(request.env)
+        audit_dir = os.path.join(request.trial_dir, AUDIT_DIR)
+        os.makedirs(audit_dir, exist_ok=True)
+        files.write_text_atomic(os.path.join(audit_dir, "sitecustomize.py"), SITECUSTOMIZE)
+        env[AUDIT_ENV] = os.path.join(request.trial_dir, f"{request.name}.audit")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (audit_dir, env.get("PYTHONPATH", "")) if p)
+        if request.name != self.primary and protocol.ENV_MODEL_DIR in env:
+            own = launch.trial_paths(request.trial_dir, os.path.join(self.outputs_root, "outputs-" + request.name),
+                                     env.get(protocol.ENV_TRIAL_ID, "1"))
+            env.update({protocol.ENV_MODEL_DIR: own.model_dir, protocol.ENV_CHECKPOINT_DIR: own.checkpoint_dir,
+                        protocol.ENV_TENSORBOARD_LOG_DIR: own.tensorboard_dir})
+        return env
+
+    def attempt(self, name: str, number: int) -> Attempt | None:
+        return next((a for a in self.attempts if a.name == name and a.number == number), None)
+
+    def first_names(self) -> list[str]:
+        """The replicas in the order they first started (the primary first)."""
+        return [a.name for a in self.attempts if a.number == 0]
 
     def outside_writes(self) -> list[str]:
-        """What the replicas wrote in their working folder: their overlay's upper layer when they ran
-        in the sandbox, else the folder's files that changed since :meth:`begin`."""
-        uppers = [r.upper_dir for r in self.replicas if r.upper_dir]
+        """What the replicas wrote in their working folder: their overlays' upper layers when they ran
+        in the sandbox, else the folder's files that changed between the start, each restart and now."""
+        uppers = [a.handle.upper_dir for a in self.attempts if a.handle.upper_dir]
         if uppers:
-            return sorted({f for upper in uppers for f in walk(upper)
-                           if not set(f.split(os.sep)) & _IGNORED_NAMES and not f.endswith((".pyc", ".pyo"))})
-        return changed(self.before, snapshot(self.cwd, exclude=self.exclude))
+            return upper_writes(uppers)
+        points = [*self._snapshots, snapshot(self.cwd, exclude=self.exclude)]
+        return sorted({f for before, after in zip(points, points[1:], strict=False) for f in changed(before, after)})
 
-    def primary_reports(self) -> list[scorecard.SeenReport]:
-        return read_reports(self.launches[0].metric_file)
 
-    def watch(self, deadline: float, until: Callable[[list[scorecard.SeenReport]], bool] | None = None) -> bool:
-        """Wait until the primary exits, ``until`` holds, or ``deadline``; True when the primary exited."""
-        primary = self.replicas[0]
-        while True:
-            exited = primary.poll() is not None
-            reports = self.primary_reports()
-            if reports and self.first_report_s is None:
-                self.first_report_s = self.clock() - self.start
+class ProbePolicy:
+    """When `trials check` interrupts or ends a probe run: the job loop's trial policy for it.
+
+    No exit decides anything (each is WAIT once classified): the loop neither restarts a crashed
+    replica nor stops the others when the primary exits. This policy ends the run instead:
+
+    - once the primary exited: at once; with ``hold_others``, when the other replicas ended too, at
+      the latest after the primary's own run time again plus ``HOLD_EXTRA_S`` (what they report and
+      save is seen);
+    - at ``box_until`` (the time box): ``stopped_by_box``;
+    - with ``interrupt_after``: after that many reports of ``metric_id`` by the primary (or at
+      ``interrupt_by``), the whole trial is interrupted once (SIGTERM, the grace period, SIGKILL)
+      and started again as attempt 1 by the loop; a primary that exits first ends the run
+      (``ended_before_interrupt``).
+
+    Deadlines are monotonic times on the loop's clock; ``first_report_mono`` notes when the primary's
+    first report of each attempt was seen (its hypertune file, read each pass until then).
+    """
+
+    def __init__(self, *, metric_id: str, box_until: float, hold_others: bool = False,
+                 interrupt_after: int | None = None, interrupt_by: float = math.inf):
+        self.metric_id = metric_id
+        self.box_until = box_until
+        self.hold_others = hold_others
+        self.interrupt_after = interrupt_after
+        self.interrupt_by = interrupt_by
+        self.first_report_mono: dict[int, float] = {}  # attempt -> when its first report was seen
+        self.interrupted_at: float | None = None
+        self.sent_after_steps: list[int | None] = []  # the primary's steps when it was interrupted
+        self.ended_before_interrupt = False
+        self.stopped_by_box = False
+        self._starts: dict[int, float] = {}
+        self._hold_until: float | None = None
+
+    def on_exit(self, run: RunningTrial, name: str, decision: ExitDecision) -> ExitDecision:
+        if decision.action is ExitAction.RECORD:  # stopping, or restarting: nothing to decide
+            return decision
+        return replace(decision, action=ExitAction.WAIT)  # the probe, not the exit, ends the run
+
+    def on_pass(self, run: RunningTrial, now: float) -> PassAction:
+        primary = next((lau for lau in run.launches if lau.is_primary), None)
+        if primary is None:  # it could not be started: the trial fails
+            return PassAction.GO_ON
+        attempt = run.running_attempt.get(primary.name, 0)
+        start = self._starts.setdefault(attempt, run.start_mono if attempt == 0 else now)
+        waiting = self.interrupt_after is not None and self.interrupted_at is None
+        reports = read_reports(primary.metric_file) if waiting or attempt not in self.first_report_mono else []
+        if reports:
+            self.first_report_mono.setdefault(attempt, now)
+        if run.stopping or run.restart_at:
+            return PassAction.GO_ON
+        exited = primary.name in run.exited
+        if waiting:
             if exited:
-                return True
-            if until is not None and until(reports):
-                return False
-            if self.clock() >= deadline:
-                return False
-            time.sleep(_POLL_S)
+                self.ended_before_interrupt = True
+                return self._end(run)
+            steps = [r.step for r in reports if r.tag == self.metric_id]
+            if len(steps) >= (self.interrupt_after or 0) or now >= self.interrupt_by:
+                self.interrupted_at, self.sent_after_steps = now, steps
+                return PassAction.INTERRUPT
+            return PassAction.GO_ON
+        if exited:
+            if not self.hold_others:
+                return self._end(run)
+            if self._hold_until is None:
+                self._hold_until = min(self.box_until, now + (now - start) + HOLD_EXTRA_S)
+            return self._end(run) if now >= self._hold_until else PassAction.GO_ON
+        if now >= self.box_until:
+            self.stopped_by_box = True
+            return PassAction.STOP
+        return PassAction.GO_ON
 
-    def wait_all(self, deadline: float) -> None:
-        while any(r.poll() is None for r in self.replicas) and self.clock() < deadline:
-            time.sleep(_POLL_S)
-
-    def terminate(self, grace_s: float) -> float | None:
-        """SIGTERM every replica's group; SIGKILL what is left after ``grace_s``. Returns the seconds
-        the primary took to exit, or None when it had to be killed."""
-        sent = self.clock()
-        for r in self.replicas:
-            if r.poll() is None:
-                r.send_signal_group(signal.SIGTERM)
-        took: float | None = None
-        while self.clock() - sent < grace_s:
-            if self.replicas[0].poll() is not None and took is None:
-                took = self.clock() - sent
-            if all(r.poll() is not None for r in self.replicas):
-                break
-            time.sleep(_POLL_S)
-        if took is None and self.replicas[0].poll() is not None:
-            took = self.clock() - sent
-        self.kill()
-        return took
-
-    def kill(self) -> None:
-        for r in self.replicas:
-            if r.poll() is None:
-                r.send_signal_group(signal.SIGKILL)
-        for r in self.replicas:
-            r.close()
-
-    def seen(self, index: int, *, stopped: bool, outside: list[str]) -> scorecard.RunSeen:
-        lau, rep = self.launches[index], self.replicas[index]
-        out = read_text(os.path.join(self.trial_dir, protocol.stdout_log(lau.name)))
-        err = read_text(os.path.join(self.trial_dir, protocol.stderr_log(lau.name)))
-        lines = [line for line in (out + "\n" + err).splitlines() if line.strip()]
-        err_lines = [line for line in err.splitlines() if line.strip()] or lines
-        n_json = sum(1 for line in lines if is_json_object(line))
-        audit = read_text(lau.env.get(AUDIT_ENV, ""))
-        return scorecard.RunSeen(
-            exit_code=rep.poll(), duration_s=self.clock() - self.start, stopped_by_check=stopped,
-            reports=read_reports(lau.metric_file), first_report_s=self.first_report_s if index == 0 else None,
-            error_tail=[message(line) for line in err_lines[-3:]], n_log_lines=len(lines), n_json_lines=n_json,
-            written={area: walk(lau.env.get(var, "")) for area, var in _AREAS.items()},
-            outside_writes=outside, identity_reads=sorted(set(audit.splitlines())),
-        )
-
-
-_AREAS = {"model": protocol.ENV_MODEL_DIR, "checkpoints": protocol.ENV_CHECKPOINT_DIR,
-          "logs": protocol.ENV_TENSORBOARD_LOG_DIR}
-
-
-def read_text(path: str) -> str:
-    if not path:
-        return ""
-    try:
-        return files.read_regular(path, max_bytes=_MAX_LOG_BYTES).decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-def read_reports(metric_file: str) -> list[scorecard.SeenReport]:
-    return [scorecard.SeenReport(tag=h.tag, step=h.step or None, value=h.value)
-            for h in parse_hypertune_text(read_text(metric_file))]
-
-
-def is_json_object(line: str) -> bool:
-    line = line.strip()
-    if not line.startswith("{"):
-        return False
-    try:
-        return isinstance(json.loads(line), dict)
-    except ValueError:
-        return False
-
-
-def message(line: str) -> str:
-    if is_json_object(line):
-        entry = json.loads(line)
-        for key in ("message", "msg", "textPayload"):
-            if isinstance(entry.get(key), str):
-                return str(entry[key]).splitlines()[-1] if entry[key] else ""
-    return line.strip()
-
-
-def walk(top: str) -> list[str]:
-    """Regular files under ``top`` (relative names), without following links; bounded."""
-    if not top or top.startswith("gs://") or not os.path.isdir(top):
-        return []
-    found: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(top):
-        dirnames[:] = sorted(dirnames)
-        for name in sorted(filenames):
-            found.append(os.path.relpath(os.path.join(dirpath, name), top))
-            if len(found) >= 1000:
-                return found
-    return found
-
-
-Snapshot = dict[str, tuple[int, int]]
-
-
-def snapshot(top: str, *, exclude: str) -> Snapshot:
-    """(mtime, size) of each file under the working folder, to see what a run wrote there."""
-    out: Snapshot = {}
-    exclude = os.path.abspath(exclude)
-    for dirpath, dirnames, filenames in os.walk(top):
-        dirnames[:] = [d for d in dirnames if d not in _IGNORED_NAMES
-                       and os.path.abspath(os.path.join(dirpath, d)) != exclude]
-        for name in filenames:
-            if name.endswith((".pyc", ".pyo")):
-                continue
-            path = os.path.join(dirpath, name)
-            try:
-                st = os.lstat(path)
-            except OSError:
-                continue
-            out[os.path.relpath(path, top)] = (st.st_mtime_ns, st.st_size)
-            if len(out) >= _MAX_WALK:
-                return out
-    return out
-
-
-def changed(before: Snapshot, after: Snapshot) -> list[str]:
-    return sorted(p for p, sig in after.items() if before.get(p) != sig)
+    @staticmethod
+    def _end(run: RunningTrial) -> PassAction:
+        """Stop what still runs (the loop ends the trial by itself once every exit is in)."""
+        return PassAction.GO_ON if run.all_exits_classified() else PassAction.STOP

@@ -6,6 +6,13 @@ signals, a cancel, a lost lease. What to do comes from pure functions (``running
 ``stopping``, ``policy``, ``outcome.finished_trial``, ``chaos``); effects go through small
 interfaces: the replica factory, the clock and the signals are injected (``effects``), trial files
 are written by ``trial.files``, what a trial is recorded as by ``record``.
+
+The caller's say over each running trial is a ``trial_policy.TrialPolicy``, consulted at two points
+of a trial's pass: ``on_exit`` right after each exit is classified (it may change what the exit
+means: ``trials check`` lets the other replicas finish after the primary's), and ``on_pass`` after
+the pass's exits, due restarts and timers (it may interrupt the trial, a maintenance restart of
+every replica as attempt + 1, or stop it: ``trials check``'s restart probe and time box). The
+default, ``LoopRules``, changes nothing (``trials sweep``).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from trials.controller.loop.signals import LoopSignals
 from trials.controller.loop.state import LoopOptions, LoopState, TrialRecorded
 from trials.controller.loop.state_lock import state_lock
 from trials.controller.loop.supervisor import TrialSupervisor
+from trials.controller.loop.trial_policy import TrialPolicy
 from trials.controller.trial.devices import DeviceAllocator
 from trials.errors import ConfigError, DiskFullError
 from trials.records import StopReason, TrialState
@@ -52,11 +60,12 @@ class JobRunner:
         clock: monotonic and wall time (default: the system's).
         backend: starts the replicas (:class:`trials.controller.process.host.HostBackend` for host processes).
         signals: installs the stop-signal handlers and waits between passes (default: ``LoopSignals``).
+        policy: the caller's say over each running trial (default: ``LoopRules``, none; see the module).
     """
 
     def __init__(self, store: JobStore, job: JobSpec, options: LoopOptions, *, backend: ReplicaBackend,
                  emit: events.Emit = events.ignore, clock: Clock | None = None,
-                 signals: Signals | None = None):
+                 signals: Signals | None = None, policy: TrialPolicy | None = None):
         self.store = store
         self.job = job
         self.opt = options
@@ -79,7 +88,7 @@ class JobRunner:
                                     emit=emit, grace_s=options.grace_period_s,
                                     timeout_s=scheduling.timeout_s,
                                     restart_all=scheduling.restart_job_on_worker_restart, echo=options.echo,
-                                    save_metrics=self._store_metrics)
+                                    save_metrics=self._store_metrics, trial_policy=policy)
 
     @property
     def injected_total(self) -> int:
@@ -218,6 +227,7 @@ class JobRunner:
             self._sup.on_exit(run, name, status, now)
         self._sup.on_restarts_due(run, now)
         self._sup.on_timers(run, now, self.state.job_stop_reason)
+        self._sup.on_policy(run, now)  # the caller's trial policy: go on, interrupt, stop
         if run.stopping:
             for name, r in run.replicas.items():
                 if name not in run.exited:

@@ -1,9 +1,10 @@
-"""What happens to one running trial's replicas: exits, restarts, stops, timeouts, chaos injections.
+"""What happens to one running trial's replicas: exits, restarts, stops, timeouts, chaos injections,
+and what the loop's caller asks (its ``TrialPolicy``: an interruption, a stop).
 
 Each handler consumes one event of a loop pass and asks a pure function what it means
-(``running.decide_exit``, ``policy``, ``chaos``); its effects are signals to the replicas (through
-their handles), replica starts (through the launcher and its injected factory), the ``STOP`` file,
-and events for the listener.
+(``running.decide_exit``, ``policy``, ``chaos``), then the caller's trial policy; its effects are
+signals to the replicas (through their handles), replica starts (through the launcher and its
+injected factory), the ``STOP`` file, and events for the listener.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from trials.controller.loop.chaos import Chaos
 from trials.controller.loop.effects import Clock
 from trials.controller.loop.launcher import TrialLauncher, start_error_text
 from trials.controller.loop.running import ExitAction, RunningTrial, decide_exit
+from trials.controller.loop.trial_policy import LoopRules, PassAction, TrialPolicy
 from trials.controller.policy import exits
 from trials.controller.trial.files import request_stop, stderr_tail
 from trials.errors import ConfigError
@@ -30,7 +32,8 @@ class TrialSupervisor:
     def __init__(self, *, store: JobStore, launcher: TrialLauncher, chaos: Chaos, clock: Clock,
                  emit: events.Emit, grace_s: float, timeout_s: float | None,
                  restart_all: bool, echo: TextIO | None,
-                 save_metrics: Callable[[RunningTrial], object] | None = None):
+                 save_metrics: Callable[[RunningTrial], object] | None = None,
+                 trial_policy: TrialPolicy | None = None):
         self.store = store
         self.launcher = launcher
         self.chaos = chaos
@@ -41,6 +44,7 @@ class TrialSupervisor:
         self.restart_all = restart_all
         self.echo = echo
         self.save_metrics = save_metrics  # stores what was read of a trial (before a restart)
+        self.trial_policy: TrialPolicy = trial_policy or LoopRules()  # the caller's say (check's probes)
         self.n_injected = 0
 
     def _exit_mono(self, r: ReplicaHandle) -> float:
@@ -59,6 +63,7 @@ class TrialSupervisor:
             stderr_tail=stderr_tail(run.paths.trial_dir, name, status) if status else (),
             n_job_retries=run.job_retries,
         )
+        decision = self.trial_policy.on_exit(run, name, decision)
         if decision.action in (ExitAction.RESTART, ExitAction.RETRY_JOB):
             if decision.message:
                 entry["reason"] = decision.message
@@ -138,6 +143,29 @@ class TrialSupervisor:
             self.begin_stop(run, now, job_stop)
         elif now >= run.next_injection:
             self._inject(run, now)
+
+    def on_policy(self, run: RunningTrial, now: float) -> None:
+        """The trial policy's word at the end of a pass: go on, interrupt the trial, or stop it."""
+        action = self.trial_policy.on_pass(run, now)
+        if run.stopping or action is PassAction.GO_ON:
+            return
+        if action is PassAction.INTERRUPT:
+            self.interrupt(run, now)
+        else:
+            self.begin_stop(run, now, StopReason.TIMEOUT)  # ACTIVE -> STOPPING, as at its timeout
+
+    def interrupt(self, run: RunningTrial, now: float) -> None:
+        """A maintenance event on the whole trial: every replica gets SIGTERM and starts again
+        (``TRIALS_ATTEMPT`` + 1) once its group is gone, whatever its exit (restart pending: the exit
+        is recorded, not judged); no restart budget is used."""
+        names = [lau.name for lau in run.launches if lau.name in run.replicas and lau.name not in run.restart_at]
+        for name in names:
+            if name not in run.exited:
+                run.replicas[name].begin_stop(now)  # SIGTERM, as before VM maintenance
+        run.schedule_restart(names, now, injected=True)
+        run.injected += 1
+        for name in names:
+            self.emit(events.InjectedRestart(trial_id=run.trial_id, replica=name))
 
     def _inject(self, run: RunningTrial, now: float) -> None:
         run.next_injection = self.chaos.next_due(now)
