@@ -264,23 +264,25 @@ def stopping(kind: StoppingKind, *, use_elapsed_duration: Node | None = None,
     )
 
 
-def counts(max_trials: Node | None, parallel: Node | None,
-           max_failed: Node | None) -> tuple[int, int, int]:
+def counts(max_trials: Node | None, parallel: Node | None, max_failed: Node | None, *,
+           zero_is_unset: bool = True) -> tuple[int, int, int]:
     """maxTrialCount, parallelTrialCount ≥ 1, 0 ≤ maxFailedTrialCount ≤ maxTrialCount.
 
-    An absent or 0 trial count is 1: proto3 cannot tell the two apart, and gcloud sets 1 for
-    both (``if not job_spec.maxTrialCount``).
+    An absent trial count is 1. In the proto forms (``zero_is_unset``) so is 0: proto3 cannot
+    tell the two apart, and gcloud sets 1 for both (``if not job_spec.maxTrialCount``).
     """
-    n_max, n_par = _trial_count(max_trials), _trial_count(parallel)
+    n_max, n_par = _trial_count(max_trials, zero_is_unset), _trial_count(parallel, zero_is_unset)
     n_fail = 0 if max_failed is None else max_failed.integer(lo=0, hi=INT32_MAX)
     if max_failed is not None and n_fail > n_max:
         max_failed.fail(f"a maxFailedTrialCount ≤ maxTrialCount ({n_max})")
     return n_max, n_par, n_fail
 
 
-def _trial_count(node: Node | None) -> int:
+def _trial_count(node: Node | None, zero_is_unset: bool) -> int:
     if node is None or node.value is None:
         return 1
+    if not zero_is_unset:
+        return node.integer(lo=1, hi=INT32_MAX)
     value = node.integer(hi=INT32_MAX)
     if value < 0:
         node.fail("an integer ≥ 1 (0 or no value: 1, as gcloud sets it)")
