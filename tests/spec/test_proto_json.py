@@ -206,8 +206,11 @@ FORMS: dict[str, tuple[Callable[[T.HyperparameterTuningJob], str], str]] = {
     # the canonical text: enum names, every field spelled out
     "canonical": (lambda m: json_format.MessageToJson(m._pb, always_print_fields_with_no_presence=True),
                   ".json"),
-    # proto-plus's own to_json: numbers, every field spelled out
+    # proto-plus's own to_json: numbers, every field spelled out; and with defaults left out (the
+    # argument protobuf 5 renamed from including_default_value_fields)
     "proto-plus": (lambda m: type(m).to_json(m), ".json"),
+    "proto-plus-sparse": (lambda m: type(m).to_json(m, use_integers_for_enums=True,
+                                                    always_print_fields_with_no_presence=False), ".json"),
     # proto field names (snake_case), numbers
     "proto-names": (lambda m: json_format.MessageToJson(m._pb, preserving_proto_field_name=True,
                                                         use_integers_for_enums=True), ".json"),
