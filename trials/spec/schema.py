@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import datetime
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
-from trials.spec.node import Node, json_name
+from trials.spec.node import Node
 
 _DURATION = re.compile(r"^(-?\d+)(\.\d{1,9})?s$")
 _TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)$")
@@ -212,7 +211,7 @@ def field_value(node: Node, field: Field) -> object:
         pairs = {key: value.string(what="a string", allow_empty=True) for key, value in node.items()}
         return pairs if pairs else UNSET
     value = _scalar(node, field)
-    return value if field.presence or not is_default(value, field) else UNSET
+    return value if field.presence or not _is_default(value, field) else UNSET
 
 
 def _scalar(node: Node, field: Field) -> object:
@@ -232,11 +231,11 @@ def _scalar(node: Node, field: Field) -> object:
     if kind == "enum":
         return node.name_of(ENUMS[field.ref])
     if kind == "duration":
-        return duration_text(node)
-    return timestamp_text(node)
+        return _duration_text(node)
+    return _timestamp_text(node)
 
 
-def is_default(value: object, field: Field) -> bool:
+def _is_default(value: object, field: Field) -> bool:
     """Whether a canonical scalar is its kind's proto3 default."""
     if field.kind == "enum":
         return ENUMS[field.ref].get(str(value)) == 0
@@ -245,7 +244,7 @@ def is_default(value: object, field: Field) -> bool:
     return value in ("", False, 0)
 
 
-def duration_text(node: Node) -> str:
+def _duration_text(node: Node) -> str:
     """A protobuf Duration (``"3600s"``, ``"-1.5s"``) in its shortest form."""
     text = node.value.strip() if isinstance(node.value, str) else ""
     if not _DURATION.match(text):
@@ -253,7 +252,7 @@ def duration_text(node: Node) -> str:
     return format(Decimal(text[:-1]).normalize(), "f") + "s"
 
 
-def timestamp_text(node: Node) -> str:
+def _timestamp_text(node: Node) -> str:
     """A protobuf Timestamp as RFC 3339 text (a YAML timestamp becomes its UTC text)."""
     v = node.value
     if isinstance(v, datetime.datetime):
@@ -263,8 +262,3 @@ def timestamp_text(node: Node) -> str:
         node.fail('an RFC 3339 timestamp like "2030-01-01T00:00:00Z"')
     return v.strip()
 
-
-def field_of(message: str, key: str) -> Field | None:
-    """The field a written key names (JSON name or proto name), or None."""
-    fields: Mapping[str, Field] = MESSAGES[message]
-    return fields.get(key) or fields.get(json_name(key))
