@@ -79,15 +79,19 @@ WITHHELD_ENV_NAMES = (
     "SSH_AUTH_SOCK",  # an SSH agent: the user's git and server identity
     "GH_TOKEN", "GITHUB_TOKEN",
 )
-# Kept as they are (the toolchain a local "image" needs); listed for `trials validate` and the docs.
+# Kept as they are (the toolchain a local "image" needs, where a container would have its image's own);
+# everything not withheld is kept too: these are listed for the docs (docs/VERTEX_EMULATION.md, "The
+# trial's environment", which a test compares with these lists). CLOUD_SDK_VERSION is the version of
+# the gcloud on PATH (google/cloud-sdk images set it): part of the local image, not an identity.
 TOOLCHAIN_ENV_NAMES = (
     "PATH", "LD_LIBRARY_PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR",
-    "TERM", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH", "PYTHONHOME",
+    "TERM", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH", "PYTHONHOME", "CLOUD_SDK_VERSION",
 )
 TOOLCHAIN_ENV_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NCCL_", "XLA_", "TF_CPP_", "OMP_", "MKL_")
 
 
-# Trust settings, not identity: a CA bundle for a TLS-inspecting proxy is kept, whatever its prefix.
+# Trust settings, not identity: a CA bundle for a TLS-inspecting proxy is kept, whatever its prefix
+# (AWS_CA_BUNDLE, CLOUDSDK_CORE_CUSTOM_CA_CERTS_FILE): without it a trainer on such a network reaches nothing.
 TRUST_ENV_MARKERS = ("CA_BUNDLE", "CA_CERTS", "CA_CERT_FILE")
 
 

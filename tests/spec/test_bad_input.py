@@ -71,7 +71,7 @@ CASES = [
     Case("empty-file", "   \n", "spec.yaml", "empty file"),
     Case("top-level-list", "- a\n- b\n", "(top level)", "got a list of 2"),
     Case("no-form", "foo: 1\n", "(top level)", "top-level keys ['foo']"),
-    Case("top-level-typo", "study_spec: {}\n", "study_spec", "did you mean `studySpec`"),
+    Case("top-level-typo", "studyspec: {}\n", "studyspec", "did you mean `studySpec`"),
     Case("yaml-two-documents", "a: 1\n---\nb: 2\n", "line 2",
          "expected a single document in the stream, got another document"),
     Case("yaml-duplicate-key", g(replace="").replace("studySpec:", "studySpec:\n  algorithm: "
@@ -83,8 +83,11 @@ CASES = [
     Case("key-with-line-break", g() + '"label\\nx": 1\n', "label\\nx", "unknown key `label\\nx`"),
     Case("unknown-parameterID", g(**{"- parameterId: lr": "- parameterID: lr"}),
          f"{P1}.parameterID", "did you mean `parameterId`?"),
-    Case("snake-case-key", g(**{"scaleType:": "scale_type:"}), f"{P1}.scale_type",
+    Case("snake-case-typo", g(**{"scaleType:": "scale_typo:"}), f"{P1}.scale_typo",
          "did you mean `scaleType`?"),
+    Case("json-and-proto-name", g(**{"scaleType: UNIT_LOG_SCALE": "scaleType: UNIT_LOG_SCALE\n"
+                                     "    scale_type: UNIT_LOG_SCALE"}), f"{P1}.scale_type",
+         "`scaleType` once (`scaleType` and `scale_type` name the same field)"),
     Case("unknown-study-key", g("  algorithmm: GRID_SEARCH"), "studySpec.algorithmm",
          "did you mean `algorithm`?"),
     # --- DOUBLE / INTEGER bounds
@@ -108,7 +111,12 @@ CASES = [
     Case("bool-bound", g(**{"minValue: 0.001": "minValue: true"}),
          f"{P1}.doubleValueSpec.minValue", "true (a bool)"),
     Case("missing-max", g(**{", maxValue: 0.1": ""}), f"{P1}.doubleValueSpec.maxValue",
-         "the key is missing"),
+         "maxValue ≥ minValue (0.001), got 0.0 (a number), the default of the missing key"),
+    Case("log-scale-min-absent", g(**{"minValue: 0.001, ": ""}), f"{P1}.doubleValueSpec.minValue",
+         "a value > 0 (UNIT_LOG_SCALE needs a strictly positive range), got 0.0 (a number), "
+         "the default of the missing key"),
+    Case("categorical-values-absent", g(**{"{values: [adam, sgd]}": "{}"}),
+         f"{P2}.categoricalValueSpec.values", "got an empty list, the default of the missing key"),
     # --- DISCRETE / CATEGORICAL values
     Case("discrete-decreasing", g(**{"categoricalValueSpec: {values: [adam, sgd]}":
                                      "discreteValueSpec: {values: [4, 2]}"}),
@@ -201,7 +209,8 @@ CASES = [
     # --- counts and job fields
     Case("failed-above-max", g() + "maxTrialCount: 3\nmaxFailedTrialCount: 4\n",
          "maxFailedTrialCount", "≤ maxTrialCount (3)"),
-    Case("max-trials-zero", g() + "maxTrialCount: 0\n", "maxTrialCount", "an integer ≥ 1"),
+    Case("max-trials-negative", g() + "maxTrialCount: -3\n", "maxTrialCount",
+         "an integer ≥ 1 (0 or no value: 1, as gcloud sets it), got -3"),
     Case("parallel-negative", g() + "parallelTrialCount: -1\n", "parallelTrialCount", "got -1"),
     Case("display-name-long", g() + f"displayName: {'x' * 129}\n", "displayName",
          "at most 128 characters"),
@@ -215,6 +224,25 @@ CASES = [
     Case("container-no-image", g() + "trialJobSpec: {workerPoolSpecs: [{containerSpec: "
                                      "{command: [python]}}]}\n",
          "trialJobSpec.workerPoolSpecs[0].containerSpec.imageUri", "an image URI"),
+    Case("replica-count-negative", g() + "trialJobSpec: {workerPoolSpecs: [{replicaCount: '-1', "
+                                         "containerSpec: {imageUri: local}}]}\n",
+         "trialJobSpec.workerPoolSpecs[0].replicaCount", "a replica count of 1 to 256 (0 or no value: 1)"),
+    Case("accelerator-unknown-number", g() + "trialJobSpec: {workerPoolSpecs: [{machineSpec: "
+                                             "{acceleratorType: 99}, containerSpec: {imageUri: local}}]}\n",
+         "trialJobSpec.workerPoolSpecs[0].machineSpec.acceleratorType",
+         "one of ACCELERATOR_TYPE_UNSPECIFIED (0), NVIDIA_TESLA_K80 (1)"),
+    Case("accelerator-unknown-name", g() + "trialJobSpec: {workerPoolSpecs: [{machineSpec: "
+                                           "{acceleratorType: NVIDIA_TESLA_T5}, containerSpec: {imageUri: local}}]}\n",
+         "trialJobSpec.workerPoolSpecs[0].machineSpec.acceleratorType", "did you mean NVIDIA_TESLA_T4?"),
+    Case("goal-unknown-number", g(**{"goal: MAXIMIZE": "goal: 3"}), "studySpec.metrics[0].goal",
+         "one of GOAL_TYPE_UNSPECIFIED (0), MAXIMIZE (1), MINIMIZE (2), got 3 (an integer)"),
+    Case("carried-enum-unknown", g() + "trialJobSpec: {workerPoolSpecs: [{containerSpec: {imageUri: "
+                                       "local}}], scheduling: {strategy: SPOTT}}\n",
+         "trialJobSpec.scheduling.strategy", "did you mean SPOT?"),
+    Case("carried-unknown-key", g("  studyStoppingConfig: {minNumTrial: 2}"),
+         "studySpec.studyStoppingConfig.minNumTrial", "did you mean `minNumTrials`?"),
+    Case("carried-wrong-kind", g() + "encryptionSpec: projects/p/keys/k\n", "encryptionSpec",
+         "expected a mapping"),
     Case("replica-count-text", g() + "trialJobSpec: {workerPoolSpecs: [{replicaCount: 'two', "
                                      "containerSpec: {imageUri: local}}]}\n",
          "trialJobSpec.workerPoolSpecs[0].replicaCount", '"two" (a string)'),

@@ -20,7 +20,9 @@ from trials.spec import (
     PythonPackageSpec,
     ScaleType,
     StoppingKind,
+    schema,
 )
+from trials.spec.carried import OUTPUT_KEYS
 from trials.spec.legacy import DEFAULT_METRIC_TAG
 from trials.spec.load import load_spec, loads_spec, parse_spec
 from trials.spec.model import LOCAL_IMAGE_URI
@@ -124,19 +126,37 @@ def test_counts_default_to_one_as_gcloud_does_and_goal_stays_unspecified() -> No
     assert job.trial_job is None and job.display_name is None
 
 
-def test_every_ignored_vertex_key_is_accepted() -> None:
-    doc = {key: "x" for key in IGNORED_KEYS["job"]}
+def _sample(field: schema.Field) -> object:
+    """A value of the field's kind that is not its default (so proto3 JSON keeps it)."""
+    one: object = {"string": "x", "bool": True, "int32": 2, "int64": "2", "double": 0.5,
+                   "duration": "60s", "timestamp": "2030-01-01T00:00:00Z", "message": {},
+                   "enum": next((n for n, v in schema.ENUMS.get(field.ref, {}).items() if v), "")
+                   }[field.kind]
+    return [one] if field.repeated else one
+
+
+def _carry(keys: frozenset[str], message: str) -> dict[str, object]:
+    return {key: _sample(schema.MESSAGES[message][key]) for key in keys}
+
+
+def test_every_ignored_vertex_key_is_accepted_and_carried() -> None:
+    doc = _carry(IGNORED_KEYS["job"] - OUTPUT_KEYS, "HyperparameterTuningJob")
     study = {"metrics": [{"metricId": "m"}, {"metricId": "s", "safetyConfig": {}}],
              "parameters": [{"parameterId": "x", "doubleValueSpec": {
-                 "minValue": 0, "maxValue": 1, **{k: 0.5 for k in IGNORED_KEYS["valueSpec"]}}}],
-             **{k: "x" for k in IGNORED_KEYS["studySpec"]}}
+                 "minValue": 0, "maxValue": 1,
+                 **_carry(IGNORED_KEYS["valueSpec"], "StudySpec.ParameterSpec.DoubleValueSpec")}}],
+             **_carry(IGNORED_KEYS["studySpec"], "StudySpec")}
     pool = {"containerSpec": {"imageUri": "img"},
-            "machineSpec": {"machineType": "m", **{k: "x" for k in IGNORED_KEYS["machineSpec"]}},
-            **{k: [] for k in IGNORED_KEYS["workerPoolSpec"]}}
-    trial = {"workerPoolSpecs": [pool], "scheduling": {k: "x" for k in IGNORED_KEYS["scheduling"]},
-             **{k: "x" for k in IGNORED_KEYS["trialJobSpec"]}}
-    job = parse_spec({**doc, "studySpec": study, "trialJobSpec": trial}, source="x")
+            "machineSpec": {"machineType": "m", **_carry(IGNORED_KEYS["machineSpec"], "MachineSpec")},
+            **_carry(IGNORED_KEYS["workerPoolSpec"], "WorkerPoolSpec")}
+    trial = {"workerPoolSpecs": [pool],
+             "scheduling": _carry(IGNORED_KEYS["scheduling"], "Scheduling"),
+             **_carry(IGNORED_KEYS["trialJobSpec"], "CustomJobSpec")}
+    outputs = {key: None for key in OUTPUT_KEYS}  # output-only fields are dropped
+    job = parse_spec({**doc, **outputs, "studySpec": study, "trialJobSpec": trial}, source="x")
     assert job.trial_job.worker_pools[0].container == ContainerSpec(image_uri="img")
+    n_carried = sum(len(IGNORED_KEYS[k]) for k in IGNORED_KEYS) - len(OUTPUT_KEYS)
+    assert len(job.carried) == n_carried
 
 
 def test_file_without_known_suffix_tries_json_then_yaml(tmp_path: Path) -> None:

@@ -1,8 +1,10 @@
 """Vertex fields a spec may carry that the emulator does not use: found on load, written on export.
 
 The key sets are the v1 types' fields (``google.cloud.aiplatform_v1.types``) that the job model does
-not hold; a test compares them with the generated types. A carried field is kept as its JSON text
-under its REST path (``trialJobSpec.workerPoolSpecs[0].nfsMounts``) and exported unchanged.
+not hold; a test compares them with the generated types. A carried field is kept as the JSON text of
+its canonical value (``trials.spec.schema.canonical``: validated, JSON names, enum names) under its
+REST path (``trialJobSpec.workerPoolSpecs[0].nfsMounts``), found by ``trials.spec.vertex`` while
+it parses, and exported as it is.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import datetime
 import json
 import re
-from collections.abc import Mapping
 from typing import Any
 
 # Output-only fields of the job resource: never part of a create request, never carried.
@@ -29,49 +30,9 @@ CARRIED_KEYS: dict[str, frozenset[str]] = {
     "machineSpec": frozenset({"gpuPartitionSize", "tpuTopology", "reservationAffinity"}),
     "scheduling": frozenset({"strategy", "disableRetries", "maxWaitDuration"}),
 }
-VALUE_SPEC_KEYS = ("doubleValueSpec", "integerValueSpec", "categoricalValueSpec",
-                   "discreteValueSpec")
 _SEGMENT = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
 Carried = tuple[tuple[str, str], ...]
-
-
-def collect(doc: Mapping[str, Any]) -> Carried:
-    """Every carried field of a HyperparameterTuningJob document (already validated)."""
-    out: list[tuple[str, str]] = []
-
-    def take(node: object, kind: str, path: str) -> None:
-        if isinstance(node, Mapping):
-            for key in sorted(CARRIED_KEYS[kind]):
-                if node.get(key) is not None:
-                    out.append((f"{path}.{key}" if path else key, to_text(node[key])))
-
-    def parameter(node: object, path: str) -> None:
-        if not isinstance(node, Mapping):
-            return
-        for key in VALUE_SPEC_KEYS:
-            take(node.get(key), "valueSpec", f"{path}.{key}")
-        for j, cond in enumerate(node.get("conditionalParameterSpecs") or ()):
-            if isinstance(cond, Mapping):
-                parameter(cond.get("parameterSpec"),
-                          f"{path}.conditionalParameterSpecs[{j}].parameterSpec")
-
-    take(doc, "job", "")
-    study = doc.get("studySpec")
-    if isinstance(study, Mapping):
-        take(study, "studySpec", "studySpec")
-        for i, p in enumerate(study.get("parameters") or ()):
-            parameter(p, f"studySpec.parameters[{i}]")
-    tj = doc.get("trialJobSpec")
-    if isinstance(tj, Mapping):
-        take(tj, "trialJobSpec", "trialJobSpec")
-        take(tj.get("scheduling"), "scheduling", "trialJobSpec.scheduling")
-        for i, pool in enumerate(tj.get("workerPoolSpecs") or ()):
-            where = f"trialJobSpec.workerPoolSpecs[{i}]"
-            take(pool, "workerPoolSpec", where)
-            if isinstance(pool, Mapping):
-                take(pool.get("machineSpec"), "machineSpec", f"{where}.machineSpec")
-    return tuple(sorted(out))
 
 
 def to_text(value: object) -> str:

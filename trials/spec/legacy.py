@@ -133,6 +133,10 @@ def _req(fields: dict[str, Node], parent: Node, key: str) -> Node:
     return fields[key] if key in fields else Node(MISSING, f"{parent.path}.{key}", parent.source)
 
 
+def _or_default(fields: dict[str, Node], parent: Node, key: str, default: object) -> Node:
+    return parent.default(key, default) if absent(fields, key) else fields[key]
+
+
 def _parameter(node: Node, registry: rules.IdRegistry) -> ParameterSpec:
     f = node.mapping(_PARAM_KEYS)
     pid = registry.register(_req(f, node, "parameterName"), None)
@@ -148,17 +152,20 @@ def _parameter(node: Node, registry: rules.IdRegistry) -> ParameterSpec:
         if key in f and key not in wanted:
             f[key].fail(f"only {' and '.join(wanted)} for a {ptype.value} parameter",
                         got=f"`{key}`")
+    # proto3 (ml v1 is a proto3 API too): an absent bound is 0, an absent list is empty
     if ptype in (ParameterType.DOUBLE, ParameterType.INTEGER):
-        lo, hi = rules.range_bounds(ptype, _req(f, node, "minValue"), _req(f, node, "maxValue"),
-                                    scale)
+        zero = 0 if ptype is ParameterType.INTEGER else 0.0
+        lo, hi = rules.range_bounds(ptype, _or_default(f, node, "minValue", zero),
+                                    _or_default(f, node, "maxValue", zero), scale)
         param = ParameterSpec(parameter_id=pid, type=ptype, min_value=lo, max_value=hi,
                               scale_type=scale)
     elif ptype is ParameterType.DISCRETE:
-        param = ParameterSpec(parameter_id=pid, type=ptype, scale_type=scale,
-                              values=rules.discrete_values(_req(f, node, "discreteValues"), scale))
+        values = rules.discrete_values(_or_default(f, node, "discreteValues", []), scale)
+        param = ParameterSpec(parameter_id=pid, type=ptype, scale_type=scale, values=values)
     else:
         param = ParameterSpec(parameter_id=pid, type=ptype, scale_type=scale,
-                              values=rules.categorical_values(_req(f, node, "categoricalValues")))
+                              values=rules.categorical_values(
+                                  _or_default(f, node, "categoricalValues", [])))
     registry.paths[id(param)] = node.path
     return param
 

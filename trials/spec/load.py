@@ -93,7 +93,7 @@ def parse_spec(data: object, *, source: str) -> JobSpec:
 
         return _runnable(parse_legacy(root), source, "trainingInput.jobDir",
                          "trainingInput.hyperparameters.params")
-    if keys & {"studySpec", "trialJobSpec"}:
+    if keys & {"studySpec", "trialJobSpec", "study_spec", "trial_job_spec"}:  # JSON or proto names
         return _runnable(parse_job(root), source,
                          "trialJobSpec.baseOutputDirectory.outputUriPrefix", "studySpec.parameters")
     if keys & {"metrics", "parameters"}:

@@ -20,6 +20,7 @@ INT32_MAX = 2**31 - 1
 _DURATION = re.compile(r"^(\d+)(\.\d{1,9})?s$")
 _NUMERIC = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 _INTEGRAL = re.compile(r"^[+-]?\d+$")
+_SNAKE = re.compile(r"_([a-z0-9])")
 
 
 class _Missing:
@@ -60,9 +61,15 @@ def _keys(mapping: Mapping[str, object]) -> str:
     return "[" + ", ".join(names[:6]) + (", ..." if len(names) > 6 else "") + "]"
 
 
+def json_name(key: str) -> str:
+    """The lowerCamelCase JSON name of a proto field name (``min_value`` -> ``minValue``), as
+    protobuf derives it."""
+    return _SNAKE.sub(lambda m: m.group(1).upper(), key)
+
+
 def suggest(key: str, valid: Collection[str]) -> str | None:
     """The closest valid key: camelCase of a snake_case key first, then difflib."""
-    camel = re.sub(r"_([a-z0-9])", lambda m: m.group(1).upper(), key)
+    camel = json_name(key)
     for candidate in (camel, key.lower()):
         for name in valid:
             if candidate == name or candidate.lower() == name.lower():
@@ -73,15 +80,26 @@ def suggest(key: str, valid: Collection[str]) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Node:
-    """A value in the document with its path (``studySpec.parameters[2].parameterId``)."""
+    """A value in the document with its path (``studySpec.parameters[2].parameterId``).
+
+    ``proto``: the document is a protobuf message in proto3 JSON (the REST/gcloud form): a key may
+    be the field's JSON name or its proto name (``minValue`` or ``min_value``) and ``null`` is
+    unset. ``defaulted``: the key is absent and the value is its proto3 default (0, "", false),
+    which the rules then judge; messages say so.
+    """
 
     value: object
     path: str
     source: str
+    proto: bool = False
+    defaulted: bool = False
 
     def fail(self, expected: str, *, got: str | None = None) -> NoReturn:
         """Raise a one-line SpecError: ``<source>: <path>: expected …, got …``."""
-        self.error(f"expected {expected}, got {got or show(self.value)}")
+        found = got or show(self.value)
+        if self.defaulted:
+            found += ", the default of the missing key"
+        self.error(f"expected {expected}, got {found}")
 
     def error(self, message: str) -> NoReturn:
         raise SpecError(one_line(message), source=one_line(self.source),
@@ -94,22 +112,50 @@ class Node:
     def _sub(self, key: str) -> str:
         return f"{self.path}.{key}" if self.path else key
 
+    def child(self, value: object, path: str) -> Node:
+        """A Node inside this one (same source, same reading rules)."""
+        return Node(value, path, self.source, self.proto)
+
+    def default(self, key: str, value: object) -> Node:
+        """The Node of this mapping's absent ``key``: its proto3 default ``value``, marked so."""
+        return Node(value, self._sub(key), self.source, self.proto, defaulted=True)
+
     def mapping(self, allowed: Collection[str], ignored: Collection[str] = ()) -> dict[str, Node]:
         """The mapping's known keys as Nodes (ignored keys dropped); unknown keys are errors."""
+        return self.fields(allowed, ignored)[0]
+
+    def fields(self, allowed: Collection[str], ignored: Collection[str] = ()
+               ) -> tuple[dict[str, Node], dict[str, Node]]:
+        """The mapping's known keys and its ignored keys as Nodes; unknown keys are errors.
+
+        Keys are returned under their names in ``allowed``/``ignored``; with ``proto`` a proto
+        field name stands for its JSON name (both at once is an error) and a ``null`` value is
+        left out (proto3 JSON: unset). Paths keep the key as written.
+        """
         if not isinstance(self.value, Mapping):
             self.fail("a mapping")
         out: dict[str, Node] = {}
+        dropped: dict[str, Node] = {}
+        written: dict[str, str] = {}
         for key, value in self.value.items():
             if not isinstance(key, str):
-                Node(value, self._sub(str(key)), self.source).fail("a string key", got=show(key))
-            if key in allowed:
-                out[key] = Node(value, self._sub(key), self.source)
-            elif key not in ignored:
+                self.child(value, self._sub(str(key))).fail("a string key", got=show(key))
+            where = self.child(value, self._sub(key))
+            name = key
+            if self.proto and key not in allowed and key not in ignored:
+                name = json_name(key)
+            if name not in allowed and name not in ignored:
                 hint = suggest(key, allowed)
-                where = Node(value, self._sub(key), self.source)
                 where.error(f"unknown key `{key}`" + (f"; did you mean `{hint}`?" if hint else "")
                             + f" (expected one of: {', '.join(sorted(allowed))}; got `{key}`)")
-        return out
+            if name in written:
+                where.fail(f"`{name}` once (`{written[name]}` and `{key}` name the same field)",
+                           got="both")
+            written[name] = key
+            if self.proto and value is None:
+                continue
+            (out if name in allowed else dropped)[name] = where
+        return out, dropped
 
     def items(self) -> list[tuple[str, Node]]:
         """A free-form mapping (labels, short-form parameters): keys must be strings."""
@@ -118,8 +164,8 @@ class Node:
         out = []
         for key, value in self.value.items():
             if not isinstance(key, str):
-                Node(value, self._sub(str(key)), self.source).fail("a string key", got=show(key))
-            out.append((key, Node(value, self._sub(key), self.source)))
+                self.child(value, self._sub(str(key))).fail("a string key", got=show(key))
+            out.append((key, self.child(value, self._sub(key))))
         return out
 
     def list(self, what: str, *, min_len: int = 0, max_len: int | None = None) -> list[Node]:
@@ -129,7 +175,7 @@ class Node:
         if n < min_len or (max_len is not None and n > max_len):
             bound = f"at least {min_len}" if max_len is None else f"{min_len} to {max_len}"
             self.fail(f"a list of {bound} {what}", got=f"{n} items" if n else "an empty list")
-        return [Node(v, f"{self.path}[{i}]", self.source) for i, v in enumerate(self.value)]
+        return [self.child(v, f"{self.path}[{i}]") for i, v in enumerate(self.value)]
 
     def string(self, *, what: str = "a string", allow_empty: bool = False) -> str:
         if not isinstance(self.value, str):
@@ -181,15 +227,33 @@ class Node:
 
     def enum(self, cls: type[E], *, numbers: Mapping[int, E] | None = None,
              names: Mapping[str, E] | None = None) -> E:
-        """An enum by name (``MAXIMIZE``) or, as proto JSON allows, by number."""
+        """An enum by name (``MAXIMIZE``) or, as proto JSON allows, by number (``1``, ``"1"``)."""
         table = names if names is not None else {m.value: m for m in cls}
         v = self.value
+        if numbers and isinstance(v, str) and _INTEGRAL.match(v.strip()):
+            v = int(v.strip())
         if numbers and isinstance(v, int) and not isinstance(v, bool) and v in numbers:
             return numbers[v]
         if isinstance(v, str) and v in table:
             return table[v]
         hint = suggest(v, table) if isinstance(v, str) else None
-        self.fail("one of " + ", ".join(table) + (f" (did you mean {hint}?)" if hint else ""))
+        listed = ", ".join(table) if not numbers else ", ".join(
+            f"{m.value if isinstance(m.value, str) else m.name} ({n})" for n, m in numbers.items())
+        self.fail("one of " + listed + (f" (did you mean {hint}?)" if hint else ""))
+
+    def name_of(self, values: Mapping[str, int]) -> str:
+        """A proto enum value's name, given by name or number (``values``: name -> number)."""
+        numbers = {n: name for name, n in values.items()}
+        v = self.value
+        if isinstance(v, str) and _INTEGRAL.match(v.strip()):
+            v = int(v.strip())
+        if isinstance(v, int) and not isinstance(v, bool) and v in numbers:
+            return numbers[v]
+        if isinstance(v, str) and v in values:
+            return v
+        hint = suggest(v, values) if isinstance(v, str) else None
+        self.fail("one of " + ", ".join(f"{name} ({n})" for name, n in values.items())
+                  + (f" (did you mean {hint}?)" if hint else ""))
 
     def duration_s(self, *, numbers_ok: bool = False) -> float:
         """A protobuf Duration string ("3600s", "1.5s") as seconds (> 0)."""

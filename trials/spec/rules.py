@@ -91,17 +91,16 @@ def metrics(pairs: Iterable[tuple[Node, MetricSpec]], where: Node) -> tuple[Metr
 
 
 def safety_config(node: Node) -> str:
-    """``safetyConfig{safetyThreshold, desiredMinSafeTrialsFraction (0..1)}``, kept as its JSON text."""
+    """``safetyConfig{safetyThreshold, desiredMinSafeTrialsFraction (0..1)}``, kept as its JSON
+    text in the REST body's canonical form (so every spelling of one config is one text)."""
+    from trials.spec import schema
     from trials.spec.carried import to_text
 
     f = node.mapping({"safetyThreshold", "desiredMinSafeTrialsFraction"})
-    for key, n in f.items():
-        if n.value is None:
-            continue
-        value = n.number()
-        if key == "desiredMinSafeTrialsFraction" and not 0 <= value <= 1:
-            n.fail("a fraction between 0 and 1")
-    return to_text(node.value)
+    fraction = f.get("desiredMinSafeTrialsFraction")
+    if fraction is not None and fraction.value is not None and not 0 <= fraction.number() <= 1:
+        fraction.fail("a fraction between 0 and 1")
+    return to_text(schema.canonical(node, "StudySpec.MetricSpec.SafetyMetricConfig"))
 
 
 def split_safety(all_metrics: tuple[MetricSpec, ...], where: Node
@@ -249,7 +248,8 @@ def stopping(kind: StoppingKind, *, use_elapsed_duration: Node | None = None,
              learning_rate_parameter_name: Node | None = None,
              update_all_stopped_trials: Node | None = None) -> StoppingSpec:
     def count(node: Node | None) -> int | None:
-        return None if node is None or node.missing else node.integer(lo=0)
+        # proto3: 0 is unset (Vertex then learns maxStepCount, uses max/10 and 5)
+        return None if node is None or node.missing else node.integer(lo=0) or None
 
     lr = learning_rate_parameter_name
     lr_name = None if lr is None or lr.missing else lr.string(allow_empty=True) or None
@@ -264,15 +264,40 @@ def stopping(kind: StoppingKind, *, use_elapsed_duration: Node | None = None,
     )
 
 
-def counts(max_trials: Node | None, parallel: Node | None,
-           max_failed: Node | None) -> tuple[int, int, int]:
-    """maxTrialCount, parallelTrialCount ≥ 1 (default 1), 0 ≤ maxFailedTrialCount ≤ maxTrialCount."""
-    n_max = 1 if max_trials is None else max_trials.integer(lo=1, hi=INT32_MAX)
-    n_par = 1 if parallel is None else parallel.integer(lo=1, hi=INT32_MAX)
+def counts(max_trials: Node | None, parallel: Node | None, max_failed: Node | None, *,
+           zero_is_unset: bool = True) -> tuple[int, int, int]:
+    """maxTrialCount, parallelTrialCount ≥ 1, 0 ≤ maxFailedTrialCount ≤ maxTrialCount.
+
+    An absent trial count is 1. In the proto forms (``zero_is_unset``) so is 0: proto3 cannot
+    tell the two apart, and gcloud sets 1 for both (``if not job_spec.maxTrialCount``).
+    """
+    n_max, n_par = _trial_count(max_trials, zero_is_unset), _trial_count(parallel, zero_is_unset)
     n_fail = 0 if max_failed is None else max_failed.integer(lo=0, hi=INT32_MAX)
     if max_failed is not None and n_fail > n_max:
         max_failed.fail(f"a maxFailedTrialCount ≤ maxTrialCount ({n_max})")
     return n_max, n_par, n_fail
+
+
+def _trial_count(node: Node | None, zero_is_unset: bool) -> int:
+    if node is None or node.value is None:
+        return 1
+    if not zero_is_unset:
+        return node.integer(lo=1, hi=INT32_MAX)
+    value = node.integer(hi=INT32_MAX)
+    if value < 0:
+        node.fail("an integer ≥ 1 (0 or no value: 1, as gcloud sets it)")
+    return value or 1
+
+
+def replica_count(node: Node | None) -> int:
+    """A worker pool's ``replicaCount``: 1..MAX_REPLICA_COUNT; absent or 0 (one value in proto3)
+    is 1, the primary replica Vertex's docs tell you to give pool 0 and gcloud's default."""
+    if node is None or node.value is None:
+        return 1
+    value = node.integer(hi=MAX_REPLICA_COUNT)
+    if value < 0:
+        node.fail(f"a replica count of 1 to {MAX_REPLICA_COUNT} (0 or no value: 1)")
+    return value or 1
 
 
 def env_var(name: Node, value: Node) -> EnvVar:

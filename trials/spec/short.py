@@ -90,7 +90,8 @@ def parse_short(root: Node) -> JobSpec:
     rules.check_study(study, registry, parameters=params_node, algorithm=f.get("algorithm"),
                       stopping=stop_node)
     n_max, n_par, n_fail = rules.counts(
-        f.get("max_trial_count"), f.get("parallel_trial_count"), f.get("max_failed_trial_count"))
+        f.get("max_trial_count"), f.get("parallel_trial_count"), f.get("max_failed_trial_count"),
+        zero_is_unset=False)  # not a proto: 0 here is a mistake, not "unset"
     return JobSpec(
         study=study,
         display_name=rules.display_name(f["display_name"]) if "display_name" in f else None,

@@ -1,9 +1,15 @@
-"""The HyperparameterTuningJob form (gcloud ``--config`` YAML and REST JSON) parsed into a JobSpec."""
+"""The HyperparameterTuningJob form (gcloud ``--config`` YAML and REST JSON) parsed into a JobSpec.
+
+Read with proto3 JSON semantics, as ``HyperparameterTuningJob.from_json`` reads it: keys by JSON
+or proto name, enums by name or number, ``null`` as unset, an absent scalar as its default (then
+judged by the rules); see ``trials.spec.schema``.
+"""
 
 from __future__ import annotations
 
 from trials.spec import rules as rules
-from trials.spec.carried import CARRIED_KEYS, OUTPUT_KEYS, collect
+from trials.spec import schema
+from trials.spec.carried import CARRIED_KEYS, OUTPUT_KEYS, to_text
 from trials.spec.model import (
     Algorithm,
     ConditionalParameterSpec,
@@ -26,7 +32,7 @@ from trials.spec.model import (
     TrialJobSpec,
     WorkerPoolSpec,
 )
-from trials.spec.node import INT32_MAX, MISSING, Node, absent
+from trials.spec.node import INT32_MAX, MISSING, E, Node, absent
 
 # Keys Vertex defines that the model does not hold: output-only job fields are dropped, the
 # others are carried (kept for export, not emulated; see ``trials.spec.carried``).
@@ -48,30 +54,60 @@ _CONVEX_KEYS = {"maxStepCount", "minStepCount", "minMeasurementCount", "learning
                 "useElapsedDuration", "updateAllStoppedTrials"}
 _LOCAL_KEYS = {"inject_restarts": "injectRestarts", "grace_period_s": "gracePeriod",
                "memory_limit_mb": "memoryLimitMb"}
-GOAL_NUMBERS = {0: Goal.GOAL_TYPE_UNSPECIFIED, 1: Goal.MAXIMIZE, 2: Goal.MINIMIZE}
-SCALE_NUMBERS = dict(enumerate(ScaleType))
-ALGORITHM_NUMBERS = {0: Algorithm.ALGORITHM_UNSPECIFIED, 2: Algorithm.GRID_SEARCH,
-                     3: Algorithm.RANDOM_SEARCH}
-SELECTION_NUMBERS = dict(enumerate(MeasurementSelection))
+
+
+def _numbers(cls: type[E], name: str) -> dict[int, E]:
+    """``{number: member}`` of a model enum whose values are the proto enum's names."""
+    return {number: cls(value) for number, value in schema.enum_numbers(name).items()}
+
+
+GOAL_NUMBERS = _numbers(Goal, "StudySpec.MetricSpec.GoalType")
+SCALE_NUMBERS = _numbers(ScaleType, "StudySpec.ParameterSpec.ScaleType")
+ALGORITHM_NUMBERS = _numbers(Algorithm, "StudySpec.Algorithm")
+SELECTION_NUMBERS = _numbers(MeasurementSelection, "StudySpec.MeasurementSelectionType")
+ACCELERATORS = schema.ENUMS["AcceleratorType"]
+# Which v1 message each group of carried keys belongs to (the value specs are told apart below).
+_CARRIED_IN = {"job": "HyperparameterTuningJob", "studySpec": "StudySpec",
+               "trialJobSpec": "CustomJobSpec", "workerPoolSpec": "WorkerPoolSpec",
+               "machineSpec": "MachineSpec", "scheduling": "Scheduling"}
+
+
+class _Carried:
+    """The carried fields met while parsing: (REST path, the value's canonical JSON text)."""
+
+    def __init__(self) -> None:
+        self.found: list[tuple[str, str]] = []
+
+    def take(self, message: str, fields: dict[str, Node], at: str) -> None:
+        for key, node in fields.items():
+            if key in OUTPUT_KEYS and message == "HyperparameterTuningJob":
+                continue
+            value = schema.field_value(node, schema.MESSAGES[message][key])
+            if value is not schema.UNSET:
+                self.found.append((f"{at}.{key}" if at else key, to_text(value)))
+
 
 def parse_job(root: Node) -> JobSpec:
-    """The HyperparameterTuningJob message in camelCase: the gcloud ``--config`` YAML and the REST
-    JSON body share this parser; int64 fields may be JSON strings, enums names or numbers."""
-    f = root.mapping(_JOB_KEYS, IGNORED_KEYS["job"])
-    study = _study(f.get("studySpec") or _missing(root, "studySpec"))
+    """The HyperparameterTuningJob message: the gcloud ``--config`` YAML and the REST JSON body
+    share this parser. Keys are JSON names (camelCase) or proto names (snake_case); int64 fields
+    may be JSON strings; enums names or numbers; an absent field is its proto3 default."""
+    root = Node(root.value, root.path, root.source, proto=True)
+    carried = _Carried()
+    f, ignored = root.fields(_JOB_KEYS, IGNORED_KEYS["job"])
+    carried.take(_CARRIED_IN["job"], ignored, "")
+    study = _study(f.get("studySpec") or _missing(root, "studySpec"), carried)
     n_max, n_par, n_fail = rules.counts(
-        *(None if absent(f, k) else f[k]
-          for k in ("maxTrialCount", "parallelTrialCount", "maxFailedTrialCount")))
+        *(f.get(k) for k in ("maxTrialCount", "parallelTrialCount", "maxFailedTrialCount")))
+    name = f.get("displayName")
     return JobSpec(
         study=study,
-        display_name=None if absent(f, "displayName") else rules.display_name(f["displayName"]),
+        display_name=None if name is None or name.value == "" else rules.display_name(name),
         max_trial_count=n_max, parallel_trial_count=n_par, max_failed_trial_count=n_fail,
-        trial_job=None if absent(f, "trialJobSpec") else trial_job(f["trialJobSpec"]),
-        labels=() if absent(f, "labels") else rules.labels(f["labels"]),
+        trial_job=trial_job(f["trialJobSpec"], carried) if "trialJobSpec" in f else None,
+        labels=rules.labels(f["labels"]) if "labels" in f else (),
         local=rules.local_options(f[LOCAL_KEY], _LOCAL_KEYS) if LOCAL_KEY in f else LocalOptions(),
-        carried=collect(root.value),  # type: ignore[arg-type]
+        carried=tuple(sorted(carried.found)),
     )
-
 
 
 def _missing(parent: Node, key: str) -> Node:
@@ -82,8 +118,9 @@ def _require(fields: dict[str, Node], parent: Node, key: str) -> Node:
     return fields[key] if key in fields else _missing(parent, key)
 
 
-def _study(node: Node) -> StudySpec:
-    f = node.mapping(_STUDY_KEYS, IGNORED_KEYS["studySpec"])
+def _study(node: Node, carried: _Carried) -> StudySpec:
+    f, ignored = node.fields(_STUDY_KEYS, IGNORED_KEYS["studySpec"])
+    carried.take(_CARRIED_IN["studySpec"], ignored, "studySpec")
     metric_nodes = _require(f, node, "metrics").list("metrics", min_len=1)
     all_metrics = rules.metrics(((m, _metric(m)) for m in metric_nodes),
                                 _require(f, node, "metrics"))
@@ -96,9 +133,9 @@ def _study(node: Node) -> StudySpec:
                                                     numbers=SELECTION_NUMBERS))
     registry = rules.IdRegistry()
     params_node = _require(f, node, "parameters")
-    params = tuple(_parameter(p, registry, None, 0)
-                   for p in params_node.list("parameters", min_len=1))
-    stop_keys = [k for k in StoppingKind if k.value in f]
+    params = tuple(_parameter(p, registry, None, 0, f"studySpec.parameters[{i}]", carried)
+                   for i, p in enumerate(params_node.list("parameters", min_len=1)))
+    stop_keys = [k for k in StoppingKind if k.value in f]  # (null ones are unset: not in f)
     if len(stop_keys) > 1:
         f[stop_keys[1].value].fail("at most one automated stopping spec",
                                    got=" and ".join(k.value for k in stop_keys))
@@ -120,8 +157,8 @@ def _metric(node: Node) -> MetricSpec:
     return MetricSpec(metric_id=metric_id, goal=goal, safety_config=safety)
 
 
-def _parameter(node: Node, registry: rules.IdRegistry, owner: str | None,
-               depth: int) -> ParameterSpec:
+def _parameter(node: Node, registry: rules.IdRegistry, owner: str | None, depth: int, at: str,
+               carried: _Carried) -> ParameterSpec:
     rules.check_depth(node, depth)
     f = node.mapping({"parameterId", "scaleType", "conditionalParameterSpecs", *_VALUE_SPECS})
     pid = registry.register(_require(f, node, "parameterId"), owner)
@@ -130,33 +167,37 @@ def _parameter(node: Node, registry: rules.IdRegistry, owner: str | None,
         node.fail("exactly one of " + ", ".join(_VALUE_SPECS),
                   got=" and ".join(specs) if specs else "none of them")
     ptype, spec = _VALUE_SPECS[specs[0]], f[specs[0]]
+    spec_message = f"StudySpec.ParameterSpec.{specs[0][0].upper()}{specs[0][1:]}"
     scale_node = f.get("scaleType")
     scale = (ScaleType.SCALE_TYPE_UNSPECIFIED if scale_node is None or scale_node.value is None
              else scale_node.enum(ScaleType, numbers=SCALE_NUMBERS))
     rules.check_scale(ptype, scale, scale_node)
     if ptype in (ParameterType.DOUBLE, ParameterType.INTEGER):
-        v = spec.mapping({"minValue", "maxValue"}, IGNORED_KEYS["valueSpec"])
-        lo, hi = rules.range_bounds(ptype, _require(v, spec, "minValue"),
-                                    _require(v, spec, "maxValue"), scale)
+        v, ignored = spec.fields({"minValue", "maxValue"}, IGNORED_KEYS["valueSpec"])
+        zero = 0 if ptype is ParameterType.INTEGER else 0.0  # proto3: an absent bound is 0
+        lo, hi = rules.range_bounds(ptype, v.get("minValue") or spec.default("minValue", zero),
+                                    v.get("maxValue") or spec.default("maxValue", zero), scale)
         param = ParameterSpec(parameter_id=pid, type=ptype, min_value=lo, max_value=hi,
                               scale_type=scale)
     else:
-        v = spec.mapping({"values"}, IGNORED_KEYS["valueSpec"])
-        values_node = _require(v, spec, "values")
+        v, ignored = spec.fields({"values"}, IGNORED_KEYS["valueSpec"])
+        values_node = v.get("values") or spec.default("values", [])
         values = (rules.discrete_values(values_node, scale) if ptype is ParameterType.DISCRETE
                   else rules.categorical_values(values_node))
         param = ParameterSpec(parameter_id=pid, type=ptype, values=values, scale_type=scale)
+    carried.take(spec_message, ignored, f"{at}.{specs[0]}")
     conds = []
-    if not absent(f, "conditionalParameterSpecs"):
-        for c in f["conditionalParameterSpecs"].list("conditional parameter specs"):
-            conds.append((c, _conditional(c, param, registry, node.path, depth)))
+    if "conditionalParameterSpecs" in f:
+        for j, c in enumerate(f["conditionalParameterSpecs"].list("conditional parameter specs")):
+            where = f"{at}.conditionalParameterSpecs[{j}].parameterSpec"
+            conds.append((c, _conditional(c, param, registry, node.path, depth, where, carried)))
     param = rules.with_conditionals(param, conds)
     registry.paths[id(param)] = node.path
     return param
 
 
 def _conditional(node: Node, parent: ParameterSpec, registry: rules.IdRegistry, owner: str,
-                 depth: int) -> ConditionalParameterSpec:
+                 depth: int, at: str, carried: _Carried) -> ConditionalParameterSpec:
     f = node.mapping({"parameterSpec", *_PARENT_KEYS})
     given = [k for k in _PARENT_KEYS if k in f]
     if len(given) != 1:
@@ -164,15 +205,15 @@ def _conditional(node: Node, parent: ParameterSpec, registry: rules.IdRegistry, 
                   got=" and ".join(given) if given else "none of them")
     values_node = f[given[0]]
     v = values_node.mapping({"values"})
-    parent_values = rules.parent_values(parent, _require(v, values_node, "values"),
+    parent_values = rules.parent_values(parent, v.get("values") or values_node.default("values", []),
                                         _PARENT_KEYS[given[0]])
-    child = _parameter(_require(f, node, "parameterSpec"), registry, owner, depth + 1)
+    child = _parameter(_require(f, node, "parameterSpec"), registry, owner, depth + 1, at, carried)
     return ConditionalParameterSpec(parent_values=parent_values, parameter=child)
 
 
 def _stopping(kind: StoppingKind, node: Node) -> StoppingSpec:
     allowed = _CONVEX_KEYS if kind is StoppingKind.CONVEX else {"useElapsedDuration"}
-    f = node.mapping(allowed) if node.value is not None else {}
+    f = node.mapping(allowed)
     return rules.stopping(
         kind, use_elapsed_duration=f.get("useElapsedDuration"),
         max_step_count=f.get("maxStepCount"), min_step_count=f.get("minStepCount"),
@@ -181,34 +222,45 @@ def _stopping(kind: StoppingKind, node: Node) -> StoppingSpec:
         update_all_stopped_trials=f.get("updateAllStoppedTrials"))
 
 
-def trial_job(node: Node) -> TrialJobSpec:
+def trial_job(node: Node, carried: _Carried | None = None) -> TrialJobSpec:
     """``trialJobSpec`` (a CustomJobSpec)."""
-    f = node.mapping({"workerPoolSpecs", "baseOutputDirectory", "scheduling"},
-                     IGNORED_KEYS["trialJobSpec"])
+    carried = carried or _Carried()
+    f, ignored = node.fields({"workerPoolSpecs", "baseOutputDirectory", "scheduling"},
+                             IGNORED_KEYS["trialJobSpec"])
+    carried.take(_CARRIED_IN["trialJobSpec"], ignored, "trialJobSpec")
     pool_nodes = _require(f, node, "workerPoolSpecs").list("worker pool specs", min_len=1)
-    pools = tuple(_pool(p, i) for i, p in enumerate(pool_nodes))
+    pools = tuple(_pool(p, i, carried) for i, p in enumerate(pool_nodes))
     base = None
-    if not absent(f, "baseOutputDirectory"):
+    if "baseOutputDirectory" in f:
         b = f["baseOutputDirectory"]
         base = _require(b.mapping({"outputUriPrefix"}), b, "outputUriPrefix").string(
             what="an output URI prefix")
     scheduling = Scheduling()
-    if not absent(f, "scheduling"):
-        s = f["scheduling"].mapping({"timeout", "restartJobOnWorkerRestart"},
-                                    IGNORED_KEYS["scheduling"])
+    if "scheduling" in f:
+        s, ignored = f["scheduling"].fields({"timeout", "restartJobOnWorkerRestart"},
+                                            IGNORED_KEYS["scheduling"])
+        carried.take(_CARRIED_IN["scheduling"], ignored, "trialJobSpec.scheduling")
         restart = s.get("restartJobOnWorkerRestart")
         scheduling = Scheduling(
-            timeout_s=None if absent(s, "timeout") else s["timeout"].duration_s(),
-            restart_job_on_worker_restart=bool(restart and restart.value is not None
-                                               and restart.boolean()))
+            timeout_s=s["timeout"].duration_s() if "timeout" in s else None,
+            restart_job_on_worker_restart=restart is not None and restart.boolean())
     return TrialJobSpec(worker_pools=pools, base_output_directory=base, scheduling=scheduling)
 
 
-def _pool(node: Node, index: int) -> WorkerPoolSpec | None:
-    if node.value == {} and index > 0:
+def _is_empty(fields: dict[str, Node]) -> bool:
+    """Whether a pool is ``{}`` in proto3 terms: every field given is at its default (no
+    replicas, empty lists); a message given, even empty, counts as set."""
+    return all((key == "replicaCount" and n.integer() == 0)
+               or (isinstance(n.value, list) and not n.value) for key, n in fields.items())
+
+
+def _pool(node: Node, index: int, carried: _Carried) -> WorkerPoolSpec | None:
+    f, ignored = node.fields({"machineSpec", "replicaCount", "containerSpec", "pythonPackageSpec",
+                              "diskSpec"}, IGNORED_KEYS["workerPoolSpec"])
+    if index > 0 and _is_empty({**f, **ignored}):
         return None  # a skipped pool
-    f = node.mapping({"machineSpec", "replicaCount", "containerSpec", "pythonPackageSpec",
-                      "diskSpec"}, IGNORED_KEYS["workerPoolSpec"])
+    at = f"trialJobSpec.workerPoolSpecs[{index}]"
+    carried.take(_CARRIED_IN["workerPoolSpec"], ignored, at)
     tasks = [k for k in ("containerSpec", "pythonPackageSpec") if k in f]
     if len(tasks) != 1:
         node.fail("exactly one of containerSpec, pythonPackageSpec" +
@@ -230,10 +282,11 @@ def _pool(node: Node, index: int) -> WorkerPoolSpec | None:
             package_uris=_strings(pf, "packageUris", max_len=100), args=_strings(pf, "args"),
             env=_env(pf, "env"))
     return WorkerPoolSpec(
-        machine_spec=_machine(f["machineSpec"]) if not absent(f, "machineSpec") else MachineSpec(),
-        replica_count=1 if absent(f, "replicaCount") else f["replicaCount"].integer(lo=1, hi=rules.MAX_REPLICA_COUNT),
+        machine_spec=_machine(f["machineSpec"], carried, f"{at}.machineSpec")
+        if "machineSpec" in f else MachineSpec(),
+        replica_count=rules.replica_count(f.get("replicaCount")),
         container=container, python_package=python_package,
-        disk_spec=() if absent(f, "diskSpec") else disk_spec(f["diskSpec"]))
+        disk_spec=disk_spec(f["diskSpec"]) if "diskSpec" in f else ())
 
 
 def _strings(fields: dict[str, Node], key: str, *, max_len: int | None = None) -> tuple[str, ...]:
@@ -251,22 +304,27 @@ def _env(fields: dict[str, Node], key: str) -> tuple[EnvVar, ...]:
     return rules.env_list(out, fields[key])
 
 
-def _machine(node: Node) -> MachineSpec:
-    f = node.mapping({"machineType", "acceleratorType", "acceleratorCount"},
-                     IGNORED_KEYS["machineSpec"])
+def _machine(node: Node, carried: _Carried, at: str) -> MachineSpec:
+    f, ignored = node.fields({"machineType", "acceleratorType", "acceleratorCount"},
+                             IGNORED_KEYS["machineSpec"])
+    carried.take(_CARRIED_IN["machineSpec"], ignored, at)
+    machine_type = f["machineType"].string(allow_empty=True) if "machineType" in f else ""
+    accelerator = (f["acceleratorType"].name_of(ACCELERATORS) if "acceleratorType" in f
+                   else "ACCELERATOR_TYPE_UNSPECIFIED")
     return MachineSpec(
-        machine_type=None if absent(f, "machineType") else f["machineType"].string(),
-        accelerator_type=None if absent(f, "acceleratorType") else f["acceleratorType"].string(),
-        accelerator_count=0 if absent(f, "acceleratorCount") else
-        f["acceleratorCount"].integer(lo=0, hi=INT32_MAX))
+        machine_type=machine_type or None,  # "" is unset in proto3
+        accelerator_type=None if ACCELERATORS[accelerator] == 0 else accelerator,
+        accelerator_count=f["acceleratorCount"].integer(lo=0, hi=INT32_MAX)
+        if "acceleratorCount" in f else 0)
 
 
 def disk_spec(node: Node) -> tuple[tuple[str, object], ...]:
-    """``diskSpec`` passed through, normalized: bootDiskType (string), bootDiskSizeGb (int)."""
+    """``diskSpec`` passed through, normalized: bootDiskType (string), bootDiskSizeGb (int);
+    "" and 0 are unset (proto3), which Vertex reads as pd-ssd and 100 GB."""
     f = node.mapping({"bootDiskType", "bootDiskSizeGb"})
     out: list[tuple[str, object]] = []
-    if not absent(f, "bootDiskType"):
-        out.append(("bootDiskType", f["bootDiskType"].string()))
-    if not absent(f, "bootDiskSizeGb"):
-        out.append(("bootDiskSizeGb", f["bootDiskSizeGb"].integer(lo=1, hi=INT32_MAX)))
+    if "bootDiskType" in f and (kind := f["bootDiskType"].string(allow_empty=True)):
+        out.append(("bootDiskType", kind))
+    if "bootDiskSizeGb" in f and (size := f["bootDiskSizeGb"].integer(lo=0, hi=INT32_MAX)):
+        out.append(("bootDiskSizeGb", size))
     return tuple(out)
