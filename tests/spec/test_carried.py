@@ -184,10 +184,11 @@ def test_validate_lists_carried_fields_and_safety_metrics(tmp_path, capsys) -> N
     carried_line = next(line for line in out.splitlines() if line.startswith("carried"))
     for key in ("trialJobSpec.serviceAccount", "trialJobSpec.scheduling.strategy",
                 "encryptionSpec", "trialJobSpec.workerPoolSpecs[0].nfsMounts",
-                "studySpec.studyStoppingConfig",
                 "studySpec.parameters[1].conditionalParameterSpecs[0].parameterSpec"
                 ".discreteValueSpec.defaultValue"):
         assert key in carried_line
+    assert "studyStoppingConfig" not in carried_line  # emulated: on its own line
+    assert any(line.startswith("study stopping: {") for line in out.splitlines())
 
 
 def test_legacy_fields_map_to_vertex_fields_or_are_listed(tmp_path, capsys) -> None:

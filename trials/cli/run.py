@@ -258,6 +258,8 @@ def _summary(h: JobHandle, runner: JobRunner, args: argparse.Namespace) -> int:
         verdict = ("consistent: no step lost or reported twice with different values"
                    if not problems else "INCONSISTENT: " + ", ".join(problems))
         print(f"chaos: {runner.injected_total} restarts injected; measurements {verdict}")
+    if h.store.get_meta("study_stopped"):
+        print(printable(str(h.store.get_meta("study_stopped"))))
     if error:
         print(f"error: {printable(str(error.get('message')))}")
     best = job_view.best_trials(h)

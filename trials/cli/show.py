@@ -36,6 +36,8 @@ def _cmd_describe(args: argparse.Namespace) -> int:
     print(f"job {h.job_id}  {rest['state']}  {len(rest['trials'])} trials  folder {h.job_dir}")
     if rest.get("error"):
         print(f"error: {printable(str(rest['error'].get('message')))}")
+    if h.store.get_meta("study_stopped"):
+        print(printable(str(h.store.get_meta("study_stopped"))))
     print(describe.format_table(header, body))
     return 0
 

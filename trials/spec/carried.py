@@ -14,6 +14,9 @@ import json
 import re
 from typing import Any
 
+# Carried fields the controller reads and emulates (kept as JSON here, interpreted by the job loop:
+# ``trials.controller.policy.study_stopping``)
+EMULATED = frozenset({"studySpec.studyStoppingConfig"})
 # Output-only fields of the job resource: never part of a create request, never carried.
 OUTPUT_KEYS = frozenset({"name", "state", "trials", "createTime", "startTime", "endTime",
                          "updateTime", "error", "satisfiesPzs", "satisfiesPzi"})

@@ -18,6 +18,7 @@ from trials.spec import (
     StudySpec,
     Value,
     WorkerPoolSpec,
+    carried,
 )
 from trials.spec.model import LOCAL_IMAGE_URI
 from trials.timefmt import duration
@@ -50,9 +51,12 @@ def summary(job: JobSpec) -> str:
     lines.extend(_trial_job(job))
     if job.local != LocalOptions():
         lines.append(f"local: {_local(job.local)}")
-    if job.carried:
+    for path, text in job.carried:
+        if path in carried.EMULATED:
+            lines.append(f"study stopping: {text}")
+    if any(path not in carried.EMULATED for path, _ in job.carried):
         lines.append("carried to export, not emulated: "
-                     + ", ".join(path for path, _ in job.carried))
+                     + ", ".join(path for path, _ in job.carried if path not in carried.EMULATED))
     if job.dropped:
         lines.append("no Vertex field, not exported: " + ", ".join(job.dropped))
     flags = " ".join(format_flag(p.parameter_id, v) for p, v in sample_trial(study))

@@ -32,7 +32,7 @@ def test_max_num_trials_stops_with_more_trials_than_it_says():
     config = StudyStopping(max_num_trials=5)
     assert not ask(config, n_trials=5).stop  # "If there are more than this many trials, stop"
     d = ask(config, n_trials=6)
-    assert d.stop and "6 trials, more than studyStoppingConfig.maxNumTrials (5)" in d.reason
+    assert d.stop and "would make 6, more than studyStoppingConfig.maxNumTrials (5)" in d.reason
 
 
 def test_no_progress_for_n_consecutive_trials_stops_single_objective_studies():

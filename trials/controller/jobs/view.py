@@ -40,6 +40,7 @@ def describe_local(h: JobHandle) -> dict[str, Any]:
     meta = h.store.meta()
     return {"jobId": h.job_id, "jobFolder": h.job_dir, "state": meta.get("state"),
             "baseOutput": meta.get("base_output"), "localCommand": meta.get("local_command"),
+            **({"studyStopped": meta["study_stopped"]} if meta.get("study_stopped") else {}),
             "trials": local_details(h.store.frozen_trials())}
 
 

@@ -43,7 +43,7 @@ def record_trial(store: JobStore, job: JobSpec, metrics: TrialMetrics, run: Runn
     metrics.warn_unknown_tags(run)
     metrics.report_new(run)
     measurements = [m.with_elapsed(run.reader.start_time) for m in run.reader.measurements()]
-    if run.stopped_early and not metrics.ended_early(measurements):
+    if run.stopped_early and not run.stopped_by_study and not metrics.ended_early(measurements):
         run.stopped_early, run.predicted = False, None  # it reached its end while being stopped
     conflicts = run.reader.conflicts
     lost_steps = exits.missing_steps([m.step for m in measurements]) if run.injected else 0

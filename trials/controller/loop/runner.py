@@ -171,6 +171,10 @@ class JobRunner:
             if self._alloc is not None and self.opt.devices is not None \
                     and not self._alloc.fits(self.opt.devices.counts):
                 return  # the next trial waits in REQUESTED until its devices are free
+            if self.state.study_stop_due():
+                self.state.exhausted = True
+                self._stop_for_study(now)
+                return
             with self.store.batch():  # the claim and the trial's first attributes: one journal write
                 claimed = self.state.next_claim(now)
                 if claimed is not None and not claimed.resumed:
@@ -181,6 +185,17 @@ class JobRunner:
                 return
             now = self.clock.monotonic()  # a suggestion can take seconds: the trial starts now
             self._launch(claimed, now)
+
+    def _stop_for_study(self, now: float) -> None:
+        """The study stopped with ``shouldStopAsap``: its running trials stop now, as stopped early."""
+        config = self.state.study_stopping
+        if config is None or not config.should_stop_asap:
+            return
+        for run in self.running.values():
+            if not run.stopping:
+                run.stopped_early = run.stopped_by_study = True
+                run.stop_detail = self.state.study_stopped or ""
+                self._sup.begin_stop(run, now, StopReason.EARLY)
 
     def _launch(self, claimed: Claimed, now: float) -> None:
         try:

@@ -112,6 +112,7 @@ class RunningTrial:
     failure: str | None = None
     failure_detail: tuple[str, ...] = ()  # the exception and traceback tail, for the local view
     stopped_early: bool = False
+    stopped_by_study: bool = False  # studyStoppingConfig.shouldStopAsap stopped it (stopped early, whatever its length)
     stop_detail: str = ""
     predicted: tuple[float, float] | None = None  # convex rule: (x, oriented value)
     stored: dict[int, dict[str, float]] = field(default_factory=dict)  # step -> metrics in the storage

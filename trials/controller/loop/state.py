@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from trials.controller.loop import events
 from trials.controller.loop.effects import Clock
-from trials.controller.policy import exits
+from trials.controller.policy import exits, study_stopping
 from trials.controller.trial.devices import DevicePlan
 from trials.records import JobState, StopReason, TrialState
 from trials.spec import JobSpec
@@ -88,6 +88,8 @@ class LoopState:
         self._pending_resumed: list[Claimed] = []
         self._next_claim_at = 0.0
         self._begin_wall: float | None = None  # when this run began (wall), for its end time
+        self.study_stopping = study_stopping.from_job(job)  # studyStoppingConfig, if it sets a rule
+        self.study_stopped: str | None = store.get_meta("study_stopped")  # why the study stopped
         self._begin_mono = 0.0
 
     @property
@@ -113,6 +115,38 @@ class LoopState:
         for frozen in self.store.running_trials():
             self._pending_resumed.append(self.store.reclaim(frozen, self.job.study))
         return len(self._pending_resumed)
+
+    def study_stop_due(self) -> bool:
+        """Whether the study's stopping rules (``studyStoppingConfig``) stop it now (asked before a claim).
+
+        The first time they do, the reason is stored (``describe``, the end line) and said once.
+        """
+        if self.study_stopped is not None:
+            return True
+        if self.study_stopping is None:
+            return False
+        trials = self.store.frozen_trials()
+        started = [t for t in trials if t.user_attrs.get("state") not in (None, TrialState.REQUESTED)]
+        primary = self.job.study.metrics[0]
+        finished = sorted(
+            (study_stopping.Finished(end_time=parse_rfc3339(t.user_attrs["end_time"]), value=(
+                (t.values[0] if primary.maximize else -t.values[0])
+                if t.user_attrs.get("state") == TrialState.SUCCEEDED and t.values else None))
+             for t in started if t.user_attrs.get("state") in (TrialState.SUCCEEDED, TrialState.INFEASIBLE)
+             and isinstance(t.user_attrs.get("end_time"), str)),
+            key=lambda f: f.end_time)
+        begin = self.store.get_meta("start_time")
+        decision = study_stopping.decide(
+            self.study_stopping, began=parse_rfc3339(begin) if isinstance(begin, str) else self.clock.wall(),
+            now=self.clock.wall(), n_trials=len(started) + 1, finished=finished,
+            single_objective=len(self.job.study.metrics) == 1)
+        if not decision.stop:
+            return False
+        self.study_stopped = decision.reason
+        self.store.set_meta(study_stopped=decision.reason)
+        asap = " (shouldStopAsap: the running trials stop now)" if self.study_stopping.should_stop_asap else ""
+        self.emit(events.JobNote(message=f"{decision.reason}; no more trials start{asap}"))
+        return True
 
     def next_claim(self, now: float) -> Claimed | None:
         """The next trial to run here: a resumed one first, else a claim (None: nothing to claim now)."""
@@ -224,7 +258,7 @@ class LoopState:
         Asked under the job's state lock, where an extender writes its trials: a controller that
         says no ends inside the same hold, so no trial can be added after it looked and before it ended.
         """
-        if self.shared is not None or not self.accepting_trials:
+        if self.shared is not None or not self.accepting_trials or self.study_stopped is not None:
             return False
         waiting = self.store.waiting_trials()
         if not waiting:

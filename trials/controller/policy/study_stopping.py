@@ -22,10 +22,13 @@ loop asks :func:`decide` before each claim and acts on its answer.
 
 from __future__ import annotations
 
+import datetime
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from trials.spec import JobSpec
 from trials.timefmt import duration, rfc3339
 
 
@@ -70,22 +73,22 @@ class Finished:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class StopDecision:
+class StudyStopDecision:
     stop: bool
     reason: str = ""  # why the study stopped, in the job's words (its end line, describe)
 
 
-GO_ON = StopDecision(stop=False)
+GO_ON = StudyStopDecision(stop=False)
 
 
 def decide(config: StudyStopping, *, began: float, now: float, n_trials: int,
-           finished: Sequence[Finished], single_objective: bool) -> StopDecision:
+           finished: Sequence[Finished], single_objective: bool) -> StudyStopDecision:
     """Whether the study stops asking for trials now.
 
     Args:
         began: when the job began (epoch seconds). ``now``: the wall time now.
-        n_trials: trials the study has (running, finished, and the one about to be asked for is not
-            counted).
+        n_trials: the trials the study would have with the one about to be asked for (so
+            ``maxNumTrials`` N lets N trials run: the N + 1st would make "more than this many").
         finished: the ended trials in the order they ended.
         single_objective: the study has one metric (rules 5 and 6 apply only then).
     """
@@ -95,24 +98,24 @@ def decide(config: StudyStopping, *, began: float, now: float, n_trials: int,
     if config.min_num_trials is not None and len(completed) < config.min_num_trials:
         return GO_ON
     if config.maximum_runtime is not None and config.maximum_runtime.passed(began=began, now=now):
-        return StopDecision(stop=True, reason=(
+        return StudyStopDecision(stop=True, reason=(
             f"the study stopped: its maximum running time ({config.maximum_runtime.describe()}, "
             f"studyStoppingConfig.maximumRuntimeConstraint) has passed"))
     if config.max_num_trials is not None and n_trials > config.max_num_trials:
-        return StopDecision(stop=True, reason=(
-            f"the study stopped: it has {n_trials} trials, more than "
+        return StudyStopDecision(stop=True, reason=(
+            f"the study stopped: another trial would make {n_trials}, more than "
             f"studyStoppingConfig.maxNumTrials ({config.max_num_trials})"))
     if not single_objective or not completed:
         return GO_ON
     since, stale_for = _no_progress(finished)
     limit = config.max_num_trials_no_progress
     if limit is not None and since >= limit:
-        return StopDecision(stop=True, reason=(
+        return StudyStopDecision(stop=True, reason=(
             f"the study stopped: the objective has not improved for {since} consecutive trials "
             f"(studyStoppingConfig.maxNumTrialsNoProgress {limit})"))
     if config.max_duration_no_progress_s is not None and stale_for is not None \
             and now - stale_for >= config.max_duration_no_progress_s:
-        return StopDecision(stop=True, reason=(
+        return StudyStopDecision(stop=True, reason=(
             f"the study stopped: the objective has not improved for {duration(now - stale_for)} "
             f"(studyStoppingConfig.maxDurationNoProgress {duration(config.max_duration_no_progress_s)})"))
     return GO_ON
@@ -129,3 +132,64 @@ def _no_progress(finished: Sequence[Finished]) -> tuple[int, float | None]:
         else:
             since += 1
     return since, best_at
+
+
+CARRIED_PATH = "studySpec.studyStoppingConfig"
+
+
+def from_job(job: JobSpec) -> StudyStopping | None:
+    """The job's ``studyStoppingConfig`` (None: it has none, or none of its rules is set).
+
+    The spec loader checked it against the v1 type and keeps it in canonical JSON (defaults left
+    out, durations as "3600s", times as RFC 3339) among the job's carried fields.
+    """
+    text = dict(job.carried).get(CARRIED_PATH)
+    if text is None:
+        return None
+    doc = json.loads(text)
+    if not isinstance(doc, dict):
+        return None
+    config = StudyStopping(
+        should_stop_asap=bool(doc.get("shouldStopAsap", False)),
+        minimum_runtime=_time(doc.get("minimumRuntimeConstraint")),
+        maximum_runtime=_time(doc.get("maximumRuntimeConstraint")),
+        min_num_trials=_count(doc.get("minNumTrials")),
+        max_num_trials=_count(doc.get("maxNumTrials")),
+        max_num_trials_no_progress=_count(doc.get("maxNumTrialsNoProgress")),
+        max_duration_no_progress_s=_seconds(doc.get("maxDurationNoProgress")),
+    )
+    return None if config == StudyStopping(should_stop_asap=config.should_stop_asap) else config
+
+
+def _count(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        return None
+    n = int(value)
+    return n if n > 0 else None
+
+
+def _seconds(value: object) -> float | None:
+    if not isinstance(value, str) or not value.endswith("s"):
+        return None
+    seconds = float(value[:-1])
+    return seconds if seconds > 0 else None
+
+
+def _time(value: object) -> TimeConstraint | None:
+    if not isinstance(value, dict):
+        return None
+    if "maxDuration" in value:
+        return TimeConstraint(max_duration_s=_seconds(value["maxDuration"]))
+    if isinstance(value.get("endTime"), str):
+        return TimeConstraint(end_time=_epoch(value["endTime"]))
+    return None
+
+
+def _epoch(text: str) -> float:
+    """An RFC 3339 time as protobuf writes it (fractions of 0 to 9 digits, ``Z`` or an offset)."""
+    head, dot, rest = text.partition(".")
+    if dot:  # datetime takes at most 6 fraction digits
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        rest = rest[:min(digits, 6)] + rest[digits:]
+        text = f"{head}.{rest}"
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
