@@ -156,6 +156,8 @@ class InProcessReplica:
     def _release(self, reason: str) -> None:
         """No more turns: ask the objective to stop and let it run on alone (the caller holds the lock)."""
         self._released = True
+        if self.stop_requested_at is None:
+            self.stop_requested_at = self._clock()
         if self._ctx is not None:
             self._ctx.request_stop(reason)
         self._cond.notify_all()
