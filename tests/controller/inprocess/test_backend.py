@@ -10,8 +10,9 @@ import pytest
 from trials import protocol
 from trials.controller.backend.protocol import ReplicaStart
 from trials.controller.inprocess.backend import COMMAND, STOP_REASON, InProcessBackend, exit_status
-from trials.controller.policy.exits import ExitKind, classify_exit
+from trials.controller.loop.running import ExitAction, decide_exit
 from trials.errors import ConfigError
+from trials.records import StopReason
 from trials.runtime.context import RunOptions
 from trials.spec.load import loads_spec
 
@@ -166,8 +167,9 @@ def test_exit_status(code, stop_requested, status):
 
 
 @pytest.mark.parametrize("code", [0, 1, 2, 3, 6, 75, 130, 134, 137, 139, 143, 255])
-def test_no_in_process_exit_is_ever_restarted_or_retried(code):
-    for stop_requested in (False, True):
-        kind = classify_exit(exit_status(code, stop_requested=stop_requested), replica="workerpool0-0",
-                             stop_requested=stop_requested, oom_killed=False, restarts_so_far=0).kind
-        assert kind not in (ExitKind.RESTARTABLE, ExitKind.RETRY_JOB), (code, stop_requested, kind)
+def test_no_in_process_exit_is_ever_restarted_or_retried_by_the_loop(code):
+    for stop in (None, StopReason.EARLY, StopReason.JOB_END):  # unasked, or a stop the loop asked for
+        decision = decide_exit(exit_status(code, stop_requested=stop is not None), replica="workerpool0-0",
+                               is_primary=True, oom_killed=False, told_to_stop=stop is not None, trial_stop=stop,
+                               restart_pending=False, n_crash_restarts=0)
+        assert decision.action not in (ExitAction.RESTART, ExitAction.RETRY_JOB), (code, stop, decision)
