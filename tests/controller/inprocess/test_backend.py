@@ -25,8 +25,8 @@ class Config:
     x: float = 0.5
 
 
-def backend_for(objective) -> InProcessBackend:
-    return InProcessBackend(objective, Config, study=STUDY,
+def backend_for(objective, *, turns: bool = True) -> InProcessBackend:
+    return InProcessBackend(objective, Config, study=STUDY, turns=turns,
                             options=RunOptions(install_signals=False, tensorboard=False))
 
 
@@ -150,6 +150,40 @@ def test_calls_get_the_callers_context_variables(tmp_path):
         request(tmp_path))
     assert replica.poll() == protocol.EXIT_OK
     assert seen == [("the caller's", "trials.tune workerpool0-0")]
+
+
+def test_without_turns_the_whole_call_is_made_in_start_in_the_callers_thread(tmp_path):
+    seen = []
+
+    def objective(config, ctx):
+        for step in range(1, 4):
+            ctx.report(step, score=0.1)
+        seen.append(threading.current_thread())
+
+    replica = backend_for(objective, turns=False).start(request(tmp_path))
+    assert seen == [threading.current_thread()]  # done before start returned
+    assert replica.exited_mono is not None and replica.poll() == protocol.EXIT_OK
+    assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 3
+
+
+def test_without_turns_a_keyboard_interrupt_in_the_call_is_raised_in_the_caller(tmp_path):
+    def interrupted(config, ctx):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        backend_for(interrupted, turns=False).start(request(tmp_path))
+
+
+def test_a_keyboard_interrupt_in_a_call_with_turns_is_raised_in_the_loops_thread(tmp_path):
+    def interrupted(config, ctx):
+        ctx.report(1, score=0.1)
+        raise KeyboardInterrupt
+
+    replica = backend_for(interrupted).start(request(tmp_path))
+    assert replica.poll() is None
+    with pytest.raises(KeyboardInterrupt):
+        replica.poll()
+    assert replica.poll() == protocol.EXIT_ERROR  # raised once; the call's status stays a failure
 
 
 @pytest.mark.parametrize("code,stop_requested,status", [

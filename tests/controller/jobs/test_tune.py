@@ -241,21 +241,26 @@ def test_tune_runs_in_a_thread_that_is_not_the_main_one(tmp_path):
     assert out and out[0].state == "JOB_STATE_SUCCEEDED" and len(out[0].trials) == 2
 
 
-def test_ctrl_c_in_the_caller_stops_the_objective_and_raises_there(tmp_path):
+@pytest.mark.parametrize("stopping", ["", "stopping: {type: median}\n"])
+def test_ctrl_c_stops_the_objective_and_raises_in_the_caller(tmp_path, stopping):
     import signal
-
-    main = threading.main_thread().ident
-    ended = []
-
-    def objective(config, ctx):
-        for step in ctx.steps(1000):
-            ctx.report(step, score=0.1)
-            if step == 2:
-                signal.pthread_kill(main, signal.SIGINT)  # Ctrl-C: it reaches the caller's thread, not this one
-        ended.append(ctx.stop_reason)
 
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("needs the main thread")
+    main = threading.main_thread().ident
+    calls, ended = [], []
+
+    def objective(config, ctx):
+        calls.append(threading.current_thread().ident)
+        for step in ctx.steps(1000):
+            ctx.report(step, score=0.1)
+            if step == 2:
+                signal.pthread_kill(main, signal.SIGINT)  # Ctrl-C
+        ended.append(ctx.stop_reason)
+
     with pytest.raises(KeyboardInterrupt):
-        trials.tune(objective, loads_spec(SPACE), Config, directory=str(tmp_path))
-    assert ended == ["stop requested by the job"]  # asked to stop, it ended before tune raised
+        trials.tune(objective, loads_spec(SPACE + stopping), Config, directory=str(tmp_path))
+    if stopping:  # the objective runs in its own thread: asked to stop, it ended before tune raised
+        assert calls != [main] and ended == ["stop requested by the job"]
+    else:  # a whole call in the caller's thread: the KeyboardInterrupt is raised in the objective
+        assert calls == [main] and ended == []

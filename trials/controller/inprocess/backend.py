@@ -1,18 +1,23 @@
-"""In-process replicas: each replica attempt one call of the objective through the runtime, in its own
-thread, taking turns with the job loop (``trials.tune``).
+"""In-process replicas: each replica attempt one call of the objective through the runtime (``trials.tune``).
 
-The loop and the objective never run at the same time. The objective runs only while the loop waits
+With turns (a job with a stopping rule: the loop must see every step), the call runs in its own
+thread, and it and the loop never run at the same time. The objective runs only while the loop waits
 in :meth:`InProcessReplica.poll` (or :meth:`~InProcessReplica.advance_stop`): from where it was to its
 next report, or to its end. Then it waits in its report hook while the loop makes one pass over the
 trial: it reads the step the objective just wrote, applies the stopping rule, maybe asks it to stop.
 So the loop sees every step as it is reported, a stop decision reaches the objective before its next
 step, and nothing waits on a timer: a trial costs what its objective costs plus a thread switch per
-report.
+report (tens of microseconds on an idle machine; a scheduler's time slice on a busy one).
+
+Without turns (no stopping rule: nothing is decided while a trial runs), the whole call runs inside
+:meth:`InProcessBackend.start`, in the caller's own thread, and the replica has exited when the loop
+first polls it: no thread, no switch, the objective where it would be in a plain call.
 
 Nothing can be killed in-process. A stop is a request (``ctx.request_stop``), which the runtime
 honours at the objective's next step or ``should_stop``; an objective that never looks keeps its
 thread until it returns. What a replica leaves when the job ends early (an error, Ctrl-C in the
-caller) is released: asked to stop, it runs on alone to its next step, on a daemon thread.
+caller) is released: asked to stop, it runs on alone to its next step, on a daemon thread. A
+``KeyboardInterrupt`` ends the job, raised in the caller, whichever thread it reached.
 """
 
 from __future__ import annotations
@@ -60,14 +65,15 @@ def exit_status(code: int, *, stop_requested: bool) -> int:
 
 
 class InProcessReplica:
-    """One replica attempt: one call of the objective in its own thread, taking turns with the job loop.
+    """One replica attempt: one call of the objective, in its own thread taking turns with the job loop
+    (``turns``), or whole inside :meth:`start`, in the caller's thread.
 
     Attributes:
         outcome: how the call ended (the runtime's ``TrialOutcome``: exit code, exception), None while it runs.
     """
 
     def __init__(self, *, name: str, call: Callable[[Callable[[TrialContext], None]], TrialOutcome],
-                 clock: Callable[[], float], stderr_path: str, thread_name: str):
+                 clock: Callable[[], float], stderr_path: str, thread_name: str, turns: bool = True):
         self.name = name
         self.oom_killed = False
         self.stop_requested_at: float | None = None
@@ -82,38 +88,64 @@ class InProcessReplica:
         self._turn = _LOOP  # the objective waits for its first turn (the loop's first poll)
         self._released = False  # no more turns: the objective runs on alone
         self._ctx: TrialContext | None = None
-        context = contextvars.copy_context()  # the caller's context variables, as in a plain call
-        self._thread = threading.Thread(target=context.run, args=(self._main,), name=thread_name, daemon=True)
+        self._interrupt: BaseException | None = None  # a KeyboardInterrupt not raised in the caller yet
+        self._thread: threading.Thread | None = None
+        if turns:
+            context = contextvars.copy_context()  # the caller's context variables, as in a plain call
+            self._thread = threading.Thread(target=context.run, args=(self._main,), name=thread_name, daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        """Start the call's thread (it waits for the loop's first poll), or, without turns, make the whole call.
 
-    # ------------------------------------------------------------------ the objective's thread
+        Raises:
+            KeyboardInterrupt: Ctrl-C during a call made here (the job ends: nothing is recorded of it).
+        """
+        if self._thread is not None:
+            self._thread.start()
+            return
+        self._end(self._run())
+        self._raise_interrupt()
+
+    # ------------------------------------------------------------------ the call
+    def _run(self) -> TrialOutcome:
+        try:
+            outcome = self._call(self._on_context)
+        except BaseException as err:  # noqa: BLE001 - the runtime never raises for the objective; if it does, the trial fails
+            outcome = TrialOutcome(protocol.EXIT_ERROR, error=err)
+        self._log_failure(outcome)
+        return outcome
+
+    def _end(self, outcome: TrialOutcome) -> None:
+        with self._cond:
+            self.outcome = outcome
+            self.exited_mono = self._clock()
+            if isinstance(outcome.error, KeyboardInterrupt):
+                self._interrupt = outcome.error
+            self._turn = _LOOP
+            self._cond.notify_all()
+
+    def _raise_interrupt(self) -> None:
+        """A KeyboardInterrupt the call ended with is the caller's: raised once, where the loop runs."""
+        interrupt, self._interrupt = self._interrupt, None
+        if interrupt is not None:
+            raise interrupt
+
     def _main(self) -> None:
+        """The call's thread: it waits for its first turn."""
         with self._cond:
             while self._turn == _LOOP and not self._released:
                 self._cond.wait()
             started = self._turn == _OBJECTIVE
-        if started:
-            try:
-                outcome = self._call(self._on_context)
-            except BaseException as err:  # noqa: BLE001 - the runtime never raises for the objective; if it does, the trial fails
-                outcome = TrialOutcome(protocol.EXIT_ERROR, error=err)
-            self._log_failure(outcome)
-        else:  # released before its first turn (the job ended first): never called
-            outcome = TrialOutcome(protocol.EXIT_STOPPED)
-        with self._cond:
-            self.outcome = outcome
-            self.exited_mono = self._clock()
-            self._turn = _LOOP
-            self._cond.notify_all()
+        # released before its first turn (the job ended first): never called
+        self._end(self._run() if started else TrialOutcome(protocol.EXIT_STOPPED))
 
     def _on_context(self, ctx: TrialContext) -> None:
         with self._cond:
             self._ctx = ctx
             if self.stop_requested_at is not None:
                 ctx.request_stop(STOP_REASON)
-        ctx.on_report = self._on_report
+        if self._thread is not None:
+            ctx.on_report = self._on_report
 
     def _on_report(self, ctx: TrialContext, step: int, metrics: dict[str, float]) -> None:
         """After each report (written to the metric files): the loop's turn, until it gives this one back."""
@@ -139,7 +171,7 @@ class InProcessReplica:
         with contextlib.suppress(OSError):  # the log is a copy: the trial fails all the same
             files.append_bytes(self._stderr_path, text.encode("utf-8", "replace"))
 
-    # ------------------------------------------------------------------ the loop's thread
+    # ------------------------------------------------------------------ the loop's side
     def _step(self) -> None:
         """Give the objective its turn, to its next report or its end (the caller holds the lock)."""
         if self.outcome is not None or self._released:
@@ -163,9 +195,14 @@ class InProcessReplica:
         self._cond.notify_all()
 
     def poll(self) -> int | None:
-        """Let the objective run to its next report or its end; its exit status once it ended, else None."""
+        """Let the objective run to its next report or its end; its exit status once it ended, else None.
+
+        Raises:
+            KeyboardInterrupt: the call ended with one (the job ends).
+        """
         with self._cond:
             self._step()
+            self._raise_interrupt()
             if self.outcome is None:
                 return None
             return exit_status(self.outcome.exit_code, stop_requested=self.stop_requested_at is not None)
@@ -205,8 +242,10 @@ class InProcessReplica:
 
     def join(self, timeout_s: float | None = None) -> bool:
         """Wait for the call to end (tests); whether it did."""
-        self._thread.join(timeout_s)
-        return not self._thread.is_alive()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            return not self._thread.is_alive()
+        return self.outcome is not None
 
 
 class InProcessBackend:
@@ -221,12 +260,15 @@ class InProcessBackend:
         Config: the dataclass of hyperparameters, or None.
         study: the spec the flags are checked against.
         options: the runtime's options for every call.
+        turns: each call in its own thread, taking a turn per report (the loop sees every step: a job
+            with a stopping rule); False: each whole call inside ``start``, in the caller's thread.
         clock: monotonic time, the loop's (for ``exited_mono``).
     """
 
     def __init__(self, objective: Callable[..., object], Config: type | None, *, study: StudySpec,
-                 options: RunOptions, clock: Callable[[], float] = time.monotonic):
+                 options: RunOptions, turns: bool = True, clock: Callable[[], float] = time.monotonic):
         self.objective = objective
+        self.turns = turns
         self.Config = Config
         self.study = study
         self.options = options
@@ -238,10 +280,11 @@ class InProcessBackend:
         """Nothing to set up: the calls share this process (its folder, its environment, its /gcs)."""
 
     def start(self, request: ReplicaStart) -> InProcessReplica:
-        """Start one call (its thread waits for the loop's first poll).
+        """Start one call (its thread waits for the loop's first poll), or, without turns, make it whole.
 
         Raises:
             ConfigError: the command is not :data:`COMMAND` (this backend runs no program).
+            KeyboardInterrupt: Ctrl-C during a whole call made here.
         """
         if not request.argv or request.argv[0] != COMMAND:
             raise ConfigError(f"the in-process backend runs the objective, not a program: the command must be "
@@ -254,7 +297,7 @@ class InProcessBackend:
         def call(hook: Callable[[TrialContext], None]) -> TrialOutcome:
             return run(on_context=hook)
 
-        replica = InProcessReplica(name=request.name, call=call, clock=self.clock,
+        replica = InProcessReplica(name=request.name, call=call, clock=self.clock, turns=self.turns,
                                    stderr_path=request.stderr_path, thread_name=f"trials.tune {request.label}")
         self._replicas[trial_id] = replica
         replica.start()

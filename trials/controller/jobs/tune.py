@@ -175,7 +175,9 @@ def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec,
     store = JobStore.create(store_backend, job_id, job, to_rest(job) if job.trial_job else {},
                             {"state": JobState.RUNNING.value, "job_dir": job_dir},
                             sampler_name=choose_sampler_name(study, n_trials=job.max_trial_count), seed=seed)
-    backend = InProcessBackend(objective, Config, study=study, options=run_options)
+    # a stopping rule decides at every step: the objective takes turns with the loop, from its own thread;
+    # without one, nothing is decided while a trial runs: each is a whole call in this thread
+    backend = InProcessBackend(objective, Config, study=study, options=run_options, turns=study.stopping is not None)
     # One trial at a time (see the module's docstring), a replica that is a call: its command is the
     # backend's placeholder and the flags, ``args`` first as a container spec's would be
     options = LoopOptions(job_dir=job_dir, base_output=job_dir, gcs_root=os.path.join(job_dir, "gcs"),
