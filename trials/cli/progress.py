@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
 from typing import TextIO
@@ -11,6 +10,7 @@ from typing import TextIO
 from trials.controller.jobs.describe import display
 from trials.controller.loop import events as ev
 from trials.controller.policy.exits import missing_metric_advice
+from trials.controller.policy.ranking import best_of
 from trials.printable import printable
 from trials.records import TrialState
 
@@ -90,10 +90,11 @@ class Progress:
         if event.stopped_early:
             self.stopped += 1
         values = event.values
-        if values and math.isfinite(values[0]) and not event.stopped_early:  # not a result
-            better = self.best is None or (values[0] > self.best if self.maximize else values[0] < self.best)
-            if better:
-                self.best, self.best_trial = values[0], event.trial_id
+        if values and not event.stopped_early:  # stopped early: where it stopped, not a result
+            best = best_of([(self.best_trial, self.best), (event.trial_id, values[0])], lambda c: c[1],
+                           maximize=self.maximize)  # a tie: the earlier trial stays the best
+            if best is not None:
+                self.best_trial, self.best = best
         result = f"{self.metric_ids[0]}={values[0]:.6g}" if values else event.reason or ""
         n = event.steps  # how many steps it reported; last_step: the last one's number
         when = f"after {n} step{'' if n == 1 else 's'}"

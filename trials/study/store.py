@@ -120,6 +120,10 @@ class JobStore:
             self._study_id, deepcopy=False, states=tuple(states) if states else None
         )
 
+    def trial(self, number: int) -> FrozenTrial:
+        """One trial by its number (its trial id minus 1)."""
+        return self.storage.get_trial(self.storage.get_trial_id_from_study_id_trial_number(self._study_id, number))
+
     def claim(self, study: StudySpec, *, before: Callable[[int], None] | None = None) -> Claimed | None:
         """Atomically move one WAITING trial to RUNNING and suggest its parameters.
 

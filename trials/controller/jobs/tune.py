@@ -1,10 +1,12 @@
-"""In-process mode: the same job (claim, run, measure, stop early, select, record) with each trial a
-function call instead of a set of processes — for unit tests and notebooks.
+"""In-process mode: the job loop of ``trials sweep`` (claim, run, measure, stop early, select, record)
+over the in-process replica backend, each trial a function call instead of a set of processes — for
+unit tests and notebooks.
 
-Trials run one after another in this process: Python threads would fight over the GIL for
-CPU-bound objectives (measured here: ``study.optimize(n_jobs=2)`` with a pure-Python objective is
-×0.63 *slower*), so ``parallelTrialCount`` is ignored; use ``trials sweep`` for parallel trials.
-There are no restarts either: an exception fails the trial at once, as exit code 1 would.
+Trials run one after another in this process (the loop has one slot): Python threads would fight
+over the GIL for CPU-bound objectives (measured here: ``study.optimize(n_jobs=2)`` with a pure-Python
+objective is ×0.63 *slower*), so ``parallelTrialCount`` is ignored; use ``trials sweep`` for parallel
+trials. There are no restarts either: an exception fails the trial at once, as exit code 1 would
+(``trials.controller.inprocess.backend.exit_status``).
 """
 
 from __future__ import annotations
@@ -12,18 +14,14 @@ from __future__ import annotations
 import functools
 import os
 import tempfile
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from trials import protocol
-from trials.controller.policy import exits, stopping
-from trials.controller.trial import launch
 from trials.errors import TuneError
 from trials.records import JobState, TrialState
 from trials.spec import JobSpec
-from trials.timefmt import wall_after
 
 
 @dataclass(repr=False)
@@ -148,16 +146,20 @@ def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec,
           job_dir: str, max_trial_count: int | None, storage: str | None, job_id: str, seed: int | None,
           args: tuple[str, ...], on_trial: Callable[[dict[str, Any]], None] | None,
           checkpoint_format: Any) -> tuple[TuneResult, BaseException | None]:
-    """Run the job in ``job_dir``; (result, the first failed trial's exception)."""
+    """Run the job in ``job_dir`` through the job loop; (result, the first failed trial's exception)."""
+    from trials.controller.inprocess.backend import COMMAND, InProcessBackend
+    from trials.controller.inprocess.signals import CallerSignals
     from trials.controller.jobs.describe import trial_to_rest
-    from trials.controller.policy.outcome import finished_trial, record_finished
-    from trials.controller.trial.metrics_reader import TrialMetricsReader
-    from trials.runtime import entrypoint
+    from trials.controller.loop import events
+    from trials.controller.loop.runner import JobRunner
+    from trials.controller.loop.state import LoopOptions
+    from trials.controller.policy.ranking import best_of
     from trials.runtime.context import RunOptions
+    from trials.spec.export import to_rest
     from trials.study.samplers import choose_sampler_name
     from trials.study.space import values_from_optuna
     from trials.study.storage import in_memory_storage, open_storage
-    from trials.study.store import Claimed, JobStore
+    from trials.study.store import JobStore
 
     if not isinstance(spec, JobSpec):
         from trials.spec.load import load_spec
@@ -168,109 +170,51 @@ def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec,
     run_options = RunOptions(install_signals=False, tensorboard=False, checkpoint_format=checkpoint_format)
     job_dir = os.path.abspath(job_dir)
     os.makedirs(job_dir, exist_ok=True)
-    study_spec = job.study
+    study = job.study
     store_backend = open_storage(storage) if storage else in_memory_storage()
-    from trials.spec.export import to_rest
-
     store = JobStore.create(store_backend, job_id, job, to_rest(job) if job.trial_job else {},
                             {"state": JobState.RUNNING.value, "job_dir": job_dir},
-                            sampler_name=choose_sampler_name(study_spec, n_trials=job.max_trial_count),
-                            seed=seed)
-    primary = study_spec.metrics[0]
-    completed: list[list[tuple[float, float]]] = []
+                            sampler_name=choose_sampler_name(study, n_trials=job.max_trial_count), seed=seed)
+    # a stopping rule decides at every step: the objective takes turns with the loop, from its own thread;
+    # without one, nothing is decided while a trial runs: each is a whole call in this thread
+    backend = InProcessBackend(objective, Config, study=study, options=run_options, turns=study.stopping is not None)
+    # One trial at a time (see the module's docstring), a replica that is a call: its command is the
+    # backend's placeholder and the flags, ``args`` first as a container spec's would be
+    options = LoopOptions(job_dir=job_dir, base_output=job_dir, gcs_root=os.path.join(job_dir, "gcs"),
+                          project_number=protocol.DEFAULT_PROJECT_NUMBER, cwd=os.getcwd(),
+                          local_command=(COMMAND, *args), slots=1, poll_interval_s=0.0, seed=seed)
     results: list[dict[str, Any]] = []
-    n_failed = n_succeeded = 0
-    first_failure: str | None = None
     first_error: BaseException | None = None
-    job_error: str | None = None
-    base_env = launch.clean_base_env(os.environ)
 
-    while job_error is None and (claimed := store.claim(study_spec)) is not None:
-        paths = launch.trial_paths(job_dir, job_dir, claimed.trial_id)
-        os.makedirs(paths.trial_dir, exist_ok=True)
-        (replica,) = launch.build_replicas(
-            job=replace(job, trial_job=None), job_id=job_id, trial_id=claimed.trial_id,
-            params=claimed.params, paths=paths, project_number="000000000000", local_command=("-",),
-            base_env=base_env, ports=[2222], gcs_root=os.path.join(job_dir, "gcs"),
-        )
-        flags = [*args, *launch.trial_flags(study_spec, claimed.params)]
-        start, start_mono = time.time(), time.monotonic()
-        state: dict[str, Any] = {"stopped": False, "detail": "", "curve": []}
-
-        def on_report(ctx: Any, step: int, metrics: Mapping[str, float], claimed: Claimed = claimed,
-                      state: dict[str, Any] = state) -> None:
-            if primary.metric_id not in metrics:
-                return
-            value = metrics[primary.metric_id]
-            store.report(claimed.storage_id, step, value)
-            state["curve"].append((float(step), stopping.orient(value, primary.maximize)))
-            if study_spec.stopping is not None and not state["stopped"]:
-                decision = stopping.decide(study_spec.stopping, state["curve"], completed,
-                                           maximize=primary.maximize)
-                if decision.stop:
-                    state["stopped"], state["detail"] = True, decision.reason
-                    ctx.request_stop("early stopping")  # ACTIVE -> STOPPING
-
-        def hook(ctx: Any, on_report: Callable[..., None] = on_report) -> None:
-            ctx.on_report = on_report
-
-        store.set_trial_attrs(claimed.storage_id, state=TrialState.ACTIVE.value, trial_id=claimed.trial_id,
-                              start_time=_rfc(start))
-        outcome = entrypoint.run(objective, Config, spec=study_spec, argv=flags, environ=replica.env,
-                                 options=run_options,
-                                 prog=f"trial {claimed.trial_id}", on_context=hook)
-        reader = TrialMetricsReader(replica.metric_file, os.path.join(paths.trial_dir, protocol.METRICS_LOG),
-                                    study_spec.reported_metric_ids, start_time=start)
-        reader.poll()
-        measurements = [m.with_elapsed(start) for m in reader.measurements()]
-        failure = None
-        if outcome.exit_code not in (protocol.EXIT_OK, protocol.EXIT_STOPPED):
-            err = outcome.error
-            detail = f"{type(err).__name__}: {err}" if err is not None else "Error"
-            failure = exits.exit_message(replica.name, outcome.exit_code)
-        # Told to stop but ran to the end anyway (it ignored should_stop): not stopped early.
-        stopped = bool(state["stopped"]) and stopping.ended_early(state["curve"], completed)
-        end = wall_after(start, start_mono, time.monotonic())  # after its start, whatever the wall clock did
-        finished = finished_trial(measurements, study_spec, failure=failure, reported_tags=reader.reported_tags,
-                                  end_time=_rfc(end), stopped_early=stopped, stop_detail=state["detail"])
-        record_finished(store, number=claimed.number, storage_id=claimed.storage_id, outcome=finished,
-                        extra={"error_detail": [detail]} if failure else None)
-        if finished.succeeded:
-            n_succeeded += 1
-            if not stopped and state["curve"]:
-                completed.append(list(state["curve"]))
-        if failure:
-            n_failed += 1
-            first_error = first_error or outcome.error
-            first_failure = first_failure or f"Trial {claimed.trial_id}: {failure}"
-            job_error = exits.job_failure(job, n_failed=n_failed, n_succeeded=n_succeeded,
-                                           first_failure=first_failure)
-        frozen = store.storage.get_trial(claimed.storage_id)
-        params = values_from_optuna(study_spec, frozen.params)
-        rest = trial_to_rest(frozen, params, study_spec.metric_ids)
+    def emit(event: events.Event) -> None:
+        nonlocal first_error
+        if not isinstance(event, events.TrialDone):
+            return
+        error = backend.take_error(event.trial_id)
+        frozen = store.trial(int(event.trial_id) - 1)
+        if frozen.user_attrs.get("failed") and first_error is None:
+            first_error = error
+        rest = trial_to_rest(frozen, values_from_optuna(study, frozen.params), study.metric_ids)
         results.append(rest)
         if on_trial is not None:
             on_trial(rest)
 
-    state_name = (JobState.FAILED if job_error else JobState.SUCCEEDED).value
-    store.set_meta(state=state_name,
-                   error={"code": exits.JOB_FAILED_CODE, "message": job_error} if job_error else None)
-    best = None
-    ok = [t for t in results if t["state"] == TrialState.SUCCEEDED]
-    if ok:
-        sign = 1 if primary.maximize else -1
-
-        def key(t: Mapping[str, Any]) -> float:
-            return sign * float(next(m["value"] for m in t["finalMeasurement"]["metrics"]
-                                     if m["metricId"] == primary.metric_id))
-
-        best = max(ok, key=key)
-    result = TuneResult(job_id=job_id, job_dir=job_dir, state=state_name, trials=results, best=best,
-                        store=store, metric_ids=tuple(study_spec.metric_ids), error=job_error)
+    # the trials' own job is not emulated in-process (no worker pools, no container): each is one call
+    runner = JobRunner(store, replace(job, trial_job=None), options, backend=backend, emit=emit,
+                       signals=CallerSignals())
+    state = runner.run()
+    error = store.get_meta("error") or {}
+    primary = study.metrics[0]
+    best = best_of([t for t in results if t["state"] == TrialState.SUCCEEDED],
+                   lambda t: _final_value(t, primary.metric_id), maximize=primary.maximize)
+    result = TuneResult(job_id=job_id, job_dir=job_dir, state=state, trials=results, best=best,
+                        store=store, metric_ids=tuple(study.metric_ids), error=error.get("message"))
     return result, first_error
 
 
-def _rfc(epoch: float) -> str:
-    from trials.timefmt import rfc3339
-
-    return rfc3339(epoch)
+def _final_value(trial: Mapping[str, Any], metric_id: str) -> float | None:
+    """A REST trial's final value of ``metric_id`` (None without one)."""
+    for m in trial.get("finalMeasurement", {}).get("metrics", []):
+        if m["metricId"] == metric_id:
+            return float(m["value"])
+    return None

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from trials.controller.jobs.describe import job_to_rest
+from trials.controller.policy.ranking import best_of, pareto_front
 from trials.study.space import values_from_optuna
 from trials.timefmt import rfc3339
 
@@ -47,9 +48,8 @@ def describe_local(h: JobHandle) -> dict[str, Any]:
 def best_trials(h: JobHandle) -> list[Any]:
     """The best SUCCEEDED trial (single metric), or the Pareto front (several metrics)."""
     done = [t for t in h.store.frozen_trials() if t.state.name == "COMPLETE"]
-    if not done:
-        return []
-    if len(h.job.study.metrics) == 1:
-        sign = 1 if h.job.study.metrics[0].maximize else -1
-        return [max(done, key=lambda t: sign * t.values[0])]
-    return list(h.store.study.best_trials)
+    metrics = h.job.study.metrics
+    if len(metrics) == 1:
+        best = best_of(done, lambda t: t.values[0], maximize=metrics[0].maximize)
+        return [best] if best is not None else []
+    return pareto_front(done, lambda t: t.values, [m.maximize for m in metrics])

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from trials.controller.policy.ranking import best_of, pareto_front
 from trials.records import TrialState
 
 Value = float | int | str
@@ -65,35 +66,23 @@ def plot_trials(rest: Mapping[str, Any], local: Mapping[str, Mapping[str, Any]],
 def best_so_far(trials: Sequence[PlotTrial], *, maximize: bool, index: int = 0) -> list[tuple[int, float]]:
     """(trial id, best result up to it) over the trials with a real result, in id order."""
     out: list[tuple[int, float]] = []
-    best: float | None = None
+    best: PlotTrial | None = None
     for t in sorted(trials, key=lambda t: t.trial_id):
-        if not t.result:
+        if not t.result or t.values[index] is None:
             continue
-        v = t.values[index]
-        if v is None:
-            continue
-        if best is None or (v > best if maximize else v < best):
-            best = v
-        out.append((t.trial_id, best))
+        best = best_of([t] if best is None else [best, t], lambda c: c.values[index], maximize=maximize)
+        if best is not None and (value := best.values[index]) is not None:
+            out.append((t.trial_id, value))
     return out
 
 
 def best_trial(trials: Sequence[PlotTrial], *, maximize: bool) -> PlotTrial | None:
     """The trial with the best primary result (ties: the lower id)."""
-    done = [t for t in trials if t.result]
-    if not done:
-        return None
-    sign = 1.0 if maximize else -1.0
-    return max(done, key=lambda t: (sign * (t.values[0] or 0.0), -t.trial_id))
+    done = sorted((t for t in trials if t.result), key=lambda t: t.trial_id)
+    return best_of(done, lambda t: t.values[0], maximize=maximize)
 
 
 def pareto_ids(trials: Sequence[PlotTrial], maximize: Sequence[bool]) -> set[int]:
     """The trial ids no other result dominates (every metric as good, one better)."""
-    signs = [1.0 if mx else -1.0 for mx in maximize]
-    keys = {t.trial_id: [s * (v or 0.0) for s, v in zip(signs, t.values, strict=True)]
-            for t in trials if t.result}
-
-    def dominates(a: list[float], b: list[float]) -> bool:
-        return all(x >= y for x, y in zip(a, b, strict=True)) and any(x > y for x, y in zip(a, b, strict=True))
-
-    return {i for i, k in keys.items() if not any(dominates(o, k) for o in keys.values())}
+    done = [t for t in trials if t.result]
+    return {t.trial_id for t in pareto_front(done, lambda t: [v or 0.0 for v in t.values], maximize)}

@@ -10,6 +10,7 @@ from typing import Any
 
 from trials import files
 from trials.controller.jobs import describe
+from trials.controller.policy.ranking import pareto_front, ranked
 from trials.controller.report import staged_folder
 from trials.controller.report.data import PlotTrial, plot_trials
 from trials.controller.report.parallel import param_axes
@@ -56,24 +57,14 @@ def top_trials(rest: Mapping[str, Any], metric_ids: Sequence[str], maximize: Seq
 
     One metric: sorted best first. Several metrics: the non-dominated trials, best primary first.
     """
-    done = [t for t in rest.get("trials", [])
-            if t["state"] == TrialState.SUCCEEDED and all(m in final_values(t) for m in metric_ids)]
-    signs = [1.0 if mx else -1.0 for mx in maximize]
-
-    def key(t: Mapping[str, Any]) -> list[float]:  # larger is better, per metric
-        v = final_values(t)
-        return [s * v[m] for s, m in zip(signs, metric_ids, strict=False)]
-
-    done.sort(key=lambda t: (-key(t)[0], int(t["id"])))
+    done = sorted((t for t in rest.get("trials", [])
+                   if t["state"] == TrialState.SUCCEEDED and all(m in final_values(t) for m in metric_ids)),
+                  key=lambda t: int(t["id"]))
+    done = ranked(done, lambda t: final_values(t)[metric_ids[0]], maximize=maximize[0])
     if len(metric_ids) == 1:
         return f"Top {min(n, len(done))} trials by {metric_ids[0]}", done[:n]
-    keys = {t["id"]: key(t) for t in done}
-    front = [t for t in done if not any(_dominates(keys[o["id"]], keys[t["id"]]) for o in done)]
+    front = pareto_front(done, lambda t: [final_values(t)[m] for m in metric_ids], maximize)
     return f"Pareto-optimal trials ({', '.join(metric_ids)})", front[:n]
-
-
-def _dominates(a: Sequence[float], b: Sequence[float]) -> bool:
-    return all(x >= y for x, y in zip(a, b, strict=False)) and any(x > y for x, y in zip(a, b, strict=False))
 
 
 def table(rest: Mapping[str, Any], trials: Sequence[Mapping[str, Any]],
