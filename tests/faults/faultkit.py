@@ -31,10 +31,11 @@ max_failed_trial_count: {max_failed}
 class Jobs:
     """Runs ``python -m trials`` in one scratch folder; every job id is unique to the test."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, *, gcs_endpoint: bool = False):
         self.root = root
         self.tag = uuid.uuid4().hex[:8]
         self.started: list[subprocess.Popen] = []
+        self.gcs_endpoint = gcs_endpoint  # the local Cloud Storage endpoint: a process per controller
 
     def job_id(self, name: str) -> str:
         return f"{name}-{self.tag}"
@@ -54,6 +55,8 @@ class Jobs:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("CLOUD_ML_", "AIP_", "TRIALS_", "PYTEST_"))}
         env["PYTHONUNBUFFERED"] = "1"
+        if not self.gcs_endpoint:  # as in the rest of the suite (tests/conftest.py): about 0.5 s a controller
+            env["TRIALS_GCS_EMULATOR"] = "off"
         return env
 
     def cli(self, *args: str, timeout: float = 60.0, cwd: Path | None = None) -> subprocess.CompletedProcess:

@@ -67,6 +67,7 @@ def wait_until_running(jobs, job_id: str, proc, timeout_s: float = 60.0) -> None
         time.sleep(0.02)
 
 
+@pytest.mark.long
 def test_sigkill_at_20_random_points_then_resume(jobs) -> None:
     rng = random.Random(SEED)
     job_id = jobs.job_id("kill")

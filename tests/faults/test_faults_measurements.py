@@ -61,6 +61,7 @@ def wait_for(proc: subprocess.Popen, what: str, condition, timeout_s: float = 60
     raise AssertionError(f"timed out waiting for {what}")
 
 
+@pytest.mark.long
 def test_a_trial_resumed_by_several_controllers_keeps_every_step(jobs: Jobs) -> None:
     """SIGKILL the controller at chosen moments, ``trials resume`` each time.
 

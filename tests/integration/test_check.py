@@ -71,6 +71,7 @@ def test_a_trainer_that_follows_the_rules_passes(tmp_path, capsys, monkeypatch, 
     assert sorted(os.listdir(tmp_path)) == ["spec.yaml"]  # nothing left behind in the working folder
 
 
+@pytest.mark.long
 def test_the_repository_examples_pass(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     for argv in (["check", "examples/argparse_hypertune/config.yaml", "--format", "json", "--",

@@ -145,6 +145,7 @@ def test_running_then_cancelled(tmp_path: Path) -> None:
         assert not {"startTime", "measurements", "finalMeasurement", "endTime"} & set(t)
 
 
+@pytest.mark.long
 def test_a_trial_past_its_timeout_is_stopping_during_its_grace(tmp_path: Path) -> None:
     (tmp_path / "trainer.py").write_text(
         "import signal, time\n"

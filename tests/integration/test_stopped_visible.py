@@ -35,6 +35,9 @@ def trials_cli(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
                           cwd=tmp_path, capture_output=True, text=True, timeout=240)
 
 
+pytestmark = pytest.mark.long  # one 11-trial job that the module's tests read
+
+
 @pytest.fixture(scope="module")
 def job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp_path = tmp_path_factory.mktemp("stopped")

@@ -27,6 +27,7 @@ def sweep(tmp_path, spec_text, job_id, command):
     return describe("json"), describe("local-json")["trials"]
 
 
+@pytest.mark.long
 def test_a_single_final_report_is_never_stopped_and_the_model_is_kept(tmp_path):
     """AI Platform's enableTrialEarlyStopping with one report at global_step=1000: every later trial is
     worse than the median of the completed ones, yet stopping it at its only report would save nothing
@@ -54,6 +55,7 @@ trainingInput:
         assert (tmp_path / "jobs" / "single" / t["id"] / "model" / "model.txt").exists(), t["id"]
 
 
+@pytest.mark.long
 def test_a_trial_told_to_stop_that_runs_to_its_end_is_not_stopped_early(tmp_path):
     """examples/argparse_hypertune: trials that ran 10 of 10 steps were counted stopped early. A trial
     that ignores SIGTERM and finishes all its steps ran to its end: it is not stopped early."""

@@ -18,7 +18,7 @@ def pytest_collection_modifyitems(items):
 
 
 @pytest.fixture(scope="session")
-def pg_url():
+def pg_url(tmp_path_factory):
     url = os.environ.get(URL_ENV, DEFAULT_URL)
     try:
         import psycopg2
@@ -26,12 +26,40 @@ def pg_url():
         pytest.skip(f"psycopg2 is not installed; pip install psycopg2-binary and set {URL_ENV}")
     dsn = url.replace("postgresql+psycopg2://", "postgresql://")
     try:
-        psycopg2.connect(dsn, connect_timeout=3).close()
+        conn = psycopg2.connect(dsn, connect_timeout=3)
     except psycopg2.OperationalError:
         from trials.storage_url import redact
 
         pytest.skip(f"no PostgreSQL server answers at {redact(url)}; set {URL_ENV} to one")
+    try:
+        _create_schema(conn, url, tmp_path_factory.mktemp("pg-schema"))
+    finally:
+        conn.close()
     return url
+
+
+SCHEMA_LOCK = 0x7472_6961  # a pg_advisory_lock key of these tests alone
+
+
+def _create_schema(conn, url, folder):
+    """Optuna's tables and the lease table, made by one pytest process at a time: parallel workers
+    (``-n``) opening a fresh database at once would race on CREATE TABLE (a duplicate-key error)."""
+    from trials.controller.jobs import registry as controller
+    from trials.spec.load import loads_spec
+    from trials.study.leases import SharedJob
+
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_advisory_lock(%s)", (SCHEMA_LOCK,))
+        try:
+            spec = loads_spec("metrics: {loss: minimize}\nparameters:\n  x: {type: double, min: 0, max: 1}\n"
+                              "max_trial_count: 1\n", source="schema.yaml")
+            h = controller.create_job(spec, root=str(folder), job_id="schema-" + uuid.uuid4().hex[:12],
+                                      spec_path=None, storage=url, base_output_dir=None, project_number=None,
+                                      local_command=["python", "x.py"], seed=1)
+            SharedJob(h.store)
+        finally:
+            cur.execute("SELECT pg_advisory_unlock(%s)", (SCHEMA_LOCK,))
 
 
 @pytest.fixture

@@ -62,6 +62,7 @@ def stopped():
             p.wait()
 
 
+@pytest.mark.long
 def test_a_worker_frozen_holding_the_claim_lock_stalls_the_others_only_for_a_bounded_time(
         tmp_path, pg_url, job_id, stopped):
     create_job(tmp_path, pg_url, job_id, points=2, parallel=2, epochs=2, sleep=0.1)
@@ -82,6 +83,7 @@ def test_a_worker_frozen_holding_the_claim_lock_stalls_the_others_only_for_a_bou
     assert sorted(e["trial"] for e in events(tmp_path) if e["event"] == "end") == ["1", "2"]
 
 
+@pytest.mark.long
 def test_a_silent_partition_is_reported_like_an_outage_and_the_job_recovers(tmp_path, pg_url, job_id, stopped):
     parts = urlsplit(pg_url)
     (tmp_path / "proxy.py").write_text(PROXY)

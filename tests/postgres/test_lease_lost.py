@@ -4,6 +4,7 @@ import os
 import signal
 import socket
 
+import pytest
 from pg_helpers import create_job, finish, output, start_worker, wait_for
 
 
@@ -13,6 +14,7 @@ def open_job(tmp_path, url, job_id):
     return registry.open_job(job_id, root=str(tmp_path / "jobs"), storage=url)
 
 
+@pytest.mark.long
 def test_a_worker_that_lost_its_lease_drops_the_trial_and_goes_on(tmp_path, pg_url, job_id):
     # Issue 12 item 15: the paused worker crashed on resume with UpdateFinishedTrialError: it still
     # wrote intermediate values for the trial the other worker had finished meanwhile.

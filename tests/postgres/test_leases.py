@@ -3,6 +3,7 @@ the trials of a healthy worker; absurdly short timeouts are refused."""
 
 from __future__ import annotations
 
+import pytest
 from pg_helpers import (
     backend_pid,
     blocked_by,
@@ -60,6 +61,7 @@ def _b_claims_once_seeing_old_leases(tmp_path, lock, watch, study_id):
     raise AssertionError("no round where worker b claimed while a's leases were old:\n" + output(tmp_path, "b"))
 
 
+@pytest.mark.long
 def test_a_worker_with_a_short_stale_after_does_not_take_over_a_healthy_workers_trials(tmp_path, pg_url, job_id):
     # Issue 23 item 13: b must join while a's trials provably run, and look at a's leases when they
     # are older than its own --stale-after (before: 8 s trials, and under load b came after the end).

@@ -19,6 +19,9 @@ restarted trial reports the same values again). Faults:
   argv         write sys.argv[1:] as JSON to argv.json in the trial directory, then behave
   drift        behave, but every restart reports values 0.01 higher (not restart-consistent)
   slowstop     behave, but take ``--stop-s`` seconds to stop on SIGTERM, then exit 75
+
+``--gate=PATH`` (any fault): the last step waits until PATH exists, so a test holds its trials
+running until it has checked what it wants, instead of giving them a duration it hopes is long enough.
 """
 import json
 import os
@@ -42,6 +45,7 @@ def main():
     fault = flag("fault", "none")
     epochs = int(flag("epochs", "3"))
     sleep_s = float(flag("sleep", "0.02"))
+    gate = flag("gate", "")
     x = float(flag("x", "0.5"))
     trial_id = os.environ.get("CLOUD_ML_TRIAL_ID", "0")
     attempt = int(os.environ.get("TRIALS_ATTEMPT", "0"))
@@ -114,6 +118,8 @@ def main():
                 raise RuntimeError(f"injected crash at epoch {step}")
             os._exit(139)
         time.sleep(sleep_s)
+        while gate and step == epochs and not os.path.exists(gate):
+            time.sleep(0.02)
         value = (x - 0.3) ** 2 + 1.0 / (step + 1)
         if fault == "drift":
             value += 0.01 * attempt

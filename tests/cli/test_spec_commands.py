@@ -13,7 +13,7 @@ from trials.cli import main
 from trials.spec.load import loads_spec
 from trials.spec.text import sample_trial, sample_value, summary
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 MLP = str(ROOT / "search_spaces" / "mlp.yaml")
 FULL = str(ROOT / "tests" / "data" / "specs" / "full.gcloud.yaml")
 
