@@ -223,3 +223,29 @@ def test_storage_url_and_outage_modules_do_not_import_optuna():
     code = "import sys, trials.storage_url, trials.study.outages; print('optuna' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_reopened_seeded_job_does_not_suggest_its_first_trials_again(tmp_path):
+    from trials.spec.load import loads_spec
+    from trials.study.storage import open_storage
+    from trials.study.store import JobStore
+
+    job = loads_spec("metrics: {loss: minimize}\nparameters:\n  x: {type: double, min: 0.0, max: 1.0}\n"
+                     "command: [python, t.py]\nmax_trial_count: 6\n", source="t.yaml")
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+
+    def xs(store: JobStore, n: int) -> list[float]:
+        out = []
+        for _ in range(n):
+            claimed = store.claim(job.study)
+            assert claimed is not None
+            out.append(float(claimed.params["x"]))
+        return out
+
+    first = xs(JobStore.create(open_storage(url), "j", job, {}, {}, sampler_name="tpe", seed=7), 3)
+    again = xs(JobStore.open(open_storage(url), "j"), 3)  # a resume: the sampler is made again
+    assert not set(first) & set(again)
+    # reproducible: the same history reopened gives the same next suggestion
+    url2 = f"sqlite:///{tmp_path / 'k.db'}"
+    xs(JobStore.create(open_storage(url2), "j", job, {}, {}, sampler_name="tpe", seed=7), 3)
+    assert xs(JobStore.open(open_storage(url2), "j"), 1) == again[:1]

@@ -37,6 +37,20 @@ class Claimed:
     previous_worker: str = ""  # the worker whose attempt ended without it (taken over)
 
 
+def resumed_seed(seed: int | None, storage: BaseStorage, study: optuna.Study) -> int | None:
+    """The seed of a reopened job's sampler: the job's seed moved on by the trials already sampled.
+
+    A sampler made again with the job's own seed starts its random sequence from the beginning: its
+    first suggestion after a resume would repeat the first trial's parameters. Mixing in how many
+    trials were sampled keeps a seeded job reproducible (the same history gives the same next
+    suggestions) without repeating itself. A job opened before any trial was sampled keeps its seed.
+    """
+    if seed is None:
+        return None
+    n = sum(1 for t in storage.get_all_trials(study._study_id, deepcopy=False) if t.params)
+    return seed if n == 0 else (seed * 1_000_003 + n) % 2**32
+
+
 class JobStore:
     """One job in an Optuna storage."""
 
@@ -76,7 +90,7 @@ class JobStore:
         sampler_name = attrs.get(ATTR_PREFIX + "sampler", "tpe")
         if seed is None:
             seed = attrs.get(ATTR_PREFIX + "seed")
-        study.sampler = make_sampler(sampler_name, seed=seed)
+        study.sampler = make_sampler(sampler_name, seed=resumed_seed(seed, storage, study))
         return cls(storage, study, job_id)
 
     # -- job-level attributes
