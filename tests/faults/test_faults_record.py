@@ -139,7 +139,7 @@ def test_trials_added_while_the_last_trial_is_recorded_are_run_by_the_running_co
     ctl_dir = tmp_path / "ctl"
     plan(gates, "2", wait_for="go-2")  # trial 2 ends after trial 1 is recorded
     # next_claim's 3rd call: after trials 1 and 2, the claim of trial 1's free slot finds none left
-    ctl = hooked(jobs, ctl_dir, ["pause:JobRunner._finalize:after:1", "pause:JobRunner.next_claim:after:3",
+    ctl = hooked(jobs, ctl_dir, ["pause:JobRunner._finalize:after:1", "pause:LoopState.next_claim:after:3",
                                  "pause:JobRunner._finalize:before:2"],
                  "sweep", jobs.spec(n=2, parallel=2), "--job-id", job_id, "--grace-period", "0.5", "--",
                  "python", GATED, str(gates))
@@ -147,9 +147,9 @@ def test_trials_added_while_the_last_trial_is_recorded_are_run_by_the_running_co
     go(ctl_dir, "JobRunner._finalize-after-1")
     # trial 2 ends only once the controller found no trial left to claim (ending in the same pass as
     # trial 1's record, it would leave the loop claiming the added trials itself, with no line for them)
-    wait_file(ctl_dir / "JobRunner.next_claim-after-3.reached", procs=[ctl])
+    wait_file(ctl_dir / "LoopState.next_claim-after-3.reached", procs=[ctl])
     (gates / "go-2").touch()
-    go(ctl_dir, "JobRunner.next_claim-after-3")
+    go(ctl_dir, "LoopState.next_claim-after-3")
     wait_file(ctl_dir / "JobRunner._finalize-before-2.reached", procs=[ctl])
     out = jobs.cli("resume", job_id, "--max-trial-count", "4")
     assert out.returncode == 0, out.stdout + out.stderr

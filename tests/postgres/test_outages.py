@@ -223,7 +223,7 @@ def test_a_stop_signal_ends_a_workers_retry_through_a_database_gone_for_good(tmp
 def test_a_worker_gives_up_after_the_outage_limit_with_one_line_naming_the_storage(tmp_path, proxied_url, pg_url,
                                                                                    job_id):
     _, url = proxied_url
-    worker = _gone_for_good(tmp_path, proxied_url, job_id, env={"TRIALS_OUTAGE_TIMEOUT": "3"})
+    worker = _gone_for_good(tmp_path, proxied_url, job_id, env={"TRIALS_OUTAGE_TIMEOUT": "3"}, pg_url=pg_url)
     try:
         code = worker.wait(timeout=60)  # before: retried for ever
     finally:

@@ -258,8 +258,13 @@ def test_ctrl_c_stops_the_objective_and_raises_in_the_caller(tmp_path, stopping)
                 signal.pthread_kill(main, signal.SIGINT)  # Ctrl-C
         ended.append(ctx.stop_reason)
 
-    with pytest.raises(KeyboardInterrupt):
-        trials.tune(objective, loads_spec(SPACE + stopping), Config, directory=str(tmp_path))
+    # Python's own Ctrl-C handler, as in a notebook or a script (pytest-xdist's workers ignore SIGINT)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            trials.tune(objective, loads_spec(SPACE + stopping), Config, directory=str(tmp_path))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     if stopping:  # the objective runs in its own thread: asked to stop, it ended before tune raised
         assert calls != [main] and ended == ["stop requested by the job"]
     else:  # a whole call in the caller's thread: the KeyboardInterrupt is raised in the objective
