@@ -107,8 +107,10 @@ def test_sigkill_at_20_random_points_then_resume(jobs) -> None:
     final = snapshot(jobs, job_id)
     check_against(snapshots, final)
     assert [t["state"] for t in final.values()] == ["COMPLETE"] * N_TRIALS
-    xs = [t["params"]["x"] for t in final.values()]
-    assert len(set(xs)) == N_TRIALS, "a resumed seeded sampler suggested a parameter set again"
+    # Whole parameter sets: past the 10 random trials the GP may pick a bound of x for both values of
+    # `fault` (x=1.0 twice, seen under load), which is no sequence restarted by a resume.
+    sets = {tuple(sorted(t["params"].items())) for t in final.values()}
+    assert len(sets) == N_TRIALS, "a resumed seeded sampler suggested a parameter set again"
     for number, t in final.items():
         x = t["params"]["x"]
         steps = [m["step"] for m in t["measurements"]]
