@@ -8,12 +8,15 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 from pg_helpers import create_job, events, finish, output, start_worker, wait_for
 
 from trials.study import pg_session
+
+HOOKS = Path(__file__).resolve().parent.parent / "scripts" / "hooks"
 
 HOLDER = """\
 import os, signal, sys
@@ -66,15 +69,26 @@ def stopped():
 def test_a_worker_frozen_holding_the_claim_lock_stalls_the_others_only_for_a_bounded_time(
         tmp_path, pg_url, job_id, stopped):
     create_job(tmp_path, pg_url, job_id, points=2, parallel=2, epochs=2, sleep=0.1)
+    # The worker starts first and waits before its first claim: however long its start takes on a
+    # loaded machine, it claims right after the holder froze, well inside the server's timeout.
+    hook_dir = tmp_path / "hooks"
+    hook_dir.mkdir()
+    pythonpath = os.pathsep.join(filter(None, [str(HOOKS), os.environ.get("PYTHONPATH")]))
+    worker = start_worker(tmp_path, pg_url, job_id, name="b", env={
+        "PYTHONPATH": pythonpath, "TEST_HOOKS": "pause:JobRunner.next_claim:before:1", "TEST_HOOK_DIR": str(hook_dir)})
+    stopped.append(worker)
+    wait_for(lambda: (hook_dir / "JobRunner.next_claim-before-1.reached").exists() or worker.poll() is not None,
+             60, "the worker's first claim")
+    assert worker.poll() is None, output(tmp_path, "b")
     (tmp_path / "holder.py").write_text(HOLDER)
     ready = tmp_path / "holding"
     holder = subprocess.Popen([sys.executable, str(tmp_path / "holder.py"), pg_url, job_id, str(ready)],
                               cwd=tmp_path)
     stopped.append(holder)
-    wait_for(ready.exists, 30, "the holder to take the claim lock")
+    wait_for(lambda: ready.exists() or holder.poll() is not None, 30, "the holder to take the claim lock")
+    assert holder.poll() is None, "the holder ended before it froze"
     started = time.monotonic()
-    worker = start_worker(tmp_path, pg_url, job_id, name="b")
-    stopped.append(worker)
+    (hook_dir / "JobRunner.next_claim-before-1.go").touch()
     assert finish([worker], timeout_s=120) == [0], output(tmp_path, "b")
     took = time.monotonic() - started
     text = output(tmp_path, "b")
