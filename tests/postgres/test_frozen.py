@@ -75,9 +75,9 @@ def test_a_worker_frozen_holding_the_claim_lock_stalls_the_others_only_for_a_bou
     hook_dir.mkdir()
     pythonpath = os.pathsep.join(filter(None, [str(HOOKS), os.environ.get("PYTHONPATH")]))
     worker = start_worker(tmp_path, pg_url, job_id, name="b", env={
-        "PYTHONPATH": pythonpath, "TEST_HOOKS": "pause:JobRunner.next_claim:before:1", "TEST_HOOK_DIR": str(hook_dir)})
+        "PYTHONPATH": pythonpath, "TEST_HOOKS": "pause:LoopState.next_claim:before:1", "TEST_HOOK_DIR": str(hook_dir)})
     stopped.append(worker)
-    wait_for(lambda: (hook_dir / "JobRunner.next_claim-before-1.reached").exists() or worker.poll() is not None,
+    wait_for(lambda: (hook_dir / "LoopState.next_claim-before-1.reached").exists() or worker.poll() is not None,
              60, "the worker's first claim")
     assert worker.poll() is None, output(tmp_path, "b")
     (tmp_path / "holder.py").write_text(HOLDER)
@@ -88,7 +88,7 @@ def test_a_worker_frozen_holding_the_claim_lock_stalls_the_others_only_for_a_bou
     wait_for(lambda: ready.exists() or holder.poll() is not None, 30, "the holder to take the claim lock")
     assert holder.poll() is None, "the holder ended before it froze"
     started = time.monotonic()
-    (hook_dir / "JobRunner.next_claim-before-1.go").touch()
+    (hook_dir / "LoopState.next_claim-before-1.go").touch()
     assert finish([worker], timeout_s=120) == [0], output(tmp_path, "b")
     took = time.monotonic() - started
     text = output(tmp_path, "b")
