@@ -559,7 +559,7 @@ def test_huge_files_are_fine(paths):
     reader.poll()
     elapsed = time.perf_counter() - t
     assert steps_of(reader) == list(range(1000)) + [5000]
-    assert elapsed < 2, f"two 10 MB files took {elapsed:.1f} s"
+    assert elapsed < 10, f"two 10 MB files took {elapsed:.1f} s"  # well under 2 s when quiet; 10 s holds under load
     assert reader.poll() is False
 
 
