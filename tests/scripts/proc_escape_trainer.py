@@ -1,7 +1,7 @@
 """Test trainer (issue 23.1-2): reach the controller through /proc, write through it, forge its lock.
 
 Runs under any python (the unprivileged test uses the system one): no trials, no hypertune.
-It walks its parent pids, and scans every pid it can see, for a process holding ``controller.lock``,
+It walks its parent pids, and scans every pid it can see, for a process holding its job's ``controller.lock``,
 then tries (``umount``: in a sandbox only) unmounting the hidden job folder and its /proc, then a
 file in the launch folder through ``/proc/<pid>/root``, a forged record appended
 to ``journal.log`` through ``/proc/<pid>/root``, and the lock file truncated and rewritten as
@@ -39,7 +39,9 @@ def lock_fds(pid):
         return found
     for entry in entries:
         try:
-            if os.readlink(f"/proc/{pid}/fd/{entry}").endswith("/controller.lock"):
+            # its own job's lock only: other jobs on this host (tests in other workers, other
+            # people's jobs) are not this test's to forge
+            if os.readlink(f"/proc/{pid}/fd/{entry}") == os.path.join(job_dir, "controller.lock"):
                 found.append(int(entry))
         except OSError:
             continue
