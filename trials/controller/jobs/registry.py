@@ -18,7 +18,7 @@ from trials.errors import ConfigError, JobNotFoundError, StorageError
 from trials.records import JobState
 from trials.spec import Algorithm, JobSpec, LocalOptions
 from trials.storage_url import JOURNAL_FILE, redact
-from trials.study.samplers import check_choice, choose_sampler_name, make_sampler
+from trials.study.samplers import check_choice, choose_sampler_name
 from trials.study.space import grid_size
 from trials.study.storage import open_storage
 from trials.study.store import JobStore
@@ -220,13 +220,8 @@ def open_job(job_id: str, *, root: str, storage: str | None) -> JobHandle:
     meta = store.meta()
     if "spec" not in meta:
         raise StorageError(f"study {job_id!r} in {redact(url)} is not a trials job (no spec attribute)")
-    if meta.get("seed") is not None:
-        # A seeded sampler restarts its sequence in every process: go on from where the job is,
-        # or a resumed job would suggest the parameters of its first trials again.
-        n_suggested = sum(1 for t in store.frozen_trials() if t.params)
-        if n_suggested:
-            store.study.sampler = make_sampler(meta.get("sampler", "tpe"),
-                                               seed=int(meta["seed"]) + n_suggested)
+    # A seeded job's sampler goes on from where the job is: JobStore.open moves its seed on by the
+    # trials already sampled (study/store.resumed_seed).
     return JobHandle(job_id=job_id, job_dir=meta.get("job_dir") or job_dir, storage_url=url,
                      store=store, job=spec_from_storage(meta))
 
