@@ -35,10 +35,12 @@ trialJobSpec:
 """
 
 
-def check(tmp_path, capsys, monkeypatch, spec_text, *command, extra=()):
+def check(tmp_path, capsys, monkeypatch, spec_text, *command, extra=(), base=True):
+    """``base``: the job has a base output directory (check_trainer saves to AIP_CHECKPOINT_DIR)."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "spec.yaml").write_text(spec_text)
-    code = main(["check", "spec.yaml", "--format", "json", "--grace-period", "3", *extra, "--", *command])
+    code = main(["check", "spec.yaml", "--format", "json", "--grace-period", "3",
+                 *(["--base-output-dir", "gs://bucket/check"] if base else []), *extra, "--", *command])
     card = json.loads(capsys.readouterr().out)
     flagged = {c["check"]: c["verdict"] for c in card["checks"] if c["verdict"] in ("warn", "fail")}
     return code, flagged, card
@@ -83,10 +85,40 @@ def test_the_repository_examples_pass(capsys, monkeypatch):
         assert not [c for c in card["checks"] if c["verdict"] in ("warn", "fail")], card
 
 
+@pytest.mark.parametrize("soft", [False, True], ids=["subscript", "get-then-crash"])
+def test_without_a_base_a_trainer_reading_aip_dirs_fails_the_check(tmp_path, capsys, monkeypatch, soft):
+    """Vertex sets AIP_* only with a baseOutputDirectory: os.environ["AIP_CHECKPOINT_DIR"] raises there."""
+    code, flagged, card = check(tmp_path, capsys, monkeypatch, SHORT, sys.executable, TRAINER, "--epoch_s=0.1",
+                                *(["--soft-aip"] if soft else []), base=False)
+    line = next(c for c in card["checks"] if c["check"] == "AIP_* outputs")
+    assert line["verdict"] == "fail" and "$AIP_CHECKPOINT_DIR" in line["seen"], card
+    assert "no baseOutputDirectory" in line["seen"] and "baseOutputDirectory.outputUriPrefix" in line["fix"]
+    assert code == 1 and card["ready"] is False
+
+
+def test_without_a_base_a_trainer_that_does_without_aip_dirs_passes(tmp_path, capsys, monkeypatch):
+    script = tmp_path.parent / f"{tmp_path.name}-optional.py"
+    script.write_text(
+        "import os, sys, hypertune\n"
+        "model = os.environ.get('AIP_MODEL_DIR')  # unset without a base: nothing to save there\n"
+        "ht = hypertune.HyperTune()\n"
+        "for step in range(1, 4):\n"
+        "    ht.report_hyperparameter_tuning_metric(hyperparameter_metric_tag='accuracy', metric_value=0.5,"
+        " global_step=step)\n")
+    code, flagged, card = check(tmp_path, capsys, monkeypatch, SHORT, sys.executable, str(script), base=False)
+    verdicts = {c["check"]: c for c in card["checks"]}
+    assert verdicts["AIP_* outputs"]["verdict"] == "info", card
+    seen = verdicts["AIP_* outputs"]["seen"]
+    assert "$AIP_MODEL_DIR" in seen and "did without it" in seen
+    assert verdicts["model in AIP_MODEL_DIR"]["verdict"] == "skip"
+    assert "AIP_* outputs" not in flagged
+
+
 def test_the_text_scorecard_says_what_to_change(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "spec.yaml").write_text(SHORT)
-    code = main(["check", "spec.yaml", "--", sys.executable, TRAINER, "--break=wrong-tag", "--epoch_s=0.1"])
+    code = main(["check", "spec.yaml", "--base-output-dir", "gs://b/c", "--", sys.executable, TRAINER,
+                 "--break=wrong-tag", "--epoch_s=0.1"])
     out = capsys.readouterr().out
     assert code == 1
     assert "FAIL  metric tag" in out and "reported val_acc" in out and "hyperparameter_metric_tag='accuracy'" in out

@@ -51,7 +51,8 @@ def test_digits_mlp_runtime_example_and_its_report(tmp_path, capsys, at_root):
     for t in rest["trials"]:
         assert t["state"] == "SUCCEEDED"
         assert 0.0 < _final(t)["accuracy"] <= 1.0
-        assert (tmp_path / "ex" / t["id"] / "model").is_dir()
+        # the spec's base gs://my-bucket/digits-mlp is the job's local bucket folder
+        assert (tmp_path / "ex" / "gcs" / "my-bucket" / "digits-mlp" / t["id"] / "model" / "model.npz").is_file()
     # the report of a finished example job: every file exists and is not empty
     assert main(["report", "ex", "--root", str(tmp_path)]) == 0
     out = capsys.readouterr().out

@@ -1,5 +1,6 @@
-"""AIP_* directories follow the spec's baseOutputDirectory, as on Vertex: the base a job uses is
-written into its spec (describe and export show it), and CLUSTER_SPEC.job matches what the trial gets."""
+"""AIP_* directories follow the spec's baseOutputDirectory, as on Vertex: set only when the job has a
+base (the spec's or --base-output-dir's, written into its spec: describe and export show it), and
+CLUSTER_SPEC.job matches what the trial gets."""
 
 from __future__ import annotations
 
@@ -51,21 +52,37 @@ def _sweep(tmp_path: Path, spec_text: str, job_id: str, *opts: str) -> tuple[dic
     return seen, body
 
 
-def test_the_local_default_base_is_written_into_the_spec(tmp_path: Path) -> None:
-    seen, body = _sweep(tmp_path, SHORT, "dflt")
-    job_dir = str(tmp_path / "jobs" / "dflt")
-    assert body["trialJobSpec"]["baseOutputDirectory"] == {"outputUriPrefix": job_dir}
-    assert seen["AIP_MODEL_DIR"] == f"{job_dir}/1/model/"
-    cluster_job = json.loads(seen["CLUSTER_SPEC"])["job"]
-    assert cluster_job["baseOutputDirectory"] == {"outputUriPrefix": f"{job_dir}/1/"}
-    # export asks for a gs:// base instead of the local one
+def test_without_a_base_trials_get_no_aip_outputs_and_export_keeps_it_so(tmp_path: Path) -> None:
+    """v1 CustomJobSpec: AIP_MODEL_DIR & co. are "passed … when this field is set": no base, none."""
+    (tmp_path / "trainer.py").write_text(TRAINER)
+    (tmp_path / "dflt.yaml").write_text(SHORT)
     root = str(tmp_path / "jobs")
-    run = _run(tmp_path, "export", "dflt", "--root", root, "--image-uri", "gcr.io/p/t:1")
-    assert run.returncode == 2 and "--base-output-dir gs://" in run.stderr
+    run = _run(tmp_path, "sweep", "dflt.yaml", "--root", root, "--job-id", "dflt", "--", "python", "trainer.py")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "the job has no baseOutputDirectory, so trials get no AIP_MODEL_DIR" in run.stdout
+    seen = json.loads((tmp_path / "jobs" / "dflt" / "1" / "seen.json").read_text())
+    assert seen["AIP_MODEL_DIR"] is None and seen["AIP_CHECKPOINT_DIR"] is None
+    assert seen["AIP_TENSORBOARD_LOG_DIR"] is None
+    assert "baseOutputDirectory" not in json.loads(seen["CLUSTER_SPEC"])["job"]
+    body = json.loads(_run(tmp_path, "describe", "dflt", "--root", root, "--format", "json").stdout)
+    assert "baseOutputDirectory" not in body.get("trialJobSpec", {})
+    # export exports what was given: no base, and no refusal of a local one
+    run = _run(tmp_path, "export", "dflt", "--root", root, "--image-uri", "gcr.io/p/t:1", "--format", "rest-json")
+    assert run.returncode == 0, run.stderr
+    assert "baseOutputDirectory" not in json.loads(run.stdout)["trialJobSpec"]
     run = _run(tmp_path, "export", "dflt", "--root", root, "--image-uri", "gcr.io/p/t:1",
                "--base-output-dir", "gs://b/run/", "--format", "rest-json")
     assert json.loads(run.stdout)["trialJobSpec"]["baseOutputDirectory"] == {
         "outputUriPrefix": "gs://b/run/"}
+    best = _run(tmp_path, "best", "dflt", "--root", root)
+    assert "model: no AIP_MODEL_DIR (the job has no baseOutputDirectory)" in best.stdout, best.stdout
+
+
+def test_a_gs_base_in_the_spec_gives_aip_outputs_in_the_local_bucket(tmp_path: Path) -> None:
+    seen, body = _sweep(tmp_path, SHORT + "command: [python, trainer.py]\nbase_output_dir: gs://bucket/run\n", "gs")
+    assert body["trialJobSpec"]["baseOutputDirectory"] == {"outputUriPrefix": "gs://bucket/run"}
+    assert seen["AIP_MODEL_DIR"] == "gs://bucket/run/1/model/"
+    assert (tmp_path / "jobs" / "gs" / "gcs" / "bucket" / "run" / "1" / "model").is_dir()
 
 
 def test_base_output_dir_flag_is_what_the_spec_and_cluster_spec_show(tmp_path: Path) -> None:
@@ -81,6 +98,8 @@ def test_base_output_dir_flag_is_what_the_spec_and_cluster_spec_show(tmp_path: P
 def test_a_legacy_job_gets_its_custom_job_in_cluster_spec(tmp_path: Path) -> None:
     seen, body = _sweep(tmp_path, LEGACY, "leg")
     cluster_job = json.loads(seen["CLUSTER_SPEC"])["job"]
-    assert cluster_job["workerPoolSpecs"] and cluster_job["baseOutputDirectory"]
-    assert cluster_job["baseOutputDirectory"]["outputUriPrefix"] == os.path.dirname(
-        seen["AIP_MODEL_DIR"].rstrip("/")) + "/"
+    assert cluster_job["workerPoolSpecs"] and "baseOutputDirectory" not in cluster_job  # no jobDir: no base
+    seen, body = _sweep(tmp_path, LEGACY, "leg-dir", "--base-output-dir", "gs://b/legacy")
+    cluster_job = json.loads(seen["CLUSTER_SPEC"])["job"]
+    assert cluster_job["baseOutputDirectory"] == {"outputUriPrefix": "gs://b/legacy/1/"}
+    assert seen["AIP_MODEL_DIR"] == "gs://b/legacy/1/model/"

@@ -16,7 +16,8 @@ def sweep(tmp_path, spec_text, job_id, command):
     spec = tmp_path / "job.yaml"
     spec.write_text(spec_text)
     run = subprocess.run([sys.executable, "-m", "trials", "sweep", str(spec), "--job-id", job_id, "--root",
-                          str(tmp_path / "jobs"), "--", *command],
+                          str(tmp_path / "jobs"), "--base-output-dir", str(tmp_path / "jobs" / job_id),
+                          "--", *command],  # the trainers save to AIP_MODEL_DIR
                          cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stdout + run.stderr
     def describe(form):

@@ -79,6 +79,11 @@ def test_validate_shows_what_a_trial_sees(tmp_path):
     withheld = next(line for line in out.splitlines() if "withheld" in line)
     assert "GOOGLE_APPLICATION_CREDENTIALS" in withheld and "AWS_ACCESS_KEY_ID" not in withheld
     assert "passed on purpose (--pass-env): AWS_ACCESS_KEY_ID" in out
+    assert "AIP_MODEL_DIR=" not in out and "(no AIP_MODEL_DIR, AIP_CHECKPOINT_DIR" in out  # no base: none
+    spec.write_text(spec.read_text().replace("trialJobSpec:\n", "trialJobSpec:\n  baseOutputDirectory: "
+                                                                 "{outputUriPrefix: gs://b/run}\n"))
+    out = trials_cli("validate", str(spec), cwd=tmp_path).stdout
+    assert "AIP_MODEL_DIR=gs://b/run/1/model/" in out and "(no AIP_MODEL_DIR" not in out
 
 
 def test_an_image_without_command_is_refused_before_a_job_exists(tmp_path):

@@ -26,6 +26,7 @@ def write_spec(path, *, events, points=4, parallel=2, epochs=4, sleep=0.1, accel
         f"maxTrialCount: {points}",
         f"parallelTrialCount: {parallel}",
         "trialJobSpec:",
+        "  baseOutputDirectory: {outputUriPrefix: gs://pg-bucket/out}",  # the trainer checkpoints to AIP_*
         "  workerPoolSpecs:",
         f"  - {{machineSpec: {machine}, replicaCount: 1, containerSpec: "
         f"{{imageUri: local, command: [python, {json.dumps(TRAINER)}], args: {args}}}}}",

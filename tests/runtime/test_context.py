@@ -170,3 +170,25 @@ def test_log_labels_come_from_the_env_and_cluster_spec(trial_env):
     assert make_ctx()._labels() == {"trial_id": "5", "replica": "workerpool1-0", "attempt": "2"}
     trial_env.set(CLUSTER_SPEC="{bad", CLOUD_ML_TRIAL_ID="4")
     assert make_ctx()._labels() == {"trial_id": "4", "attempt": "2"}
+
+
+def test_a_tuning_run_without_aip_checkpoint_dir_warns_where_its_checkpoints_go(tmp_path, caplog):
+    """No baseOutputDirectory, no AIP_CHECKPOINT_DIR (as on Vertex): the checkpoints go to the trial's own
+    folder, which a restarted replica on Vertex does not find; the log says so once."""
+    environ = {"CLOUD_ML_TRIAL_ID": "2", "TRIALS_TRIAL_DIR": str(tmp_path / "t")}
+    ctx = make_ctx(environ)
+    with caplog.at_level("WARNING"):
+        ctx.report(1, accuracy=0.5)
+        ctx.checkpoint({"epoch": 1})
+        ctx.checkpoint({"epoch": 2}, step=2)
+    warned = [r.getMessage() for r in caplog.records if "AIP_CHECKPOINT_DIR is not set" in r.getMessage()]
+    assert len(warned) == 1 and str(tmp_path / "t" / "checkpoints") in warned[0], caplog.records
+    assert os.listdir(tmp_path / "t" / "checkpoints")
+    ctx.close()
+    caplog.clear()
+    with_dir = make_ctx({**environ, "AIP_CHECKPOINT_DIR": str(tmp_path / "c")})
+    with caplog.at_level("WARNING"):
+        with_dir.report(1, accuracy=0.5)
+        with_dir.checkpoint({"epoch": 1})
+    assert not [r for r in caplog.records if "AIP_CHECKPOINT_DIR" in r.getMessage()]
+    with_dir.close()

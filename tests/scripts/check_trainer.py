@@ -29,6 +29,7 @@ def main():
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--epoch_s", type=float, default=0.4)
     parser.add_argument("--break", dest="broken", choices=RULES, default="none")
+    parser.add_argument("--soft-aip", action="store_true", help="read AIP_CHECKPOINT_DIR with .get (None if unset)")
     args = parser.parse_args()
     stop = {"requested": False}
     if args.broken == "ignores-sigterm":
@@ -40,7 +41,7 @@ def main():
     else:
         project = os.environ["CLOUD_ML_PROJECT_ID"]
     log(f"project {project}")
-    ckpt_dir = os.environ["AIP_CHECKPOINT_DIR"]
+    ckpt_dir = os.environ.get("AIP_CHECKPOINT_DIR") if args.soft_aip else os.environ["AIP_CHECKPOINT_DIR"]
     ckpt = os.path.join(ckpt_dir, "state.json")
     start = 1
     if args.broken != "no-checkpoint" and os.path.exists(ckpt):

@@ -37,6 +37,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from trials.spec.load import load_spec
 
     job = load_spec(args.spec)
+    if args.base_output_dir is not None:
+        from trials.spec.export import with_base_output
+
+        job = with_base_output(job, args.base_output_dir)
     if not args.time_limit > 0:
         raise ConfigError(f"--time-limit must be > 0 seconds, got {args.time_limit}")
     options = CheckOptions(

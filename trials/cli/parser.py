@@ -147,6 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long a replica may take to exit after SIGTERM (default 10)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--keep", metavar="DIR", help="keep the runs' folders (logs, outputs) in DIR")
+    p.add_argument("--base-output-dir", metavar="DIR",
+                   help="run as with a baseOutputDirectory (AIP_* set), as `trials sweep --base-output-dir` does; "
+                        "the runs write into their own folders")
     _pass_env_arg(p)
     p.set_defaults(handler=_cmd_check)
 

@@ -198,6 +198,7 @@ def _run_held(h: JobHandle, args: argparse.Namespace, signals: Any, *, resume: b
         print(f"{who}job {h.job_id}: {len(h.store.frozen_trials())} trials, "
               f"{h.job.parallel_trial_count} in parallel, sampler {h.store.get_meta('sampler')}; "
               f"folder {h.job_dir}")
+        print(_outputs_line(h))
         if shared is not None and not join:
             print(f"more workers join with: trials worker {h.job_id} --storage {redact(h.storage_url)}")
     runner = job_run.run_job(h, options, emit=progress, resume=resume, lock=not join, signals=signals)
@@ -206,6 +207,15 @@ def _run_held(h: JobHandle, args: argparse.Namespace, signals: Any, *, resume: b
               f"its running trials went back to the queue")
         return protocol.EXIT_INTERRUPTED
     return _summary(h, runner, args)
+
+
+def _outputs_line(h: JobHandle) -> str:
+    """Where the trials' AIP_* folders are, or that there are none (the job has no base, as on Vertex)."""
+    base = h.job.trial_job.base_output_directory if h.job.trial_job else None
+    if base is None:
+        return ("outputs: the job has no baseOutputDirectory, so trials get no AIP_MODEL_DIR, AIP_CHECKPOINT_DIR "
+                "or AIP_TENSORBOARD_LOG_DIR (as on Vertex); --base-output-dir DIR gives them a base")
+    return f"outputs: AIP_MODEL_DIR, AIP_CHECKPOINT_DIR, AIP_TENSORBOARD_LOG_DIR under {base.rstrip('/')}/<trial id>/"
 
 
 def _progress(h: JobHandle, args: argparse.Namespace) -> Progress:

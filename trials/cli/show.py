@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import stat
 import sys
 from typing import TYPE_CHECKING
 
@@ -59,7 +61,7 @@ def _cmd_best(args: argparse.Namespace) -> int:
 
     from trials.controller.jobs import registry
     from trials.controller.jobs import view as job_view
-    from trials.protocol import format_flag, local_path
+    from trials.protocol import format_flag
 
     h = registry.open_job(args.job, root=args.root, storage=args.storage)
     get = job_view.params_of(h)
@@ -68,8 +70,7 @@ def _cmd_best(args: argparse.Namespace) -> int:
     best: list[dict[str, Any]] = [
             {"trial_id": str(t.number + 1), "metrics": dict(zip(metric_ids, t.values, strict=False)),
              "parameters": get(t), "flags": [format_flag(k, v) for k, v in get(t).items()],
-             "model_dir": local_path(meta["base_output"].rstrip("/") + f"/{t.number + 1}/model/",
-                                     meta["gcs_root"])}
+             "model_dir": _model_dir(meta, t)}
             for t in job_view.best_trials(h)]
     if args.format == "json":  # exact numbers; one trial, or the Pareto front of several metrics
         print(json.dumps({"job_id": h.job_id, "metric_ids": list(metric_ids), "best": best}, indent=2))
@@ -80,8 +81,27 @@ def _cmd_best(args: argparse.Namespace) -> int:
     for b in best:
         print(f"trial {b['trial_id']}: " + ", ".join(f"{m}={v:.6g}" for m, v in b["metrics"].items()))
         print("  flags: " + " ".join(b["flags"]))
-        print(f"  model: {b['model_dir']}")
+        print(f"  model: {b['model_dir'] or 'no AIP_MODEL_DIR (the job has no baseOutputDirectory)'}")
     return 0
+
+
+def _model_dir(meta: dict[str, Any], t: Any) -> str | None:
+    """Where a trial's model is: ``<base>/<trial>/model/`` (local), or without a base output directory
+    the trials runtime's own ``<trial folder>/model/`` when it is a real folder; else None."""
+    from trials.protocol import local_path
+
+    if meta.get("base_output"):
+        return local_path(meta["base_output"].rstrip("/") + f"/{t.number + 1}/model/", meta["gcs_root"])
+    trial_dir = t.user_attrs.get("trial_dir") or (os.path.join(meta["job_dir"], str(t.number + 1))
+                                                  if meta.get("job_dir") else None)
+    if isinstance(trial_dir, str):
+        path = os.path.join(trial_dir, "model")
+        try:
+            if stat.S_ISDIR(os.lstat(path).st_mode):
+                return path + "/"
+        except OSError:
+            pass
+    return None
 
 
 def _cmd_report(args: argparse.Namespace) -> int:

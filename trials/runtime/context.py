@@ -293,6 +293,9 @@ class TrialContext:
             self._store = CheckpointStore(self.checkpoint_dir, keep=self.options.keep_checkpoints,
                                           fmt=self.options.checkpoint_format,
                                           warn=self._warn)
+            if not self.env.is_local and not self.env.environ.get(protocol.ENV_CHECKPOINT_DIR):
+                self._warn(f"AIP_CHECKPOINT_DIR is not set (the job has no baseOutputDirectory): checkpoints go "
+                           f"to {self.checkpoint_dir}, which a restarted replica on Vertex does not find")
         return self._store
 
     def checkpoint(self, state: Any, step: int | None = None) -> str | None:

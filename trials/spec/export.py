@@ -149,9 +149,18 @@ def with_base_output(job: JobSpec, base_output_dir: str) -> JobSpec:
     """The job with ``baseOutputDirectory`` = ``base_output_dir``."""
     if not base_output_dir:
         raise ConfigError("expected a gs:// URI for --base-output-dir, got an empty string")
-    trial_job = job.trial_job or TrialJobSpec(worker_pools=(WorkerPoolSpec(
-        container=ContainerSpec(image_uri=LOCAL_IMAGE_URI)),))
+    trial_job = with_trial_job(job).trial_job
+    assert trial_job is not None
     return replace(job, trial_job=replace(trial_job, base_output_directory=base_output_dir))
+
+
+def with_trial_job(job: JobSpec) -> JobSpec:
+    """The job with a trialJobSpec: a spec run with a local command gets one pool of one replica
+    whose image is the local placeholder (what the trial's CustomJob in CLUSTER_SPEC shows)."""
+    if job.trial_job is not None:
+        return job
+    return replace(job, trial_job=TrialJobSpec(worker_pools=(WorkerPoolSpec(
+        container=ContainerSpec(image_uri=LOCAL_IMAGE_URI)),)))
 
 
 def with_image(job: JobSpec, image_uri: str) -> JobSpec:

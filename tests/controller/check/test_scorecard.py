@@ -103,3 +103,33 @@ def test_trainer_bytes_are_escaped_in_the_scorecard():
     obs = Observations(metric_ids=("accuracy",), clean=good_run(exit_code=1, error_tail=["boom\x1b[2J\x07"]))
     text = format_text(judge(obs))
     assert "\x1b" not in text and "\x07" not in text and "boom" in text
+
+
+def lines(obs):
+    return {line.check: line for line in judge(obs)}
+
+
+def test_without_a_base_reading_an_unset_aip_variable_fails_and_doing_without_it_is_info():
+    no_base = dict(metric_ids=("accuracy",), stop=good_stop(), has_base=False)
+    read = lines(Observations(clean=good_run(unset_reads=["$AIP_MODEL_DIR"]), **no_base))["AIP_* outputs"]
+    assert read.verdict is Verdict.FAIL and "$AIP_MODEL_DIR" in read.seen and "outputUriPrefix" in read.fix
+    crashed = lines(Observations(clean=good_run(soft_unset_reads=["$AIP_CHECKPOINT_DIR"], exit_code=1),
+                                 **no_base))["AIP_* outputs"]
+    assert crashed.verdict is Verdict.FAIL and "then exited with status 1" in crashed.seen
+    did_without = lines(Observations(clean=good_run(soft_unset_reads=["$AIP_MODEL_DIR"]), **no_base))
+    outputs = did_without["AIP_* outputs"]
+    assert outputs.verdict is Verdict.INFO and "did without it" in outputs.seen
+    assert did_without["model in AIP_MODEL_DIR"].verdict is Verdict.SKIP
+    assert did_without["TensorBoard logs"].verdict is Verdict.SKIP
+    none = lines(Observations(clean=good_run(), **no_base))["AIP_* outputs"]
+    assert none.verdict is Verdict.INFO and "no baseOutputDirectory" in none.seen
+    with_base = lines(Observations(metric_ids=("accuracy",), clean=good_run(), stop=good_stop()))
+    assert with_base["AIP_* outputs"].verdict is Verdict.PASS
+
+
+def test_without_a_base_starting_over_names_the_missing_base():
+    obs = Observations(metric_ids=("accuracy",), clean=good_run(), has_base=False,
+                       stop=good_stop(checkpoints_before_restart=[], restart=good_run(reports=reports([1, 2, 3, 4]))))
+    resume = lines(obs)["resume after restart"]
+    assert resume.verdict is Verdict.FAIL and "no baseOutputDirectory" in resume.seen
+    assert resume.fix.startswith("give the job a baseOutputDirectory")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 
 from jobkit import fake_job
 
@@ -63,7 +64,15 @@ def test_best_as_json_has_exact_values_flags_and_the_model_folder(tmp_path, caps
     assert data["job_id"] == "rep" and data["metric_ids"] == ["loss"]
     assert best["trial_id"] == "1" and best["metrics"] == {"loss": 0.123456789012345}
     assert best["parameters"]["lr"] == lr and f"--lr={lr!r}" in best["flags"]
-    assert best["model_dir"].endswith("/1/model/")
+    assert best["model_dir"] is None  # no base output directory, and no model/ in the trial's folder
+    model = tmp_path / "jobs" / "rep" / "1" / "model"
+    model.mkdir(parents=True)  # the trials runtime's own folder without AIP_MODEL_DIR
+    code, out = _run(capsys, "best", "rep", "--root", str(tmp_path / "jobs"), "--format", "json")
+    assert json.loads(out)["best"][0]["model_dir"] == str(model) + "/"
+    model.rmdir()
+    os.symlink("/etc", model)  # a link a trainer planted is not shown as its model
+    code, out = _run(capsys, "best", "rep", "--root", str(tmp_path / "jobs"), "--format", "json")
+    assert json.loads(out)["best"][0]["model_dir"] is None
 
 
 def test_best_as_json_of_a_job_with_no_result_exits_1(tmp_path, capsys):

@@ -42,7 +42,7 @@ def _vertex_job(text: str, fmt: str):
 
 def _create(tmp_path, job, **kw):
     return registry.create_job(job, root=str(tmp_path), job_id="exp", spec_path=None, storage=kw.get("storage"),
-                                 base_output_dir=None, project_number=None,
+                                 base_output_dir=kw.get("base"), project_number=None,
                                  local_command=kw.get("command"), seed=0)
 
 
@@ -51,13 +51,14 @@ def test_a_job_exports_its_stored_spec_with_its_trial_count(tmp_path, capsys, fm
     h = _create(tmp_path, load_spec(ARGPARSE_CONFIG),
                 command=["python", "train.py", "--job-dir", "gs://b/run"])
     job_admin.extend(h, 15)  # the job now has more trials than its spec file says
-    # the job ran with the local default base (its folder): Vertex needs a gs:// one
-    assert main(["export", "exp", "--root", str(tmp_path), "--format", fmt, "--image-uri", IMAGE]) == 2
-    assert "--base-output-dir gs://" in capsys.readouterr().err
+    assert main(["export", "exp", "--root", str(tmp_path), "--format", fmt, "--image-uri", IMAGE]) == 0
+    message, body = _vertex_job(capsys.readouterr().out, fmt)  # the spec's own gs:// base, as given
+    assert message.trial_job_spec.base_output_directory.output_uri_prefix == "gs://my-bucket/argparse-hypertune"
     assert main(["export", "exp", "--root", str(tmp_path), "--format", fmt, "--image-uri", IMAGE,
                  "--base-output-dir", "gs://b/out/"]) == 0
     out = capsys.readouterr().out
     message, body = _vertex_job(out, fmt)
+    assert message.trial_job_spec.base_output_directory.output_uri_prefix == "gs://b/out/"
     assert message.max_trial_count == 15
     assert message.display_name == "argparse-hypertune"
     pool = message.trial_job_spec.worker_pool_specs[0]
@@ -68,6 +69,18 @@ def test_a_job_exports_its_stored_spec_with_its_trial_count(tmp_path, capsys, fm
     # the command after -- is what the trial ran: it replaces the ENTRYPOINT, arguments included
     assert list(pool.container_spec.command) == ["python", "train.py", "--job-dir", "gs://b/run"]
     assert "trialsLocal" not in body
+
+
+def test_a_job_run_with_a_local_base_asks_for_a_gs_one_and_one_without_a_base_exports_none(tmp_path, capsys):
+    _create(tmp_path, loads_spec(SEARCH_SPACE, source="space.yaml"), command=["python", "train.py"],
+            base=str(tmp_path / "out"))
+    assert main(["export", "exp", "--root", str(tmp_path), "--image-uri", IMAGE]) == 2  # a local folder
+    assert "--base-output-dir gs://" in capsys.readouterr().err
+    none = tmp_path / "none"
+    registry.create_job(loads_spec(SEARCH_SPACE, source="space.yaml"), root=str(none), job_id="exp", spec_path=None,
+                        storage=None, base_output_dir=None, project_number=None, local_command=["python", "t.py"])
+    assert main(["export", "exp", "--root", str(none), "--image-uri", IMAGE, "--format", "rest-json"]) == 0
+    assert "baseOutputDirectory" not in json.loads(capsys.readouterr().out)["trialJobSpec"]
 
 
 def test_a_job_from_a_search_space_needs_an_image_and_then_gets_one_pool(tmp_path, capsys):

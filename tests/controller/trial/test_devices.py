@@ -155,7 +155,7 @@ def gpu_spec(tmp_path, *, accelerators, parallel, points=4):
         "studySpec:\n  metrics: [{metricId: score, goal: MAXIMIZE}]\n"
         f"  parameters: [{{parameterId: x, discreteValueSpec: {{values: [{values}]}}}}]\n"
         f"  algorithm: GRID_SEARCH\nmaxTrialCount: {points}\nparallelTrialCount: {parallel}\n"
-        "trialJobSpec:\n  workerPoolSpecs:\n"
+        "trialJobSpec:\n  baseOutputDirectory: {outputUriPrefix: gs://b/out}\n  workerPoolSpecs:\n"
         f"  - {{machineSpec: {{machineType: n1-standard-4, acceleratorType: NVIDIA_TESLA_T4, "
         f"acceleratorCount: {accelerators}}}, replicaCount: 1, containerSpec: "
         f"{{imageUri: local, command: [python, {json.dumps(TRAINER)}], args: {args}}}}}\n")

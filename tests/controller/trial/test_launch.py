@@ -53,7 +53,7 @@ def _job(pools, study=STUDY, base="/out"):
 
 
 def _build(job, local=None, n=1):
-    paths = launch.trial_paths("/jobs/j", "/out", "3")
+    paths = launch.trial_paths("/jobs/j", job.trial_job.base_output_directory, "3")
     return launch.build_replicas(job=job, job_id="j", trial_id="3",
                                  params={"lr": 0.01, "units": 32.0, "optimizer": "adam"},
                                  paths=paths, project_number="123", local_command=local,

@@ -192,6 +192,7 @@ class _Probes:
             if len(names) > 1 else None
         obs = scorecard.Observations(metric_ids=self.job.study.metric_ids, clean=clean, secondary=secondary,
                                      secondary_name=names[1] if len(names) > 1 else "", sandboxed=sandboxed,
+                                     has_base=_has_base(self.job),
                                      notes=notes)
         # 2. SIGTERM in the middle, then a restart in the same folders
         steps = [r.step for r in clean.reports if r.tag == self.metric_id]
@@ -214,7 +215,9 @@ class _Probes:
         root = os.path.join(self.folder, name)
         h = registry.create_job(
             _one_trial(self.job), root=root, job_id=CHECK_JOB_ID, spec_path=None, storage=None,
-            base_output_dir=os.path.join(root, "outputs"), project_number=self.options.project_number,
+            # the probes' own base when the job has one (AIP_* set, as on Vertex), else none (no AIP_*)
+            base_output_dir=os.path.join(root, "outputs") if _has_base(self.job) else None,
+            project_number=self.options.project_number,
             local_command=self.options.local_command, cwd=os.path.abspath(self.options.cwd),
             gcs_root=os.path.join(self.folder, "gcs"), pass_env=self.options.pass_env)
         h.store.fix_params(0, self.params, self.job.study)
@@ -273,6 +276,10 @@ def _check_command(job: JobSpec, local_command: Sequence[str] | None) -> None:
     trial_job = with_base_output(job, ".").trial_job  # with a local base, as the probes run it
     for _i, _j, pool in trial_job.replicas() if trial_job is not None else ():
         launch.base_command(pool, local_command)
+
+
+def _has_base(job: JobSpec) -> bool:
+    return job.trial_job is not None and job.trial_job.base_output_directory is not None
 
 
 def _one_trial(job: JobSpec) -> JobSpec:

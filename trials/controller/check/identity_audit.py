@@ -1,5 +1,6 @@
-"""A ``sitecustomize`` that `trials check` puts on a trainer's PYTHONPATH to see it reach for the
-host's cloud identity: a project taken from the environment or gcloud's configuration, the metadata
+"""A ``sitecustomize`` that `trials check` puts on a trainer's PYTHONPATH to see it read an AIP_*
+output variable that is not set (the job has no base output directory) or reach for the host's cloud
+identity: a project taken from the environment or gcloud's configuration, the metadata
 server. Reads made by Google's libraries while they probe (``google.auth.default`` always looks at
 ``GOOGLE_CLOUD_PROJECT``) do not count, except when a client was built without a project.
 """
@@ -18,8 +19,9 @@ def _install():
     log = os.environ.get("TRIALS_CHECK_AUDIT")
     if not log:
         return
-    prefixes = ("GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT", "GOOGLE_CLOUD_QUOTA_PROJECT",
-                "CLOUDSDK_CONFIG", "GOOGLE_APPLICATION_CREDENTIALS")
+    outputs = ("AIP_MODEL_DIR", "AIP_CHECKPOINT_DIR", "AIP_TENSORBOARD_LOG_DIR")
+    prefixes = outputs + ("GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT",
+                          "GOOGLE_CLOUD_QUOTA_PROJECT", "CLOUDSDK_CONFIG", "GOOGLE_APPLICATION_CREDENTIALS")
     seen = set()
     here = os.path.dirname(os.path.abspath(__file__))
     library_roots = tuple({os.path.dirname(os.__file__)} | {p for p in sys.path if "-packages" in p})
@@ -52,11 +54,22 @@ def _install():
             frame = frame.f_back
         return implicit, bool(direct)
 
-    def watch(key):
+    def is_set(key):
+        try:
+            base.__getitem__(os.environ, key)  # os._Environ's own lookup: no audited call again
+        except KeyError:
+            return False
+        return True
+
+    def watch(key, soft=False):
         if not isinstance(key, str) or not key.startswith(prefixes):
             return
         implicit, direct = from_user_code()
-        if implicit:
+        if key in outputs:  # set only with a base output directory: a read of an unset one is noted,
+            # "soft" when the trainer can do without it (.get, getenv, `in`), else it raises KeyError
+            if direct and not is_set(key):
+                note(("unset-soft $" if soft else "unset $") + key)
+        elif implicit:
             note("an implicit project (a Google Cloud client built without project=)")
         elif direct and key != "GOOGLE_APPLICATION_CREDENTIALS":
             note("$" + key)
@@ -65,11 +78,13 @@ def _install():
 
     class Audited(base):
         def __getitem__(self, key):
-            watch(key)
+            caller = sys._getframe(1).f_code
+            watch(key, soft=caller.co_name == "get" and ("collections_abc" in caller.co_filename
+                                                         or caller.co_filename.endswith(("os.py", "<frozen os>"))))
             return base.__getitem__(self, key)
 
         def __contains__(self, key):
-            watch(key)
+            watch(key, soft=True)
             return base.__contains__(self, key)
 
     try:

@@ -20,7 +20,6 @@ from trials.controller.check.seen import Snapshot, changed, read_reports, snapsh
 from trials.controller.loop.launcher import write_through
 from trials.controller.loop.running import ExitAction, ExitDecision, RunningTrial
 from trials.controller.loop.trial_policy import PassAction
-from trials.controller.trial import launch
 from trials.errors import ConfigError
 
 HOLD_EXTRA_S = 5.0  # the other replicas may run the primary's run time again, and this, after it exits
@@ -123,10 +122,9 @@ class ProbeBackend:
         env[AUDIT_ENV] = os.path.join(request.trial_dir, f"{request.name}.audit")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (audit_dir, env.get("PYTHONPATH", "")) if p)
         if request.name != self.primary and protocol.ENV_MODEL_DIR in env:
-            own = launch.trial_paths(request.trial_dir, os.path.join(self.outputs_root, "outputs-" + request.name),
-                                     env.get(protocol.ENV_TRIAL_ID, "1"))
-            env.update({protocol.ENV_MODEL_DIR: own.model_dir, protocol.ENV_CHECKPOINT_DIR: own.checkpoint_dir,
-                        protocol.ENV_TENSORBOARD_LOG_DIR: own.tensorboard_dir})
+            own = os.path.join(self.outputs_root, "outputs-" + request.name, env.get(protocol.ENV_TRIAL_ID, "1"))
+            env.update({protocol.ENV_MODEL_DIR: own + "/model/", protocol.ENV_CHECKPOINT_DIR: own + "/checkpoints/",
+                        protocol.ENV_TENSORBOARD_LOG_DIR: own + "/logs/"})
         return env
 
     def attempt(self, name: str, number: int) -> Attempt | None:

@@ -50,6 +50,8 @@ class RunSeen:
     written: dict[str, list[str]] = field(default_factory=dict)  # "model"/"checkpoints"/"logs" -> files
     outside_writes: list[str] = field(default_factory=list)  # relative to the working folder
     identity_reads: list[str] = field(default_factory=list)
+    unset_reads: list[str] = field(default_factory=list)  # AIP_* output variables read while unset
+    soft_unset_reads: list[str] = field(default_factory=list)  # the same through .get / getenv / `in`
 
 
 @dataclass(slots=True, kw_only=True)
@@ -73,6 +75,7 @@ class Observations:
     secondary: RunSeen | None = None  # a non-primary replica, when the spec has several
     secondary_name: str = ""
     sandboxed: bool = False  # writes outside the working folder could be seen (overlay)
+    has_base: bool = True  # the job has a base output directory: AIP_* are set
     notes: list[str] = field(default_factory=list)
 
 
@@ -92,6 +95,10 @@ class Line:
 RULE_METRIC = "Vertex reads the tuning metric from hypertune's report with the spec's metric id as its tag"
 RULE_STEP = "measurements are per global_step; early stopping and BEST_MEASUREMENT compare steps"
 RULE_DIRS = "Vertex keeps only what is written under AIP_MODEL_DIR, AIP_CHECKPOINT_DIR, AIP_TENSORBOARD_LOG_DIR"
+RULE_BASE = ("Vertex sets AIP_MODEL_DIR, AIP_CHECKPOINT_DIR and AIP_TENSORBOARD_LOG_DIR only when the job has a "
+             "baseOutputDirectory")
+FIX_BASE = ("give the job a base (trialJobSpec.baseOutputDirectory.outputUriPrefix: gs://BUCKET/PATH; "
+            "base_output_dir in a short spec), or do without the variable when it is unset")
 RULE_RESTART = "Vertex restarts a replica after a host maintenance or a transient error; it must resume"
 RULE_SIGTERM = "a replica gets SIGTERM before it is stopped (maintenance, timeout, cancel, early stop)"
 RULE_LOGS = "Cloud Logging reads one JSON object per line (severity, message) as a structured entry"
@@ -160,7 +167,35 @@ def _every_epoch(o: Observations) -> Line:
     return Line(check="reports per epoch", verdict=Verdict.PASS, seen=f"{n} reports")
 
 
+def _outputs(o: Observations) -> Line:
+    reads = sorted({r for run in _all_runs(o) for r in run.unset_reads})
+    if reads:
+        return Line(check="AIP_* outputs", verdict=Verdict.FAIL,
+                    seen=f"read {_list(reads)}, which is unset: the job has no baseOutputDirectory",
+                    fix=FIX_BASE, rule=RULE_BASE)
+    failed = [run for run in _all_runs(o) if run.soft_unset_reads and run.exit_code not in (0, None)]
+    if failed:
+        reads = sorted({r for run in failed for r in run.soft_unset_reads})
+        return Line(check="AIP_* outputs", verdict=Verdict.FAIL,
+                    seen=f"read {_list(reads)} (unset: the job has no baseOutputDirectory), then exited with "
+                         f"status {failed[0].exit_code}", fix=FIX_BASE, rule=RULE_BASE)
+    soft = sorted({r for run in _all_runs(o) for r in run.soft_unset_reads})
+    if soft:
+        return Line(check="AIP_* outputs", verdict=Verdict.INFO,
+                    seen=f"read {_list(soft)}, unset (the job has no baseOutputDirectory), and did without it",
+                    fix="to keep a model on Vertex, give the job a base or write to /gcs/…", rule=RULE_BASE)
+    if not o.has_base:
+        return Line(check="AIP_* outputs", verdict=Verdict.INFO,
+                    seen="the job has no baseOutputDirectory: no AIP_* folders, as on Vertex; the trainer did "
+                         "not read them", fix="to keep a model on Vertex, give the job a base or write to /gcs/…",
+                    rule=RULE_BASE)
+    return Line(check="AIP_* outputs", verdict=Verdict.PASS, seen="set from the job's baseOutputDirectory")
+
+
 def _model_dir(o: Observations) -> Line:
+    if not o.has_base:
+        return Line(check="model in AIP_MODEL_DIR", verdict=Verdict.SKIP,
+                    seen="no AIP_MODEL_DIR (no baseOutputDirectory)")
     files = o.clean.written.get("model", [])
     if files:
         return Line(check="model in AIP_MODEL_DIR", verdict=Verdict.PASS, seen=f"wrote {_list(files)}")
@@ -170,6 +205,9 @@ def _model_dir(o: Observations) -> Line:
 
 
 def _tensorboard(o: Observations) -> Line:
+    if not o.has_base:
+        return Line(check="TensorBoard logs", verdict=Verdict.SKIP,
+                    seen="no AIP_TENSORBOARD_LOG_DIR (no baseOutputDirectory)")
     files = o.clean.written.get("logs", [])
     if files:
         return Line(check="TensorBoard logs", verdict=Verdict.PASS, seen=f"wrote {_list(files)}")
@@ -182,7 +220,9 @@ def _outside(o: Observations) -> Line:
     if files:
         return Line(check="writes outside AIP dirs", verdict=Verdict.FAIL,
                     seen=f"wrote {_list(files)} in its working folder (lost on Vertex)",
-                    fix="write outputs under AIP_MODEL_DIR / AIP_CHECKPOINT_DIR (or /gcs/…)", rule=RULE_DIRS)
+                    fix="write outputs under AIP_MODEL_DIR / AIP_CHECKPOINT_DIR (or /gcs/…)" if o.has_base else
+                    "write outputs to /gcs/… (or give the job a baseOutputDirectory and use AIP_MODEL_DIR)",
+                    rule=RULE_DIRS)
     return Line(check="writes outside AIP dirs", verdict=Verdict.PASS, seen="nothing written in its working folder")
 
 
@@ -232,6 +272,12 @@ def _resume(o: Observations) -> Line:
         return Line(check="resume after restart", verdict=Verdict.SKIP, seen="too few reports to compare")
     last, first = before[-1], after[0]
     if first <= min(before):
+        if not o.has_base:
+            return Line(check="resume after restart", verdict=Verdict.FAIL,
+                        seen=f"started over at step {first} after a restart at step {last} (no AIP_CHECKPOINT_DIR: "
+                             f"the job has no baseOutputDirectory)",
+                        fix="give the job a baseOutputDirectory, save a checkpoint under AIP_CHECKPOINT_DIR every "
+                            "epoch and load it at start", rule=RULE_RESTART)
         ckpt = "no checkpoint in AIP_CHECKPOINT_DIR" if not s.checkpoints_before_restart else \
             f"checkpoint {_list(s.checkpoints_before_restart, 1)} not used"
         return Line(check="resume after restart", verdict=Verdict.FAIL,
@@ -311,7 +357,7 @@ def _all_runs(o: Observations) -> list[RunSeen]:
     return runs
 
 
-CHECKS = (_runs, _metric, _global_step, _every_epoch, _model_dir, _tensorboard, _outside, _sigterm, _resume,
+CHECKS = (_runs, _metric, _global_step, _every_epoch, _outputs, _model_dir, _tensorboard, _outside, _sigterm, _resume,
           _restart_cost, _logs, _identity, _primary_only)
 
 

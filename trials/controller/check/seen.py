@@ -11,6 +11,8 @@ from trials.controller.check import scorecard
 from trials.controller.check.identity_audit import AUDIT_ENV
 from trials.hypertune_file import parse_hypertune_text
 
+UNSET = "unset "  # the audit's note of a read of an unset AIP_* variable: "unset $AIP_MODEL_DIR"
+SOFT_UNSET = "unset-soft "  # the same through .get, getenv or `in`: the trainer may do without it
 _MAX_LOG_BYTES = 4 << 20
 _MAX_WALK = 20_000
 _IGNORED_NAMES = {"__pycache__", ".git", ".hg", ".svn", ".pytest_cache", ".mypy_cache", ".ruff_cache",
@@ -33,7 +35,11 @@ def run_seen(*, name: str, env: Mapping[str, str], trial_dir: str, exit_code: in
         reports=read_reports(env.get(protocol.ENV_METRIC_FILE, "")), first_report_s=first_report_s,
         error_tail=[message(line) for line in err_lines[-3:]], n_log_lines=len(lines), n_json_lines=n_json,
         written={area: walk(env.get(var, "")) for area, var in _AREAS.items()},
-        outside_writes=outside, identity_reads=sorted(set(audit.splitlines())),
+        outside_writes=outside,
+        identity_reads=sorted({line for line in audit.splitlines() if line and not line.startswith("unset")}),
+        unset_reads=sorted({line[len(UNSET):] for line in audit.splitlines() if line.startswith(UNSET)}),
+        soft_unset_reads=sorted({line[len(SOFT_UNSET):] for line in audit.splitlines()
+                                 if line.startswith(SOFT_UNSET)}),
     )
 
 

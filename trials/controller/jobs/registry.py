@@ -60,7 +60,9 @@ def storage_url_for(job_dir: str, storage: str | None) -> str:
     return storage or "journal:" + os.path.join(job_dir, JOURNAL_FILE)
 
 
-def resolve_base_output(job: JobSpec, base_output_dir: str | None, job_dir: str) -> str:
+def resolve_base_output(job: JobSpec, base_output_dir: str | None) -> str | None:
+    """The base output directory the job's trials use: ``--base-output-dir`` (a local one on purpose),
+    else the spec's ``outputUriPrefix``, else None: as on Vertex, no AIP_* variable is set."""
     prefix = job.trial_job.base_output_directory if job.trial_job else None
     for value, source in ((base_output_dir, "--base-output-dir"), (prefix, "outputUriPrefix")):
         if value and protocol.is_gcs_uri(value):
@@ -73,7 +75,7 @@ def resolve_base_output(job: JobSpec, base_output_dir: str | None, job_dir: str)
     prefix = job.trial_job.base_output_directory if job.trial_job else None
     if prefix:
         return prefix if protocol.is_gcs_uri(prefix) else os.path.abspath(prefix)
-    return job_dir
+    return None
 
 
 # --- spec in storage ------------------------------------------------------------------------------
@@ -84,8 +86,8 @@ def spec_to_storage(job: JobSpec) -> dict[str, Any]:
 
 
 def with_base_output(job: JobSpec, base_output: str) -> JobSpec:
-    """The job with the base output directory its trials use written into its spec (Vertex sets
-    ``AIP_*`` only when the spec has one; a local default base is the job folder)."""
+    """The job with the base output directory its trials use written into its spec (a relative local
+    one made absolute, ``--base-output-dir`` in place of the spec's)."""
     from trials.spec.export import with_base_output as with_base
 
     current = job.trial_job.base_output_directory if job.trial_job else None
@@ -130,8 +132,12 @@ def create_job(job: JobSpec, *, root: str, job_id: str | None, spec_path: str | 
         raise ConfigError(f"job {job_id!r} already exists in {job_dir}; use `trials resume {job_id}` "
                           f"or choose another --job-id")
     url = storage_url_for(job_dir, storage)
-    base_output = resolve_base_output(job, base_output_dir, job_dir)
-    job = with_base_output(job, base_output)  # describe and export show the base trials use
+    from trials.spec.export import with_trial_job
+
+    job = with_trial_job(job)  # a local command's job has the one pool Vertex would run
+    base_output = resolve_base_output(job, base_output_dir)
+    if base_output is not None:
+        job = with_base_output(job, base_output)  # describe and export show the base trials use
     n = job.max_trial_count
     if job.study.algorithm is Algorithm.GRID_SEARCH:
         n = min(n, grid_size(job.study))

@@ -56,7 +56,7 @@ def run_options(h: JobHandle, *, echo: bool, grace_period_s: float | None, memor
     meta = h.store.meta()
     local = h.job.local
     return LoopOptions(
-        job_dir=h.job_dir, base_output=meta["base_output"], gcs_root=meta["gcs_root"],
+        job_dir=h.job_dir, base_output=meta.get("base_output"), gcs_root=meta["gcs_root"],
         project_number=meta["project_number"], cwd=meta["cwd"],
         local_command=tuple(meta["local_command"]) if meta.get("local_command") else None,
         grace_period_s=grace_period_s if grace_period_s is not None else (local.grace_period_s or 10.0),

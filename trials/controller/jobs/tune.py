@@ -180,7 +180,11 @@ def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec,
     backend = InProcessBackend(objective, Config, study=study, options=run_options, turns=study.stopping is not None)
     # One trial at a time (see the module's docstring), a replica that is a call: its command is the
     # backend's placeholder and the flags, ``args`` first as a container spec's would be
-    options = LoopOptions(job_dir=job_dir, base_output=job_dir, gcs_root=os.path.join(job_dir, "gcs"),
+    from trials.controller.jobs.registry import resolve_base_output
+
+    # AIP_* only when the spec has a base output directory, as for a sweep and on Vertex
+    options = LoopOptions(job_dir=job_dir, base_output=resolve_base_output(job, None),
+                          gcs_root=os.path.join(job_dir, "gcs"),
                           project_number=protocol.DEFAULT_PROJECT_NUMBER, cwd=os.getcwd(),
                           local_command=(COMMAND, *args), slots=1, poll_interval_s=0.0, seed=seed)
     results: list[dict[str, Any]] = []

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 from trials.timefmt import rfc3339
 
 
-def active_attrs(claimed: Claimed, *, job_dir: str, base_output: str, worker: str,
+def active_attrs(claimed: Claimed, *, job_dir: str, base_output: str | None, worker: str,
                  wall: float) -> dict[str, Any]:
     """A claimed trial's first attributes: ACTIVE on this worker, its folder, its start time."""
     paths = launch.trial_paths(job_dir, base_output, claimed.trial_id)

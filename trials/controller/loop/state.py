@@ -27,7 +27,7 @@ STATE_CHECK_INTERVAL_S = 1.0  # how often the loop reads the job's state written
 @dataclass(kw_only=True)
 class LoopOptions:
     job_dir: str
-    base_output: str  # local directory or gs:// URI: trials get <base>/<trial_id>/...
+    base_output: str | None  # local directory or gs:// URI: trials get <base>/<trial_id>/...; None: no AIP_*
     gcs_root: str
     project_number: str
     cwd: str

@@ -37,14 +37,20 @@ class ReplicaLaunch:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrialPaths:
     trial_dir: str  # control files: logs, args, metric files
-    base_dir: str  # <base>/<trial_id>/ as the trial sees it (local path or gs:// URI)
-    model_dir: str
-    checkpoint_dir: str
-    tensorboard_dir: str
+    # <base>/<trial_id>/ as the trial sees it (local path or gs:// URI) and its AIP_* folders; all None
+    # when the job has no baseOutputDirectory (Vertex then sets no AIP_* variable)
+    base_dir: str | None
+    model_dir: str | None
+    checkpoint_dir: str | None
+    tensorboard_dir: str | None
 
 
-def trial_paths(job_dir: str, base_output: str, trial_id: str) -> TrialPaths:
-    """``base_output`` is a local directory or a ``gs://`` URI (kept as a URI, as Vertex does)."""
+def trial_paths(job_dir: str, base_output: str | None, trial_id: str) -> TrialPaths:
+    """``base_output`` is a local directory or a ``gs://`` URI (kept as a URI, as Vertex does), or
+    None: the job has no base output directory."""
+    if base_output is None:
+        return TrialPaths(trial_dir=os.path.join(job_dir, trial_id), base_dir=None, model_dir=None,
+                          checkpoint_dir=None, tensorboard_dir=None)
     base = base_output.rstrip("/") + "/" + trial_id + "/"
     return TrialPaths(
         trial_dir=os.path.join(job_dir, trial_id),
@@ -154,9 +160,12 @@ def build_replicas(
         addresses[(i, j)] = address
     multi = len(replicas) > 1
     job_dict = dict(job_spec_rest or {})
-    has_base = trial_job.base_output_directory is not None
-    if has_base:  # the trial's own CustomJob has <base>/<trial id>/ as its base (as on Vertex)
+    outputs: dict[str, str] = {}
+    if paths.base_dir is not None:  # the trial's own CustomJob has <base>/<trial id>/ as its base (as on Vertex)
         job_dict["baseOutputDirectory"] = {"outputUriPrefix": paths.base_dir}
+        outputs = {protocol.ENV_MODEL_DIR: paths.base_dir + "model/",
+                   protocol.ENV_CHECKPOINT_DIR: paths.base_dir + "checkpoints/",
+                   protocol.ENV_TENSORBOARD_LOG_DIR: paths.base_dir + "logs/"}
     out = []
     for rank, (i, j, pool) in enumerate(replicas):
         name = protocol.replica_name(i, j)
@@ -166,9 +175,7 @@ def build_replicas(
             protocol.ENV_JOB_ID: job_id,
             protocol.ENV_PROJECT_ID: project_number,
             protocol.ENV_METRIC_FILE: metric_file,
-            **({protocol.ENV_MODEL_DIR: paths.model_dir,  # only with a base, as on Vertex
-                protocol.ENV_CHECKPOINT_DIR: paths.checkpoint_dir,
-                protocol.ENV_TENSORBOARD_LOG_DIR: paths.tensorboard_dir} if has_base else {}),
+            **outputs,  # only with a base, as on Vertex
             protocol.ENV_CLUSTER_SPEC: json.dumps({
                 "cluster": cluster,
                 "environment": "cloud",

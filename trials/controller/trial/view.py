@@ -41,11 +41,11 @@ def sample_view(job: JobSpec, *, local_command: Sequence[str] | None, pass_env: 
     """Lines describing the primary replica of a sample trial: argv, then its environment."""
     environ = os.environ if environ is None else environ
     params = {p.parameter_id: v for p, v in sample_trial(job.study)}
-    base_output = (job.trial_job.base_output_directory if job.trial_job else None) or JOB_DIR
-    if not (job.trial_job and job.trial_job.base_output_directory):  # a sweep writes this default
-        from trials.spec.export import with_base_output
+    from trials.spec.export import with_trial_job
 
-        job = with_base_output(job, base_output)
+    job = with_trial_job(job)  # a local command's job: the one pool a sweep gives it
+    assert job.trial_job is not None
+    base_output = job.trial_job.base_output_directory  # None: no AIP_* (as on Vertex)
     paths = launch.trial_paths(JOB_DIR, base_output, "1")
     base_env = launch.clean_base_env(environ, pass_env)
     n = len(job.trial_job.replicas()) if job.trial_job else 1
@@ -64,6 +64,9 @@ def sample_view(job: JobSpec, *, local_command: Sequence[str] | None, pass_env: 
               if k in primary.env]
     kept = sorted(k for k in base_env if k not in primary.env or primary.env[k] == base_env[k])
     shown = ", ".join(kept[:_SHOWN_HOST_NAMES]) + (", ..." if len(kept) > _SHOWN_HOST_NAMES else "")
+    if base_output is None:
+        lines.append("  (no AIP_MODEL_DIR, AIP_CHECKPOINT_DIR, AIP_TENSORBOARD_LOG_DIR: the job has no "
+                     "baseOutputDirectory)")
     lines.append(f"  + {len(kept)} variables of this host's environment ({shown})")
     passed = sorted(k for k in pass_env if k in environ and protocol.is_withheld_env(k))
     if passed:
