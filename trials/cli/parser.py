@@ -56,6 +56,13 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="run a spec that asks for accelerators on CPU (CUDA_VISIBLE_DEVICES='')")
     p.add_argument("--stale-after", type=float, metavar="SECONDS",
                    help="database jobs: a trial whose worker missed heartbeats this long is re-run (default 30)")
+    p.add_argument("--runtime", metavar="NAME",
+                   help="where replicas run: host (processes, the default), podman or docker (each replica a "
+                        "container of its pool's image, as on Vertex), container (podman where both exist); "
+                        "kept by the job")
+    p.add_argument("--image", action="append", default=[], metavar="URI=LOCAL",
+                   help="with a container runtime: run the local image LOCAL where the spec names URI "
+                        "(the exported job keeps URI); repeatable, kept by the job")
     _pass_env_arg(p)
 
 

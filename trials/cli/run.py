@@ -44,8 +44,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     command = args.local_command
     from trials.controller.trial.view import check_command
 
-    check_command(job, command, args.spec)  # before a job folder and id are used up
-    if not args.no_trainer_check:
+    runtime, images = _runtime(job, args, stored=None)  # a missing runtime or image: before a job folder
+    if runtime == "host":  # in an image, a pool without a command runs the image's ENTRYPOINT
+        check_command(job, command, args.spec)  # before a job folder and id are used up
+    if not args.no_trainer_check and runtime == "host":
         from trials.controller.trial import preflight
 
         argv = preflight.trainer_command(job, command or None)
@@ -60,7 +62,27 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         local_command=command or None, seed=args.seed, gcs_root=args.gcs_root, stale_after_s=args.stale_after,
         pass_env=args.pass_env, sampler=args.sampler,
     )
+    if runtime != "host":
+        h.store.set_meta(runtime=runtime, images=images)
     return _run_and_report(h, args, resume=False, plan=plan)
+
+
+def _runtime(job: JobSpec, args: argparse.Namespace, *, stored: Any) -> tuple[str, dict[str, str]]:
+    """``--runtime`` and ``--image``, else the job's own: checked (the runtime starts containers, every
+    image exists locally) before anything is written."""
+    from trials.controller.container import runtime as container_runtime
+
+    name = container_runtime.choose(args.runtime) if args.runtime else (stored if isinstance(stored, str) else "host")
+    images = container_runtime.parse_image_map(args.image)
+    if name == "host":
+        if images:
+            raise ConfigError("--image: a local image stands in for a spec's only with a container runtime "
+                              "(--runtime podman or docker)")
+        return name, images
+    from trials.controller.container.preflight import check_images
+
+    check_images(container_runtime.find(name), job, images)
+    return name, images
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
@@ -79,7 +101,13 @@ def _cmd_resume(args: argparse.Namespace) -> int:
                                    max_trial_count=args.max_trial_count)
     if args.local_command:  # a job created from an image without command can be given one now
         job_run.set_command(h, args.local_command)
-    job_run.check_runnable(h)
+    meta = h.store.meta()
+    runtime, images = _runtime(h.job, args, stored=meta.get("runtime"))
+    images = {**(meta.get("images") or {}), **images}
+    if runtime == "host":
+        job_run.check_runnable(h)
+    if (args.runtime or args.image) and (runtime, images) != (meta.get("runtime") or "host", meta.get("images") or {}):
+        h.store.set_meta(runtime=runtime, images=images)  # kept by the job from now on
     added, holder = 0, None
     if args.max_trial_count is not None or counts:
         added, holder = job_admin.change(h, max_trial_count=args.max_trial_count, counts=counts)
@@ -185,13 +213,16 @@ def _run_held(h: JobHandle, args: argparse.Namespace, signals: Any, *, resume: b
     from trials.storage_url import redact
 
     plan = plan or _device_plan(h.job, args)
+    runtime, images = None, None
+    if join and (args.runtime or args.image):  # this worker's own runtime (the job's is the default)
+        runtime, images = _runtime(h.job, args, stored=h.store.get_meta("runtime"))
     progress = _progress(h, args)
     shared = job_run.shared_job(h, stale_after_s=args.stale_after,
                                 notify=lambda line: progress(JobWarning(message=line)), signals=signals)
     options = job_run.run_options(
         h, echo=args.echo, grace_period_s=args.grace_period, memory_limit_mb=args.memory_limit,
         inject_restarts=args.inject_restarts, slots=getattr(args, "slots", None), seed=args.seed,
-        devices=plan, shared=shared, join=join, pass_env=args.pass_env,
+        devices=plan, shared=shared, join=join, pass_env=args.pass_env, runtime=runtime, images=images,
     )
     if not args.quiet and not args.json_logs:
         who = f"worker {shared.me} joined " if join and shared is not None else ""

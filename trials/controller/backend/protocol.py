@@ -49,6 +49,10 @@ class ReplicaStart:
         devices: the device ids handed to it (None: devices untouched).
         memory_limit_mb: its memory limit (an exit over it looks like the OOM killer's, 137).
         echo: copy its output lines there, prefixed with ``label``.
+        image: the pool's image (``containerSpec.imageUri`` or ``executorImageUri``), for a backend
+            that runs images; ``entrypoint``: the command that replaces its ENTRYPOINT (None: the
+            image's own); ``args``: what follows it (the pool's args, then the tuning flags).
+        package_uris: a python package pool's ``packageUris``, installed before it runs.
     """
 
     argv: tuple[str, ...]
@@ -63,6 +67,10 @@ class ReplicaStart:
     devices: tuple[str, ...] | None = None
     memory_limit_mb: int | None = None
     echo: TextIO | None = None
+    image: str | None = None
+    entrypoint: tuple[str, ...] | None = None
+    args: tuple[str, ...] = ()
+    package_uris: tuple[str, ...] = ()
 
 
 class ReplicaHandle(Protocol):

@@ -6,9 +6,10 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from trials.controller.backend.protocol import ReplicaBackend
 from trials.controller.jobs.lock import ControllerLock, reap_job_leftovers, repair_journal
 from trials.controller.loop import events
 from trials.controller.loop.runner import JobRunner
@@ -52,10 +53,15 @@ def check_runnable(h: JobHandle) -> None:
 def run_options(h: JobHandle, *, echo: bool, grace_period_s: float | None, memory_limit_mb: int | None,
                 inject_restarts: float | None, slots: int | None, seed: int | None,
                 devices: Any = None, shared: Any = None, join: bool = False,
-                pass_env: Sequence[str] = ()) -> LoopOptions:
+                pass_env: Sequence[str] = (), runtime: str | None = None,
+                images: Mapping[str, str] | None = None) -> LoopOptions:
+    """The loop's options from the job's stored settings and this run's (``runtime``, ``images``:
+    this run's choice, else the job's)."""
     meta = h.store.meta()
     local = h.job.local
     return LoopOptions(
+        runtime=runtime or meta.get("runtime") or "host",
+        images={**(meta.get("images") or {}), **(images or {})},
         job_dir=h.job_dir, base_output=meta.get("base_output"), gcs_root=meta["gcs_root"],
         project_number=meta["project_number"], cwd=meta["cwd"],
         local_command=tuple(meta["local_command"]) if meta.get("local_command") else None,
@@ -125,8 +131,16 @@ def run_job(h: JobHandle, options: LoopOptions, *, emit: events.Emit = events.ig
             locker.release()
 
     try:
-        backend = HostBackend(launch_dir=options.cwd, job_dir=options.job_dir, gcs_root=options.gcs_root,
-                              pass_env=options.pass_env)
+        backend: ReplicaBackend
+        if options.runtime == "host":
+            backend = HostBackend(launch_dir=options.cwd, job_dir=options.job_dir, gcs_root=options.gcs_root,
+                                  pass_env=options.pass_env)
+        else:
+            from trials.controller.container import runtime as container_runtime
+            from trials.controller.container.backend import ContainerBackend
+
+            backend = ContainerBackend(runtime=container_runtime.find(options.runtime), job_dir=options.job_dir,
+                                       gcs_root=options.gcs_root, images=options.images, pass_env=options.pass_env)
         runner = JobRunner(h.store, h.job, options, backend=backend, emit=emit, signals=signals)
         if resume and options.shared is None:  # shared jobs take over stale trials instead
             reap_job_leftovers(h)

@@ -75,14 +75,16 @@ class TrialLauncher:
         for d in (paths.model_dir, paths.checkpoint_dir, paths.tensorboard_dir):
             if d is not None:  # no base output directory: the trainer saves where it chooses
                 os.makedirs(protocol.local_path(d, self.opt.gcs_root), exist_ok=True)
+        in_image = self.opt.runtime != "host"
         n_replicas = len(self.job.trial_job.replicas()) if self.job.trial_job else 1
         ports = [free_port() for _ in range(n_replicas)] if n_replicas > 1 else [protocol.REPLICA_PORT]
         launches = launch.build_replicas(
             job=self.job, job_id=self.job_id, trial_id=claimed.trial_id,
             params=claimed.params, paths=paths, project_number=self.opt.project_number,
             local_command=self.opt.local_command,
-            base_env=launch.clean_base_env(self.environ, self.opt.pass_env),
-            ports=ports, gcs_root=self.opt.gcs_root, job_spec_rest=self.trial_job_rest,
+            # in an image: nothing of the host's environment (the image's own PATH, HOME...)
+            base_env={} if in_image else launch.clean_base_env(self.environ, self.opt.pass_env),
+            ports=ports, gcs_root=self.opt.gcs_root, job_spec_rest=self.trial_job_rest, in_image=in_image,
         )
         run = RunningTrial(claimed=claimed, paths=paths, launches=launches,
                        reader=self._reader(paths, launches[0].metric_file),
@@ -125,7 +127,8 @@ class TrialLauncher:
             stdout_path=os.path.join(run.paths.trial_dir, protocol.stdout_log(lau.name)),
             stderr_path=os.path.join(run.paths.trial_dir, protocol.stderr_log(lau.name)),
             outputs=write_through(env, self.opt.gcs_root), devices=group, echo=echo,
-            memory_limit_mb=self.opt.memory_limit_mb,
+            memory_limit_mb=self.opt.memory_limit_mb, image=lau.image, entrypoint=lau.command, args=lau.args,
+            package_uris=lau.package_uris,
         )
         for retry in range(MAX_INTERNAL_RETRIES + 1):
             try:

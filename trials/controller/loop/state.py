@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
 from trials.controller.loop import events
@@ -41,6 +41,8 @@ class LoopOptions:
     seed: int | None = None
     shared: SharedJob | None = None  # one of several workers on a database job
     join: bool = False  # a `trials worker`: Ctrl-C / SIGTERM leaves the job instead of cancelling it
+    runtime: str = "host"  # host processes, or a container runtime (podman, docker): replicas run in their images
+    images: dict[str, str] = field(default_factory=dict)  # --image URI=LOCAL: a local image for a spec's URI
     devices: DevicePlan | None = None  # GPUs handed to replicas (None: CUDA_VISIBLE_DEVICES untouched)
     pass_env: tuple[str, ...] = ()  # withheld host variables passed to replicas anyway (--pass-env)
 

@@ -59,21 +59,8 @@ class HostBackend:
     def open(self, say: Callable[[str], None]) -> None:
         if not self.view.on:
             say(self.view.describe())
-        if not self.gcs_endpoint:
-            return
-        host_env = os.environ if self.environ is None else self.environ
-        own = host_env.get(protocol.ENV_STORAGE_EMULATOR_HOST)
-        if own and protocol.ENV_STORAGE_EMULATOR_HOST in self.pass_env:
-            return  # the user's own endpoint, passed on purpose: replicas keep it, no endpoint of ours
-        gcs, why = gcs_emulator.start(self.gcs_root, self.environ)
-        if gcs is not None and own:
-            say(f"{protocol.ENV_STORAGE_EMULATOR_HOST}={printable(own)} of this shell is not given to trials: "
-                f"they get the job's endpoint {gcs.host}, serving {self.gcs_root} as /gcs does; keep yours "
-                f"with --pass-env {protocol.ENV_STORAGE_EMULATOR_HOST}")
-        if gcs is None and gcs_emulator.available() and not gcs_emulator.disabled(self.environ):
-            say(f"no local Cloud Storage endpoint: {why}")
-        self._gcs = gcs
-        self._extra_env = {protocol.ENV_STORAGE_EMULATOR_HOST: gcs.host} if gcs is not None else {}
+        if self.gcs_endpoint:
+            self._gcs, self._extra_env = start_endpoint(self.gcs_root, self.environ, self.pass_env, say)
 
     def start(self, request: ReplicaStart) -> Replica:
         replica = sandboxing.start_sandboxed(
@@ -92,3 +79,21 @@ class HostBackend:
         if self._gcs is not None:
             self._gcs.stop()
             self._gcs = None
+
+
+def start_endpoint(gcs_root: str, environ: Mapping[str, str] | None, pass_env: Sequence[str],
+                   say: Callable[[str], None]) -> tuple[gcs_emulator.Emulator | None, dict[str, str]]:
+    """The job's local Cloud Storage endpoint (when the gcs extra is installed) and what replicas get
+    to reach it; the user's own ``STORAGE_EMULATOR_HOST`` passed with ``--pass-env`` wins (no endpoint)."""
+    host_env = os.environ if environ is None else environ
+    own = host_env.get(protocol.ENV_STORAGE_EMULATOR_HOST)
+    if own and protocol.ENV_STORAGE_EMULATOR_HOST in pass_env:
+        return None, {}  # the user's own endpoint, passed on purpose: replicas keep it, no endpoint of ours
+    gcs, why = gcs_emulator.start(gcs_root, environ)
+    if gcs is not None and own:
+        say(f"{protocol.ENV_STORAGE_EMULATOR_HOST}={printable(own)} of this shell is not given to trials: "
+            f"they get the job's endpoint {gcs.host}, serving {gcs_root} as /gcs does; keep yours "
+            f"with --pass-env {protocol.ENV_STORAGE_EMULATOR_HOST}")
+    if gcs is None and gcs_emulator.available() and not gcs_emulator.disabled(environ):
+        say(f"no local Cloud Storage endpoint: {why}")
+    return gcs, ({protocol.ENV_STORAGE_EMULATOR_HOST: gcs.host} if gcs is not None else {})

@@ -32,6 +32,12 @@ class ReplicaLaunch:
     env: Mapping[str, str]
     metric_file: str
     is_primary: bool
+    # what a container runtime runs: the pool's image, the command that replaces its ENTRYPOINT (None:
+    # the image's own) and what follows it (the pool's args, then the tuning flags), unresolved
+    image: str | None = None
+    command: tuple[str, ...] | None = None
+    args: tuple[str, ...] = ()
+    package_uris: tuple[str, ...] = ()  # a python package pool's, installed before it runs
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,6 +96,19 @@ def expand_env(entries: Sequence[EnvVar], service: Mapping[str, str]) -> dict[st
     return resolved
 
 
+def image_command(pool: WorkerPoolSpec,
+                  local_command: Sequence[str] | None) -> tuple[str | None, tuple[str, ...] | None]:
+    """The image a pool runs in and the command replacing its ENTRYPOINT (None: the image's own), as a
+    container runtime runs them: the command after ``--`` stands in for the spec's; a python package
+    runs ``python3 -m MODULE`` in its executor image (the packages installed first, see the backend)."""
+    command = tuple(local_command) if local_command else None
+    if pool.container is not None:
+        return pool.container.image_uri, command or (tuple(pool.container.command) or None)
+    if pool.python_package is not None:
+        return pool.python_package.executor_image_uri, command or ("python3", "-m", pool.python_package.python_module)
+    return None, command
+
+
 def base_command(pool: WorkerPoolSpec, local_command: Sequence[str] | None) -> list[str]:
     """The command a replica runs before its args: local override, container command, or python -m."""
     if local_command:
@@ -145,8 +164,12 @@ def build_replicas(
     gcs_root: str,
     attempt: int = 0,
     job_spec_rest: Mapping[str, object] | None = None,
+    in_image: bool = False,
 ) -> list[ReplicaLaunch]:
-    """Argv and env for every replica of a trial (``ports``: one free port per replica)."""
+    """Argv and env for every replica of a trial (``ports``: one free port per replica).
+
+    ``in_image``: the replicas run in their pools' images (a container runtime): a pool without a
+    command runs the image's ENTRYPOINT, so no host command is built for it (``argv`` is empty)."""
     trial_job = job.trial_job or TrialJobSpec(worker_pools=(WorkerPoolSpec(),))
     replicas = trial_job.replicas()
     if len(ports) < len(replicas):
@@ -207,9 +230,11 @@ def build_replicas(
         env = dict(base_env)
         env.update(service)
         env.update(expand_env(pool.env, {**base_env, **service}))
-        argv = [*base_command(pool, local_command), *pool.args, *flags]
+        image, command = image_command(pool, local_command)
+        argv = [] if in_image else [*base_command(pool, local_command), *pool.args, *flags]
         out.append(ReplicaLaunch(
             name=name, pool=i, index=j, argv=tuple(argv), env=env, metric_file=metric_file,
-            is_primary=(rank == 0),
+            is_primary=(rank == 0), image=image, command=command, args=(*pool.args, *flags),
+            package_uris=pool.python_package.package_uris if pool.python_package and not local_command else (),
         ))
     return out

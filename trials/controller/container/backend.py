@@ -1,0 +1,266 @@
+"""The container backend: each replica a container of its pool's image, as Vertex runs it.
+
+``containerSpec.imageUri`` runs as the image: ``command`` replaces its ENTRYPOINT, ``args`` and then
+the tuning flags replace its CMD; the image's WORKDIR, file system and Python; its environment is the
+spec's ``env`` and the Vertex variables, nothing of the host's. ``/gcs`` is the job's bucket folder
+and the trial's folder (its metric file, logs) is mounted at the same path as on the host, so the
+controller reads the metric file with every rule of the metric reader. Each container is labelled
+with the job, trial, replica, attempt and its controller; a container a killed controller left is
+found by label and removed by the next one.
+
+Replicas share the host's network (``--network host``), as host processes do: a trial's replicas
+reach each other at ``127.0.0.1:<port>`` (CLUSTER_SPEC names those addresses).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from trials import protocol
+from trials.controller.backend.protocol import BackendError, ReplicaStart
+from trials.controller.container import runtime as rt
+from trials.controller.gcs import emulator as gcs_emulator
+from trials.controller.process.groups import process_start_time
+from trials.controller.process.host import start_endpoint
+from trials.controller.process.replica import Replica
+from trials.controller.process.spawn import start_replica
+from trials.errors import ConfigError
+
+GCS_MOUNT = "/gcs"
+PACKAGES_MOUNT = "/trials-packages"
+_KILL_EVERY_S = 1.0  # SIGKILL is sent again at most this often while a container has not exited
+
+# A pythonPackageSpec replica, as Vertex's prebuilt containers run it: install the packages, then
+# `python -m MODULE ARGS`. argv: N, the N package paths, the module, its arguments.
+_PACKAGE_RUNNER = (
+    "import runpy, subprocess, sys\n"
+    "n = int(sys.argv[1]); packages = sys.argv[2:2 + n]; module = sys.argv[2 + n]\n"
+    "subprocess.check_call([sys.executable, '-m', 'pip', 'install', '--quiet', '--no-input',"
+    " '--disable-pip-version-check', *packages], stdout=sys.stderr)\n"
+    "sys.argv = [module, *sys.argv[3 + n:]]\n"
+    "runpy.run_module(module, run_name='__main__', alter_sys=True)\n"
+)
+
+
+class ContainerReplica:
+    """One replica attempt running as a container (the runtime's ``run`` client is its child process)."""
+
+    def __init__(self, client: Replica, *, runtime: rt.Runtime, container: str):
+        self.client = client
+        self.runtime = runtime
+        self.container = container
+        self.name = client.name
+        self.oom_killed = False
+        self.stop_requested_at: float | None = None
+        self.leftovers: list[str] = []
+        self.upper_dir: str | None = None
+        self.exited_mono: float | None = None
+        self._status: int | None = None
+        self._last_kill: float | None = None
+
+    def poll(self) -> int | None:
+        if self._status is not None:
+            return self._status
+        status = self.client.poll()
+        if status is None:
+            return None
+        self.exited_mono = self.client.exited_mono
+        # the client exits as the container did (128 + a signal too); the runtime's OOM flag, then it goes
+        self.oom_killed = self._oom_killed()
+        self.runtime.call("rm", "--force", self.container)
+        self._status = status
+        return status
+
+    def _oom_killed(self) -> bool:
+        out = self.runtime.call("inspect", "--format", "{{.State.OOMKilled}}", self.container)
+        return out.returncode == 0 and out.stdout.strip().lower() == b"true"
+
+    def send_signal_group(self, sig: int) -> None:
+        """Signal the container's main process (the runtime forwards it); a gone container is fine."""
+        if self.poll() is None:
+            self.runtime.call("kill", "--signal", str(int(sig)), self.container, timeout=30)
+
+    def begin_stop(self, now: float) -> float:
+        if self.stop_requested_at is not None:
+            return self.stop_requested_at
+        self.stop_requested_at = now
+        self.send_signal_group(signal.SIGTERM)
+        return now
+
+    def advance_stop(self, now: float, grace_s: float) -> bool:
+        started = self.begin_stop(now)
+        if self.poll() is not None:
+            return True
+        if now - started >= grace_s and (self._last_kill is None or now - self._last_kill >= _KILL_EVERY_S):
+            self._last_kill = now
+            self.send_signal_group(signal.SIGKILL)
+        return False
+
+    def record(self) -> dict[str, Any] | None:
+        return {"name": self.name, "container": self.container, "runtime": self.runtime.name,
+                "pid": self.client.pid, "pgid": self.client.pgid, "start_time": self.client.start_time}
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class ContainerBackend:
+    """Replicas as containers of one job, under ``podman`` or ``docker``.
+
+    Args:
+        runtime: the runtime (see :func:`runtime.find`).
+        job_dir: the job's folder (its hash names the containers; labels name it).
+        gcs_root: the job's buckets, mounted at ``/gcs``.
+        images: local images that stand in for the spec's registry URIs (``--image URI=LOCAL``).
+        pass_env: host variables passed into the containers on purpose (``--pass-env``).
+        gcs_endpoint: start the local Cloud Storage endpoint (reached over the host network).
+        environ: the host environment (the runtime's own client runs in it).
+    """
+
+    def __init__(self, *, runtime: rt.Runtime, job_dir: str, gcs_root: str, images: Mapping[str, str] | None = None,
+                 pass_env: Sequence[str] = (), gcs_endpoint: bool = True, environ: Mapping[str, str] | None = None):
+        self.runtime = runtime
+        self.job_dir = os.path.abspath(job_dir)
+        self.gcs_root = os.path.abspath(gcs_root)
+        self.images = dict(images or {})
+        self.pass_env = tuple(pass_env)
+        self.gcs_endpoint = gcs_endpoint
+        self.environ = dict(os.environ if environ is None else environ)
+        self.me = f"{socket.gethostname()}:{os.getpid()}:{process_start_time(os.getpid()) or 0}"
+        self._gcs: gcs_emulator.Emulator | None = None
+        self._extra_env: dict[str, str] = {}
+
+    def open(self, say: Callable[[str], None]) -> None:
+        removed = remove_left_containers(self.runtime, self.job_dir, keep=self.me)
+        if removed:
+            say(f"removed {len(removed)} container(s) an earlier controller of this job left: {', '.join(removed[:3])}")
+        os.makedirs(self.gcs_root, exist_ok=True)
+        if self.gcs_endpoint:
+            self._gcs, self._extra_env = start_endpoint(self.gcs_root, self.environ, self.pass_env, say)
+
+    def image_of(self, image: str | None) -> str:
+        if not image:
+            raise ConfigError("a worker pool has no image to run (containerSpec.imageUri / executorImageUri)")
+        return self.images.get(image, image)
+
+    def run_args(self, request: ReplicaStart, container: str) -> list[str]:
+        """The runtime's ``run`` arguments for one replica attempt."""
+        env = {**{k: self.environ[k] for k in self.pass_env if k in self.environ}, **request.env,
+               protocol.ENV_GCS_ROOT: GCS_MOUNT, **self._extra_env}
+        trial = env.get(protocol.ENV_TRIAL_ID, "")
+        labels = {rt.LABEL: "1", rt.LABEL_JOB_DIR: self.job_dir, rt.LABEL_JOB: env.get(protocol.ENV_JOB_ID, ""),
+                  rt.LABEL_TRIAL: trial, rt.LABEL_REPLICA: request.name,
+                  rt.LABEL_ATTEMPT: env.get(protocol.ENV_ATTEMPT, "0"), rt.LABEL_CONTROLLER: self.me}
+        args = ["run", "--name", container, "--network", "host", "--stop-signal", "SIGTERM"]
+        for key, value in labels.items():
+            args += ["--label", f"{key}={value}"]
+        mounts = {self.gcs_root: GCS_MOUNT, os.path.abspath(request.trial_dir): os.path.abspath(request.trial_dir)}
+        for out in request.outputs:  # a local AIP_* base (a gs:// one is under /gcs already)
+            path = os.path.abspath(out)
+            if not (path + "/").startswith(self.gcs_root + "/"):
+                os.makedirs(path, exist_ok=True)
+                mounts[path] = path
+        entrypoint = list(request.entrypoint) if request.entrypoint else None
+        after = list(request.args)
+        if request.package_uris:
+            packages = []
+            for k, uri in enumerate(request.package_uris):
+                if protocol.is_gcs_uri(uri):
+                    packages.append(protocol.local_path(uri, GCS_MOUNT))
+                else:  # a local sdist or wheel, read-only in the container
+                    host = os.path.abspath(uri)
+                    inside = f"{PACKAGES_MOUNT}/{k}/{os.path.basename(host)}"
+                    mounts[host] = inside + ":ro"
+                    packages.append(inside)
+            module = entrypoint[-1] if entrypoint else ""
+            entrypoint = ["python3", "-c", _PACKAGE_RUNNER, str(len(packages)), *packages, module]
+        for host, inside in mounts.items():
+            args += ["--volume", f"{host}:{inside}"]
+        if request.memory_limit_mb is not None:
+            args += ["--memory", f"{request.memory_limit_mb}m", "--memory-swap", f"{request.memory_limit_mb}m"]
+        if request.devices:
+            if self.runtime.name == "podman":
+                for device in request.devices:
+                    args += ["--device", f"nvidia.com/gpu={device}"]
+            else:
+                args += ["--gpus", '"device=' + ",".join(request.devices) + '"']
+        for key, value in env.items():
+            args += ["--env", f"{key}={value}"]
+        if entrypoint:  # replaces the image's ENTRYPOINT, and with it its CMD (as on Vertex)
+            args += ["--entrypoint", entrypoint[0], self.image_of(request.image), *entrypoint[1:], *after]
+        else:
+            args += [self.image_of(request.image), *after]
+        return args
+
+    def start(self, request: ReplicaStart) -> ContainerReplica:
+        attempt = int(request.env.get(protocol.ENV_ATTEMPT, "0") or 0)
+        container = rt.container_name(self.job_dir, request.env.get(protocol.ENV_TRIAL_ID, "x"), request.name, attempt)
+        self.runtime.call("rm", "--force", container)  # one a dead controller left under this name
+        args = self.run_args(request, container)
+        try:
+            client = start_replica([*self.runtime.command, *args], env=self.environ, cwd=self.job_dir,
+                                   stdout_path=request.stdout_path, stderr_path=request.stderr_path,
+                                   name=request.label, echo=request.echo)
+        except ConfigError as err:  # the runtime's own program is gone: not the trainer's fault
+            raise BackendError(f"replica {request.name}: {self.runtime.name} could not be started: {err}") from err
+        return ContainerReplica(client, runtime=self.runtime, container=container)
+
+    def check_memory(self) -> None:
+        """The runtime enforces ``--memory`` (the kernel's OOM killer; its flag is read at exit)."""
+
+    def close(self) -> None:
+        remove_left_containers(self.runtime, self.job_dir, only=self.me)
+        if self._gcs is not None:
+            self._gcs.stop()
+            self._gcs = None
+
+
+def remove_left_containers(runtime: rt.Runtime, job_dir: str, *, keep: str | None = None,
+                           only: str | None = None) -> list[str]:
+    """Remove this job's containers: those of controllers that are gone (``keep``: this one's), or
+    those of controller ``only``. Returns their names."""
+    listed = runtime.call("ps", "--all", "--filter", f"label={rt.LABEL_JOB_DIR}={os.path.abspath(job_dir)}",
+                          "--format", "{{.Names}}\t{{index .Labels \"" + rt.LABEL_CONTROLLER + "\"}}")
+    if listed.returncode != 0:
+        return []
+    names = []
+    for line in listed.stdout.decode("utf-8", "replace").splitlines():
+        name, _, owner = line.partition("\t")
+        if not name.startswith("trials-"):
+            continue
+        if only is not None and owner != only:
+            continue
+        if only is None and (owner == keep or _controller_alive(owner)):
+            continue
+        names.append(name)
+    if names:
+        runtime.call("rm", "--force", *names)
+    return names
+
+
+def _controller_alive(owner: str) -> bool:
+    """Whether the controller ``host:pid:start_time`` still runs (another host's: assumed so)."""
+    host, _, rest = owner.partition(":")
+    pid_text, _, start = rest.partition(":")
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return host != socket.gethostname()
+    pid = int(pid_text)
+    with contextlib.suppress(ValueError):
+        return process_start_time(pid) == int(start or 0) and pid != 0
+    return False
+
+
+def wait_gone(runtime: rt.Runtime, container: str, timeout_s: float = 10.0) -> bool:
+    """Whether ``container`` no longer exists within ``timeout_s`` (for tests and clean-up)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if runtime.call("container", "inspect", container).returncode != 0:
+            return True
+        time.sleep(0.1)
+    return False
