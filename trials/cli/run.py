@@ -67,13 +67,15 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return _run_and_report(h, args, resume=False, plan=plan)
 
 
-def _runtime(job: JobSpec, args: argparse.Namespace, *, stored: Any) -> tuple[str, dict[str, str]]:
+def _runtime(job: JobSpec, args: argparse.Namespace, *, stored: Any,
+             stored_images: Any = None) -> tuple[str, dict[str, str]]:
     """``--runtime`` and ``--image``, else the job's own: checked (the runtime starts containers, every
     image exists locally) before anything is written."""
     from trials.controller.container import runtime as container_runtime
 
     name = container_runtime.choose(args.runtime) if args.runtime else (stored if isinstance(stored, str) else "host")
-    images = container_runtime.parse_image_map(args.image)
+    images = {**(stored_images if isinstance(stored_images, dict) else {}),
+              **container_runtime.parse_image_map(args.image)}
     if name == "host":
         if images:
             raise ConfigError("--image: a local image stands in for a spec's only with a container runtime "
@@ -102,8 +104,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     if args.local_command:  # a job created from an image without command can be given one now
         job_run.set_command(h, args.local_command)
     meta = h.store.meta()
-    runtime, images = _runtime(h.job, args, stored=meta.get("runtime"))
-    images = {**(meta.get("images") or {}), **images}
+    runtime, images = _runtime(h.job, args, stored=meta.get("runtime"), stored_images=meta.get("images"))
     if runtime == "host":
         job_run.check_runnable(h)
     if (args.runtime or args.image) and (runtime, images) != (meta.get("runtime") or "host", meta.get("images") or {}):
@@ -215,7 +216,8 @@ def _run_held(h: JobHandle, args: argparse.Namespace, signals: Any, *, resume: b
     plan = plan or _device_plan(h.job, args)
     runtime, images = None, None
     if join and (args.runtime or args.image):  # this worker's own runtime (the job's is the default)
-        runtime, images = _runtime(h.job, args, stored=h.store.get_meta("runtime"))
+        runtime, images = _runtime(h.job, args, stored=h.store.get_meta("runtime"),
+                                   stored_images=h.store.get_meta("images"))
     progress = _progress(h, args)
     shared = job_run.shared_job(h, stale_after_s=args.stale_after,
                                 notify=lambda line: progress(JobWarning(message=line)), signals=signals)

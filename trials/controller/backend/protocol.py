@@ -9,6 +9,8 @@ writes to the launch folder go.
 Backends:
     - host processes: :class:`trials.controller.process.host.HostBackend` (the exec shim, the
       namespace sandbox, a cgroup or the subreaper, the local Cloud Storage endpoint);
+    - containers of the pools' images: :class:`trials.controller.container.backend.ContainerBackend`
+      (podman or docker);
     - in-process calls: :class:`trials.controller.inprocess.backend.InProcessBackend` (``trials.tune``);
     - the scripted backend of the loop's replay tests (``tests/controller/loop/backendkit.py``).
 

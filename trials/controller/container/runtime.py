@@ -14,7 +14,7 @@ import shlex
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from trials.errors import ConfigError
 
@@ -54,6 +54,7 @@ class Runtime:
     name: str
     program: str
     global_args: tuple[str, ...] = ()
+    environ: Mapping[str, str] | None = field(default=None, compare=False)  # the client's (None: os.environ)
 
     @property
     def command(self) -> list[str]:
@@ -63,6 +64,7 @@ class Runtime:
              env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
         """Run one runtime subcommand to its end (its output captured, never printed raw)."""
         try:
+            env = env if env is not None else self.environ
             return subprocess.run([*self.command, *args], input=stdin, capture_output=True, timeout=timeout,
                                   env=None if env is None else dict(env), check=False)
         except subprocess.TimeoutExpired as err:
@@ -120,7 +122,7 @@ def find(name: str, environ: Mapping[str, str] | None = None) -> Runtime:
     except ValueError as err:
         raise ConfigError(f"${ENV_GLOBAL_ARGS}: expected runtime options as a shell would split them, got "
                           f"{environ.get(ENV_GLOBAL_ARGS)!r} ({err})") from None
-    return Runtime(name=name, program=program, global_args=global_args)
+    return Runtime(name=name, program=program, global_args=global_args, environ=dict(environ))
 
 
 def choose(name: str, environ: Mapping[str, str] | None = None) -> str:

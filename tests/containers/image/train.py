@@ -1,0 +1,45 @@
+"""The test image's ENTRYPOINT: argparse + hypertune, as Vertex users write trainers.
+
+--mode: normal (reports --epochs steps, saves a model), ignore-term (SIGTERM ignored, sleeps), term
+(handles SIGTERM: exits 0 at once), oom (allocates until the memory limit kills it), sleep (reports
+once, then sleeps --sleep seconds).
+"""
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+
+import hypertune
+import onlyhere
+
+p = argparse.ArgumentParser()
+p.add_argument("--x", type=float, required=True)
+p.add_argument("--epochs", type=int, default=3)
+p.add_argument("--mode", default="normal")
+p.add_argument("--sleep", type=float, default=60.0)
+a = p.parse_args()
+ht = hypertune.HyperTune()
+if a.mode == "ignore-term":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+elif a.mode == "term":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+if a.mode == "oom":
+    hog = []
+    while True:
+        hog.append(bytearray(16 << 20))
+for step in range(1, a.epochs + 1):
+    ht.report_hyperparameter_tuning_metric(hyperparameter_metric_tag="score",
+                                           metric_value=a.x * step + onlyhere.OFFSET, global_step=step)
+    time.sleep(0.05)
+if a.mode in ("sleep", "ignore-term", "term"):
+    time.sleep(a.sleep)
+model = os.environ.get("AIP_MODEL_DIR")
+if model:
+    path = model.replace("gs://", "/gcs/", 1)
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "model.json"), "w") as f:
+        json.dump({"x": a.x, "python": sys.version, "executable": sys.executable, "cwd": os.getcwd(),
+                   "argv": sys.argv[1:], "env": dict(os.environ)}, f)

@@ -1,0 +1,158 @@
+"""Each trial in its real image (`--runtime podman`): real podman, real images, real `trials` processes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from containerkit import SPEC_URI, TRAINER, podman_ps, run_trials
+
+pytestmark = pytest.mark.integration
+
+IMAGE_FLAGS = ("--runtime", "podman", "--image", f"{SPEC_URI}={TRAINER}")
+
+
+def spec(tmp_path: Path, *, args=("--epochs=3",), trials=2, parallel=2, base="gs://bucket/run", pool=None) -> Path:
+    container = pool or {"imageUri": SPEC_URI, "args": list(args)}
+    body = {
+        "studySpec": {"metrics": [{"metricId": "score", "goal": "MAXIMIZE"}],
+                      "parameters": [{"parameterId": "x", "doubleValueSpec": {"minValue": 0.1, "maxValue": 0.9}}]},
+        "maxTrialCount": trials, "parallelTrialCount": parallel,
+        "trialJobSpec": {"workerPoolSpecs": [{"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": 1,
+                                              **({"pythonPackageSpec": pool} if "pythonModule" in (pool or {})
+                                                 else {"containerSpec": container})}],
+                         **({"baseOutputDirectory": {"outputUriPrefix": base}} if base else {})},
+    }
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(body))
+    return path
+
+
+def describe(tmp_path: Path, env, job: str) -> dict:
+    out = run_trials("describe", job, "--root", str(tmp_path / "jobs"), "--format", "json", cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_a_trial_runs_in_its_image_with_its_entrypoint_and_nothing_of_the_host(tmp_path, container_env):
+    assert importlib.util.find_spec("onlyhere") is None  # the trainer's dependency is only in the image
+    env = {**container_env, "HOST_ONLY_SENTINEL": "1", "GOOGLE_APPLICATION_CREDENTIALS": "/nowhere.json"}
+    run = run_trials("sweep", str(spec(tmp_path)), "--root", str(tmp_path / "jobs"), "--job-id", "img",
+                     *IMAGE_FLAGS, cwd=tmp_path, env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    job = describe(tmp_path, env, "img")
+    assert [t["state"] for t in job["trials"]] == ["SUCCEEDED", "SUCCEEDED"]
+    for t in job["trials"]:
+        # /gcs in the container is the job's bucket folder on the host
+        model = json.loads((tmp_path / "jobs" / "img" / "gcs" / "bucket" / "run" / t["id"] / "model" / "model.json")
+                           .read_text())
+        x = next(p["value"] for p in t["parameters"])
+        assert model["argv"] == ["--epochs=3", f"--x={x!r}"]  # the ENTRYPOINT got the args, then the flags
+        assert model["cwd"] == "/app" and model["executable"] == "/opt/venv/bin/python"  # the image's
+        assert model["python"] != sys.version
+        inside = model["env"]
+        assert "HOST_ONLY_SENTINEL" not in inside and "GOOGLE_APPLICATION_CREDENTIALS" not in inside
+        assert inside["CLOUD_ML_TRIAL_ID"] == t["id"] and inside["AIP_MODEL_DIR"] == f"gs://bucket/run/{t['id']}/model/"
+        assert inside["PATH"].startswith("/opt/venv/bin")  # the image's PATH, not the host's
+        assert json.loads(inside["CLUSTER_SPEC"])["task"]["type"] == "workerpool0"
+        assert t["finalMeasurement"]["metrics"][0]["value"] == pytest.approx(x * 3 + 0.25)
+    assert podman_ps(env, f"trials.job_dir={tmp_path / 'jobs' / 'img'}") == []  # every container removed
+
+
+def test_a_missing_image_or_runtime_is_one_line_before_a_job_folder(tmp_path, container_env):
+    run = run_trials("sweep", str(spec(tmp_path)), "--root", str(tmp_path / "jobs"), "--job-id", "none",
+                     "--runtime", "podman", cwd=tmp_path, env=container_env)
+    assert run.returncode == 2 and not (tmp_path / "jobs").exists()
+    assert f"image {SPEC_URI} is not among podman's local images" in run.stderr
+    assert f"--image {SPEC_URI}=LOCAL" in run.stderr and len(run.stderr.strip().splitlines()) == 1
+    no_path = {**container_env, "PATH": str(Path(sys.executable).parent)}
+    run = run_trials("sweep", str(spec(tmp_path)), "--root", str(tmp_path / "jobs"), "--job-id", "none",
+                     *IMAGE_FLAGS, cwd=tmp_path, env=no_path)
+    assert run.returncode == 2 and "podman is not installed on this machine" in run.stderr
+    assert not (tmp_path / "jobs").exists()
+
+
+def _wait_for(predicate, timeout_s=60.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_cancel_stops_a_container_that_ignores_sigterm_after_the_grace_period(tmp_path, container_env):
+    job_dir = tmp_path / "jobs" / "term"
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "trials", "sweep", str(spec(tmp_path, args=("--mode=ignore-term", "--sleep=120"),
+                                                            trials=1, parallel=1)),
+         "--root", str(tmp_path / "jobs"), "--job-id", "term", "--grace-period", "2", *IMAGE_FLAGS],
+        cwd=tmp_path, env=container_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert _wait_for(lambda: (job_dir / "1" / "hypertune.metrics").exists()), "the trial never reported"
+        started = time.monotonic()
+        sweep.send_signal(signal.SIGINT)  # Ctrl-C: the job is cancelled, its trial stopped
+        out, err = sweep.communicate(timeout=90)
+        took = time.monotonic() - started
+    finally:
+        sweep.kill()
+    assert sweep.returncode == 130, out + err
+    assert took >= 2.0  # SIGTERM was ignored: killed after the grace period, not before
+    assert podman_ps(container_env, f"trials.job_dir={job_dir}") == []
+
+
+def test_over_the_memory_limit_the_trial_fails_as_out_of_memory(tmp_path, container_env):
+    run = run_trials("sweep", str(spec(tmp_path, args=("--mode=oom",), trials=1, parallel=1)),
+                     "--root", str(tmp_path / "jobs"), "--job-id", "oom", "--memory-limit", "96", *IMAGE_FLAGS,
+                     cwd=tmp_path, env=container_env)
+    (trial,) = describe(tmp_path, container_env, "oom")["trials"]
+    assert trial["state"] == "INFEASIBLE", run.stdout + run.stderr
+    local = json.loads(run_trials("describe", "oom", "--root", str(tmp_path / "jobs"), "--format", "local-json",
+                                  cwd=tmp_path, env=container_env).stdout)["trials"]
+    assert "memory" in json.dumps(local).lower(), local
+
+
+def test_a_killed_controller_leaves_containers_the_resume_removes(tmp_path, container_env):
+    job_dir = tmp_path / "jobs" / "kill"
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "trials", "sweep", str(spec(tmp_path, args=("--mode=sleep", "--sleep=4"),
+                                                            trials=1, parallel=1)),
+         "--root", str(tmp_path / "jobs"), "--job-id", "kill", *IMAGE_FLAGS],
+        cwd=tmp_path, env=container_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    label = f"trials.job_dir={job_dir}"
+    try:
+        assert _wait_for(lambda: (job_dir / "1" / "hypertune.metrics").exists()), "the trial never reported"
+    finally:
+        sweep.kill()  # SIGKILL: no clean-up of its own
+        sweep.wait()
+    assert podman_ps(container_env, label)  # its container outlived it (the runtime keeps it)
+    run = run_trials("resume", "kill", "--root", str(tmp_path / "jobs"), cwd=tmp_path, env=container_env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "removed 1 container(s) an earlier controller of this job left" in run.stdout
+    (trial,) = describe(tmp_path, container_env, "kill")["trials"]
+    assert trial["state"] == "SUCCEEDED"
+    assert podman_ps(container_env, label) == []
+
+
+def test_a_python_package_is_installed_from_the_jobs_bucket_into_its_executor_image(tmp_path, container_env, sdist):
+    gcs = tmp_path / "gcs"
+    (gcs / "bucket" / "pkgs").mkdir(parents=True)
+    (gcs / "bucket" / "pkgs" / sdist.name).write_bytes(sdist.read_bytes())
+    pool = {"executorImageUri": SPEC_URI, "packageUris": [f"gs://bucket/pkgs/{sdist.name}"],
+            "pythonModule": "trainerpkg.task"}
+    run = run_trials("sweep", str(spec(tmp_path, trials=1, parallel=1, pool=pool)), "--root", str(tmp_path / "jobs"),
+                     "--job-id", "pkg", "--gcs-root", str(gcs), *IMAGE_FLAGS, cwd=tmp_path, env=container_env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    (trial,) = describe(tmp_path, container_env, "pkg")["trials"]
+    x = next(p["value"] for p in trial["parameters"])
+    assert trial["state"] == "SUCCEEDED" and trial["finalMeasurement"]["metrics"][0]["value"] == pytest.approx(2 * x)
+    out = (tmp_path / "jobs" / "pkg" / "1" / "workerpool0-0.stdout.log").read_text()
+    assert "trainerpkg ran from /opt/venv/lib/" in out  # installed into the image's Python, not the host's
+    assert os.listdir(gcs / "bucket" / "pkgs") == [sdist.name]
