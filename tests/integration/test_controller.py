@@ -69,7 +69,9 @@ def test_parallel_job_with_pruning_env_and_layout(tmp_path):
     spec = write_spec(tmp_path / "job.yaml", max_trials=8, parallel=2, epochs=8,
                       stopping="medianAutomatedStoppingSpec: {useElapsedDuration: false}",
                       extra_args=["--sleep=0.03"])
-    run = trials_cli("sweep", str(spec), "--job-id", "j", "--project-number", "42", cwd=tmp_path)
+    out = tmp_path / "trials-jobs" / "j"  # a local base on purpose: AIP_* under the job folder
+    run = trials_cli("sweep", str(spec), "--job-id", "j", "--project-number", "42", "--base-output-dir", str(out),
+                     cwd=tmp_path)
     assert "JOB_STATE_SUCCEEDED" in run.stdout
     job = describe(tmp_path, "j")
     assert job["state"] == "JOB_STATE_SUCCEEDED"
@@ -320,7 +322,8 @@ def test_the_examples_trainer_parallel_with_pruning(tmp_path):
     env = json.loads((job_dir / "2" / "env.json").read_text())["workerpool0-0"]
     assert env["CLOUD_ML_TRIAL_ID"] == "2" and env["CLOUD_ML_JOB_ID"] == "ex"
     assert env["CLOUD_ML_PROJECT_ID"] == "7"
-    assert env["AIP_CHECKPOINT_DIR"] == f"{job_dir}/2/checkpoints/"
+    assert env["AIP_CHECKPOINT_DIR"] == "gs://my-bucket/digits-mlp/2/checkpoints/"  # the spec's base
+    assert (job_dir / "gcs" / "my-bucket" / "digits-mlp" / "2" / "checkpoints").is_dir()
     args = json.loads((job_dir / "2" / "args.json").read_text())
     argv = args["replicas"]["workerpool0-0"]
     assert argv[1] == "examples/digits_mlp/train.py"
@@ -330,6 +333,7 @@ def test_the_examples_trainer_parallel_with_pruning(tmp_path):
         assert (job_dir / "2" / name).stat().st_size > 0
     assert (job_dir / "2" / "workerpool0-0.stdout.log").exists()
     assert (job_dir / "2" / "workerpool0-0.stderr.log").exists()
-    assert list((job_dir / "2" / "checkpoints").iterdir())
-    assert list((job_dir / "2" / "model").iterdir()) or stopped.get("2", {}).get("stopped_early")
+    outputs = job_dir / "gcs" / "my-bucket" / "digits-mlp" / "2"  # AIP_* under the spec's gs:// base
+    assert list((outputs / "checkpoints").iterdir())
+    assert list((outputs / "model").iterdir()) or stopped.get("2", {}).get("stopped_early")
     print(f"{n_stopped} of 8 trials stopped early")

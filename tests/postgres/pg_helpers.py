@@ -26,7 +26,6 @@ def write_spec(path, *, events, points=4, parallel=2, epochs=4, sleep=0.1, accel
         f"maxTrialCount: {points}",
         f"parallelTrialCount: {parallel}",
         "trialJobSpec:",
-        "  baseOutputDirectory: {outputUriPrefix: gs://pg-bucket/out}",  # the trainer checkpoints to AIP_*
         "  workerPoolSpecs:",
         f"  - {{machineSpec: {machine}, replicaCount: 1, containerSpec: "
         f"{{imageUri: local, command: [python, {json.dumps(TRAINER)}], args: {args}}}}}",
@@ -46,7 +45,8 @@ def create_job(tmp_path, url, job_id, stale_after_s=None, gated=False, **spec):
         spec["gate"] = gate_path(tmp_path)
     spec_path = write_spec(tmp_path / "job.yaml", events=events_path(tmp_path), **spec)
     h = registry.create_job(load_spec(str(spec_path)), root=str(tmp_path / "jobs"), job_id=job_id,
-                              spec_path=str(spec_path), storage=url, base_output_dir=None,
+                              spec_path=str(spec_path), storage=url,
+                              base_output_dir=str(tmp_path / "outputs"),  # the trainer checkpoints to AIP_*
                               project_number=None, local_command=None, cwd=str(tmp_path),
                               stale_after_s=stale_after_s)
     return h

@@ -27,6 +27,7 @@ studySpec:
   metrics: [{metricId: loss, goal: MINIMIZE}]
   parameters: [{parameterId: x, doubleValueSpec: {minValue: 0.0, maxValue: 1.0}}]
 trialJobSpec:
+  baseOutputDirectory: {outputUriPrefix: gs://b/check}
   workerPoolSpecs:
   - {machineSpec: {machineType: n1-standard-4}, replicaCount: 1, containerSpec: {imageUri: local}}
   - {machineSpec: {machineType: n1-standard-4}, replicaCount: 1, containerSpec: {imageUri: local}}
