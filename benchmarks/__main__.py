@@ -17,6 +17,7 @@ PARTS = {
     "stopping": "benchmarks.early_stopping",
     "scale": "benchmarks.scale",
     "sandbox": "benchmarks.sandbox_start",
+    "container": "benchmarks.container_start",
 }
 
 

@@ -32,7 +32,7 @@ def option(args, name):
 
 def test_the_image_runs_its_entrypoint_with_the_args_then_the_flags(tmp_path):
     args = backend(tmp_path).run_args(request(tmp_path), "c1")
-    assert args[:3] == ["run", "--name", "c1"] and "--entrypoint" not in args
+    assert args[:4] == ["run", "--rm", "--name", "c1"] and "--replace" in args and "--entrypoint" not in args
     assert args[-3:] == ["us-docker.pkg.dev/p/r/t:1", "--epochs=2", "--x=0.5"]
     env = dict(e.split("=", 1) for e in option(args, "--env"))
     assert env["TRIALS_GCS_ROOT"] == "/gcs" and env["CLOUD_ML_TRIAL_ID"] == "3"

@@ -51,8 +51,9 @@ _PACKAGE_RUNNER = (
 class ContainerReplica:
     """One replica attempt running as a container (the runtime's ``run`` client is its child process)."""
 
-    def __init__(self, client: Replica, *, runtime: rt.Runtime, container: str):
+    def __init__(self, client: Replica, *, runtime: rt.Runtime, container: str, memory_limited: bool = False):
         self.client = client
+        self.memory_limited = memory_limited
         self.runtime = runtime
         self.container = container
         self.name = client.name
@@ -63,6 +64,7 @@ class ContainerReplica:
         self.exited_mono: float | None = None
         self._status: int | None = None
         self._last_kill: float | None = None
+        self._killed = False  # we sent SIGKILL (else a 137 under a memory limit is the OOM killer's)
 
     def poll(self) -> int | None:
         if self._status is not None:
@@ -71,19 +73,16 @@ class ContainerReplica:
         if status is None:
             return None
         self.exited_mono = self.client.exited_mono
-        # the client exits as the container did (128 + a signal too); the runtime's OOM flag, then it goes
-        self.oom_killed = self._oom_killed()
-        self.runtime.call("rm", "--force", self.container)
+        # The client exits as the container did (128 + a signal too), and the container is gone (--rm). A
+        # SIGKILL we did not send, under a memory limit, is the kernel's OOM killer (the cgroup's limit).
+        self.oom_killed = self.memory_limited and status == 128 + signal.SIGKILL and not self._killed
         self._status = status
         return status
-
-    def _oom_killed(self) -> bool:
-        out = self.runtime.call("inspect", "--format", "{{.State.OOMKilled}}", self.container)
-        return out.returncode == 0 and out.stdout.strip().lower() == b"true"
 
     def send_signal_group(self, sig: int) -> None:
         """Signal the container's main process (the runtime forwards it); a gone container is fine."""
         if self.poll() is None:
+            self._killed = self._killed or sig == signal.SIGKILL
             self.runtime.call("kill", "--signal", str(int(sig)), self.container, timeout=30)
 
     def begin_stop(self, now: float) -> float:
@@ -157,7 +156,10 @@ class ContainerBackend:
         labels = {rt.LABEL: "1", rt.LABEL_JOB_DIR: self.job_dir, rt.LABEL_JOB: env.get(protocol.ENV_JOB_ID, ""),
                   rt.LABEL_TRIAL: trial, rt.LABEL_REPLICA: request.name,
                   rt.LABEL_ATTEMPT: env.get(protocol.ENV_ATTEMPT, "0"), rt.LABEL_CONTROLLER: self.me}
-        args = ["run", "--name", container, "--network", "host", "--stop-signal", "SIGTERM"]
+        # --rm: the runtime removes it when it exits; podman's --replace a same-named one a dead controller left
+        args = ["run", "--rm", "--name", container, "--network", "host"]
+        if self.runtime.name == "podman":
+            args.append("--replace")
         for key, value in labels.items():
             args += ["--label", f"{key}={value}"]
         mounts = {self.gcs_root: GCS_MOUNT, os.path.abspath(request.trial_dir): os.path.abspath(request.trial_dir)}
@@ -201,7 +203,8 @@ class ContainerBackend:
     def start(self, request: ReplicaStart) -> ContainerReplica:
         attempt = int(request.env.get(protocol.ENV_ATTEMPT, "0") or 0)
         container = rt.container_name(self.job_dir, request.env.get(protocol.ENV_TRIAL_ID, "x"), request.name, attempt)
-        self.runtime.call("rm", "--force", container)  # one a dead controller left under this name
+        if self.runtime.name != "podman":  # docker has no --replace: one a dead controller left goes first
+            self.runtime.call("rm", "--force", container)
         args = self.run_args(request, container)
         try:
             client = start_replica([*self.runtime.command, *args], env=self.environ, cwd=self.job_dir,
@@ -209,7 +212,8 @@ class ContainerBackend:
                                    name=request.label, echo=request.echo)
         except ConfigError as err:  # the runtime's own program is gone: not the trainer's fault
             raise BackendError(f"replica {request.name}: {self.runtime.name} could not be started: {err}") from err
-        return ContainerReplica(client, runtime=self.runtime, container=container)
+        return ContainerReplica(client, runtime=self.runtime, container=container,
+                                memory_limited=request.memory_limit_mb is not None)
 
     def check_memory(self) -> None:
         """The runtime enforces ``--memory`` (the kernel's OOM killer; its flag is read at exit)."""
