@@ -156,3 +156,17 @@ def test_a_python_package_is_installed_from_the_jobs_bucket_into_its_executor_im
     out = (tmp_path / "jobs" / "pkg" / "1" / "workerpool0-0.stdout.log").read_text()
     assert "trainerpkg ran from /opt/venv/lib/" in out  # installed into the image's Python, not the host's
     assert os.listdir(gcs / "bucket" / "pkgs") == [sdist.name]
+
+
+def test_the_replicas_of_a_two_pool_trial_find_each_other_at_their_cluster_spec_addresses(tmp_path, container_env):
+    pool = {"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": 1,
+            "containerSpec": {"imageUri": SPEC_URI, "args": ["--mode=handshake"]}}
+    body = json.loads(spec(tmp_path, trials=2, parallel=2).read_text())
+    body["trialJobSpec"]["workerPoolSpecs"] = [pool, pool]
+    (tmp_path / "two.json").write_text(json.dumps(body))
+    run = run_trials("sweep", str(tmp_path / "two.json"), "--root", str(tmp_path / "jobs"), "--job-id", "two",
+                     *IMAGE_FLAGS, cwd=tmp_path, env=container_env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    for t in describe(tmp_path, container_env, "two")["trials"]:  # two trials at once never mix their replicas
+        x = next(p["value"] for p in t["parameters"])
+        assert t["state"] == "SUCCEEDED" and t["finalMeasurement"]["metrics"][0]["value"] == pytest.approx(x + 0.25)
