@@ -95,3 +95,22 @@ def test_container_names_differ_per_job_trial_replica_and_attempt(tmp_path):
     names = {rt.container_name(str(tmp_path / j), t, r, a) for j in ("a", "b") for t in ("1", "2")
              for r in ("workerpool0-0", "workerpool1-0") for a in (0, 1)}
     assert len(names) == 16 and all(n.startswith("trials-") for n in names)
+
+
+def test_validate_shows_the_container_a_trial_runs_as_and_no_host_variable(tmp_path, capsys, monkeypatch):
+    from trials.cli import main
+
+    monkeypatch.setenv("HOST_ONLY_SENTINEL", "1")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("studySpec:\n  metrics: [{metricId: m, goal: MAXIMIZE}]\n"
+                    "  parameters: [{parameterId: x, doubleValueSpec: {minValue: 0.1, maxValue: 0.9}}]\n"
+                    "trialJobSpec:\n  workerPoolSpecs:\n  - {machineSpec: {machineType: n1-standard-4}, replicaCount: 1,"
+                    " containerSpec: {imageUri: 'us-docker.pkg.dev/p/r/t:1', args: [--epochs=2]}}\n")
+    assert main(["validate", str(spec), "--runtime", "podman", "--image", "us-docker.pkg.dev/p/r/t:1=localhost/t:1"]) == 0
+    out = capsys.readouterr().out
+    assert "runs as a podman container of us-docker.pkg.dev/p/r/t:1 (the local image localhost/t:1): its own " \
+           "ENTRYPOINT, with --epochs=2 --x=0.5" in out
+    assert "TRIALS_GCS_ROOT=/gcs" in out and "nothing of this host's environment" in out
+    assert "HOST_ONLY_SENTINEL" not in out and "(no AIP_MODEL_DIR" in out
+    assert main(["validate", str(spec)]) == 0  # the host runtime: an image without command is a note
+    assert "note:" in capsys.readouterr().out

@@ -9,19 +9,23 @@ from trials.errors import ConfigError
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from trials.controller.container import runtime as container_runtime
     from trials.controller.trial import view as trial_view
     from trials.spec.load import load_spec
     from trials.spec.text import summary
 
     job = load_spec(args.spec)
+    runtime = container_runtime.choose(args.runtime) if args.runtime else "host"
+    images = container_runtime.parse_image_map(args.image)
     print(summary(job))
-    try:
-        trial_view.check_command(job, args.local_command, args.spec)
-    except ConfigError as err:  # valid for Vertex; `trials sweep` refuses it without `-- COMMAND`
-        print(f"note: {err}")
-        return protocol.EXIT_OK
+    if runtime == "host":
+        try:
+            trial_view.check_command(job, args.local_command, args.spec)
+        except ConfigError as err:  # valid for Vertex; `trials sweep` refuses it without `-- COMMAND`
+            print(f"note: {err}")
+            return protocol.EXIT_OK
     for line in trial_view.sample_view(job, local_command=args.local_command or None,
-                                       pass_env=args.pass_env):
+                                       pass_env=args.pass_env, runtime=runtime, images=images):
         print(line)
     if args.trainer is not None:
         from trials.controller.trial import preflight

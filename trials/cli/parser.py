@@ -97,6 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="check every parameter, type, range and choice against a trials.main/trials-run "
                         "trainer: module:function or file.py[:function], or (no TARGET) the command "
                         "after -- or the spec's")
+    p.add_argument("--runtime", metavar="NAME", help="show what a trial gets under this runtime: host (the default), "
+                   "podman, docker or container (each replica a container of its pool's image)")
+    p.add_argument("--image", action="append", default=[], metavar="URI=LOCAL",
+                   help="with a container runtime: the local image that stands in for the spec's URI")
     p.set_defaults(handler=_cmd_validate)
 
     p = sub.add_parser("export", help="write a spec or a job's spec as gcloud YAML or REST JSON")

@@ -37,8 +37,10 @@ def check_command(job: JobSpec, local_command: Sequence[str] | None, source: str
 
 
 def sample_view(job: JobSpec, *, local_command: Sequence[str] | None, pass_env: Collection[str],
-                environ: Mapping[str, str] | None = None) -> list[str]:
-    """Lines describing the primary replica of a sample trial: argv, then its environment."""
+                environ: Mapping[str, str] | None = None, runtime: str = "host",
+                images: Mapping[str, str] | None = None) -> list[str]:
+    """Lines describing the primary replica of a sample trial: argv, then its environment
+    (``runtime`` podman/docker: the container it runs as, and no host variable)."""
     environ = os.environ if environ is None else environ
     params = {p.parameter_id: v for p, v in sample_trial(job.study)}
     from trials.spec.export import with_trial_job
@@ -47,13 +49,16 @@ def sample_view(job: JobSpec, *, local_command: Sequence[str] | None, pass_env: 
     assert job.trial_job is not None
     base_output = job.trial_job.base_output_directory  # None: no AIP_* (as on Vertex)
     paths = launch.trial_paths(JOB_DIR, base_output, "1")
-    base_env = launch.clean_base_env(environ, pass_env)
+    in_image = runtime != "host"
+    base_env = {} if in_image else launch.clean_base_env(environ, pass_env)
     n = len(job.trial_job.replicas()) if job.trial_job else 1
     primary = launch.build_replicas(
         job=job, job_id=JOB_ID, trial_id="1", params=params, paths=paths,
         project_number=protocol.DEFAULT_PROJECT_NUMBER, local_command=local_command, base_env=base_env,
-        ports=[protocol.REPLICA_PORT] * n, gcs_root=os.path.join(JOB_DIR, "gcs"),
+        ports=[protocol.REPLICA_PORT] * n, gcs_root=os.path.join(JOB_DIR, "gcs"), in_image=in_image,
     )[0]
+    if in_image:
+        return _image_view(primary, runtime, images or {}, base_output, pass_env, environ)
     spec_env = {e.name for pool in _pools(job) for e in pool.env}
     set_here = {k: v for k, v in primary.env.items()
                 if k not in spec_env and (k not in base_env or base_env[k] != v)}
@@ -87,3 +92,28 @@ def _pools(job: JobSpec) -> list[WorkerPoolSpec]:
 def _short(value: str, limit: int = 120) -> str:
     text = value.encode("unicode_escape").decode("ascii")
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _image_view(primary: launch.ReplicaLaunch, runtime: str, images: Mapping[str, str], base_output: str | None,
+                pass_env: Collection[str], environ: Mapping[str, str]) -> list[str]:
+    """The sample trial's primary replica as a container: its image, entry point, args and environment."""
+    image = primary.image or "(no image)"
+    local = images.get(image)
+    shown = image + (f" (the local image {local})" if local else "")
+    how = (f"{shlex.join(primary.command)} in place of its ENTRYPOINT" if primary.command
+           else "its own ENTRYPOINT")
+    lines = [f"the sample trial's {primary.name} runs as a {runtime} container of {shown}: {how}, "
+             f"with {shlex.join(primary.args) or 'no arguments'}"]
+    if primary.package_uris:
+        lines.append(f"  after pip-installing {', '.join(primary.package_uris)} into the image's Python")
+    lines.append("its environment (the image's own variables, then):")
+    env = {**primary.env, protocol.ENV_GCS_ROOT: "/gcs"}
+    lines += [f"  {k}={_short(v)}" for k, v in sorted(env.items())]
+    if base_output is None:
+        lines.append("  (no AIP_MODEL_DIR, AIP_CHECKPOINT_DIR, AIP_TENSORBOARD_LOG_DIR: the job has no "
+                     "baseOutputDirectory)")
+    passed = sorted(k for k in pass_env if k in environ)
+    lines.append("  nothing of this host's environment" + (f" but, on purpose (--pass-env): {', '.join(passed)}"
+                                                            if passed else ""))
+    lines.append(f"  mounted: /gcs (the job's bucket folder), the trial folder {JOB_DIR}/1")
+    return lines
