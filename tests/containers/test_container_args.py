@@ -104,9 +104,11 @@ def test_validate_shows_the_container_a_trial_runs_as_and_no_host_variable(tmp_p
     spec = tmp_path / "spec.yaml"
     spec.write_text("studySpec:\n  metrics: [{metricId: m, goal: MAXIMIZE}]\n"
                     "  parameters: [{parameterId: x, doubleValueSpec: {minValue: 0.1, maxValue: 0.9}}]\n"
-                    "trialJobSpec:\n  workerPoolSpecs:\n  - {machineSpec: {machineType: n1-standard-4}, replicaCount: 1,"
+                    "trialJobSpec:\n  workerPoolSpecs:\n"
+                    "  - {machineSpec: {machineType: n1-standard-4}, replicaCount: 1,"
                     " containerSpec: {imageUri: 'us-docker.pkg.dev/p/r/t:1', args: [--epochs=2]}}\n")
-    assert main(["validate", str(spec), "--runtime", "podman", "--image", "us-docker.pkg.dev/p/r/t:1=localhost/t:1"]) == 0
+    image = ["--image", "us-docker.pkg.dev/p/r/t:1=localhost/t:1"]
+    assert main(["validate", str(spec), "--runtime", "podman", *image]) == 0
     out = capsys.readouterr().out
     assert "runs as a podman container of us-docker.pkg.dev/p/r/t:1 (the local image localhost/t:1): its own " \
            "ENTRYPOINT, with --epochs=2 --x=0.5" in out
