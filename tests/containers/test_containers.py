@@ -170,3 +170,21 @@ def test_the_replicas_of_a_two_pool_trial_find_each_other_at_their_cluster_spec_
     for t in describe(tmp_path, container_env, "two")["trials"]:  # two trials at once never mix their replicas
         x = next(p["value"] for p in t["parameters"])
         assert t["state"] == "SUCCEEDED" and t["finalMeasurement"]["metrics"][0]["value"] == pytest.approx(x + 0.25)
+
+
+def test_check_runs_its_probes_as_containers_of_the_image(tmp_path, container_env):
+    """`trials check --runtime podman`: the clean run and the SIGTERM probe in the image. A Python trainer
+    without a SIGTERM handler is PID 1 in its container and so ignores SIGTERM, on Vertex as here."""
+    run = run_trials("check", str(spec(tmp_path, args=("--epochs=6",))), "--format", "json", "--grace-period", "2",
+                     *IMAGE_FLAGS, cwd=tmp_path, env=container_env)
+    card = json.loads(run.stdout)
+    verdicts = {c["check"]: c for c in card["checks"]}
+    assert verdicts["runs"]["verdict"] == "pass" and verdicts["metric tag"]["verdict"] == "pass", card
+    assert verdicts["model in AIP_MODEL_DIR"]["verdict"] == "pass"  # written through /gcs
+    assert verdicts["writes outside AIP dirs"]["verdict"] == "skip" and "dies with its container" in \
+        verdicts["writes outside AIP dirs"]["seen"]
+    assert verdicts["SIGTERM"]["verdict"] in ("fail", "skip"), card  # PID 1 without a handler: ignored
+    assert verdicts["host cloud identity"]["verdict"] == "pass"
+    from trials.controller.check.check import CHECK_JOB_ID
+
+    assert podman_ps(container_env, f"trials.job={CHECK_JOB_ID}") == []  # every probe's container is gone

@@ -47,9 +47,18 @@ def _cmd_check(args: argparse.Namespace) -> int:
         job = with_base_output(job, args.base_output_dir)
     if not args.time_limit > 0:
         raise ConfigError(f"--time-limit must be > 0 seconds, got {args.time_limit}")
+    from trials.controller.container import runtime as container_runtime
+
+    runtime = container_runtime.choose(args.runtime) if args.runtime else "host"
+    images = container_runtime.parse_image_map(args.image)
+    if runtime != "host":
+        from trials.controller.container.preflight import check_images
+
+        check_images(container_runtime.find(runtime), job, images)
     options = CheckOptions(
         time_limit_s=args.time_limit, grace_s=args.grace_period, params=parse_params(args.params, job.study),
         local_command=args.local_command or None, folder=args.keep, pass_env=tuple(args.pass_env),
+        runtime=runtime, images=images,
     )
     return check_main(job, options, fmt=args.format)
 

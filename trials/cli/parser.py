@@ -161,6 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--base-output-dir", metavar="DIR",
                    help="run as with a baseOutputDirectory (AIP_* set), as `trials sweep --base-output-dir` does; "
                         "the runs write into their own folders")
+    p.add_argument("--runtime", metavar="NAME", help="host (the default), podman, docker or container: run the "
+                   "probes as containers of the pools' images, as `trials sweep --runtime` does")
+    p.add_argument("--image", action="append", default=[], metavar="URI=LOCAL",
+                   help="with a container runtime: the local image that stands in for the spec's URI")
     _pass_env_arg(p)
     p.set_defaults(handler=_cmd_check)
 

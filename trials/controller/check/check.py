@@ -49,6 +49,8 @@ class CheckOptions:
     cwd: str = "."
     folder: str | None = None  # where runs keep their files (default: a temporary folder, removed)
     pass_env: tuple[str, ...] = ()  # withheld host variables passed anyway (--pass-env)
+    runtime: str = "host"  # or podman / docker: the probes run as containers of the pools' images
+    images: Mapping[str, str] = field(default_factory=dict)  # --image URI=LOCAL
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,11 +135,21 @@ def run_check(job: JobSpec, options: CheckOptions, *, echo: Callable[[str], None
         KeyboardInterrupt: a stop signal (Ctrl-C) cancelled a probe; its replicas were stopped.
     """
     params = first_params(job.study, options.params)
-    _check_command(job, options.local_command)
+    if options.runtime == "host":  # in an image, a pool without a command runs the image's ENTRYPOINT
+        _check_command(job, options.local_command)
     folder = options.folder or tempfile.mkdtemp(prefix="trials-check-")
     os.makedirs(folder, exist_ok=True)
     notes: list[str] = []
-    if backend is None:
+    in_image = options.runtime != "host"
+    if backend is None and in_image:
+        from trials.controller.container import runtime as container_runtime
+        from trials.controller.container.backend import ContainerBackend
+
+        backend = ContainerBackend(runtime=container_runtime.find(options.runtime), job_dir=folder,
+                                   gcs_root=os.path.join(folder, "gcs"), images=options.images,
+                                   pass_env=options.pass_env, gcs_endpoint=False)
+        sandboxed = False
+    elif backend is None:
         host = HostBackend(launch_dir=os.path.abspath(options.cwd), job_dir=folder,
                            gcs_root=os.path.join(folder, "gcs"), gcs_endpoint=False)
         sandboxed, backend = host.view.on, host
@@ -148,7 +160,7 @@ def run_check(job: JobSpec, options: CheckOptions, *, echo: Callable[[str], None
     probes = _Probes(job, params, options, folder=folder, backend=backend, clock=clock or SystemClock(),
                      signals=signals)
     try:
-        obs = probes.observe(notes, echo, sandboxed=sandboxed)
+        obs = probes.observe(notes, echo, sandboxed=sandboxed, in_image=in_image)
     finally:
         if not options.folder:
             _remove_tree(folder)
@@ -175,7 +187,8 @@ class _Probes:
         """The moment ``share`` of the time box is used up (monotonic, the loop's clock)."""
         return self.t0 + share * self.options.time_limit_s
 
-    def observe(self, notes: list[str], echo: Callable[[str], None], *, sandboxed: bool) -> scorecard.Observations:
+    def observe(self, notes: list[str], echo: Callable[[str], None], *, sandboxed: bool,
+                in_image: bool = False) -> scorecard.Observations:
         budget = self.options.time_limit_s
         # 1. the clean run; the other replicas may lag the primary (they start later): they may end
         # on their own after it, so that what they report and save is seen
@@ -192,7 +205,7 @@ class _Probes:
             if len(names) > 1 else None
         obs = scorecard.Observations(metric_ids=self.job.study.metric_ids, clean=clean, secondary=secondary,
                                      secondary_name=names[1] if len(names) > 1 else "", sandboxed=sandboxed,
-                                     has_base=_has_base(self.job),
+                                     has_base=_has_base(self.job), in_image=in_image,
                                      notes=notes)
         # 2. SIGTERM in the middle, then a restart in the same folders
         steps = [r.step for r in clean.reports if r.tag == self.metric_id]
@@ -221,7 +234,8 @@ class _Probes:
             local_command=self.options.local_command, cwd=os.path.abspath(self.options.cwd),
             gcs_root=os.path.join(self.folder, "gcs"), pass_env=self.options.pass_env)
         h.store.fix_params(0, self.params, self.job.study)
-        options = job_run.run_options(h, echo=False, grace_period_s=self.options.grace_s, memory_limit_mb=None,
+        options = job_run.run_options(h, runtime=self.options.runtime, images=dict(self.options.images),
+                                      echo=False, grace_period_s=self.options.grace_s, memory_limit_mb=None,
                                       inject_restarts=0.0, slots=1, seed=None)
         probe = ProbeBackend(self.backend, primary=self.primary, outputs_root=root, cwd=options.cwd,
                              exclude=self.folder, clock=self.clock.monotonic)
