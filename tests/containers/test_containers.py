@@ -122,7 +122,7 @@ def test_over_the_memory_limit_the_trial_fails_as_out_of_memory(tmp_path, contai
 def test_a_killed_controller_leaves_containers_the_resume_removes(tmp_path, container_env):
     job_dir = tmp_path / "jobs" / "kill"
     sweep = subprocess.Popen(
-        [sys.executable, "-m", "trials", "sweep", str(spec(tmp_path, args=("--mode=sleep", "--sleep=4"),
+        [sys.executable, "-m", "trials", "sweep", str(spec(tmp_path, args=("--mode=sleep", "--sleep=12"),
                                                             trials=1, parallel=1)),
          "--root", str(tmp_path / "jobs"), "--job-id", "kill", *IMAGE_FLAGS],
         cwd=tmp_path, env=container_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -132,7 +132,7 @@ def test_a_killed_controller_leaves_containers_the_resume_removes(tmp_path, cont
     finally:
         sweep.kill()  # SIGKILL: no clean-up of its own
         sweep.wait()
-    assert podman_ps(container_env, label)  # its container outlived it (the runtime keeps it)
+    assert podman_ps(container_env, label)  # its container outlived it (the runtime keeps it; 12 s of sleep)
     run = run_trials("resume", "kill", "--root", str(tmp_path / "jobs"), cwd=tmp_path, env=container_env)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "removed 1 container(s) an earlier controller of this job left" in run.stdout
@@ -170,6 +170,17 @@ def test_the_replicas_of_a_two_pool_trial_find_each_other_at_their_cluster_spec_
     for t in describe(tmp_path, container_env, "two")["trials"]:  # two trials at once never mix their replicas
         x = next(p["value"] for p in t["parameters"])
         assert t["state"] == "SUCCEEDED" and t["finalMeasurement"]["metrics"][0]["value"] == pytest.approx(x + 0.25)
+        env = json.loads((tmp_path / "jobs" / "two" / t["id"] / "env.json").read_text())["workerpool1-0"]
+        cluster = json.loads(env["CLUSTER_SPEC"])["cluster"]  # Vertex's host names, on its own network
+        assert cluster == {"workerpool0": ["workerpool0-0:2222"], "workerpool1": ["workerpool1-0:2222"]}
+        assert env["MASTER_ADDR"] == "workerpool0-0" and env["MASTER_PORT"] == "2222"
+        assert json.loads(env["TF_CONFIG"])["cluster"] == {"chief": ["workerpool0-0:2222"],
+                                                          "worker": ["workerpool1-0:2222"]}
+    assert podman_ps(container_env, f"trials.job_dir={tmp_path / 'jobs' / 'two'}") == []
+    label = f"label=trials.job_dir={tmp_path / 'jobs' / 'two'}"
+    networks = subprocess.run(["podman", "network", "ls", "--filter", label, "--format", "{{.Name}}"],
+                              capture_output=True, text=True, env=container_env)
+    assert networks.stdout.split() == []  # the trials' networks went with them
 
 
 def test_check_runs_its_probes_as_containers_of_the_image(tmp_path, container_env):

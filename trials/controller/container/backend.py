@@ -8,13 +8,16 @@ controller reads the metric file with every rule of the metric reader. Each cont
 with the job, trial, replica, attempt and its controller; a container a killed controller left is
 found by label and removed by the next one.
 
-Replicas share the host's network (``--network host``), as host processes do: a trial's replicas
-reach each other at ``127.0.0.1:<port>`` (CLUSTER_SPEC names those addresses).
+A one-replica trial shares the host's network (``--network host``: it reaches the job's local Cloud
+Storage endpoint). The replicas of a trial of several get a network of their own, as on Vertex: each
+is reachable by its replica name (``workerpool0-0``, ``workerpool1-0``…) on port 2222, and
+CLUSTER_SPEC, TF_CONFIG and MASTER_ADDR/MASTER_PORT name those hosts; two trials never see each other.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -134,9 +137,14 @@ class ContainerBackend:
         self.me = f"{socket.gethostname()}:{os.getpid()}:{process_start_time(os.getpid()) or 0}"
         self._gcs: gcs_emulator.Emulator | None = None
         self._extra_env: dict[str, str] = {}
+        self._networks: dict[str, list[ContainerReplica]] = {}  # a trial's network -> its replicas
 
     def open(self, say: Callable[[str], None]) -> None:
         removed = remove_left_containers(self.runtime, self.job_dir, keep=self.me)
+        listed = self.runtime.call("network", "ls", "--filter", f"label={rt.LABEL_JOB_DIR}={self.job_dir}",
+                                   "--format", "{{.Name}}")
+        for network in listed.stdout.decode("utf-8", "replace").split() if listed.returncode == 0 else ():
+            self.runtime.call("network", "rm", network)  # a dead controller's (one in use stays: rm refuses)
         if removed:
             say(f"removed {len(removed)} container(s) an earlier controller of this job left: {', '.join(removed[:3])}")
         os.makedirs(self.gcs_root, exist_ok=True)
@@ -148,16 +156,20 @@ class ContainerBackend:
             raise ConfigError("a worker pool has no image to run (containerSpec.imageUri / executorImageUri)")
         return self.images.get(image, image)
 
-    def run_args(self, request: ReplicaStart, container: str) -> list[str]:
-        """The runtime's ``run`` arguments for one replica attempt."""
+    def run_args(self, request: ReplicaStart, container: str, network: str | None = None) -> list[str]:
+        """The runtime's ``run`` arguments for one replica attempt (``network``: its trial's own)."""
         env = {**{k: self.environ[k] for k in self.pass_env if k in self.environ}, **request.env,
-               protocol.ENV_GCS_ROOT: GCS_MOUNT, **self._extra_env}
+               protocol.ENV_GCS_ROOT: GCS_MOUNT, **({} if network else self._extra_env)}
         trial = env.get(protocol.ENV_TRIAL_ID, "")
         labels = {rt.LABEL: "1", rt.LABEL_JOB_DIR: self.job_dir, rt.LABEL_JOB: env.get(protocol.ENV_JOB_ID, ""),
                   rt.LABEL_TRIAL: trial, rt.LABEL_REPLICA: request.name,
                   rt.LABEL_ATTEMPT: env.get(protocol.ENV_ATTEMPT, "0"), rt.LABEL_CONTROLLER: self.me}
         # --rm: the runtime removes it when it exits; podman's --replace a same-named one a dead controller left
-        args = ["run", "--rm", "--name", container, "--network", "host"]
+        args = ["run", "--rm", "--name", container]
+        if network:
+            args += ["--network", network, "--network-alias", request.name, "--hostname", request.name]
+        else:
+            args += ["--network", "host"]
         if self.runtime.name == "podman":
             args.append("--replace")
         for key, value in labels.items():
@@ -205,24 +217,62 @@ class ContainerBackend:
         container = rt.container_name(self.job_dir, request.env.get(protocol.ENV_TRIAL_ID, "x"), request.name, attempt)
         if self.runtime.name != "podman":  # docker has no --replace: one a dead controller left goes first
             self.runtime.call("rm", "--force", container)
-        args = self.run_args(request, container)
+        network = self._network_for(request)
+        args = self.run_args(request, container, network)
         try:
             client = start_replica([*self.runtime.command, *args], env=self.environ, cwd=self.job_dir,
                                    stdout_path=request.stdout_path, stderr_path=request.stderr_path,
                                    name=request.label, echo=request.echo)
         except ConfigError as err:  # the runtime's own program is gone: not the trainer's fault
             raise BackendError(f"replica {request.name}: {self.runtime.name} could not be started: {err}") from err
-        return ContainerReplica(client, runtime=self.runtime, container=container,
-                                memory_limited=request.memory_limit_mb is not None)
+        replica = ContainerReplica(client, runtime=self.runtime, container=container,
+                                   memory_limited=request.memory_limit_mb is not None)
+        if network:
+            self._networks[network].append(replica)
+        return replica
+
+    def _network_for(self, request: ReplicaStart) -> str | None:
+        """The trial's own network when it has several replicas (made on its first start), else None;
+        the networks of trials whose replicas have all exited go first."""
+        for name, replicas in list(self._networks.items()):
+            if replicas and all(r.poll() is not None for r in replicas):
+                self.runtime.call("network", "rm", "--force", name)
+                del self._networks[name]
+        if replica_count(request.env) < 2:
+            return None
+        trial = request.env.get(protocol.ENV_TRIAL_ID, "x")
+        name = rt.container_name(self.job_dir, trial, "net", 0)
+        if name not in self._networks:
+            self.runtime.call("network", "rm", "--force", name)  # one a dead controller left
+            made = self.runtime.call("network", "create", "--label", f"{rt.LABEL_JOB_DIR}={self.job_dir}",
+                                     "--label", f"{rt.LABEL_CONTROLLER}={self.me}", name)
+            if made.returncode != 0:
+                said = made.stderr.decode("utf-8", "replace").strip().splitlines()
+                raise BackendError(f"trial {trial}: {self.runtime.name} could not create its network: "
+                                   f"{rt.printable_line(said[-1] if said else 'no message')}")
+            self._networks[name] = []
+        return name
 
     def check_memory(self) -> None:
         """The runtime enforces ``--memory`` (the kernel's OOM killer; its flag is read at exit)."""
 
     def close(self) -> None:
         remove_left_containers(self.runtime, self.job_dir, only=self.me)
+        for name in self._networks:
+            self.runtime.call("network", "rm", "--force", name)
+        self._networks.clear()
         if self._gcs is not None:
             self._gcs.stop()
             self._gcs = None
+
+
+def replica_count(env: Mapping[str, str]) -> int:
+    """How many replicas the trial has, from its CLUSTER_SPEC (1 when it cannot tell)."""
+    try:
+        cluster = json.loads(env.get(protocol.ENV_CLUSTER_SPEC, "{}")).get("cluster", {})
+        return sum(len(v) for v in cluster.values()) or 1
+    except (ValueError, AttributeError, TypeError):
+        return 1
 
 
 def remove_left_containers(runtime: rt.Runtime, job_dir: str, *, keep: str | None = None,

@@ -177,8 +177,11 @@ def build_replicas(
     flags = trial_flags(job.study, params)
     cluster: dict[str, list[str]] = {}
     addresses: dict[tuple[int, int], str] = {}
+    # in images, a trial of several replicas has a network of its own: each replica by its name on
+    # Vertex's port; on the host (or alone), 127.0.0.1 and a free port each
+    by_name = in_image and len(replicas) > 1
     for k, (i, j, _pool) in enumerate(replicas):
-        address = f"{LOCAL_HOST}:{ports[k]}"
+        address = f"{protocol.replica_name(i, j)}:{protocol.REPLICA_PORT}" if by_name else f"{LOCAL_HOST}:{ports[k]}"
         cluster.setdefault(f"workerpool{i}", []).append(address)
         addresses[(i, j)] = address
     multi = len(replicas) > 1
@@ -223,7 +226,7 @@ def build_replicas(
                 "environment": "cloud",
             })
             master = addresses[replicas[0][0], replicas[0][1]]
-            service[protocol.ENV_MASTER_ADDR] = LOCAL_HOST
+            service[protocol.ENV_MASTER_ADDR] = master.rsplit(":", 1)[0]
             service[protocol.ENV_MASTER_PORT] = master.rsplit(":", 1)[1]
             service[protocol.ENV_WORLD_SIZE] = str(len(replicas))
             service[protocol.ENV_RANK] = str(rank)
