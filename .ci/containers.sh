@@ -9,7 +9,11 @@ CACHE=${TRIALS_CI_CACHE:-/var/cache/trials-ci}
 mkdir -p "$CACHE"
 start=$(date +%s)
 if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v mmdebstrap >/dev/null; then
-  if [ "$(id -u)" != 0 ]; then echo "containers: podman/runc/mmdebstrap missing and not root"; exit 1; fi
+  if [ "$(id -u)" != 0 ]; then # An ordinary user for the rootless test (useradd gives it its subuid/subgid ranges).
+if [ "$(id -u)" = 0 ] && ! id trials-rootless >/dev/null 2>&1; then
+  useradd --create-home trials-rootless
+fi
+echo "containers: podman/runc/mmdebstrap missing and not root"; exit 1; fi
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc mmdebstrap >/dev/null
 fi

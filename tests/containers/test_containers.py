@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -199,3 +200,63 @@ def test_check_runs_its_probes_as_containers_of_the_image(tmp_path, container_en
     from trials.controller.check.check import CHECK_JOB_ID
 
     assert podman_ps(container_env, f"trials.job={CHECK_JOB_ID}") == []  # every probe's container is gone
+
+
+ROOTLESS_USER = "trials-rootless"  # .ci/containers.sh makes it (subuid/subgid ranges come with useradd)
+
+
+@pytest.mark.long
+def test_an_ordinary_user_runs_the_job_in_rootless_podman(tmp_path_factory, container_env):
+    """Rootless podman: the same sweep as an ordinary user, with its own image store (the image copied in)."""
+    import pwd
+    import shlex
+    import shutil
+
+    from containerkit import HERE
+
+    if os.geteuid() != 0:
+        pytest.skip("the rootless test switches to an ordinary user: it runs as root")
+    try:
+        user = pwd.getpwnam(ROOTLESS_USER)
+    except KeyError:
+        if os.environ.get("TRIALS_REQUIRE_CONTAINERS") == "1":
+            pytest.fail(f"no user {ROOTLESS_USER} (.ci/containers.sh makes it)")
+        pytest.skip(f"no user {ROOTLESS_USER} (.ci/containers.sh makes it)")
+    python = shutil.which("python3", path="/usr/bin:/bin")  # the test venv's Python may be unreadable to users
+    if python is None:
+        pytest.skip("no system python3 for the ordinary user")
+    work = Path(tempfile.mkdtemp(prefix="trials-rootless-"))
+    try:
+        os.chmod(work, 0o777)
+        spec_path = spec(work, trials=1, parallel=1)
+        os.chmod(spec_path, 0o644)
+        conf = work / "containers.conf"
+        conf.write_text(Path(container_env["CONTAINERS_CONF"]).read_text() if "CONTAINERS_CONF" in container_env
+                         else "[containers]\n")
+        os.chmod(conf, 0o644)
+        user_env = (f"HOME={shlex.quote(user.pw_dir)} CONTAINERS_CONF={shlex.quote(str(conf))} "
+                    f"TRIALS_CONTAINER_ARGS={shlex.quote(container_env.get('TRIALS_CONTAINER_ARGS', ''))} "
+                    f"PYTHONPATH={shlex.quote(str(HERE.parent.parent))}:{shlex.quote(_site_packages())}")
+        save = subprocess.Popen(["podman", "save", TRAINER], stdout=subprocess.PIPE, env=container_env)
+        load = subprocess.run(["su", ROOTLESS_USER, "-c", f"cd /tmp && {user_env} podman load -q"], stdin=save.stdout,
+                              capture_output=True, text=True, timeout=300)
+        save.wait()
+        assert load.returncode == 0, load.stderr
+        command = (f"cd {shlex.quote(str(work))} && {user_env} {python} -m trials sweep spec.json --job-id rl "
+                   f"--runtime podman --image {SPEC_URI}={TRAINER}")
+        run = subprocess.run(["su", ROOTLESS_USER, "-c", command], capture_output=True, text=True, timeout=400)
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert "trial 1 SUCCEEDED after 3 steps" in run.stdout
+        info = subprocess.run(["su", ROOTLESS_USER, "-c", f"cd /tmp && {user_env} podman info --format "
+                               "'{{.Host.Security.Rootless}}'"], capture_output=True, text=True, timeout=60)
+        assert info.stdout.strip() == "true"
+        owner = (work / "trials-jobs" / "rl" / "1" / "hypertune.metrics").stat().st_uid
+        assert owner == user.pw_uid  # the metric file is the user's, read by the user's controller
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _site_packages() -> str:
+    import sysconfig
+
+    return sysconfig.get_paths()["purelib"]
