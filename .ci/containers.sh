@@ -9,7 +9,17 @@ CACHE=${TRIALS_CI_CACHE:-/var/cache/trials-ci}
 mkdir -p "$CACHE"
 start=$(date +%s)
 if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v mmdebstrap >/dev/null; then
-  if [ "$(id -u)" != 0 ]; then # An ordinary user for the rootless test (useradd gives it its subuid/subgid ranges).
+  if [ "$(id -u)" != 0 ]; then # docker (the daemon from Debian's docker.io) for the docker test: started here if none answers.
+if [ "$(id -u)" = 0 ]; then
+  if ! command -v dockerd >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >/dev/null || true
+  fi
+  if command -v dockerd >/dev/null && ! docker info >/dev/null 2>&1; then
+    (dockerd >"$CACHE/dockerd.log" 2>&1 &)
+    for _ in $(seq 1 30); do docker info >/dev/null 2>&1 && break; sleep 1; done
+  fi
+fi
+# An ordinary user for the rootless test (useradd gives it its subuid/subgid ranges).
 if [ "$(id -u)" = 0 ] && ! id trials-rootless >/dev/null 2>&1; then
   useradd --create-home trials-rootless
 fi

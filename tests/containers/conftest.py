@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -64,3 +65,29 @@ def sdist(tmp_path_factory) -> Path:
         tar.add(HERE / "package", arcname="trainerpkg-0.1",
                 filter=lambda info: None if "__pycache__" in info.name else info)
     return out
+
+
+@pytest.fixture(scope="session")
+def docker_env(container_env) -> dict[str, str]:
+    """The environment for `--runtime docker` (a running daemon; the test image copied from podman's store)."""
+    from trials.controller.container import runtime as rt
+
+    if shutil.which("docker") is None:
+        _docker_unavailable("docker is not installed")
+    env = {k: v for k, v in container_env.items() if k != rt.ENV_GLOBAL_ARGS}  # podman's options are not docker's
+    docker = rt.find("docker", env)
+    if docker.call("info", "--format", "{{.ServerVersion}}", timeout=30).returncode != 0:
+        _docker_unavailable("no docker daemon answers")
+    if not docker.image_exists(TRAINER):
+        podman = rt.find("podman", container_env)
+        save = subprocess.Popen([*podman.command, "save", TRAINER], stdout=subprocess.PIPE, env=container_env)
+        load = subprocess.run([docker.program, "load", "-q"], stdin=save.stdout, capture_output=True, timeout=300)
+        save.wait()
+        assert load.returncode == 0, load.stderr
+    return env
+
+
+def _docker_unavailable(why: str) -> None:
+    if os.environ.get("TRIALS_REQUIRE_DOCKER") == "1":
+        pytest.fail(f"docker is required here (TRIALS_REQUIRE_DOCKER=1): {why}")
+    pytest.skip(why)

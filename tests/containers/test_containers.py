@@ -67,6 +67,21 @@ def test_a_trial_runs_in_its_image_with_its_entrypoint_and_nothing_of_the_host(t
     assert podman_ps(env, f"trials.job_dir={tmp_path / 'jobs' / 'img'}") == []  # every container removed
 
 
+def test_docker_runs_the_same_job(tmp_path, docker_env):
+    env = {**docker_env, "HOST_ONLY_SENTINEL": "1"}
+    run = run_trials("sweep", str(spec(tmp_path)), "--root", str(tmp_path / "jobs"), "--job-id", "dk",
+                     "--runtime", "docker", "--image", f"{SPEC_URI}={TRAINER}", cwd=tmp_path, env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    for t in describe(tmp_path, env, "dk")["trials"]:
+        assert t["state"] == "SUCCEEDED"
+        model = json.loads((tmp_path / "jobs" / "dk" / "gcs" / "bucket" / "run" / t["id"] / "model" / "model.json")
+                           .read_text())
+        assert model["cwd"] == "/app" and "HOST_ONLY_SENTINEL" not in model["env"]
+    listed = subprocess.run(["docker", "ps", "--all", "--filter", f"label=trials.job_dir={tmp_path / 'jobs' / 'dk'}",
+                             "--format", "{{.Names}}"], capture_output=True, text=True, env=env)
+    assert listed.stdout.split() == []
+
+
 def test_a_missing_image_or_runtime_is_one_line_before_a_job_folder(tmp_path, container_env):
     run = run_trials("sweep", str(spec(tmp_path)), "--root", str(tmp_path / "jobs"), "--job-id", "none",
                      "--runtime", "podman", cwd=tmp_path, env=container_env)
