@@ -78,8 +78,13 @@ def docker_env(container_env) -> dict[str, str]:
     docker = rt.find("docker", env)
     if docker.call("info", "--format", "{{.ServerVersion}}", timeout=30).returncode != 0:
         _docker_unavailable("no docker daemon answers")
-    if not docker.image_exists(TRAINER):
-        podman = rt.find("podman", container_env)
+    podman = rt.find("podman", container_env)
+
+    def image_id(runtime: rt.Runtime) -> str:
+        out = runtime.call("image", "inspect", "--format", "{{.Id}}", TRAINER)
+        return out.stdout.decode().strip().removeprefix("sha256:") if out.returncode == 0 else ""
+
+    if image_id(docker) != image_id(podman):  # missing, or older than the image just built
         save = subprocess.Popen([*podman.command, "save", TRAINER], stdout=subprocess.PIPE, env=container_env)
         load = subprocess.run([docker.program, "load", "-q"], stdin=save.stdout, capture_output=True, timeout=300)
         save.wait()

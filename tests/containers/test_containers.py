@@ -82,6 +82,20 @@ def test_docker_runs_the_same_job(tmp_path, docker_env):
     assert listed.stdout.split() == []
 
 
+def test_the_jobs_cloud_storage_endpoint_is_reachable_from_the_container(tmp_path, container_env):
+    gcs = tmp_path / "gcs"
+    (gcs / "bucket" / "data").mkdir(parents=True)
+    for name in ("a.txt", "b.txt"):
+        (gcs / "bucket" / "data" / name).write_text(name)
+    env = {**container_env, "TRIALS_GCS_EMULATOR": "on"}
+    run = run_trials("sweep", str(spec(tmp_path, args=("--mode=gcs",), trials=1, parallel=1)), "--root",
+                     str(tmp_path / "jobs"), "--job-id", "gcs", "--gcs-root", str(gcs), *IMAGE_FLAGS,
+                     cwd=tmp_path, env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    out = (tmp_path / "jobs" / "gcs" / "1" / "workerpool0-0.stdout.log").read_text()
+    assert "objects: data/a.txt data/b.txt" in out, out
+
+
 def test_a_missing_image_or_runtime_is_one_line_before_a_job_folder(tmp_path, container_env):
     run = run_trials("sweep", str(spec(tmp_path)), "--root", str(tmp_path / "jobs"), "--job-id", "none",
                      "--runtime", "podman", cwd=tmp_path, env=container_env)

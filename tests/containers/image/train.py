@@ -51,6 +51,15 @@ if a.mode == "handshake":  # a 2-pool trial: the chief listens at its CLUSTER_SP
                     raise
                 time.sleep(0.1)
     sys.exit(0)
+if a.mode == "gcs":  # the job's local Cloud Storage endpoint, reached from the container (JSON API, no client)
+    import urllib.request
+
+    with urllib.request.urlopen(os.environ["STORAGE_EMULATOR_HOST"] + "/storage/v1/b/bucket/o", timeout=30) as r:
+        names = [item["name"] for item in json.load(r).get("items", [])]
+    ht.report_hyperparameter_tuning_metric(hyperparameter_metric_tag="score", metric_value=float(len(names)),
+                                           global_step=1)
+    print("objects:", " ".join(sorted(names)))
+    sys.exit(0)
 if a.mode == "oom":
     hog = []
     while True:
