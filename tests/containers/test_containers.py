@@ -94,6 +94,18 @@ def test_the_jobs_cloud_storage_endpoint_is_reachable_from_the_container(tmp_pat
     assert run.returncode == 0, run.stdout + run.stderr
     out = (tmp_path / "jobs" / "gcs" / "1" / "workerpool0-0.stdout.log").read_text()
     assert "objects: data/a.txt data/b.txt" in out, out
+    # a trial of two replicas, on its own network: the endpoint answers there too (on its gateway)
+    pool = {"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": 1,
+            "containerSpec": {"imageUri": SPEC_URI, "args": ["--mode=gcs"]}}
+    body = json.loads(spec(tmp_path, trials=1, parallel=1).read_text())
+    body["trialJobSpec"]["workerPoolSpecs"] = [pool, pool]
+    (tmp_path / "two.json").write_text(json.dumps(body))
+    run = run_trials("sweep", str(tmp_path / "two.json"), "--root", str(tmp_path / "jobs"), "--job-id", "gcs2",
+                     "--gcs-root", str(gcs), *IMAGE_FLAGS, cwd=tmp_path, env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    for replica in ("workerpool0-0", "workerpool1-0"):
+        out = (tmp_path / "jobs" / "gcs2" / "1" / f"{replica}.stdout.log").read_text()
+        assert "objects: data/a.txt data/b.txt" in out, (replica, out)
 
 
 def test_a_missing_image_or_runtime_is_one_line_before_a_job_folder(tmp_path, container_env):

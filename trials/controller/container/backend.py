@@ -138,6 +138,7 @@ class ContainerBackend:
         self._gcs: gcs_emulator.Emulator | None = None
         self._extra_env: dict[str, str] = {}
         self._networks: dict[str, list[ContainerReplica]] = {}  # a trial's network -> its replicas
+        self._network_gcs: dict[str, gcs_emulator.Emulator] = {}  # its own endpoint, on its gateway
 
     def open(self, say: Callable[[str], None]) -> None:
         removed = remove_left_containers(self.runtime, self.job_dir, keep=self.me)
@@ -159,7 +160,7 @@ class ContainerBackend:
     def run_args(self, request: ReplicaStart, container: str, network: str | None = None) -> list[str]:
         """The runtime's ``run`` arguments for one replica attempt (``network``: its trial's own)."""
         env = {**{k: self.environ[k] for k in self.pass_env if k in self.environ}, **request.env,
-               protocol.ENV_GCS_ROOT: GCS_MOUNT, **({} if network else self._extra_env)}
+               protocol.ENV_GCS_ROOT: GCS_MOUNT, **(self._network_env(network) if network else self._extra_env)}
         trial = env.get(protocol.ENV_TRIAL_ID, "")
         labels = {rt.LABEL: "1", rt.LABEL_JOB_DIR: self.job_dir, rt.LABEL_JOB: env.get(protocol.ENV_JOB_ID, ""),
                   rt.LABEL_TRIAL: trial, rt.LABEL_REPLICA: request.name,
@@ -236,8 +237,7 @@ class ContainerBackend:
         the networks of trials whose replicas have all exited go first."""
         for name, replicas in list(self._networks.items()):
             if replicas and all(r.poll() is not None for r in replicas):
-                self.runtime.call("network", "rm", "--force", name)
-                del self._networks[name]
+                self._remove_network(name)
         if replica_count(request.env) < 2:
             return None
         trial = request.env.get(protocol.ENV_TRIAL_ID, "x")
@@ -251,16 +251,41 @@ class ContainerBackend:
                 raise BackendError(f"trial {trial}: {self.runtime.name} could not create its network: "
                                    f"{rt.printable_line(said[-1] if said else 'no message')}")
             self._networks[name] = []
+            self._serve_on(name)
         return name
+
+    def _serve_on(self, network: str) -> None:
+        """The job's local Cloud Storage endpoint on the network's gateway (root only: a rootless network
+        lives in the user's own namespace), when the job has one on the host."""
+        if self._gcs is None or os.geteuid() != 0:
+            return
+        fmt = "{{range .Subnets}}{{.Gateway}} {{end}}" if self.runtime.name == "podman" else \
+            "{{range .IPAM.Config}}{{.Gateway}} {{end}}"
+        out = self.runtime.call("network", "inspect", "--format", fmt, network)
+        gateway = next(iter(out.stdout.decode("ascii", "replace").split()), "") if out.returncode == 0 else ""
+        if gateway:
+            gcs, _why = gcs_emulator.start(self.gcs_root, self.environ, bind=gateway)
+            if gcs is not None:
+                self._network_gcs[network] = gcs
+
+    def _network_env(self, network: str) -> dict[str, str]:
+        gcs = self._network_gcs.get(network)
+        return {protocol.ENV_STORAGE_EMULATOR_HOST: gcs.host} if gcs is not None else {}
+
+    def _remove_network(self, name: str) -> None:
+        self.runtime.call("network", "rm", "--force", name)
+        self._networks.pop(name, None)
+        gcs = self._network_gcs.pop(name, None)
+        if gcs is not None:
+            gcs.stop()
 
     def check_memory(self) -> None:
         """The runtime enforces ``--memory`` (the kernel's OOM killer; its flag is read at exit)."""
 
     def close(self) -> None:
         remove_left_containers(self.runtime, self.job_dir, only=self.me)
-        for name in self._networks:
-            self.runtime.call("network", "rm", "--force", name)
-        self._networks.clear()
+        for name in list(self._networks):
+            self._remove_network(name)
         if self._gcs is not None:
             self._gcs.stop()
             self._gcs = None

@@ -18,9 +18,9 @@ _START_TIMEOUT_S = 30.0
 class Emulator:
     """A running ``gcs.server`` subprocess; ``host`` is the trials' ``STORAGE_EMULATOR_HOST``."""
 
-    def __init__(self, proc: subprocess.Popen[str], port: int):
+    def __init__(self, proc: subprocess.Popen[str], port: int, bind: str = "127.0.0.1"):
         self.proc = proc
-        self.host = f"http://127.0.0.1:{port}"
+        self.host = f"http://{bind}:{port}"
 
     def stop(self) -> None:
         """Close its stdin (it stops on EOF), then make sure it is gone."""
@@ -45,15 +45,17 @@ def disabled(environ: Mapping[str, str] | None = None) -> bool:
     return environ.get(protocol.ENV_GCS_EMULATOR, "").strip().lower() in OFF_VALUES
 
 
-def start(gcs_root: str, environ: Mapping[str, str] | None = None) -> tuple[Emulator | None, str]:
-    """Serve ``gcs_root`` as Cloud Storage; ``(None, why)`` when the extra is absent, off or failed."""
+def start(gcs_root: str, environ: Mapping[str, str] | None = None,
+          bind: str = "127.0.0.1") -> tuple[Emulator | None, str]:
+    """Serve ``gcs_root`` as Cloud Storage on ``bind`` (default loopback; a container network's gateway
+    for the replicas on it); ``(None, why)`` when the extra is absent, off or failed."""
     environ = os.environ if environ is None else environ
     if disabled(environ):
         return None, f"{protocol.ENV_GCS_EMULATOR}={environ[protocol.ENV_GCS_EMULATOR]}"
     if not available():
         return None, "the gcs extra is not installed (pip install 'trials[gcs]')"
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "trials.controller.gcs.server", gcs_root],
+        proc = subprocess.Popen([sys.executable, "-m", "trials.controller.gcs.server", gcs_root, bind],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     except OSError as err:
         return None, f"the local Cloud Storage endpoint could not be started: {err}"
@@ -64,4 +66,4 @@ def start(gcs_root: str, environ: Mapping[str, str] | None = None) -> tuple[Emul
         _, stderr = proc.communicate(timeout=_START_TIMEOUT_S)
         last = (stderr.strip().splitlines() or ["no output"])[-1]
         return None, f"the local Cloud Storage endpoint did not start: {last}"
-    return Emulator(proc, int(line)), ""
+    return Emulator(proc, int(line), bind), ""

@@ -125,14 +125,15 @@ def _hashes(path: str) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m trials.controller.gcs.server ROOT", file=sys.stderr)
+    if len(args) not in (1, 2):
+        print("usage: python -m trials.controller.gcs.server ROOT [BIND_ADDRESS]", file=sys.stderr)
         return 2
     root = os.path.abspath(args[0])
+    bind = args[1] if len(args) == 2 else "127.0.0.1"
     os.makedirs(root, exist_ok=True)
-    httpd = server.HTTPServer(("127.0.0.1", 0), server.BaseHTTPRequestHandler)
+    httpd = _Server((bind, 0), server.BaseHTTPRequestHandler)
     port = httpd.server_address[1]
-    store = LocalBuckets(root, f"http://127.0.0.1:{port}")
+    store = LocalBuckets(root, f"http://{bind}:{port}")
     httpd.RequestHandlerClass = lambda *a, **k: RequestHandler(store, *a, **k)
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=httpd.shutdown).start())
     threading.Thread(target=_stop_on_eof, args=(httpd,), daemon=True).start()
@@ -140,6 +141,16 @@ def main(argv: list[str] | None = None) -> int:
     httpd.serve_forever(poll_interval=0.05)
     httpd.server_close()
     return 0
+
+
+class _Server(server.HTTPServer):
+    """Binds with IP_FREEBIND: a container network's gateway address exists only once its bridge is up."""
+
+    def server_bind(self) -> None:
+        import socket
+
+        self.socket.setsockopt(socket.IPPROTO_IP, getattr(socket, "IP_FREEBIND", 15), 1)
+        super().server_bind()
 
 
 def _stop_on_eof(httpd: server.HTTPServer) -> None:
