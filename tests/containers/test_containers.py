@@ -89,11 +89,12 @@ def test_the_jobs_cloud_storage_endpoint_is_reachable_from_the_container(tmp_pat
         (gcs / "bucket" / "data" / name).write_text(name)
     env = {**container_env, "TRIALS_GCS_EMULATOR": "on"}
     run = run_trials("sweep", str(spec(tmp_path, args=("--mode=gcs",), trials=1, parallel=1)), "--root",
-                     str(tmp_path / "jobs"), "--job-id", "gcs", "--gcs-root", str(gcs), *IMAGE_FLAGS,
+                     str(tmp_path / "jobs"), "--job-id", "gcs", "--gcs-root", str(gcs), "--echo", *IMAGE_FLAGS,
                      cwd=tmp_path, env=env)
     assert run.returncode == 0, run.stdout + run.stderr
     out = (tmp_path / "jobs" / "gcs" / "1" / "workerpool0-0.stdout.log").read_text()
     assert "objects: data/a.txt data/b.txt" in out, out
+    assert "[1/workerpool0-0] objects: data/a.txt data/b.txt" in run.stdout  # --echo: the container's output
     # a trial of two replicas, on its own network: the endpoint answers there too (on its gateway)
     pool = {"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": 1,
             "containerSpec": {"imageUri": SPEC_URI, "args": ["--mode=gcs"]}}
