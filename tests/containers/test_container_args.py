@@ -116,3 +116,13 @@ def test_validate_shows_the_container_a_trial_runs_as_and_no_host_variable(tmp_p
     assert "HOST_ONLY_SENTINEL" not in out and "(no AIP_MODEL_DIR" in out
     assert main(["validate", str(spec)]) == 0  # the host runtime: an image without command is a note
     assert "note:" in capsys.readouterr().out
+
+
+def test_a_runtime_that_fails_us_is_an_internal_error_not_the_trainers(tmp_path):
+    from trials.controller.backend.protocol import BackendError
+
+    for name in ("podman", "docker"):
+        gone = rt.Runtime(name=name, program=str(tmp_path / "no-such-runtime"))
+        with pytest.raises(BackendError, match="replica workerpool0-0"):
+            backend(tmp_path, runtime=gone).start(request(tmp_path, stdout_path=str(tmp_path / "o"),
+                                                          stderr_path=str(tmp_path / "e")))

@@ -86,7 +86,8 @@ class ContainerReplica:
         """Signal the container's main process (the runtime forwards it); a gone container is fine."""
         if self.poll() is None:
             self._killed = self._killed or sig == signal.SIGKILL
-            self.runtime.call("kill", "--signal", str(int(sig)), self.container, timeout=30)
+            with contextlib.suppress(rt.RuntimeUnavailable):  # a runtime too slow to answer: the next stop step
+                self.runtime.call("kill", "--signal", str(int(sig)), self.container, timeout=30)
 
     def begin_stop(self, now: float) -> float:
         if self.stop_requested_at is not None:
@@ -214,6 +215,12 @@ class ContainerBackend:
         return args
 
     def start(self, request: ReplicaStart) -> ContainerReplica:
+        try:
+            return self._start(request)
+        except rt.RuntimeUnavailable as err:  # the runtime failed us, not the trainer: an internal error
+            raise BackendError(f"replica {request.name}: {err}") from err
+
+    def _start(self, request: ReplicaStart) -> ContainerReplica:
         attempt = int(request.env.get(protocol.ENV_ATTEMPT, "0") or 0)
         container = rt.container_name(self.job_dir, request.env.get(protocol.ENV_TRIAL_ID, "x"), request.name, attempt)
         if self.runtime.name != "podman":  # docker has no --replace: one a dead controller left goes first
@@ -283,9 +290,13 @@ class ContainerBackend:
         """The runtime enforces ``--memory`` (the kernel's OOM killer; its flag is read at exit)."""
 
     def close(self) -> None:
-        remove_left_containers(self.runtime, self.job_dir, only=self.me)
-        for name in list(self._networks):
-            self._remove_network(name)
+        with contextlib.suppress(rt.RuntimeUnavailable):  # the job's end is written whatever the runtime does
+            remove_left_containers(self.runtime, self.job_dir, only=self.me)
+            for name in list(self._networks):
+                self._remove_network(name)
+        for gcs in self._network_gcs.values():
+            gcs.stop()
+        self._network_gcs.clear()
         if self._gcs is not None:
             self._gcs.stop()
             self._gcs = None
