@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from typing import TYPE_CHECKING
 
 from trials import protocol
@@ -248,7 +249,12 @@ def _outputs_line(h: JobHandle) -> str:
     if base is None:
         return ("outputs: the job has no baseOutputDirectory, so trials get no AIP_MODEL_DIR, AIP_CHECKPOINT_DIR "
                 "or AIP_TENSORBOARD_LOG_DIR (as on Vertex); --base-output-dir DIR gives them a base")
-    return f"outputs: AIP_MODEL_DIR, AIP_CHECKPOINT_DIR, AIP_TENSORBOARD_LOG_DIR under {base.rstrip('/')}/<trial id>/"
+    line = f"outputs: AIP_MODEL_DIR, AIP_CHECKPOINT_DIR, AIP_TENSORBOARD_LOG_DIR under {base.rstrip('/')}/<trial id>/"
+    gcs_root = h.store.get_meta("gcs_root")
+    if protocol.is_gcs_uri(base) and isinstance(gcs_root, str):
+        with contextlib.suppress(ValueError):  # a base that maps outside /gcs was refused at creation
+            line += f" (here: {protocol.local_path(base.rstrip('/') + '/', gcs_root)})"
+    return line
 
 
 def _progress(h: JobHandle, args: argparse.Namespace) -> Progress:
