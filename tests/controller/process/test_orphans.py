@@ -62,7 +62,11 @@ def test_escaped_descendants_are_killed_named_and_reaped_and_nothing_else_is(tmp
     got = json.loads(out.stdout.splitlines()[-1])
     pids = json.loads((trial_dir / "orphans.json").read_text())
     assert got["status"] == 0
-    assert sorted(got["leftovers"]) == sorted(f"{pid} (sleep)" for pid in pids), got
+    # each named by its pid and program: `sleep`, or `python` when the kill came between its fork and its exec
+    # (seen with the suite in 4 workers)
+    named = {int(entry.split(" ", 1)[0]): entry.split(" ", 1)[1] for entry in got["leftovers"]}
+    assert sorted(named) == sorted(pids), got
+    assert all(name == "(sleep)" or name.startswith("(python") for name in named.values()), got
     assert got["zombies"] == [], "the killed descendants were not reaped"
     assert got["bystander"] is None and got["helper"] is None, "a Popen child of the controller was touched"
     assert got["bystander_reaped_by_popen"] == -9  # its exit status was Popen's to collect, intact
