@@ -36,6 +36,17 @@ def spec(tmp_path: Path, *, args=("--epochs=3",), trials=2, parallel=2, base="gs
     return path
 
 
+def two_pools(tmp_path: Path, *args: str, trials: int) -> Path:
+    """A spec whose trials have two pools of one replica each, every replica running the image with ``args``."""
+    pool = {"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": 1,
+            "containerSpec": {"imageUri": SPEC_URI, "args": list(args)}}
+    body = json.loads(spec(tmp_path, trials=trials, parallel=trials).read_text())
+    body["trialJobSpec"]["workerPoolSpecs"] = [pool, pool]
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps(body))
+    return path
+
+
 def describe(tmp_path: Path, env, job: str) -> dict:
     out = run_trials("describe", job, "--root", str(tmp_path / "jobs"), "--format", "json", cwd=tmp_path, env=env)
     assert out.returncode == 0, out.stderr
@@ -96,12 +107,8 @@ def test_the_jobs_cloud_storage_endpoint_is_reachable_from_the_container(tmp_pat
     assert "objects: data/a.txt data/b.txt" in out, out
     assert "[1/workerpool0-0] objects: data/a.txt data/b.txt" in run.stdout  # --echo: the container's output
     # a trial of two replicas, on its own network: the endpoint answers there too (on its gateway)
-    pool = {"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": 1,
-            "containerSpec": {"imageUri": SPEC_URI, "args": ["--mode=gcs"]}}
-    body = json.loads(spec(tmp_path, trials=1, parallel=1).read_text())
-    body["trialJobSpec"]["workerPoolSpecs"] = [pool, pool]
-    (tmp_path / "two.json").write_text(json.dumps(body))
-    run = run_trials("sweep", str(tmp_path / "two.json"), "--root", str(tmp_path / "jobs"), "--job-id", "gcs2",
+    run = run_trials("sweep", str(two_pools(tmp_path, "--mode=gcs", trials=1)), "--root", str(tmp_path / "jobs"),
+                     "--job-id", "gcs2",
                      "--gcs-root", str(gcs), *IMAGE_FLAGS, cwd=tmp_path, env=env)
     assert run.returncode == 0, run.stdout + run.stderr
     for replica in ("workerpool0-0", "workerpool1-0"):
@@ -202,12 +209,8 @@ def test_a_python_package_is_installed_from_the_jobs_bucket_into_its_executor_im
 
 
 def test_the_replicas_of_a_two_pool_trial_find_each_other_at_their_cluster_spec_addresses(tmp_path, container_env):
-    pool = {"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": 1,
-            "containerSpec": {"imageUri": SPEC_URI, "args": ["--mode=handshake"]}}
-    body = json.loads(spec(tmp_path, trials=2, parallel=2).read_text())
-    body["trialJobSpec"]["workerPoolSpecs"] = [pool, pool]
-    (tmp_path / "two.json").write_text(json.dumps(body))
-    run = run_trials("sweep", str(tmp_path / "two.json"), "--root", str(tmp_path / "jobs"), "--job-id", "two",
+    run = run_trials("sweep", str(two_pools(tmp_path, "--mode=handshake", trials=2)), "--root",
+                     str(tmp_path / "jobs"), "--job-id", "two",
                      *IMAGE_FLAGS, cwd=tmp_path, env=container_env)
     assert run.returncode == 0, run.stdout + run.stderr
     for t in describe(tmp_path, container_env, "two")["trials"]:  # two trials at once never mix their replicas

@@ -21,7 +21,6 @@ import json
 import os
 import signal
 import socket
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -343,14 +342,4 @@ def _controller_alive(owner: str) -> bool:
     pid = int(pid_text)
     with contextlib.suppress(ValueError):
         return process_start_time(pid) == int(start or 0) and pid != 0
-    return False
-
-
-def wait_gone(runtime: rt.Runtime, container: str, timeout_s: float = 10.0) -> bool:
-    """Whether ``container`` no longer exists within ``timeout_s`` (for tests and clean-up)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if runtime.call("container", "inspect", container).returncode != 0:
-            return True
-        time.sleep(0.1)
     return False
