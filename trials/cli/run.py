@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # each command imports what it needs when it runs
     from typing import Any
 
     from trials.cli.progress import Progress
+    from trials.controller.gcs.emulator import Warm
     from trials.controller.jobs.registry import JobHandle
     from trials.controller.loop.runner import JobRunner
     from trials.controller.trial.devices import DevicePlan
@@ -22,6 +23,19 @@ if TYPE_CHECKING:  # each command imports what it needs when it runs
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
+    endpoint = None
+    if args.runtime is None:  # the host backend's Cloud Storage endpoint loads while Optuna does
+        from trials.controller.process.host import warm_endpoint
+
+        endpoint = warm_endpoint(None, args.pass_env)
+    try:
+        return _sweep(args, endpoint)
+    finally:
+        if endpoint is not None:
+            endpoint.close()  # (a no-op once the job's backend took it)
+
+
+def _sweep(args: argparse.Namespace, endpoint: Warm | None) -> int:
     from dataclasses import replace
 
     from trials.controller.jobs import registry
@@ -65,7 +79,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     )
     if runtime != "host":
         h.store.set_meta(runtime=runtime, images=images)
-    return _run_and_report(h, args, resume=False, plan=plan)
+    return _run_and_report(h, args, resume=False, plan=plan, endpoint=endpoint)
 
 
 def _runtime(job: JobSpec, args: argparse.Namespace, *, stored: Any,
@@ -197,19 +211,19 @@ def _device_plan(job: JobSpec, args: argparse.Namespace) -> DevicePlan:
 
 
 def _run_and_report(h: JobHandle, args: argparse.Namespace, *, resume: bool, join: bool = False,
-                    plan: DevicePlan | None = None) -> int:
+                    plan: DevicePlan | None = None, endpoint: Warm | None = None) -> int:
     from trials.controller.loop.signals import LoopSignals
 
     signals = LoopSignals()  # from here on a stop signal is kept for the job loop, never the default action
     release = signals.hold()
     try:
-        return _run_held(h, args, signals, resume=resume, join=join, plan=plan)
+        return _run_held(h, args, signals, resume=resume, join=join, plan=plan, endpoint=endpoint)
     finally:
         release()
 
 
 def _run_held(h: JobHandle, args: argparse.Namespace, signals: Any, *, resume: bool, join: bool,
-              plan: DevicePlan | None) -> int:
+              plan: DevicePlan | None, endpoint: Warm | None = None) -> int:
     from trials.controller.jobs import run as job_run
     from trials.controller.loop.events import JobWarning
     from trials.storage_url import redact
@@ -235,7 +249,8 @@ def _run_held(h: JobHandle, args: argparse.Namespace, signals: Any, *, resume: b
         print(_outputs_line(h))
         if shared is not None and not join:
             print(f"more workers join with: trials worker {h.job_id} --storage {redact(h.storage_url)}")
-    runner = job_run.run_job(h, options, emit=progress, resume=resume, lock=not join, signals=signals)
+    runner = job_run.run_job(h, options, emit=progress, resume=resume, lock=not join, signals=signals,
+                             endpoint=endpoint)
     if join and runner.state.leaving and shared is not None:
         print(f"worker {shared.me} left job {h.job_id} after starting {runner.state.n_started} trials; "
               f"its running trials went back to the queue")

@@ -20,7 +20,7 @@ from __future__ import annotations
 import errno
 import signal
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trials.controller.backend.protocol import INTERNAL_ERROR_MESSAGE, BackendError, ReplicaBackend
 from trials.controller.loop import events
@@ -39,8 +39,10 @@ from trials.controller.trial.devices import DeviceAllocator
 from trials.errors import ConfigError, DiskFullError
 from trials.records import StopReason, TrialState
 from trials.spec import JobSpec, Scheduling
-from trials.study.leases import SharedJob
 from trials.study.store import Claimed, JobStore
+
+if TYPE_CHECKING:  # a database job's leases: sqlalchemy, which a journal job never needs
+    from trials.study.leases import SharedJob
 
 METRICS_POLL_S = 0.25  # metric reads of a running trial when no stopping rule needs every step
 STOP_POLL_S = 0.02  # while stopping every replica on the way out
