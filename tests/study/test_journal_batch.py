@@ -78,3 +78,15 @@ def test_writes_before_an_error_in_the_block_still_reach_the_file(tmp_path: Path
             store.set_trial_attrs(claimed.storage_id, state="ACTIVE")
         raise RuntimeError("boom")
     assert plain(path)[0].user_attrs == {"state": "ACTIVE"}
+
+
+def test_a_new_job_is_one_fsync_and_plain_optuna_reads_its_waiting_trials(tmp_path: Path, monkeypatch) -> None:
+    calls = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real_fsync(fd))[1])
+    store, _ = open_store(tmp_path / "journal.log")
+    assert len(calls) == 1  # the study, its settings and its 4 WAITING trials (was one fsync each)
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    trials = plain(tmp_path / "journal.log")
+    assert [t.state.name for t in trials] == ["WAITING"] * 4
+    assert store.get_meta("sampler") == "tpe"

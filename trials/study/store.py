@@ -64,19 +64,22 @@ class JobStore:
     @classmethod
     def create(cls, storage: BaseStorage, job_id: str, job: JobSpec, spec_dict: Mapping[str, Any],
                meta: Mapping[str, Any], *, sampler_name: str, seed: int | None) -> JobStore:
+        """A new job: its study, its settings and its WAITING trials (a journal file: one write and
+        one fsync for all of them, not one per trial and setting: ~0.1-0.3 s for 40 trials here)."""
         quiet_optuna()
         directions = [StudyDirection.MAXIMIZE if m.maximize else StudyDirection.MINIMIZE for m in job.study.metrics]
-        try:
-            study = optuna.create_study(
-                storage=storage, study_name=job_id, directions=directions,
-                sampler=make_sampler(sampler_name, seed=seed), load_if_exists=False,
-            )
-        except optuna.exceptions.DuplicatedStudyError:
-            raise ConfigError(f"a job named {job_id!r} already exists in this storage; use "
-                              f"`trials resume {job_id}` or choose another --job-id") from None
-        store = cls(storage, study, job_id)
-        store.set_meta(spec=dict(spec_dict), sampler=sampler_name, seed=seed, **meta)
-        store.add_trials(job.max_trial_count, job)
+        with journal.one_write(storage):
+            try:
+                study = optuna.create_study(
+                    storage=storage, study_name=job_id, directions=directions,
+                    sampler=make_sampler(sampler_name, seed=seed), load_if_exists=False,
+                )
+            except optuna.exceptions.DuplicatedStudyError:
+                raise ConfigError(f"a job named {job_id!r} already exists in this storage; use "
+                                  f"`trials resume {job_id}` or choose another --job-id") from None
+            store = cls(storage, study, job_id)
+            store.set_meta(spec=dict(spec_dict), sampler=sampler_name, seed=seed, **meta)
+            store.add_trials(job.max_trial_count, job)
         return store
 
     @classmethod
