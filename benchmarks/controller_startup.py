@@ -137,7 +137,9 @@ def parts(stamps: dict[str, Any], *, spawn: float, exit_: float,
     out["other before the first trial (imports, ...)"] = (first_trial - spawn) - sum(before)
     after = [out[k] for k in AFTER_LAST_TRIAL if out[k] == out[k]]
     out["END TOTAL (the last trial's end to exit)"] = exit_ - last_end
-    out["other after the last trial (interpreter exit, ...)"] = (exit_ - last_end) - sum(after)
+    out["interpreter exit (main returned to exit)"] = exit_ - stamps["main_end"]
+    after.append(out["interpreter exit (main returned to exit)"])
+    out["other after the last trial (exit seen, record, ...)"] = (exit_ - last_end) - sum(after)
     return out
 
 
@@ -158,5 +160,13 @@ def main(argv: list[str]) -> int:
     return code
 
 
+def exit_as_trials_does(code: int) -> None:
+    """End the process the way the ``trials`` command does (``trials.cli.exit_now`` where it exists)."""
+    import trials.cli
+
+    ending = getattr(trials.cli, "exit_now", sys.exit)
+    ending(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_as_trials_does(main(sys.argv[1:]))
