@@ -86,16 +86,19 @@ def _runtime(job: JobSpec, args: argparse.Namespace, *, stored: Any,
              stored_images: Any = None) -> tuple[str, dict[str, str]]:
     """``--runtime`` and ``--image``, else the job's own: checked (the runtime starts containers, every
     image exists locally) before anything is written."""
-    from trials.controller.container import runtime as container_runtime
+    name = stored if isinstance(stored, str) else "host"
+    images = dict(stored_images) if isinstance(stored_images, dict) else {}
+    if args.runtime or args.image or name != "host":  # (a host job's start-up needs no container module)
+        from trials.controller.container import runtime as container_runtime
 
-    name = container_runtime.choose(args.runtime) if args.runtime else (stored if isinstance(stored, str) else "host")
-    images = {**(stored_images if isinstance(stored_images, dict) else {}),
-              **container_runtime.parse_image_map(args.image)}
+        name = container_runtime.choose(args.runtime) if args.runtime else name
+        images.update(container_runtime.parse_image_map(args.image))
     if name == "host":
         if images:
             raise ConfigError("--image: a local image stands in for a spec's only with a container runtime "
                               "(--runtime podman or docker)")
         return name, images
+    from trials.controller.container import runtime as container_runtime
     from trials.controller.container.preflight import check_images
 
     check_images(container_runtime.find(name), job, images)

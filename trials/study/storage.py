@@ -7,7 +7,7 @@ import importlib.util
 import os
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.storages import BaseStorage as BaseStorage  # re-exported: the type callers hold
@@ -16,7 +16,9 @@ from optuna.trial import TrialState
 
 from trials.errors import ConfigError, StorageError
 from trials.storage_url import first_line, is_journal_url, journal_path, redact, scrub
-from trials.study.outages import Outages
+
+if TYPE_CHECKING:  # a database's outages: only workers set them
+    from trials.study.outages import Outages
 
 
 @functools.cache
@@ -38,8 +40,6 @@ def open_storage(url: str, *, heartbeat_interval_s: int | None = None,
     if is_journal_url(url):
         from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 
-        from trials.study.journal_check import corrupt_error
-
         path = journal_path(url)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         try:
@@ -48,8 +48,12 @@ def open_storage(url: str, *, heartbeat_interval_s: int | None = None,
         except OSError as err:
             if not isinstance(err, IsADirectoryError):
                 raise
+            from trials.study.journal_check import corrupt_error
+
             raise corrupt_error(path, err) from None
         except Exception as err:  # noqa: BLE001 - a bad line: JSONDecodeError, UnicodeDecodeError, ...
+            from trials.study.journal_check import corrupt_error
+
             raise corrupt_error(path, err) from None
     if "://" not in url:
         raise ConfigError(

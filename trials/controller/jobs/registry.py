@@ -13,7 +13,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from trials import protocol
-from trials.controller.jobs.describe import shown
 from trials.errors import ConfigError, JobNotFoundError, StorageError
 from trials.records import JobState
 from trials.spec import Algorithm, JobSpec, LocalOptions
@@ -233,6 +232,7 @@ def open_job(job_id: str, *, root: str, storage: str | None) -> JobHandle:
 
 
 def list_jobs(root: str, storage: str | None) -> list[dict[str, Any]]:
+    from trials.controller.jobs.describe import shown  # (not at import: a sweep's start-up needs none of it)
     from trials.study.storage import study_summaries
 
     out = []
