@@ -38,3 +38,11 @@ def test_python_m_trials_exits_with_the_commands_code():
     done = subprocess.run([sys.executable, "-m", "trials", "no-such-command"], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 2 and "invalid choice" in done.stderr
+
+
+def test_a_profiled_command_still_writes_its_profile(tmp_path):
+    out = tmp_path / "cli.prof"
+    done = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(out), "-m", "trials", "list", "--root",
+                           str(tmp_path / "jobs")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert out.exists() and out.stat().st_size > 0

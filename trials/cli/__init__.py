@@ -32,14 +32,17 @@ def run() -> NoReturn:
     When ``main`` returns, what is left to do is the atexit handlers (run here: a replica cgroup's
     folder removed, orphans swept) and freeing the modules Optuna and numpy loaded, which took
     ~0.1 s of every command's wall (measured on the controller benchmark). The exit code is the
-    same; a thread still running (none in the CLI's commands) gets the normal exit, which joins it.
+    same; a thread still running (none in the CLI's commands) gets the normal exit, which joins it,
+    and so does a run under a profiler or tracer (``python -m cProfile -m trials``: it writes its
+    results when the command returns).
     """
     exit_now(main())
 
 
 def exit_now(code: int) -> NoReturn:
     """End the process with ``code`` as :func:`run` does (see there)."""
-    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+    if sys.getprofile() is not None or sys.gettrace() is not None or any(
+            t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
         sys.exit(code)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):

@@ -105,8 +105,10 @@ class JobStore:
         return self.storage.get_study_user_attrs(self._study_id).get(ATTR_PREFIX + key, default)
 
     def set_meta(self, **values: Any) -> None:
-        for k, v in values.items():
-            self.storage.set_study_user_attr(self._study_id, ATTR_PREFIX + k, v)
+        """Job-level attributes; on a journal file one write and one fsync for all of them."""
+        with journal.one_write(self.storage):
+            for k, v in values.items():
+                self.storage.set_study_user_attr(self._study_id, ATTR_PREFIX + k, v)
 
     # -- trials
     def add_trials(self, n: int, job: JobSpec) -> int:

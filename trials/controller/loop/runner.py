@@ -239,6 +239,15 @@ class JobRunner:
             for r in run.replicas.values():
                 r.send_signal_group(signal.SIGKILL)
         exits = run.new_exits()  # THE snapshot: each exit below is classified exactly once
+        if not exits:
+            self._pass_on(run, now, exits)
+            return
+        # A replica exited: its last steps and, when the trial ends with it, the trial's record reach
+        # the journal in one write and one fsync (each was its own, on the way to the next trial).
+        with self.store.batch():
+            self._pass_on(run, now, exits)
+
+    def _pass_on(self, run: RunningTrial, now: float, exits: dict[str, int]) -> None:
         self._on_metrics(run, now, final=bool(exits))
         for name, status in exits.items():
             self._sup.on_exit(run, name, status, now)

@@ -188,13 +188,14 @@ class LoopState:
             self.job_error = exits.job_failure(self.job, n_failed=self.n_failed, n_succeeded=self.n_succeeded,
                                                 first_failure=self.first_failure)
         self._begin_wall, self._begin_mono = self.clock.wall(), self.clock.monotonic()
-        if self.store.get_meta("start_time") is None:
-            self.store.set_meta(start_time=rfc3339(self._begin_wall))
-        if not self.opt.join:
-            self.store.set_meta(state=JobState.RUNNING.value, end_time=None, error=None,
-                                controller=self.worker_name)
-        elif self.store.get_meta("state") in (JobState.QUEUED, JobState.PENDING):
-            self.store.set_meta(state=JobState.RUNNING.value)
+        with self.store.batch():  # one journal write
+            if self.store.get_meta("start_time") is None:
+                self.store.set_meta(start_time=rfc3339(self._begin_wall))
+            if not self.opt.join:
+                self.store.set_meta(state=JobState.RUNNING.value, end_time=None, error=None,
+                                    controller=self.worker_name)
+            elif self.store.get_meta("state") in (JobState.QUEUED, JobState.PENDING):
+                self.store.set_meta(state=JobState.RUNNING.value)
         self.emit(events.JobRunning())
 
     def check_external_state(self, now: float) -> None:
