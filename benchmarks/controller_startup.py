@@ -39,6 +39,7 @@ STEPS = {
 IMPORT_STEPS = ("trials.cli",)
 AFTER_LAST_TRIAL = ("finish the job (end state)", "stop the endpoint (backend close)", "summary (best trials printed)")
 FIRST_LAUNCH = "start the replica (spawn)"
+CPU = "controller CPU, whole job (user + system)"
 
 
 def _stamped(original: Callable[..., Any], label: str, log: list[tuple[str, float, float]]) -> Callable[..., Any]:
@@ -140,6 +141,8 @@ def parts(stamps: dict[str, Any], *, spawn: float, exit_: float,
     out["interpreter exit (main returned to exit)"] = exit_ - stamps["main_end"]
     after.append(out["interpreter exit (main returned to exit)"])
     out["other after the last trial (exit seen, record, ...)"] = (exit_ - last_end) - sum(after)
+    if "cpu_s" in stamps:  # (not a part of the wall: what the controller took from the trials' cores)
+        out[CPU] = stamps["cpu_s"]
     return out
 
 
@@ -155,8 +158,12 @@ def main(argv: list[str]) -> int:
     try:
         code = cli_main(args)
     finally:
+        import resource
+
+        used = resource.getrusage(resource.RUSAGE_SELF)  # the controller's own CPU, not its children's
         with open(out_path, "w", encoding="utf-8") as f:
-            json.dump({"first_line": FIRST_LINE, "main_end": time.time(), "steps": log}, f)
+            json.dump({"first_line": FIRST_LINE, "main_end": time.time(), "steps": log,
+                       "cpu_s": used.ru_utime + used.ru_stime}, f)
     return code
 
 
