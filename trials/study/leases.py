@@ -190,12 +190,15 @@ class SharedJob:
                 for r in rows if r[0] in wanted or (every and r[1] == self.me)}
 
     # -- claiming
-    def claim(self, study: StudySpec, *, cap: int) -> Claimed | None:
+    def claim(self, study: StudySpec, *, cap: int, params: Mapping[str, Any] | None = None,
+              system_attrs: Mapping[str, Any] | None = None) -> Claimed | None:
         """A trial this worker leased but does not run (its claim was cut by an outage), else a stale
-        trial to take over, else a WAITING trial if the job runs fewer than ``cap``."""
-        return self._call(self._claim, study, cap)
+        trial to take over, else a WAITING trial if the job runs fewer than ``cap`` (with ``params``
+        when they were suggested ahead: see ``JobStore.claim``)."""
+        return self._call(self._claim, study, cap, params, system_attrs)
 
-    def _claim(self, study: StudySpec, cap: int) -> Claimed | None:
+    def _claim(self, study: StudySpec, cap: int, params: Mapping[str, Any] | None = None,
+               system_attrs: Mapping[str, Any] | None = None) -> Claimed | None:
         with self._claim_lock() as conn:
             running = self.store.running_trials()
             leases = self.leases([t._trial_id for t in running], every=True)
@@ -209,7 +212,8 @@ class SharedJob:
                 if len(running) >= cap:
                     self._claiming = None
                     return None
-                claimed = self.store.claim(study, before=self._note_claiming)
+                claimed = self.store.claim(study, before=self._note_claiming, params=params,
+                                           system_attrs=system_attrs)
                 if claimed is None:
                     self._claiming = None
                     self.n_waiting = 0

@@ -54,11 +54,14 @@ def resumed_seed(seed: int | None, storage: BaseStorage, study: optuna.Study) ->
 class JobStore:
     """One job in an Optuna storage."""
 
-    def __init__(self, storage: BaseStorage, study: optuna.Study, job_id: str):
+    def __init__(self, storage: BaseStorage, study: optuna.Study, job_id: str, *,
+                 sampler_name: str = "tpe", sampler_seed: int | None = None):
         self.storage = storage
         self.study = study
         self.job_id = job_id
         self._study_id = study._study_id
+        self.sampler_name = sampler_name  # the job's sampler, and the seed it was made with here
+        self.sampler_seed = sampler_seed
 
     # -- creation and opening
     @classmethod
@@ -74,7 +77,7 @@ class JobStore:
         except optuna.exceptions.DuplicatedStudyError:
             raise ConfigError(f"a job named {job_id!r} already exists in this storage; use "
                               f"`trials resume {job_id}` or choose another --job-id") from None
-        store = cls(storage, study, job_id)
+        store = cls(storage, study, job_id, sampler_name=sampler_name, sampler_seed=seed)
         store.set_meta(spec=dict(spec_dict), sampler=sampler_name, seed=seed, **meta)
         store.add_trials(job.max_trial_count, job)
         return store
@@ -90,8 +93,9 @@ class JobStore:
         sampler_name = attrs.get(ATTR_PREFIX + "sampler", "tpe")
         if seed is None:
             seed = attrs.get(ATTR_PREFIX + "seed")
-        study.sampler = make_sampler(sampler_name, seed=resumed_seed(seed, storage, study))
-        return cls(storage, study, job_id)
+        seed = resumed_seed(seed, storage, study)
+        study.sampler = make_sampler(sampler_name, seed=seed)
+        return cls(storage, study, job_id, sampler_name=sampler_name, sampler_seed=seed)
 
     # -- job-level attributes
     def meta(self) -> dict[str, Any]:
@@ -124,7 +128,9 @@ class JobStore:
     def fix_params(self, number: int, params: Mapping[str, Value], study: StudySpec) -> None:
         """The WAITING trial ``number`` runs with ``params`` when claimed (what Optuna's
         ``enqueue_trial`` gives a trial it creates; ``trials check`` runs the spec's first point)."""
-        storage_id = self.storage.get_trial_id_from_study_id_trial_number(self._study_id, number)
+        self._fix(self.storage.get_trial_id_from_study_id_trial_number(self._study_id, number), params, study)
+
+    def _fix(self, storage_id: int, params: Mapping[str, Value], study: StudySpec) -> None:
         self.storage.set_trial_system_attr(storage_id, "fixed_params", fixed_params(study, params))
         # a reverse-log double is mirrored for Optuna (min + max - x): the claim returns x itself
         self.storage.set_trial_system_attr(storage_id, FIXED_VALUES_ATTR, dict(params))
@@ -138,11 +144,16 @@ class JobStore:
         """One trial by its number (its trial id minus 1)."""
         return self.storage.get_trial(self.storage.get_trial_id_from_study_id_trial_number(self._study_id, number))
 
-    def claim(self, study: StudySpec, *, before: Callable[[int], None] | None = None) -> Claimed | None:
+    def claim(self, study: StudySpec, *, before: Callable[[int], None] | None = None,
+              params: Mapping[str, Value] | None = None,
+              system_attrs: Mapping[str, Any] | None = None) -> Claimed | None:
         """Atomically move one WAITING trial to RUNNING and suggest its parameters.
 
         ``before`` gets each trial's storage id before its move is tried (the move may commit although
-        its answer is lost: the caller then knows which trial to look at).
+        its answer is lost: the caller then knows which trial to look at). ``params``: its parameters,
+        suggested ahead of time (:mod:`trials.study.ahead`), with what the sampler noted on it
+        (``system_attrs``); they are fixed on the trial as an enqueued trial's are, so the sampler
+        is not asked again.
         """
         lookup = getattr(self.storage, "waiting_trial_ids", None)
         while True:
@@ -158,6 +169,10 @@ class JobStore:
                         continue
                 except optuna.exceptions.UpdateFinishedTrialError:
                     continue
+                if params is not None and "fixed_params" not in self.storage.get_trial_system_attrs(storage_id):
+                    self._fix(storage_id, params, study)  # (a trial enqueued with its own point keeps it)
+                    for key, value in (system_attrs or {}).items():
+                        self.storage.set_trial_system_attr(storage_id, key, value)
                 return self._suggested(number, storage_id, study)
             if lookup is None or not candidates:
                 return None  # (a database: all 8 taken by others meanwhile, look again)

@@ -18,6 +18,7 @@ from trials.study.store import Claimed, JobStore
 from trials.timefmt import parse_rfc3339, rfc3339, wall_after
 
 if TYPE_CHECKING:
+    from trials.study.ahead import Suggestion
     from trials.study.leases import SharedJob
 
 DEFAULT_GRACE_S = 10.0
@@ -45,6 +46,7 @@ class LoopOptions:
     images: dict[str, str] = field(default_factory=dict)  # --image URI=LOCAL: a local image for a spec's URI
     devices: DevicePlan | None = None  # GPUs handed to replicas (None: CUDA_VISIBLE_DEVICES untouched)
     pass_env: tuple[str, ...] = ()  # withheld host variables passed to replicas anyway (--pass-env)
+    suggest_ahead: bool = True  # a model-based sampler suggests while trials run (trials.study.ahead)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -150,17 +152,26 @@ class LoopState:
         self.emit(events.JobNote(message=f"{decision.reason}; no more trials start{asap}"))
         return True
 
-    def next_claim(self, now: float) -> Claimed | None:
-        """The next trial to run here: a resumed one first, else a claim (None: nothing to claim now)."""
+    @property
+    def resumed_next(self) -> bool:
+        """Whether the next claim is a trial run again (with its own parameters: nothing to suggest)."""
+        return bool(self._pending_resumed)
+
+    def next_claim(self, now: float, suggestion: Suggestion | None = None) -> Claimed | None:
+        """The next trial to run here: a resumed one first, else a claim (None: nothing to claim now),
+        with the parameters of ``suggestion`` when they were suggested ahead of time."""
         if self._pending_resumed:
             return self._pending_resumed.pop(0)
+        params = suggestion.params if suggestion is not None else None
+        extra = suggestion.system_attrs if suggestion is not None else None
         if self.shared is None:
-            claimed: Claimed | None = self.store.claim(self.job.study)
+            claimed: Claimed | None = self.store.claim(self.job.study, params=params, system_attrs=extra)
             self.exhausted = claimed is None
             return claimed
         if now < self._next_claim_at:
             return None
-        claimed = self.shared.claim(self.job.study, cap=self.job.parallel_trial_count)
+        claimed = self.shared.claim(self.job.study, cap=self.job.parallel_trial_count, params=params,
+                                    system_attrs=extra)
         if claimed is None:
             # Nothing claimable: wait for a free global slot or a stale trial to take over,
             # until no trial of the job is waiting or running anywhere.
