@@ -88,7 +88,9 @@ def test_the_random_start_up_is_made_in_the_loop_without_asking_the_worker(tmp_p
     store = job(tmp_path, "c", completed=3)
     s = suggester(store, tmp_path)
     try:
-        s.prefetch()
+        s.prefetch()  # after a launch: nothing is asked during the start-up
+        assert s.take() is None and s._inflight is None
+        s.prefetch(needed=True)  # a free slot: random, now
         got = s.take()
         assert got is not None and got.params is None and got.warning == ""
         assert s._inflight is None and s.n_model == 0

@@ -16,7 +16,7 @@ stopping and signals. Here the next trial's parameters are computed while trials
   with a suggestion in hand loses nothing but that suggestion.
 
 While fewer trials have completed than the sampler's random start-up needs, a suggestion is a
-random one made in the loop (what the sampler itself would do, without its process). A worker that
+random one made in the loop at the claim (what the sampler itself would do, without its process). A worker that
 fails or dies makes that one trial random, with a warning; a dead worker is started again for the
 next suggestion, at most :data:`MAX_RESTARTS` times.
 """
@@ -110,17 +110,25 @@ class AheadSuggester:
         self.worker_seconds = 0.0  # their total time in the worker
 
     # -- the loop's side
-    def prefetch(self) -> None:
-        """Ask for the next suggestion now, from the trials as they are (a no-op if one is asked or ready)."""
+    def prefetch(self, *, needed: bool = False) -> None:
+        """Ask for the next suggestion now, from the trials as they are (a no-op if one is asked or ready).
+
+        During the sampler's random start-up nothing is asked ahead: the trial is random if it is
+        still in the start-up when its slot frees (``needed``: now), as the sampler itself decides
+        at the claim; so the first model-based trial is the one the sampler's rule says, its slot
+        waiting for that one suggestion.
+        """
         if self._ready is not None or self._inflight is not None:
             return
         trials = self.store.frozen_trials((*MIRRORED_STATES, TrialState.WAITING))
         if not any(t.state == TrialState.WAITING for t in trials):
-            self._ready = Suggestion(None)  # nothing to suggest for: the loop's claim finds none
+            if needed:
+                self._ready = Suggestion(None)  # nothing to suggest for: the loop's claim finds none
             return
         mirrored = [t for t in trials if t.state in MIRRORED_STATES]
         if sum(t.state == TrialState.COMPLETE for t in mirrored) < self.n_startup:
-            self._ready = Suggestion(None)  # the sampler's random start-up: made in the loop
+            if needed:
+                self._ready = Suggestion(None)  # the sampler's random start-up: made in the loop
             return
         if not self._ensure_worker():
             self._ready = Suggestion(None, warning=self._gave_up())

@@ -30,7 +30,7 @@ class ScriptedSuggestions:
         self.ready: Suggestion | None = None
         self.closed_at: float | None = None
 
-    def prefetch(self) -> None:
+    def prefetch(self, *, needed: bool = False) -> None:
         if self.pending is not None or self.ready is not None:
             return
         k = len(self.asked)
@@ -55,7 +55,7 @@ class ScriptedSuggestions:
         self.closed_at = self.clock.t - 1000.0
 
 
-def test_the_suggested_parameters_are_the_trials_and_each_is_asked_when_the_previous_trial_starts(tmp_path: Path) -> None:
+def test_the_suggested_parameters_are_the_trials_and_each_is_asked_after_the_previous_launch(tmp_path: Path) -> None:
     box: dict[str, ScriptedSuggestions] = {}
 
     def make(clock: FakeClock, store: Any) -> ScriptedSuggestions:

@@ -99,6 +99,7 @@ class JobRunner:
                                         job_dir=options.job_dir, n_trials=len(store.frozen_trials()))
         self._ahead = suggestions
         self._slot_waits = False  # a free slot waits for a suggestion being made
+        self._waits_since: float | None = None  # since when
 
     @property
     def injected_total(self) -> int:
@@ -193,11 +194,16 @@ class JobRunner:
             if self._ahead is not None and not self.state.resumed_next:
                 suggestion = self._ahead.take()
                 if suggestion is None:
-                    self._ahead.prefetch()  # none asked yet (or being made): the slot waits for it
+                    self._ahead.prefetch(needed=True)  # none asked yet (or being made): the slot waits for it
                     suggestion = self._ahead.take()  # (a random start-up one is ready at once)
                     if suggestion is None:
                         self._slot_waits = True  # the loop goes on, and wakes when the answer comes
+                        if self._waits_since is None:
+                            self._waits_since = now
                         return
+                if self._waits_since is not None:  # what the slot lost to the sampler (meta suggest_wait_s)
+                    self.state.suggest_wait_s += self.clock.monotonic() - self._waits_since
+                    self._waits_since = None
             with self.store.batch():  # the claim and the trial's first attributes: one journal write
                 claimed = self.state.next_claim(now, suggestion)
                 if claimed is not None and not claimed.resumed:

@@ -84,6 +84,7 @@ class LoopState:
         self.n_started = 0
         self.first_failure: str | None = None
         self.max_parallel = 0
+        self.suggest_wait_s = 0.0  # slot time spent waiting for a suggestion made ahead (trials.study.ahead)
         self.conflicts_total = 0
         self.lost_steps_total = 0  # chaos mode: gaps in the step sequence of restarted trials
         self.warned_repeated_steps = False  # reports repeating a step: said once per job
@@ -322,6 +323,8 @@ class LoopState:
             state, error = JobState.CANCELLED, {"code": 1, "message": "The job was cancelled."}
         else:
             state, error = JobState.SUCCEEDED, None
-        self.store.set_meta(state=state.value, end_time=rfc3339(self._end_wall()), error=error, controller=None)
+        waited = {"suggest_wait_s": round(self.suggest_wait_s, 3)} if self.suggest_wait_s else {}
+        self.store.set_meta(state=state.value, end_time=rfc3339(self._end_wall()), error=error, controller=None,
+                            **waited)
         self.emit(events.JobDone(state=state, error=error))
         return state.value

@@ -1,0 +1,218 @@
+"""Part 8: suggestions ahead of time (issue 27, goal 1): does a slot ever wait for the default sampler?
+
+The job: N trials x 10 epochs of 50 ms CPU busy loop (``trainers/busy.py``), 1 and 2 slots, each
+mode a fresh process timed from outside:
+
+- floor: the same trial processes spawned back to back, no controller;
+- tpe: ``trials sweep --sampler tpe`` (TPE in the loop: 15-40 ms per suggestion);
+- default: ``trials sweep`` with the default sampler (the warped GP when torch is installed), its
+  suggestions made ahead of time in the sampler's own process;
+- inline: the same with ``TRIALS_SUGGEST=inline``, the GP in the loop (what every release before did).
+
+Reported: wall and its ratio to the TPE sweep's (goal: default within 1.05x), slot time lost waiting
+for suggestions as the loop measured it (job meta ``suggest_wait_s``; goal: <= 1 % of slot time),
+and the controller's peak RSS sampled from /proc (goal: near 50 MiB; the GP's memory is the
+worker's). Then the GP's own cost per suggestion at 10, 100 and 300 completed trials, timed in a
+process set up as the worker is (``OMP_NUM_THREADS=1``), median of 3.
+
+``python -m benchmarks suggest [--quick]``
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from benchmarks import controller_overhead as co
+from benchmarks import report
+
+PART = "suggest"
+REPO = co.REPO
+FULL = co.Sizes(n_trials=40, epochs=10, work_ms=50.0, repeats=3)
+QUICK = co.Sizes(n_trials=14, epochs=2, work_ms=10.0, repeats=1)
+COST_AT = (10, 100, 300)
+COST_AT_QUICK = (10, 30)
+MODES = ("floor", "tpe", "default", "inline")
+
+
+def _peak_rss_mib(proc: subprocess.Popen[str]) -> tuple[float, str, str]:
+    """Wait for ``proc`` sampling its RSS every 50 ms; (peak MiB, stdout, stderr)."""
+    peak = 0.0
+    while proc.poll() is None:
+        try:
+            with open(f"/proc/{proc.pid}/status", encoding="utf-8") as f:
+                kb = next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0)
+            peak = max(peak, kb / 1024)
+        except OSError:
+            pass
+        time.sleep(0.05)
+    out, err = proc.communicate()
+    return peak, out, err
+
+
+def _waited(root: str, job_id: str) -> float:
+    from trials.study.storage import open_storage
+    from trials.study.store import JobStore
+
+    store = JobStore.open(open_storage(f"journal:{os.path.join(root, job_id, 'journal.log')}"), job_id)
+    return float(store.get_meta("suggest_wait_s") or 0.0)
+
+
+def run_mode(mode: str, sizes: co.Sizes, slots: int) -> dict[str, Any]:
+    workdir = tempfile.mkdtemp(prefix=f"bench-suggest-{mode}-")
+    times_path = os.path.join(workdir, "times.txt")
+    env = dict(os.environ, BENCH_TIMES=times_path, PYTHONPATH=REPO)
+    env.pop("TRIALS_SUGGEST", None)
+    try:
+        launch = os.path.join(workdir, "launch")
+        os.makedirs(launch)
+        root = os.path.join(workdir, "jobs")
+        if mode == "floor":
+            cmd = [report.PYTHON, "-m", "benchmarks.controller_overhead", "floor", str(slots), workdir,
+                   co._sizes_json(sizes)]
+        else:
+            spec = os.path.join(workdir, "spec.yaml")
+            co.write_spec(spec, sizes.n_trials, slots)
+            cmd = co.sweep_command(spec, root, "bench", co.trainer_argv(sizes),
+                                   sampler="tpe" if mode == "tpe" else None)
+            if mode == "inline":
+                env["TRIALS_SUGGEST"] = "inline"
+        t = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, cwd=launch, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        peak, _, err = _peak_rss_mib(proc)
+        wall = time.perf_counter() - t
+        if proc.returncode != 0:
+            raise RuntimeError(f"{mode} run failed ({proc.returncode}): {err[-2000:]}")
+        times = co.read_times(times_path)
+        if len(times) != sizes.n_trials:
+            raise RuntimeError(f"{mode}: expected {sizes.n_trials} trial records, got {len(times)}")
+        out: dict[str, Any] = {"wall_s": wall, "rss_mib": peak, "gaps_s": co._gaps(times)}
+        if mode != "floor":
+            out["suggest_wait_s"] = _waited(root, "bench")
+        return out
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+# --- the GP's own cost per suggestion -----------------------------------------------------------------
+def _cost_child(n: int, repeats: int) -> dict[str, Any]:
+    """Seconds per gp-warped suggestion over ``n`` completed trials of a 2-D problem, as the worker makes it."""
+    import optuna
+    from optuna.distributions import FloatDistribution
+
+    from trials.spec.load import loads_spec
+    from trials.study import ahead
+    from trials.study.samplers import make_sampler
+    from trials.study.storage import quiet_optuna
+
+    quiet_optuna()
+    study = loads_spec("metrics: {loss: minimize}\nparameters:\n  x: {type: double, min: 0, max: 1}\n"
+                       "  y: {type: double, min: 0, max: 1}\ncommand: [python, t.py]\n", source="b.yaml").study
+    rng = random.Random(n)
+    dist = {"x": FloatDistribution(0, 1), "y": FloatDistribution(0, 1)}
+    mirror = {}
+    for i in range(n):
+        x, y = rng.random(), rng.random()
+        mirror[i] = optuna.trial.create_trial(params={"x": x, "y": y}, distributions=dist,
+                                              values=[(x - 0.3) ** 2 + (y - 0.6) ** 2 + 0.1 * rng.random()])
+    sampler = make_sampler("gp-warped", seed=0)
+    ahead._suggest_one(sampler, [optuna.study.StudyDirection.MINIMIZE], study, mirror)  # torch's first call
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        ahead._suggest_one(sampler, [optuna.study.StudyDirection.MINIMIZE], study, mirror)
+        times.append(time.perf_counter() - t)
+    return {"n": n, "median_s": statistics.median(times), "min_s": min(times)}
+
+
+def suggestion_cost(at: tuple[int, ...], repeats: int) -> list[dict[str, Any]]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=REPO)
+    rows = []
+    for n in at:
+        out = subprocess.run([report.PYTHON, "-m", "benchmarks.suggest_ahead", "cost", str(n), str(repeats)],
+                             env=env, capture_output=True, text=True, check=True)
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return rows
+
+
+# --- the part ---------------------------------------------------------------------------------------
+def summarize(raw: dict[str, dict[str, list[dict[str, Any]]]], sizes: co.Sizes) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for slots, modes in raw.items():
+        row: dict[str, Any] = {}
+        for mode, runs in modes.items():
+            row[mode] = {"wall_s": report.median(r["wall_s"] for r in runs),
+                         "rss_mib": report.median(r["rss_mib"] for r in runs),
+                         "suggest_wait_s": report.median(r.get("suggest_wait_s", 0.0) for r in runs)}
+        slot_time = row["default"]["wall_s"] * int(slots)
+        row["default_over_tpe"] = row["default"]["wall_s"] / row["tpe"]["wall_s"]
+        row["inline_over_tpe"] = row["inline"]["wall_s"] / row["tpe"]["wall_s"]
+        row["tpe_over_floor"] = row["tpe"]["wall_s"] / row["floor"]["wall_s"]
+        row["idle_share"] = row["default"]["suggest_wait_s"] / slot_time
+        row["goals"] = {"default wall <= 1.05x tpe": row["default_over_tpe"] <= 1.05,
+                        "idle slot time from suggestions <= 1 %": row["idle_share"] <= 0.01,
+                        "controller RSS <= 80 MiB": row["default"]["rss_mib"] <= 80}
+        out[slots] = row
+    return out
+
+
+def render(summary: dict[str, Any], cost: list[dict[str, Any]], sizes: co.Sizes) -> str:
+    rows = []
+    for slots, row in summary.items():
+        for mode in MODES:
+            m = row[mode]
+            rows.append([mode, slots, m["wall_s"], m["wall_s"] / row["tpe"]["wall_s"], m["rss_mib"],
+                         m["suggest_wait_s"] if mode != "floor" else ""])
+    parts = [report.table(
+        f"Suggestions ahead: {sizes.n_trials} trials x {sizes.epochs} epochs x {sizes.work_ms:g} ms CPU "
+        f"(median of {sizes.repeats})",
+        ["mode", "slots", "wall s", "x tpe", "controller peak RSS MiB", "slot s waiting for suggestions"], rows)]
+    goals = [[slots, goal, report.verdict(ok)] for slots, row in summary.items() for goal, ok in row["goals"].items()]
+    ratios = [[slots, row["default_over_tpe"], row["inline_over_tpe"], row["tpe_over_floor"],
+               f"{100 * row['idle_share']:.2f} %"] for slots, row in summary.items()]
+    parts.append(report.table("Ratios (same run)", ["slots", "default/tpe wall", "inline/tpe wall",
+                                                    "tpe/floor wall", "idle share (default)"], ratios))
+    parts.append(report.table("Goals", ["slots", "goal", "status"], goals))
+    parts.append(report.table("The warped GP's cost per suggestion (in the worker, OMP_NUM_THREADS=1)",
+                              ["completed trials", "median ms", "min ms"],
+                              [[c["n"], c["median_s"] * 1000, c["min_s"] * 1000] for c in cost]))
+    return "\n\n".join(parts)
+
+
+def run(*, quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
+    from trials.study.samplers import gp_available
+
+    if not gp_available():
+        print("suggest: the GP needs torch and scipy (pip install 'trials[gp]'): part skipped")
+        return {"skipped": "no torch"}
+    sizes = QUICK if quick else FULL
+    raw: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for slots in (1, 2):
+        modes: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
+        for _ in range(sizes.repeats):  # interleaved: the machine's noise hits every mode alike
+            for mode in MODES:
+                modes[mode].append(run_mode(mode, sizes, slots))
+        raw[str(slots)] = modes
+    cost = suggestion_cost(COST_AT_QUICK if quick else COST_AT, 1 if quick else 3)
+    summary = summarize(raw, sizes)
+    data = {"quick": quick, "sizes": {k: getattr(sizes, k) for k in co.Sizes.__slots__}, "summary": summary,
+            "cost": cost, "raw": raw}
+    path = report.write_result(PART, data, out_dir=out_dir)
+    print(render(summary, cost, sizes))
+    print(f"results: {path}")
+    return data
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 2 and sys.argv[1] == "cost":
+        print(json.dumps(_cost_child(int(sys.argv[2]), int(sys.argv[3]))))
+    else:
+        run(quick="--quick" in sys.argv)
