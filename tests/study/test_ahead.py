@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -130,3 +131,47 @@ def test_a_sampler_that_fails_makes_that_trial_random_and_the_worker_goes_on(tmp
         assert "Traceback" in (tmp_path / "sampler.log").read_text()
     finally:
         s.close()
+
+
+def test_a_worker_whose_controller_died_ends_itself(tmp_path: Path) -> None:
+    # The controller (here a child python that starts a suggester, then is SIGKILLed) cannot close
+    # the worker's input — here a fork of it keeps that pipe open, as a suggestion in progress keeps
+    # the worker from reading it: the worker sees its parent gone and ends its process group.
+    import subprocess
+    import sys
+
+    script = f"""
+import sys, time
+from pathlib import Path
+sys.path.insert(0, {str(Path(__file__).parent.parent.parent)!r})
+from tests.study.test_ahead import job, suggester
+s = suggester(job(Path({str(tmp_path)!r}), "f"), Path({str(tmp_path)!r}))
+import os
+holder = os.fork()
+if holder == 0:
+    time.sleep(600)
+    os._exit(0)
+print(s._proc.pid, holder, flush=True)
+time.sleep(600)
+"""
+    ctl = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert ctl.stdout is not None
+        worker, holder = map(int, ctl.stdout.readline().split())
+        ctl.kill()
+        ctl.wait()
+        deadline = time.monotonic() + 30.0
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{worker}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                        break  # gone, not yet reaped
+            except FileNotFoundError:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError("the worker outlived its controller by 30 s")
+    finally:
+        ctl.kill()
+        with contextlib.suppress(NameError, ProcessLookupError):
+            os.kill(holder, signal.SIGKILL)

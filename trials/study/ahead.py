@@ -28,9 +28,11 @@ import importlib
 import os
 import pickle
 import signal
+import site
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -105,6 +107,7 @@ class AheadSuggester:
         self._inflight: int | None = None  # the seq of the request the worker works on
         self._ready: Suggestion | None = None
         self._restarts = 0
+        self._said_gave_up = False
         self._asked_at = 0.0
         self.n_model = 0  # suggestions the worker made
         self.worker_seconds = 0.0  # their total time in the worker
@@ -131,7 +134,7 @@ class AheadSuggester:
                 self._ready = Suggestion(None)  # the sampler's random start-up: made in the loop
             return
         if not self._ensure_worker():
-            self._ready = Suggestion(None, warning=self._gave_up())
+            self._ready = Suggestion(None, warning=self._gave_up())  # said once: then random, silently
             return
         now = {t.number: _fingerprint(t) for t in mirrored}
         changed = [_stripped(t) for t in mirrored if self._sent.get(t.number) != now[t.number]]
@@ -188,12 +191,14 @@ class AheadSuggester:
         env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         env["PYTHONSAFEPATH"] = "1"  # a trials/ folder in the working directory is not imported
         package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+        if package_root not in site.getsitepackages():
+            # a source checkout run as ``python -m trials``: the worker imports the same trials
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
         try:
             with open(self.log_path, "ab") as log:
                 self._proc = subprocess.Popen(
-                    [sys.executable, "-m", "trials.study.ahead"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                    stderr=log, env=env, close_fds=True, start_new_session=True)
+                    [sys.executable, "-m", "trials.study.ahead", str(os.getpid())], stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE, stderr=log, env=env, close_fds=True, start_new_session=True)
         except OSError:
             self._proc = None
             self._restarts += 1
@@ -270,6 +275,9 @@ class AheadSuggester:
             f"random" + ("" if self._restarts <= MAX_RESTARTS else "; no more model-based suggestions")))
 
     def _gave_up(self) -> str:
+        if self._said_gave_up:
+            return ""
+        self._said_gave_up = True
         return (f"the sampler's process failed {self._restarts} times (its log: {self.log_path}); the "
                 f"parameters are sampled at random from now on")
 
@@ -325,12 +333,22 @@ def _suggest_one(sampler: optuna.samplers.BaseSampler, directions: list[Any], st
     return params, dict(storage.get_trial_system_attrs(trial_id))
 
 
+def _orphan_watch(parent: int) -> None:
+    """A controller killed outright cannot close our input while a suggestion runs (OSS Vizier's take
+    minutes): once it is gone, end this process group (the worker and what it started) at once."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os.killpg(0, signal.SIGKILL)
+
+
 def main() -> int:
     """The worker: an init message, then one suggestion per request until its input ends."""
     from trials.study.samplers import make_sampler
     from trials.study.storage import quiet_optuna
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's: it closes our input
+    parent = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else os.getppid()
+    threading.Thread(target=_orphan_watch, args=(parent,), daemon=True).start()  # (gone before we looked: ends now)
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # whatever prints goes to the log, not into the answers
     inp = sys.stdin.buffer
