@@ -13,7 +13,9 @@ Reported: wall and its ratio to the TPE sweep's (goal: default within 1.05x), sl
 for suggestions as the loop measured it (job meta ``suggest_wait_s``; goal: <= 1 % of slot time),
 and the controller's peak RSS sampled from /proc (goal: near 50 MiB; the GP's memory is the
 worker's). Then the GP's own cost per suggestion at 10, 100 and 300 completed trials, timed in a
-process set up as the worker is (``OMP_NUM_THREADS=1``), median of 3.
+process set up as the worker is (``OMP_NUM_THREADS=1``), median of 3. Last, what suggesting ahead
+costs the search one trial at a time (the suggestion then lacks the running trial's result): the
+default sampler's regret inline against ahead on four of part 3's problems, 5 seeds, 40 trials.
 
 ``python -m benchmarks suggest [--quick]``
 """
@@ -143,6 +145,34 @@ def suggestion_cost(at: tuple[int, ...], repeats: int) -> list[dict[str, Any]]:
     return rows
 
 
+# --- what suggesting ahead costs the search -------------------------------------------------------------
+QUALITY_PROBLEMS = ("branin", "hartmann6", "rosenbrock5", "mixed")
+
+
+def _quality_run(args: tuple[str, int, int, bool]) -> dict[str, Any]:
+    from benchmarks import search_quality
+
+    name, seed, n, lag = args
+    run = search_quality.one_run(name, "default", seed, n, 1, ahead=lag)
+    return {"problem": name, "seed": seed, "ahead": lag, "regret": run["regret"][-1]}
+
+
+def quality(seeds: int, n_trials: int, workers: int = 2) -> list[dict[str, Any]]:
+    """The default sampler's simple regret after ``n_trials`` one at a time: each suggestion made after
+    the last result (inline) against made while the trial before runs (ahead), same seeds."""
+    jobs = [(p, s, n_trials, lag) for p in QUALITY_PROBLEMS for s in range(seeds) for lag in (False, True)]
+    with report.worker_pool(workers) as pool:
+        runs = list(pool.map(_quality_run, jobs))
+    rows = []
+    for p in QUALITY_PROBLEMS:
+        inline = {r["seed"]: r["regret"] for r in runs if r["problem"] == p and not r["ahead"]}
+        lagged = {r["seed"]: r["regret"] for r in runs if r["problem"] == p and r["ahead"]}
+        worse = sum(lagged[s] > inline[s] for s in inline)
+        rows.append({"problem": p, "inline": statistics.median(inline.values()),
+                     "ahead": statistics.median(lagged.values()), "ahead_worse_seeds": worse, "seeds": len(inline)})
+    return rows
+
+
 # --- the part ---------------------------------------------------------------------------------------
 def summarize(raw: dict[str, dict[str, list[dict[str, Any]]]], sizes: co.Sizes) -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -187,6 +217,15 @@ def render(summary: dict[str, Any], cost: list[dict[str, Any]], sizes: co.Sizes)
     return "\n\n".join(parts)
 
 
+def render_quality(rows: list[dict[str, Any]], n_trials: int) -> str:
+    return report.table(
+        f"The default sampler one trial at a time, {n_trials} trials: simple regret (median over seeds)",
+        ["problem", "inline (after the last result)", "ahead (one trial pending)", "ahead/inline",
+         "seeds where ahead is worse"],
+        [[r["problem"], r["inline"], r["ahead"], r["ahead"] / r["inline"] if r["inline"] else float("nan"),
+          f"{r['ahead_worse_seeds']} of {r['seeds']}"] for r in rows])
+
+
 def run(*, quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
     from trials.study.samplers import gp_available
 
@@ -203,10 +242,14 @@ def run(*, quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
         raw[str(slots)] = modes
     cost = suggestion_cost(COST_AT_QUICK if quick else COST_AT, 1 if quick else 3)
     summary = summarize(raw, sizes)
+    n_quality = 15 if quick else 40
+    quality_rows = quality(1 if quick else 5, n_quality)
     data = {"quick": quick, "sizes": {k: getattr(sizes, k) for k in co.Sizes.__slots__}, "summary": summary,
-            "cost": cost, "raw": raw}
+            "cost": cost, "quality": quality_rows, "raw": raw}
     path = report.write_result(PART, data, out_dir=out_dir)
     print(render(summary, cost, sizes))
+    print()
+    print(render_quality(quality_rows, n_quality))
     print(f"results: {path}")
     return data
 
@@ -214,5 +257,8 @@ def run(*, quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
 if __name__ == "__main__":
     if len(sys.argv) >= 2 and sys.argv[1] == "cost":
         print(json.dumps(_cost_child(int(sys.argv[2]), int(sys.argv[3]))))
+    elif len(sys.argv) >= 2 and sys.argv[1] == "quality":  # quality [SEEDS] [TRIALS]: that table alone
+        n = int(sys.argv[3]) if len(sys.argv) > 3 else 40
+        print(render_quality(quality(int(sys.argv[2]) if len(sys.argv) > 2 else 5, n), n))
     else:
         run(quick="--quick" in sys.argv)

@@ -341,6 +341,25 @@ def _orphan_watch(parent: int) -> None:
     os.killpg(0, signal.SIGKILL)
 
 
+def _warm_up(init: Mapping[str, Any]) -> None:
+    """Import the model's packages and make one throwaway suggestion now, while the random start-up
+    trials run: a GP's first fit in a process costs several times a later one. A sampler of its
+    own (seeded apart) on random trials: the job's sampler and its random state are not touched."""
+    for module in WARM_UP[init["sampler"]]:
+        importlib.import_module(module)
+    from trials.study.samplers import make_sampler
+    from trials.study.space import suggest
+
+    with contextlib.suppress(Exception):  # a warm-up that fails changes nothing: the real suggestion will say
+        scratch = optuna.create_study(directions=init["directions"], sampler=optuna.samplers.RandomSampler(seed=0))
+        for i in range(AHEAD_SAMPLERS[init["sampler"]] + 1):
+            trial = scratch.ask()
+            suggest(trial, init["study"])
+            scratch.tell(trial, [float(i % 3)] * len(init["directions"]))
+        mirror = {t.number: t for t in scratch.get_trials(deepcopy=False)}
+        _suggest_one(make_sampler(init["sampler"], seed=0), init["directions"], init["study"], mirror)
+
+
 def main() -> int:
     """The worker: an init message, then one suggestion per request until its input ends."""
     from trials.study.samplers import make_sampler
@@ -357,8 +376,8 @@ def main() -> int:
         return 0
     quiet_optuna()
     sampler = make_sampler(init["sampler"], seed=init["seed"])
-    for module in WARM_UP.get(init["sampler"], ()):
-        importlib.import_module(module)
+    if init["sampler"] in WARM_UP:
+        _warm_up(init)
     mirror: dict[int, FrozenTrial] = {}
     while True:
         req = _read(inp)
