@@ -1,7 +1,9 @@
 """Part 8: suggestions ahead of time (issue 27, goal 1): does a slot ever wait for the default sampler?
 
-The job: N trials x 10 epochs of 50 ms CPU busy loop (``trainers/busy.py``), 1 and 2 slots, each
-mode a fresh process timed from outside:
+The job: N trials x 10 epochs of 50 ms (``trainers/busy.py``), 1 and 2 slots, two workloads: epochs
+of CPU busy loop (every core busy with 2 slots on 2 cores: the sampler's own CPU time then adds to the
+wall whatever process it runs in) and epochs that wait (a trainer on a GPU or on I/O: the cores are
+free for the sampler). Each mode a fresh process timed from outside:
 
 - floor: the same trial processes spawned back to back, no controller;
 - tpe: ``trials sweep --sampler tpe`` (TPE in the loop: 15-40 ms per suggestion);
@@ -38,7 +40,8 @@ from benchmarks import report
 
 PART = "suggest"
 REPO = co.REPO
-FULL = co.Sizes(n_trials=40, epochs=10, work_ms=50.0, repeats=3)
+FULL = co.Sizes(n_trials=40, epochs=10, work_ms=50.0, repeats=2)
+WORKLOADS = ("cpu", "wait")
 QUICK = co.Sizes(n_trials=14, epochs=2, work_ms=10.0, repeats=1)
 COST_AT = (10, 100, 300)
 COST_AT_QUICK = (10, 30)
@@ -68,7 +71,13 @@ def _waited(root: str, job_id: str) -> float:
     return float(store.get_meta("suggest_wait_s") or 0.0)
 
 
-def run_mode(mode: str, sizes: co.Sizes, slots: int) -> dict[str, Any]:
+def trainer_argv(sizes: co.Sizes, workload: str) -> list[str]:
+    if workload == "cpu":
+        return co.trainer_argv(sizes)
+    return [report.PYTHON, co.TRAINER, f"--epochs={sizes.epochs}", "--work-ms=0", f"--sleep-ms={sizes.work_ms:g}"]
+
+
+def run_mode(mode: str, sizes: co.Sizes, slots: int, workload: str = "cpu") -> dict[str, Any]:
     workdir = tempfile.mkdtemp(prefix=f"bench-suggest-{mode}-")
     times_path = os.path.join(workdir, "times.txt")
     env = dict(os.environ, BENCH_TIMES=times_path, PYTHONPATH=REPO)
@@ -78,12 +87,12 @@ def run_mode(mode: str, sizes: co.Sizes, slots: int) -> dict[str, Any]:
         os.makedirs(launch)
         root = os.path.join(workdir, "jobs")
         if mode == "floor":
-            cmd = [report.PYTHON, "-m", "benchmarks.controller_overhead", "floor", str(slots), workdir,
-                   co._sizes_json(sizes)]
+            cmd = [report.PYTHON, "-m", "benchmarks.suggest_ahead", "floor", str(slots), workdir,
+                   co._sizes_json(sizes), workload]
         else:
             spec = os.path.join(workdir, "spec.yaml")
             co.write_spec(spec, sizes.n_trials, slots)
-            cmd = co.sweep_command(spec, root, "bench", co.trainer_argv(sizes),
+            cmd = co.sweep_command(spec, root, "bench", trainer_argv(sizes, workload),
                                    sampler="tpe" if mode == "tpe" else None)
             if mode == "inline":
                 env["TRIALS_SUGGEST"] = "inline"
@@ -102,6 +111,32 @@ def run_mode(mode: str, sizes: co.Sizes, slots: int) -> dict[str, Any]:
         return out
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _floor_child(slots: int, workdir: str, sizes: co.Sizes, workload: str) -> None:
+    """The floor: the same trial processes back to back in ``slots`` lanes, no controller."""
+    import threading
+
+    base = trainer_argv(sizes, workload)
+    rng = random.Random(0)
+    todo = list(range(sizes.n_trials))
+    lock = threading.Lock()
+
+    def lane() -> None:
+        while True:
+            with lock:
+                if not todo:
+                    return
+                i = todo.pop(0)
+            env = dict(os.environ, CLOUD_ML_TRIAL_ID=str(i + 1),
+                       CLOUD_ML_HP_METRIC_FILE=os.path.join(workdir, f"{i + 1}.metrics"))
+            subprocess.run(base + [f"--x={rng.random()!r}", f"--y={rng.random()!r}"], env=env, check=True)
+
+    lanes = [threading.Thread(target=lane) for _ in range(slots)]
+    for t in lanes:
+        t.start()
+    for t in lanes:
+        t.join()
 
 
 # --- the GP's own cost per suggestion -----------------------------------------------------------------
@@ -176,13 +211,13 @@ def quality(seeds: int, n_trials: int, workers: int = 2) -> list[dict[str, Any]]
 # --- the part ---------------------------------------------------------------------------------------
 def summarize(raw: dict[str, dict[str, list[dict[str, Any]]]], sizes: co.Sizes) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for slots, modes in raw.items():
+    for slots, modes in raw.items():  # "<workload> <slots>"
         row: dict[str, Any] = {}
         for mode, runs in modes.items():
             row[mode] = {"wall_s": report.median(r["wall_s"] for r in runs),
                          "rss_mib": report.median(r["rss_mib"] for r in runs),
                          "suggest_wait_s": report.median(r.get("suggest_wait_s", 0.0) for r in runs)}
-        slot_time = row["default"]["wall_s"] * int(slots)
+        slot_time = row["default"]["wall_s"] * int(slots.split()[-1])
         row["default_over_tpe"] = row["default"]["wall_s"] / row["tpe"]["wall_s"]
         row["inline_over_tpe"] = row["inline"]["wall_s"] / row["tpe"]["wall_s"]
         row["tpe_over_floor"] = row["tpe"]["wall_s"] / row["floor"]["wall_s"]
@@ -204,13 +239,14 @@ def render(summary: dict[str, Any], cost: list[dict[str, Any]], sizes: co.Sizes)
     parts = [report.table(
         f"Suggestions ahead: {sizes.n_trials} trials x {sizes.epochs} epochs x {sizes.work_ms:g} ms CPU "
         f"(median of {sizes.repeats})",
-        ["mode", "slots", "wall s", "x tpe", "controller peak RSS MiB", "slot s waiting for suggestions"], rows)]
+        ["mode", "epochs, slots", "wall s", "x tpe", "controller peak RSS MiB", "slot s waiting for suggestions"],
+        rows)]
     goals = [[slots, goal, report.verdict(ok)] for slots, row in summary.items() for goal, ok in row["goals"].items()]
     ratios = [[slots, row["default_over_tpe"], row["inline_over_tpe"], row["tpe_over_floor"],
                f"{100 * row['idle_share']:.2f} %"] for slots, row in summary.items()]
-    parts.append(report.table("Ratios (same run)", ["slots", "default/tpe wall", "inline/tpe wall",
+    parts.append(report.table("Ratios (same run)", ["epochs, slots", "default/tpe wall", "inline/tpe wall",
                                                     "tpe/floor wall", "idle share (default)"], ratios))
-    parts.append(report.table("Goals", ["slots", "goal", "status"], goals))
+    parts.append(report.table("Goals", ["epochs, slots", "goal", "status"], goals))
     parts.append(report.table("The warped GP's cost per suggestion (in the worker, OMP_NUM_THREADS=1)",
                               ["completed trials", "median ms", "min ms"],
                               [[c["n"], c["median_s"] * 1000, c["min_s"] * 1000] for c in cost]))
@@ -234,12 +270,13 @@ def run(*, quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
         return {"skipped": "no torch"}
     sizes = QUICK if quick else FULL
     raw: dict[str, dict[str, list[dict[str, Any]]]] = {}
-    for slots in (1, 2):
-        modes: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
-        for _ in range(sizes.repeats):  # interleaved: the machine's noise hits every mode alike
-            for mode in MODES:
-                modes[mode].append(run_mode(mode, sizes, slots))
-        raw[str(slots)] = modes
+    for workload in WORKLOADS:
+        for slots in (1, 2):
+            modes: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
+            for _ in range(sizes.repeats):  # interleaved: the machine's noise hits every mode alike
+                for mode in MODES:
+                    modes[mode].append(run_mode(mode, sizes, slots, workload))
+            raw[f"{workload} {slots}"] = modes
     cost = suggestion_cost(COST_AT_QUICK if quick else COST_AT, 1 if quick else 3)
     summary = summarize(raw, sizes)
     n_quality = 15 if quick else 40
@@ -255,7 +292,9 @@ def run(*, quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) >= 2 and sys.argv[1] == "cost":
+    if len(sys.argv) >= 2 and sys.argv[1] == "floor":
+        _floor_child(int(sys.argv[2]), sys.argv[3], co.Sizes(**json.loads(sys.argv[4])), sys.argv[5])
+    elif len(sys.argv) >= 2 and sys.argv[1] == "cost":
         print(json.dumps(_cost_child(int(sys.argv[2]), int(sys.argv[3]))))
     elif len(sys.argv) >= 2 and sys.argv[1] == "quality":  # quality [SEEDS] [TRIALS]: that table alone
         n = int(sys.argv[3]) if len(sys.argv) > 3 else 40

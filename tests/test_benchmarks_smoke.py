@@ -196,10 +196,10 @@ def test_suggest_summary_ratios_and_goals() -> None:
     def runs(wall: float, rss: float = 50.0, waited: float = 0.0) -> list[dict[str, float]]:
         return [{"wall_s": wall, "rss_mib": rss, "suggest_wait_s": waited}]
 
-    raw = {"1": {"floor": runs(20.0), "tpe": runs(21.0), "default": runs(21.5, 64.0, 0.1),
+    raw = {"cpu 1": {"floor": runs(20.0), "tpe": runs(21.0), "default": runs(21.5, 64.0, 0.1),
                  "inline": runs(40.0, 330.0)}}
     summary = sa.summarize(raw, sa.QUICK)
-    row = summary["1"]
+    row = summary["cpu 1"]
     assert math.isclose(row["default_over_tpe"], 21.5 / 21.0) and math.isclose(row["inline_over_tpe"], 40 / 21)
     assert math.isclose(row["idle_share"], 0.1 / 21.5)
     assert row["goals"] == {"default wall <= 1.05x tpe": True, "idle slot time from suggestions <= 1 %": True,
