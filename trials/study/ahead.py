@@ -107,6 +107,7 @@ class AheadSuggester:
         self._inflight: int | None = None  # the seq of the request the worker works on
         self._ready: Suggestion | None = None
         self._restarts = 0
+        self._started_once = False
         self._said_gave_up = False
         self._asked_at = 0.0
         self.n_model = 0  # suggestions the worker made
@@ -129,6 +130,7 @@ class AheadSuggester:
                 self._ready = Suggestion(None)  # nothing to suggest for: the loop's claim finds none
             return
         mirrored = [t for t in trials if t.state in MIRRORED_STATES]
+        self._start_when_due(mirrored)
         if sum(t.state == TrialState.COMPLETE for t in mirrored) < self.n_startup:
             if needed:
                 self._ready = Suggestion(None)  # the sampler's random start-up: made in the loop
@@ -172,6 +174,14 @@ class AheadSuggester:
         self._reap(wait_s=0.0 if busy else 1.0)  # idle, it exits at the end of its input
 
     # -- the worker process
+    def _start_when_due(self, mirrored: list[FrozenTrial]) -> None:
+        """Start the worker once half the random start-up has begun: its imports and warm-up (torch:
+        seconds of CPU) run while the rest of the start-up trials do, and a job or a controller run
+        that never gets past its first trials (a quick try, a crash loop) never pays for them."""
+        if self._proc is None and self._restarts == 0 and not self._started_once and \
+                len(mirrored) >= self.n_startup // 2:
+            self.start()
+
     def _ensure_worker(self) -> bool:
         if self._proc is not None and self._proc.poll() is None:
             return True
@@ -186,6 +196,7 @@ class AheadSuggester:
         """Start the worker now (its imports take a second or two: done while the first trials run)."""
         if self._proc is not None:
             return
+        self._started_once = True
         env = dict(os.environ)
         env.setdefault("OMP_NUM_THREADS", "1")  # small matrices: one thread is faster, and leaves the trials a core
         env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
@@ -294,7 +305,9 @@ def for_job(store: Any, study: StudySpec, *, sampler_name: str, seed: int | None
     """The job's ahead suggester when its sampler runs ahead, else None (the loop samples as before).
 
     The store's own sampler becomes a seeded random one: the loop samples with it only the start-up
-    trials and those whose suggestion failed. The worker starts now when the job will need it.
+    trials and those whose suggestion failed. The worker starts when half the start-up trials have
+    begun (now, for a job past that: a resumed one, OSS Vizier's one-trial start-up), if the job has
+    more trials than its start-up.
     """
     if sampler_name not in AHEAD_SAMPLERS:
         return None
@@ -303,7 +316,9 @@ def for_job(store: Any, study: StudySpec, *, sampler_name: str, seed: int | None
                            log_path=os.path.join(job_dir, "sampler.log"))
     store.study.sampler = optuna.samplers.RandomSampler(seed=seed)
     if n_trials > ahead.n_startup:
-        ahead.start()
+        ahead._start_when_due(store.frozen_trials(MIRRORED_STATES))
+    else:
+        ahead._started_once = True  # (the start-up is the whole job: never started, unless asked for)
     return ahead
 
 
