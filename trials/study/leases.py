@@ -12,6 +12,7 @@ parameters. Owners renew with ``owner = me``, so a worker that lost its lease le
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import socket
 import time
@@ -27,6 +28,7 @@ from trials import protocol
 from trials.records import TrialState
 from trials.spec import StudySpec
 from trials.study.outages import Outages
+from trials.study.rdb import stored_now
 from trials.study.storage import RetryingRDBStorage
 from trials.study.store import Claimed, JobStore
 
@@ -215,7 +217,8 @@ class SharedJob:
         return self._call(self._claim, study, cap)
 
     def _claim(self, study: StudySpec, cap: int) -> Claimed | None:
-        with self._claim_lock() as conn:
+        # the claim's own writes (the trial's parameters) go in one transaction after the lock's
+        with self.store.batch(), self._claim_lock() as conn:
             running, leases, db_now = self._snapshot(conn)
             self.n_running = len(running)
             claimed = self._reconcile(conn, running, leases, study)
@@ -227,12 +230,14 @@ class SharedJob:
                 if len(running) >= cap:
                     self._claiming = None
                     return None
-                claimed = self.store.claim(study, before=self._note_claiming)
+                move = None if conn is None else functools.partial(self._move_and_lease, conn)
+                claimed = self.store.claim(study, before=self._note_claiming, move=move)
                 if claimed is None:
                     self._claiming = None
                     self.n_waiting = 0
                     return None
-                self._acquire(conn, claimed.storage_id)
+                if conn is None:
+                    self._acquire(conn, claimed.storage_id)
                 self.n_running += 1
         assert claimed is not None  # (each branch without a trial returned above)
         _lose_answer_if_testing()
@@ -342,6 +347,18 @@ class SharedJob:
                 f"generation = generation + 1 WHERE trial_id = :t AND generation = :g AND owner = :old"),
                 {"o": self.me, "t": trial_id, "g": lease.generation, "old": lease.owner, "now": time.time()})
             return result.rowcount == 1
+
+    def _move_and_lease(self, conn: Any, trial_id: int) -> bool:
+        """WAITING -> RUNNING and this worker's lease, in one statement of the claim lock's transaction
+        (PostgreSQL): the move and the lease commit together, or neither does."""
+        sql = (f"WITH moved AS (UPDATE trials SET state = {_RUNNING}, datetime_start = :start "
+               f"WHERE trial_id = :t AND state = 'WAITING' RETURNING trial_id) "
+               f"INSERT INTO {LEASE_TABLE} (trial_id, study_id, owner, heartbeat, generation) "
+               f"SELECT trial_id, :s, :o, {self._now_sql}, 1 FROM moved ON CONFLICT (trial_id) DO UPDATE "
+               f"SET owner = :o, heartbeat = {self._now_sql}, generation = {LEASE_TABLE}.generation + 1")
+        result = conn.execute(text(sql), {"t": trial_id, "s": self.study_id, "o": self.me,
+                                          "start": stored_now("datetime_start")})
+        return bool(result.rowcount == 1)
 
     def _acquire(self, conn: Any, trial_id: int) -> None:
         """Lease a trial this worker just claimed (WAITING -> RUNNING made it ours alone), in the

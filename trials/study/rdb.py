@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,7 +74,7 @@ def apply(session: Session, trial_id: int, w: TrialWrite, *, retried: bool) -> N
     if w.state is not None:
         change: dict[str, Any] = {"state": w.state}
         if w.state.is_finished():
-            change.update(_stored_time("datetime_complete"))
+            change["datetime_complete"] = stored_now("datetime_complete")
         moved = _rowcount(session.execute(_move(trial_id, TrialState.RUNNING).values(change)))
         if not moved:
             if retried or w.only_state:
@@ -151,32 +151,22 @@ def _upsert(session: Session, model: Any, keys: list[str], rows: list[dict[str, 
 def claim(session: Session, trial_id: int) -> bool:
     """WAITING -> RUNNING as a compare-and-set: True if this call moved it (one statement)."""
     return bool(_rowcount(session.execute(_move(trial_id, TrialState.WAITING).values(
-        state=TrialState.RUNNING, **_stored_time("datetime_start")))))
+        state=TrialState.RUNNING, datetime_start=stored_now("datetime_start")))))
 
 
-def _stored_time(column: str) -> dict[str, Any]:
-    """{column: now as the trials table stores it}, from the model's own setter (Optuna 5 keeps naive
-    UTC behind a property, earlier versions the local time in the column itself)."""
+def stored_now(column: str) -> Any:
+    """Now, as the trials table stores it in ``column``, from the model's own setter (Optuna 5 keeps
+    naive UTC behind a property, earlier versions the local time in the column itself)."""
     probe = T()
     setattr(probe, column, datetime.datetime.now())
     key = next(a.key for a in sa_inspect(T).column_attrs if a.columns[0].name == column)
-    return {column: getattr(probe, key)}
+    return getattr(probe, key)
 
 
 def _move(trial_id: int, old: TrialState) -> Any:
     """An UPDATE of the trial's row if it still is in state ``old`` (through the table: no ORM
     objects to synchronize)."""
     return update(TRIALS).where(TRIALS.c.trial_id == trial_id, TRIALS.c.state == old)
-
-
-def trial_ids(session: Session, study_id: int, states: Iterable[TrialState], *,
-              limit: int | None = None) -> list[tuple[int, int]]:
-    """(number, trial id) of the study's trials in ``states``, by number."""
-    query = (select(T.number, T.trial_id).where(T.study_id == study_id, T.state.in_(list(states)))
-             .order_by(T.number))
-    if limit is not None:
-        query = query.limit(limit)
-    return [(int(n), int(i)) for n, i in session.execute(query)]
 
 
 def count_states(session: Session, study_id: int) -> dict[TrialState, int]:
@@ -211,22 +201,42 @@ def load_trial(session: Session, trial_id: int) -> FrozenTrial:
 
 def children(session: Session, trial_id: int) -> Sequence[Any]:
     """Rows (kind, key, text, number, int, type) of a trial's params, values, attributes and steps."""
-    none_s, none_t = cast(null(), String), cast(null(), Text)
+    return session.execute(union_all(*_children(lambda model, q: q.where(model.trial_id == trial_id)))).all()
+
+
+def waiting_with_children(session: Session, study_id: int, *, limit: int) -> list[tuple[int, int, list[Any]]]:
+    """(number, trial id, :func:`children` rows) of the first ``limit`` WAITING trials, in one statement."""
+    w = (select(T.trial_id, T.number).where(T.study_id == study_id, T.state == TrialState.WAITING)
+         .order_by(T.number).limit(limit).subquery())
+    members = _children(lambda model, q: q.join(w, w.c.trial_id == model.trial_id), with_id=True)
+    rows = session.execute(union_all(*members, select(
+        cast(literal("n"), String), *_NONE, cast(null(), Float), w.c.number, _NONE[0], w.c.trial_id))).all()
+    by_id: dict[int, list[Any]] = {}
+    for r in rows:
+        by_id.setdefault(int(r[6]), []).append(r)
+    numbers = sorted((int(r[4]), int(r[6])) for r in rows if r[0] == "n")
+    return [(n, tid, by_id[tid]) for n, tid in numbers]
+
+
+_NONE: tuple[Any, ...] = (cast(null(), String), cast(null(), Text))
+
+
+def _children(where: Any, *, with_id: bool = False) -> list[Any]:
+    """The SELECTs of a trial's 5 tables with common columns, each narrowed by ``where(model, select)``."""
+    none_s, none_t = _NONE
     none_f, none_i = cast(null(), Float), cast(null(), Integer)
 
-    def kind(k: str) -> Any:
-        return cast(literal(k), String)
+    def member(model: Any, k: str, *columns: Any) -> Any:
+        extra = (model.trial_id,) if with_id else ()
+        return where(model, select(cast(literal(k), String), *columns, *extra))
 
-    return session.execute(union_all(
-        select(kind("p"), P.param_name, P.distribution_json, P.param_value, P.param_id, none_s)
-        .where(P.trial_id == trial_id),
-        select(kind("v"), none_s, none_t, V.value, V.objective, cast(V.value_type, String))
-        .where(V.trial_id == trial_id),
-        select(kind("u"), U.key, U.value_json, none_f, none_i, none_s).where(U.trial_id == trial_id),
-        select(kind("s"), S.key, S.value_json, none_f, none_i, none_s).where(S.trial_id == trial_id),
-        select(kind("i"), none_s, none_t, I.intermediate_value, I.step, cast(I.intermediate_value_type, String))
-        .where(I.trial_id == trial_id),
-    )).all()
+    return [
+        member(P, "p", P.param_name, P.distribution_json, P.param_value, P.param_id, none_s),
+        member(V, "v", none_s, none_t, V.value, V.objective, cast(V.value_type, String)),
+        member(U, "u", U.key, U.value_json, none_f, none_i, none_s),
+        member(S, "s", S.key, S.value_json, none_f, none_i, none_s),
+        member(I, "i", none_s, none_t, I.intermediate_value, I.step, cast(I.intermediate_value_type, String)),
+    ]
 
 
 def frozen_trial(trial_id: int, *, number: int, state: TrialState, start: datetime.datetime | None,

@@ -6,7 +6,7 @@ import functools
 import importlib.util
 import os
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import optuna
@@ -135,15 +135,6 @@ class RetryingRDBStorage(optuna.storages.RDBStorage):
                 return fn(session)
         return self._call(run)
 
-    def waiting_trial_ids(self, study_id: int, *, limit: int) -> list[tuple[int, int]]:
-        """(number, trial id) of the first ``limit`` WAITING trials: one light query."""
-        return self.trial_ids(study_id, (TrialState.WAITING,), limit=limit)
-
-    def trial_ids(self, study_id: int, states: Iterable[TrialState], *,
-                  limit: int | None = None) -> list[tuple[int, int]]:
-        """(number, trial id) of the trials in ``states``, by number (ids only: one statement)."""
-        return self._read(lambda s: rdb.trial_ids(s, study_id, tuple(states), limit=limit))
-
     def count_states(self, study_id: int) -> dict[TrialState, int]:
         """How many trials of the study are in each state (one statement)."""
         return self._read(lambda s: rdb.count_states(s, study_id))
@@ -161,13 +152,15 @@ class RetryingRDBStorage(optuna.storages.RDBStorage):
                 return rdb.claim(session, trial_id)
         return self._call(run)
 
-    def claimed_view(self, trial_id: int, number: int) -> FrozenTrial:
-        """A trial this worker just claimed, as Optuna would read it (one statement: its row is known)."""
+    def waiting_trials(self, study_id: int, *, limit: int) -> list[tuple[int, int, FrozenTrial]]:
+        """(number, trial id, the trial as it will be once claimed: RUNNING, started now) of the first
+        ``limit`` WAITING trials, in one statement."""
         import datetime
 
-        rows = self._read(lambda s: rdb.children(s, trial_id))
-        return rdb.frozen_trial(trial_id, number=number, state=TrialState.RUNNING,
-                                start=datetime.datetime.now(), complete=None, rows=rows)
+        now = datetime.datetime.now()
+        return [(n, tid, rdb.frozen_trial(tid, number=n, state=TrialState.RUNNING, start=now, complete=None,
+                                          rows=rows))
+                for n, tid, rows in self._read(lambda s: rdb.waiting_with_children(s, study_id, limit=limit))]
 
     def get_trial(self, trial_id: int) -> FrozenTrial:
         """Optuna's ``get_trial`` in 2 statements instead of 6."""

@@ -209,34 +209,35 @@ class JobStore:
         """One trial by its number (its trial id minus 1)."""
         return self.storage.get_trial(self.storage.get_trial_id_from_study_id_trial_number(self._study_id, number))
 
-    def claim(self, study: StudySpec, *, before: Callable[[int], None] | None = None) -> Claimed | None:
+    def claim(self, study: StudySpec, *, before: Callable[[int], None] | None = None,
+              move: Callable[[int], bool] | None = None) -> Claimed | None:
         """Atomically move one WAITING trial to RUNNING and suggest its parameters.
 
         ``before`` gets each trial's storage id before its move is tried (the move may commit although
-        its answer is lost: the caller then knows which trial to look at).
+        its answer is lost: the caller then knows which trial to look at). ``move`` makes the move
+        instead of the storage (a compare-and-set: False if the trial was not WAITING any more).
         """
-        lookup = self._rdb.waiting_trial_ids if self._rdb is not None else None
         while True:
-            if lookup is not None:  # a database: ids only, a few at a time, not every trial whole
-                candidates = lookup(self._study_id, limit=8)
+            candidates: list[tuple[int, int, FrozenTrial | None]]
+            if self._rdb is not None:  # a database: a few at a time, not every trial
+                candidates = [*self._rdb.waiting_trials(self._study_id, limit=8)]
             else:
-                candidates = [(t.number, t._trial_id) for t in self.frozen_trials((TrialState.WAITING,))]
-            for number, storage_id in candidates:
+                candidates = [(t.number, t._trial_id, None) for t in self.frozen_trials((TrialState.WAITING,))]
+            for number, storage_id, frozen in candidates:
                 if before is not None:
                     before(storage_id)
-                if not self._move_to_running(storage_id):
+                if not (move or self._move_to_running)(storage_id):
                     continue
-                return self._suggested(number, storage_id, study)
-            if lookup is None or not candidates:
+                if self._pending is not None:  # its writes in this batch need no check (see rdb.apply)
+                    self._pending.setdefault(storage_id, rdb.TrialWrite()).claimed = True
+                return self._suggested(number, storage_id, study, frozen)
+            if self._rdb is None or not candidates:
                 return None  # (a database: all 8 taken by others meanwhile, look again)
 
     def _move_to_running(self, storage_id: int) -> bool:
         """WAITING -> RUNNING if it still is WAITING (a compare-and-set; False: another worker's now)."""
         if self._rdb is not None:
-            moved = self._rdb.claim_trial(storage_id)
-            if moved and self._pending is not None:
-                self._pending.setdefault(storage_id, rdb.TrialWrite()).claimed = True
-            return moved
+            return self._rdb.claim_trial(storage_id)
         try:
             return self.storage.set_trial_state_values(storage_id, state=TrialState.RUNNING)
         except optuna.exceptions.UpdateFinishedTrialError:
@@ -249,8 +250,6 @@ class JobStore:
 
     def _suggested(self, number: int, storage_id: int, study: StudySpec,
                    frozen: FrozenTrial | None = None) -> Claimed:
-        if frozen is None and self._rdb is not None:  # just claimed: its row is known, read the rest
-            frozen = self._rdb.claimed_view(storage_id, number)
         params = self._suggest(storage_id, study, frozen)
         if mirrors_doubles(study):  # values fixed by fix_params come back as given, not mirrored twice
             attrs = frozen.system_attrs if frozen is not None else self.storage.get_trial_system_attrs(storage_id)
@@ -293,8 +292,13 @@ class JobStore:
 
     @contextlib.contextmanager
     def _one_transaction(self, storage: RetryingRDBStorage) -> Iterator[None]:
-        if self._pending is not None:  # already inside a batch: its end writes
-            yield
+        if self._pending is not None:  # already inside a batch: its end writes (none of this block's if it raises)
+            kept = copy.deepcopy(self._pending)
+            try:
+                yield
+            except BaseException:
+                self._pending = kept
+                raise
             return
         self._pending = {}
         try:
