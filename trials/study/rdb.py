@@ -174,6 +174,15 @@ def count_states(session: Session, study_id: int) -> dict[TrialState, int]:
     return {state: int(n) for state, n in rows}
 
 
+def user_attrs_of(session: Session, study_id: int, keys: Sequence[str]) -> dict[int, dict[str, Any]]:
+    """{trial number: {key: value}} of the study's trials, only the user attributes ``keys`` (one statement)."""
+    out: dict[int, dict[str, Any]] = {}
+    for number, key, value in session.execute(select(T.number, U.key, U.value_json).join(T, T.trial_id == U.trial_id)
+                                              .where(T.study_id == study_id, U.key.in_(list(keys)))):
+        out.setdefault(int(number), {})[key] = json.loads(value)
+    return out
+
+
 def n_sampled(session: Session, study_id: int) -> int:
     """How many of the study's trials have parameters."""
     return int(session.execute(select(func.count(func.distinct(P.trial_id))).join(T, T.trial_id == P.trial_id)

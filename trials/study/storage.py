@@ -6,7 +6,7 @@ import functools
 import importlib.util
 import os
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import optuna
@@ -138,6 +138,10 @@ class RetryingRDBStorage(optuna.storages.RDBStorage):
     def count_states(self, study_id: int) -> dict[TrialState, int]:
         """How many trials of the study are in each state (one statement)."""
         return self._read(lambda s: rdb.count_states(s, study_id))
+
+    def user_attrs_of(self, study_id: int, keys: Sequence[str]) -> dict[int, dict[str, Any]]:
+        """{trial number: {key: value}}: a few user attributes of every trial (one statement)."""
+        return self._read(lambda s: rdb.user_attrs_of(s, study_id, keys))
 
     def n_sampled(self, study_id: int) -> int:
         """How many trials of the study have parameters (one statement)."""

@@ -197,6 +197,14 @@ class JobStore:
             return self._rdb.count_states(self._study_id)
         return dict(collections.Counter(t.state for t in self.frozen_trials()))
 
+    def trial_attrs(self, *keys: str) -> dict[int, dict[str, Any]]:
+        """{trial number: {key: value}}: the user attributes ``keys`` of every trial that has one (a
+        database: those attributes only, not every trial whole)."""
+        if self._rdb is not None:
+            return self._rdb.user_attrs_of(self._study_id, keys)
+        return {t.number: attrs for t in self.frozen_trials()
+                if (attrs := {k: t.user_attrs[k] for k in keys if k in t.user_attrs})}
+
     def n_trials(self) -> int:
         return sum(self.counts().values())
 

@@ -246,12 +246,12 @@ class LoopState:
             self.job_error = error
 
     def _count_finished(self) -> None:
-        for t in self.store.frozen_trials():
-            if t.user_attrs.get("failed"):
+        for number, attrs in sorted(self.store.trial_attrs("failed", "state", "infeasible_reason").items()):
+            if attrs.get("failed"):
                 self.n_failed += 1
-                reason = t.user_attrs.get("infeasible_reason")
-                self.first_failure = self.first_failure or f"Trial {t.number + 1}: {reason}"
-            elif t.user_attrs.get("state") == TrialState.SUCCEEDED:
+                reason = attrs.get("infeasible_reason")
+                self.first_failure = self.first_failure or f"Trial {number + 1}: {reason}"
+            elif attrs.get("state") == TrialState.SUCCEEDED:
                 self.n_succeeded += 1
 
     def more_to_run(self) -> bool:
