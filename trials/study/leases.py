@@ -211,12 +211,15 @@ class SharedJob:
                 for r in rows if r[0] in wanted or (every and r[1] == self.me)}
 
     # -- claiming
-    def claim(self, study: StudySpec, *, cap: int) -> Claimed | None:
+    def claim(self, study: StudySpec, *, cap: int, params: Mapping[str, Any] | None = None,
+              system_attrs: Mapping[str, Any] | None = None) -> Claimed | None:
         """A trial this worker leased but does not run (its claim was cut by an outage), else a stale
-        trial to take over, else a WAITING trial if the job runs fewer than ``cap``."""
-        return self._call(self._claim, study, cap)
+        trial to take over, else a WAITING trial if the job runs fewer than ``cap`` (with ``params``
+        when they were suggested ahead: see ``JobStore.claim``)."""
+        return self._call(self._claim, study, cap, params, system_attrs)
 
-    def _claim(self, study: StudySpec, cap: int) -> Claimed | None:
+    def _claim(self, study: StudySpec, cap: int, params: Mapping[str, Any] | None = None,
+               system_attrs: Mapping[str, Any] | None = None) -> Claimed | None:
         # the claim's own writes (the trial's parameters) go in one transaction after the lock's
         with self.store.batch(), self._claim_lock() as conn:
             running, leases, db_now = self._snapshot(conn)
@@ -231,7 +234,8 @@ class SharedJob:
                     self._claiming = None
                     return None
                 move = None if conn is None else functools.partial(self._move_and_lease, conn)
-                claimed = self.store.claim(study, before=self._note_claiming, move=move)
+                claimed = self.store.claim(study, before=self._note_claiming, move=move, params=params,
+                                           system_attrs=system_attrs)
                 if claimed is None:
                     self._claiming = None
                     self.n_waiting = 0

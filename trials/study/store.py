@@ -103,7 +103,8 @@ class JobStore:
     counts, one trial at a time), never the whole study.
     """
 
-    def __init__(self, storage: BaseStorage, study: optuna.Study, job_id: str):
+    def __init__(self, storage: BaseStorage, study: optuna.Study, job_id: str, *,
+                 sampler_name: str = "tpe", sampler_seed: int | None = None):
         self.storage = storage
         self.study = study
         self.job_id = job_id
@@ -111,6 +112,8 @@ class JobStore:
         self._rdb = storage if isinstance(storage, RetryingRDBStorage) else None
         self._pending: dict[int, rdb.TrialWrite] | None = None  # a database batch's writes, by trial id
         self._ids: dict[int, int] = {}  # trial number -> storage id, of the trials this store claimed
+        self.sampler_name = sampler_name  # the job's sampler, and the seed it was made with here
+        self.sampler_seed = sampler_seed
 
     # -- creation and opening
     @classmethod
@@ -126,7 +129,7 @@ class JobStore:
         except optuna.exceptions.DuplicatedStudyError:
             raise ConfigError(f"a job named {job_id!r} already exists in this storage; use "
                               f"`trials resume {job_id}` or choose another --job-id") from None
-        store = cls(storage, study, job_id)
+        store = cls(storage, study, job_id, sampler_name=sampler_name, sampler_seed=seed)
         store.set_meta(spec=dict(spec_dict), sampler=sampler_name, seed=seed, **meta)
         store.add_trials(job.max_trial_count, job)
         return store
@@ -142,8 +145,9 @@ class JobStore:
         sampler_name = attrs.get(ATTR_PREFIX + "sampler", "tpe")
         if seed is None:
             seed = attrs.get(ATTR_PREFIX + "seed")
-        study.sampler = make_sampler(sampler_name, seed=resumed_seed(seed, storage, study))
-        return cls(storage, study, job_id)
+        seed = resumed_seed(seed, storage, study)
+        study.sampler = make_sampler(sampler_name, seed=seed)
+        return cls(storage, study, job_id, sampler_name=sampler_name, sampler_seed=seed)
 
     # -- job-level attributes
     def meta(self) -> dict[str, Any]:
@@ -176,9 +180,16 @@ class JobStore:
     def fix_params(self, number: int, params: Mapping[str, Value], study: StudySpec) -> None:
         """The WAITING trial ``number`` runs with ``params`` when claimed (what Optuna's
         ``enqueue_trial`` gives a trial it creates; ``trials check`` runs the spec's first point)."""
-        storage_id = self.storage.get_trial_id_from_study_id_trial_number(self._study_id, number)
+        self._fix(self.storage.get_trial_id_from_study_id_trial_number(self._study_id, number), params, study)
+
+    def _fix(self, storage_id: int, params: Mapping[str, Value], study: StudySpec,
+             also: Mapping[str, Any] | None = None, frozen: FrozenTrial | None = None) -> None:
+        """Fix ``params`` on a trial (with more system attributes ``also``), and on ``frozen``, the
+        trial as its claim read it."""
         # a reverse-log double is mirrored for Optuna (min + max - x): the claim returns x itself
-        attrs = {"fixed_params": fixed_params(study, params), FIXED_VALUES_ATTR: dict(params)}
+        attrs = {"fixed_params": fixed_params(study, params), FIXED_VALUES_ATTR: dict(params), **(also or {})}
+        if frozen is not None:
+            frozen.system_attrs.update(attrs)
         if self._rdb is not None:
             with self._writing(storage_id) as w:
                 w.system_attrs.update(attrs)
@@ -218,12 +229,16 @@ class JobStore:
         return self.storage.get_trial(self.storage.get_trial_id_from_study_id_trial_number(self._study_id, number))
 
     def claim(self, study: StudySpec, *, before: Callable[[int], None] | None = None,
-              move: Callable[[int], bool] | None = None) -> Claimed | None:
+              move: Callable[[int], bool] | None = None, params: Mapping[str, Value] | None = None,
+              system_attrs: Mapping[str, Any] | None = None) -> Claimed | None:
         """Atomically move one WAITING trial to RUNNING and suggest its parameters.
 
         ``before`` gets each trial's storage id before its move is tried (the move may commit although
         its answer is lost: the caller then knows which trial to look at). ``move`` makes the move
         instead of the storage (a compare-and-set: False if the trial was not WAITING any more).
+        ``params``: its parameters, suggested ahead of time (:mod:`trials.study.ahead`), with what
+        the sampler noted on it (``system_attrs``); they are fixed on the trial as an enqueued
+        trial's are, so the sampler is not asked again.
         """
         while True:
             candidates: list[tuple[int, int, FrozenTrial | None]]
@@ -238,6 +253,9 @@ class JobStore:
                     continue
                 if self._pending is not None:  # its writes in this batch need no check (see rdb.apply)
                     self._pending.setdefault(storage_id, rdb.TrialWrite()).claimed = True
+                if params is not None and "fixed_params" not in (
+                        frozen.system_attrs if frozen is not None else self.storage.get_trial_system_attrs(storage_id)):
+                    self._fix(storage_id, params, study, system_attrs, frozen)  # (an enqueued point is kept)
                 return self._suggested(number, storage_id, study, frozen)
             if self._rdb is None or not candidates:
                 return None  # (a database: all 8 taken by others meanwhile, look again)
