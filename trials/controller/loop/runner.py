@@ -40,7 +40,7 @@ from trials.errors import ConfigError, DiskFullError
 from trials.records import StopReason, TrialState
 from trials.spec import JobSpec, Scheduling
 from trials.study.leases import SharedJob
-from trials.study.store import Claimed, JobStore
+from trials.study.store import Claimed, JobStore, NotHeldError
 
 METRICS_POLL_S = 0.25  # metric reads of a running trial when no stopping rule needs every step
 STOP_POLL_S = 0.02  # while stopping every replica on the way out
@@ -96,7 +96,7 @@ class JobRunner:
             from trials.study import ahead
 
             suggestions = ahead.for_job(store, job.study, sampler_name=store.sampler_name, seed=store.sampler_seed,
-                                        job_dir=options.job_dir, n_trials=len(store.frozen_trials()))
+                                        job_dir=options.job_dir, n_trials=store.n_trials())
         self._ahead = suggestions
         self._slot_waits = False  # a free slot waits for a suggestion being made
         self._waits_since: float | None = None  # since when
@@ -355,14 +355,16 @@ class JobRunner:
                 self.emit(events.JobWarning(trial_id=run.trial_id, message=(
                     f"trial {run.trial_id}: {name} exited and left {len(r.leftovers)} processes running; "
                     f"killed them: {', '.join(r.leftovers)}")))
-        if not run.lost and self.shared is not None and not self.shared.owns(run.claimed.storage_id):
-            run.stop_reason = StopReason.LOST
         if not run.lost:
             try:
-                with self.store.batch():  # its last steps, attributes and state: one journal write
+                # its last steps, attributes, state and lease: one journal write, one database transaction
+                # (which writes nothing if its lease is another worker's now)
+                with self.store.batch():
                     recorded = record_trial(self.store, self.job, self._metrics, run, shared=self.shared,
                                             clock=self.clock,
                                             job_failure=self.state.first_failure or self.state.job_error)
+            except NotHeldError:
+                run.stop_reason = StopReason.LOST
             except RuntimeError as err:
                 if not self._taken_over(run, err):
                     raise
@@ -398,7 +400,8 @@ class JobRunner:
                 r.close()
 
     def _trial_attr(self, claimed: Claimed, key: str) -> Any:
-        return self.store.storage.get_trial(claimed.storage_id).user_attrs.get(key)
+        frozen = claimed.stored or self.store.storage.get_trial(claimed.storage_id)
+        return frozen.user_attrs.get(key)
 
 
 __all__ = ["JobRunner", "LoopOptions"]

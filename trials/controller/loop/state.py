@@ -258,12 +258,12 @@ class LoopState:
             self.job_error = error
 
     def _count_finished(self) -> None:
-        for t in self.store.frozen_trials():
-            if t.user_attrs.get("failed"):
+        for number, attrs in sorted(self.store.trial_attrs("failed", "state", "infeasible_reason").items()):
+            if attrs.get("failed"):
                 self.n_failed += 1
-                reason = t.user_attrs.get("infeasible_reason")
-                self.first_failure = self.first_failure or f"Trial {t.number + 1}: {reason}"
-            elif t.user_attrs.get("state") == TrialState.SUCCEEDED:
+                reason = attrs.get("infeasible_reason")
+                self.first_failure = self.first_failure or f"Trial {number + 1}: {reason}"
+            elif attrs.get("state") == TrialState.SUCCEEDED:
                 self.n_succeeded += 1
 
     def more_to_run(self) -> bool:
@@ -274,11 +274,11 @@ class LoopState:
         """
         if self.shared is not None or not self.accepting_trials or self.study_stopped is not None:
             return False
-        waiting = self.store.waiting_trials()
-        if not waiting:
+        n_waiting = self.store.waiting_running()[0]
+        if not n_waiting:
             return False
         self.exhausted = False
-        self.emit(events.TrialsAdded(waiting=len(waiting), total=len(self.store.frozen_trials())))
+        self.emit(events.TrialsAdded(waiting=n_waiting, total=self.store.n_trials()))
         return True
 
     def _end_wall(self) -> float:
@@ -318,8 +318,7 @@ class LoopState:
         error: dict[str, Any] | None
         if self.job_error is not None:
             state, error = JobState.FAILED, {"code": exits.JOB_FAILED_CODE, "message": self.job_error}
-        elif self.cancel_requested and (self.shared is not None or self.store.waiting_trials()
-                                        or self.store.running_trials()):
+        elif self.cancel_requested and (self.shared is not None or any(self.store.waiting_running())):
             state, error = JobState.CANCELLED, {"code": 1, "message": "The job was cancelled."}
         else:
             state, error = JobState.SUCCEEDED, None
