@@ -192,7 +192,7 @@ def _quality_run(args: tuple[str, int, int, bool]) -> dict[str, Any]:
     return {"problem": name, "seed": seed, "ahead": lag, "regret": run["regret"][-1]}
 
 
-def quality(seeds: int, n_trials: int, workers: int = 2) -> list[dict[str, Any]]:
+def quality(seeds: int, n_trials: int, workers: int = 1) -> list[dict[str, Any]]:
     """The default sampler's simple regret after ``n_trials`` one at a time: each suggestion made after
     the last result (inline) against made while the trial before runs (ahead), same seeds."""
     jobs = [(p, s, n_trials, lag) for p in QUALITY_PROBLEMS for s in range(seeds) for lag in (False, True)]
