@@ -124,12 +124,11 @@ class AheadSuggester:
         """
         if self._ready is not None or self._inflight is not None:
             return
-        trials = self.store.frozen_trials((*MIRRORED_STATES, TrialState.WAITING))
-        if not any(t.state == TrialState.WAITING for t in trials):
+        if self.store.waiting_running()[0] == 0:  # (a database: one count query)
             if needed:
                 self._ready = Suggestion(None)  # nothing to suggest for: the loop's claim finds none
             return
-        mirrored = [t for t in trials if t.state in MIRRORED_STATES]
+        mirrored = self.store.frozen_trials(MIRRORED_STATES)
         self._start_when_due(mirrored)
         if sum(t.state == TrialState.COMPLETE for t in mirrored) < self.n_startup:
             if needed:
