@@ -232,3 +232,21 @@ def test_import_split_sums_each_modules_own_time_into_its_package() -> None:
              "import time:        50 |        350 | optuna",
              "import time:        10 |         10 | json"]
     assert import_split(lines) == pytest.approx({"numpy": 300e-6, "optuna": 50e-6, "stdlib and others": 10e-6})
+
+
+def test_suggest_summary_ratios_and_goals() -> None:
+    from benchmarks import suggest_ahead as sa
+
+    def runs(wall: float, rss: float = 50.0, waited: float = 0.0) -> list[dict[str, float]]:
+        return [{"wall_s": wall, "rss_mib": rss, "suggest_wait_s": waited}]
+
+    raw = {"cpu 1": {"floor": runs(20.0), "tpe": runs(21.0), "default": runs(21.5, 64.0, 0.1),
+                 "inline": runs(40.0, 330.0)}}
+    summary = sa.summarize(raw, sa.QUICK)
+    row = summary["cpu 1"]
+    assert math.isclose(row["default_over_tpe"], 21.5 / 21.0) and math.isclose(row["inline_over_tpe"], 40 / 21)
+    assert math.isclose(row["idle_share"], 0.1 / 21.5)
+    assert row["goals"] == {"default wall <= 1.05x tpe": True, "idle slot time from suggestions <= 1 %": True,
+                            "controller RSS <= 80 MiB": True}
+    text = sa.render(summary, [{"n": 10, "median_s": 0.12, "min_s": 0.1}], sa.QUICK)
+    assert "| inline" in text and "0.47 %" in text and "| 10 " in text

@@ -246,7 +246,7 @@ def _run_held(h: JobHandle, args: argparse.Namespace, signals: Any, *, resume: b
     )
     if not args.quiet and not args.json_logs:
         who = f"worker {shared.me} joined " if join and shared is not None else ""
-        print(f"{who}job {h.job_id}: {len(h.store.frozen_trials())} trials, "
+        print(f"{who}job {h.job_id}: {h.store.n_trials()} trials, "
               f"{h.job.parallel_trial_count} in parallel, sampler {h.store.get_meta('sampler')}; "
               f"folder {h.job_dir}")
         print(_outputs_line(h))
@@ -279,7 +279,7 @@ def _progress(h: JobHandle, args: argparse.Namespace) -> Progress:
     from trials.cli.progress import Progress
 
     mode = "quiet" if args.quiet else ("json" if args.json_logs else None)
-    return Progress(total=len(h.store.frozen_trials()), metric_ids=h.job.study.metric_ids,
+    return Progress(total=h.store.n_trials(), metric_ids=h.job.study.metric_ids,
                     maximize=h.job.study.metrics[0].maximize, mode=mode)
 
 

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from trials import protocol
 from trials.controller.backend.protocol import ReplicaBackend
 from trials.controller.jobs.lock import ControllerLock, reap_job_leftovers, repair_journal
 from trials.controller.loop import events
@@ -72,6 +73,7 @@ def run_options(h: JobHandle, *, echo: bool, grace_period_s: float | None, memor
         slots=slots, echo=sys.stdout if echo else None, seed=seed,
         devices=devices, shared=shared, join=join,
         pass_env=tuple(dict.fromkeys([*(meta.get("pass_env") or ()), *pass_env])),
+        suggest_ahead=os.environ.get(protocol.ENV_SUGGEST, "ahead") != "inline",
     )
 
 
