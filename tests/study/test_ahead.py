@@ -175,3 +175,34 @@ time.sleep(600)
         ctl.kill()
         with contextlib.suppress(NameError, ProcessLookupError):
             os.kill(holder, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("share", [0.0, 1e9])
+def test_a_suggestion_made_ahead_is_made_again_with_the_new_result_when_the_sampler_is_cheap(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, share: float) -> None:
+    monkeypatch.setattr(ahead, "FRESH_SHARE", share)
+    store = job(tmp_path, "g")
+    study = loads_spec(SPEC, source="t.yaml").study
+    s = suggester(store, tmp_path)
+    running = store.claim(study)
+    assert running is not None
+    try:
+        s.prefetch()  # after the launch: trial 11 is pending
+        deadline = time.monotonic() + ANSWER_BOUND_S
+        while s._ready is None:  # answered, not taken
+            assert time.monotonic() < deadline
+            select.select([s.fileno()], [], [], 1.0)
+            s._read_answers()
+        early = s._ready
+        assert early is not None and early.results == 10 and not early.fresh
+        store.complete(running.number, [1.0])  # its result comes before the slot takes the suggestion
+        got = s.take()
+        if share == 0.0:  # the sampler is dear beside the trials: the one made ahead is used
+            assert got is early
+            return
+        assert got is None and s._inflight is not None  # asked again, the slot waits
+        again = answer(s)
+        assert again.fresh and again.results == 11 and again.params is not None
+        assert s.n_model == 2
+    finally:
+        s.close()

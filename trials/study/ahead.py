@@ -12,7 +12,9 @@ stopping and signals. Here the next trial's parameters are computed while trials
 - a worker process holds the real sampler (torch, JAX and their memory stay out of the
   controller) over an in-memory mirror of those trials; it never touches the job's storage;
 - when a slot frees, the loop takes the suggestion that is ready (:meth:`take`) and claims a
-  WAITING trial with it in one write; nothing is recorded before the claim, so a controller killed
+  WAITING trial with it in one write — unless results came since it was asked and the sampler is
+  cheap beside the trials (:data:`FRESH_SHARE`): it is then made again with them (a suggestion made
+  ahead costs the search: ``benchmarks/suggest_ahead.py``'s quality table); nothing is recorded before the claim, so a controller killed
   with a suggestion in hand loses nothing but that suggestion.
 
 While fewer trials have completed than the sampler's random start-up needs, a suggestion is a
@@ -49,6 +51,10 @@ MAX_RESTARTS = 3
 MIRRORED_STATES = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.PRUNED)
 # Samplers that run ahead, and how many completed trials their random start-up takes
 AHEAD_SAMPLERS: Mapping[str, int] = {"gp": 10, "gp-warped": 10, "vizier": 1}
+# A suggestion made ahead lacks the results that came since it was asked: when one came, it is made
+# again with them — the slot waiting for it — if the sampler takes at most this share of the time the
+# slot's trial ran (trials of minutes: always; trials of a second: never, the slot would idle)
+FRESH_SHARE = 0.02
 # What the worker imports when it starts, not inside its first suggestion (torch: seconds)
 WARM_UP: Mapping[str, tuple[str, ...]] = {"gp": ("torch", "scipy.optimize"), "gp-warped": ("torch", "scipy.optimize")}
 
@@ -62,6 +68,9 @@ class Suggestion:
     system_attrs: dict[str, Any] = field(default_factory=dict)  # what the sampler noted on the trial
     warning: str = ""  # said with the trial it is used for
     seconds: float = 0.0  # how long the worker took
+    asked_at: float = 0.0  # (monotonic) when it was asked
+    results: int = 0  # the finished trials it was made with
+    fresh: bool = False  # asked when its slot was free: used as it is
 
 
 def _frame(obj: Any) -> bytes:
@@ -110,6 +119,8 @@ class AheadSuggester:
         self._started_once = False
         self._said_gave_up = False
         self._asked_at = 0.0
+        self._results = 0  # the finished trials the request in flight carries
+        self._fresh = False  # it was asked for a free slot
         self.n_model = 0  # suggestions the worker made
         self.worker_seconds = 0.0  # their total time in the worker
 
@@ -129,6 +140,8 @@ class AheadSuggester:
                 self._ready = Suggestion(None)  # nothing to suggest for: the loop's claim finds none
             return
         mirrored = self.store.frozen_trials(MIRRORED_STATES)
+        self._results = sum(t.state != TrialState.RUNNING for t in mirrored)
+        self._fresh = needed
         self._start_when_due(mirrored)
         if sum(t.state == TrialState.COMPLETE for t in mirrored) < self.n_startup:
             if needed:
@@ -150,11 +163,28 @@ class AheadSuggester:
         self._inflight, self._asked_at = self._seq, time.monotonic()
 
     def take(self) -> Suggestion | None:
-        """The suggestion for the trial about to be claimed, or None while the worker still works."""
+        """The suggestion for the trial about to be claimed, or None while the worker still works.
+
+        A suggestion asked ahead is asked again, with the results that came since, when the sampler
+        is cheap beside the trials (:data:`FRESH_SHARE`): the slot then waits for that one.
+        """
         if self._ready is None and self._inflight is not None:
             self._read_answers()
         ready, self._ready = self._ready, None
+        if ready is not None and ready.params is not None and not ready.fresh and self._stale_and_affordable(ready):
+            self.prefetch(needed=True)
+            if self._ready is not None:  # (could not ask: the one in hand is as good as any)
+                self._ready = None
+                return ready
+            return None
         return ready
+
+    def _stale_and_affordable(self, ready: Suggestion) -> bool:
+        ran = time.monotonic() - ready.asked_at  # about how long the slot's trial ran since it was asked
+        if ready.seconds > FRESH_SHARE * ran:
+            return False
+        counts = self.store.counts()
+        return counts.get(TrialState.COMPLETE, 0) + counts.get(TrialState.PRUNED, 0) > ready.results
 
     def give_back(self, suggestion: Suggestion) -> None:
         """A suggestion taken for a claim that found no trial to claim: it is the next one again."""
@@ -258,7 +288,8 @@ class AheadSuggester:
             else:
                 self.n_model += 1
                 self._ready = Suggestion(dict(answer["params"]), dict(answer.get("system_attrs") or {}),
-                                         seconds=float(answer.get("seconds", 0.0)))
+                                         seconds=float(answer.get("seconds", 0.0)), asked_at=self._asked_at,
+                                         results=self._results, fresh=self._fresh)
 
     def _reap(self, wait_s: float = 5.0) -> int | None:
         """End the worker: its input closed, it exits; killed if it has not within ``wait_s``."""
