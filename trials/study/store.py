@@ -18,11 +18,11 @@ from optuna.trial import TrialState
 from trials.errors import ConfigError, JobNotFoundError
 from trials.spec import Algorithm, JobSpec, StudySpec, Value
 from trials.study import journal
+from trials.study.names import ATTR_PREFIX as ATTR_PREFIX  # re-exported: where it always was
 from trials.study.samplers import make_sampler
 from trials.study.space import fixed_params, iter_grid, mirrors_doubles, suggest, values_from_optuna
 from trials.study.storage import quiet_optuna
 
-ATTR_PREFIX = "trials:"
 FIXED_VALUES_ATTR = ATTR_PREFIX + "fixed_values"  # a trial's fixed values as given (system attribute)
 
 
@@ -80,12 +80,16 @@ class JobStore:
         return store
 
     @classmethod
-    def open(cls, storage: BaseStorage, job_id: str, *, seed: int | None = None) -> JobStore:
+    def open(cls, storage: BaseStorage, job_id: str, *, seed: int | None = None, sampler: bool = True) -> JobStore:
+        """The job in ``storage``; ``sampler=False`` for one only read (its sampler is not made, so
+        its trials are not read for the sampler's seed)."""
         quiet_optuna()
         try:
             study = optuna.load_study(study_name=job_id, storage=storage)
         except KeyError:
             raise JobNotFoundError(f"no job {job_id!r} in the storage") from None
+        if not sampler:
+            return cls(storage, study, job_id)
         attrs = study.user_attrs
         sampler_name = attrs.get(ATTR_PREFIX + "sampler", "tpe")
         if seed is None:

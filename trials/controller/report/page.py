@@ -197,7 +197,7 @@ def _draw(h: Any, trials: Sequence[PlotTrial], metric_ids: Sequence[str], maximi
     stopped = {t.trial_id - 1 for t in trials if t.stopped}  # Optuna numbers trials from 0
 
     def importances() -> dict[str, float]:
-        return param_importances(h.store.study, maximize=maximize[0], leave_out=stopped)
+        return param_importances(h.store.frozen_trials(), directions=maximize, leave_out=stopped)
 
     axes = param_axes(h.job.study.all_parameters(), trials)
     return draw_plots(trials, metric_ids=metric_ids, maximize=maximize, axes=axes,
