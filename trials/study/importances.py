@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import warnings
 import functools
+import warnings
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 

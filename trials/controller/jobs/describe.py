@@ -28,7 +28,9 @@ def _measurement(d: Mapping[str, Any], order: Sequence[str]) -> dict[str, Any]:
     if d.get("elapsed_s") is not None:
         out["elapsedDuration"] = duration(float(d["elapsed_s"]))
     metrics = d.get("metrics", {})
-    keys = [k for k in order if k in metrics] + sorted(k for k in metrics if k not in order)
+    keys = [k for k in order if k in metrics]
+    if len(keys) < len(metrics):  # (sorted only when needed: describe converts every step of every trial)
+        keys += sorted(k for k in metrics if k not in order)
     out["metrics"] = [{"metricId": k, "value": _num(metrics[k])} for k in keys]
     return out
 
