@@ -319,6 +319,8 @@ def read_records(path: str, offset: int) -> tuple[list[dict[str, Any]], int]:
         except json.JSONDecodeError as err:
             bad = err
             continue
+        except Exception as err:  # noqa: BLE001 - not UTF-8, ...: Optuna fails at once, and says so itself
+            raise Unsupported(f"an unreadable line at byte {end}: {err}") from None
         end += len(line)
     return records, end
 

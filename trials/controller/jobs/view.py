@@ -57,7 +57,7 @@ def _replayed(path: str, job_id: str) -> _Attrs | None:
     """The job in a journal replayed without Optuna; None when only Optuna reads it exactly."""
     try:
         r = replay.read_journal(path)
-    except replay.Unsupported:
+    except (replay.Unsupported, OSError):  # Optuna reads it, or names what is wrong, as it always did
         return None
     study_id = r.study_id(job_id)
     if study_id is None:
