@@ -26,7 +26,7 @@ def _cmd_describe(args: argparse.Namespace) -> int:
     if args.format == "local-json":  # attempts, exit statuses, stop reasons, folders, workers
         print(json.dumps(job_view.describe_local(h), indent=2))
         return 0
-    rest = job_view.describe(h)
+    rest = job_view.describe(h, steps=args.format == "json")
     if args.format == "json":  # exactly the v1 HyperparameterTuningJob
         print(json.dumps(rest, indent=2))
         return 0

@@ -28,12 +28,12 @@ import io
 import json
 import os
 import pickle
-from collections.abc import Container, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 SNAPSHOT_SUFFIX = ".snapshot"
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2  # 2: a header (prefix, summaries) before the body
 # a snapshot is written when this many records were replayed after the last one (or after none)
 SNAPSHOT_AFTER_RECORDS = 2000
 
@@ -347,9 +347,15 @@ def _prefix_hash(path: str, n_bytes: int) -> str:
     return h.hexdigest()
 
 
-def _dump(r: Replay, digest: str) -> dict[str, Any]:
+def _header(r: Replay, digest: str, summaries: dict[str, Any] | None) -> dict[str, Any]:
+    """What a snapshot is of (the journal's prefix: its length, hash and record count), and the
+    caller's per-study summaries of it (a command that needs only those reads no further)."""
+    return {"format": SNAPSHOT_FORMAT, "n_bytes": r.n_bytes, "n_records": r.n_records, "sha1": digest,
+            "summaries": summaries}
+
+
+def _dump(r: Replay) -> dict[str, Any]:
     return {
-        "format": SNAPSHOT_FORMAT, "n_bytes": r.n_bytes, "n_records": r.n_records, "sha1": digest,
         "next_study_id": r.next_study_id,
         "studies": [(s.study_id, s.name, s.directions, s.user_attrs, s.system_attrs) for s in r.studies.values()],
         "study_trials": list(r.study_trials.items()),
@@ -360,9 +366,9 @@ def _dump(r: Replay, digest: str) -> dict[str, Any]:
     }
 
 
-def _load(d: dict[str, Any]) -> Replay:
+def _load(header: dict[str, Any], d: dict[str, Any]) -> Replay:
     r = Replay()
-    r.n_bytes, r.n_records, r.next_study_id = d["n_bytes"], d["n_records"], d["next_study_id"]
+    r.n_bytes, r.n_records, r.next_study_id = header["n_bytes"], header["n_records"], d["next_study_id"]
     r.studies = {sid: StoredStudy(study_id=sid, name=n, directions=dirs, user_attrs=u, system_attrs=s)
                  for sid, n, dirs, u, s in d["studies"]}
     r.study_trials = dict(d["study_trials"])
@@ -381,36 +387,65 @@ def snapshot_path(journal: str) -> str:
     return journal + SNAPSHOT_SUFFIX
 
 
+def _snapshot_header(journal: str, f: Any) -> dict[str, Any] | None:
+    """The header of the snapshot open as ``f`` when it is of this journal's current prefix, else None."""
+    header = _PlainUnpickler(f).load()
+    if not isinstance(header, dict) or header.get("format") != SNAPSHOT_FORMAT:
+        return None
+    if os.stat(journal).st_size < header["n_bytes"] or _prefix_hash(journal, header["n_bytes"]) != header["sha1"]:
+        return None  # the journal was rewritten (or truncated) since
+    return header
+
+
+def _current_header(journal: str) -> dict[str, Any] | None:
+    """The snapshot's header when it is of this journal's current prefix; else None."""
+    try:
+        with open(snapshot_path(journal), "rb") as f:
+            return _snapshot_header(journal, f)
+    except Exception:  # noqa: BLE001 - missing, torn, foreign or unreadable: as no snapshot
+        return None
+
+
 def load_snapshot(journal: str) -> Replay | None:
     """The snapshot's replay when it is of this journal's current prefix; else None (it is ignored)."""
     try:
         with open(snapshot_path(journal), "rb") as f:
-            d = _PlainUnpickler(f).load()
-        if not isinstance(d, dict) or d.get("format") != SNAPSHOT_FORMAT:
-            return None
-        if os.stat(journal).st_size < d["n_bytes"] or _prefix_hash(journal, d["n_bytes"]) != d["sha1"]:
-            return None  # the journal was rewritten (or truncated) since
-        return _load(d)
+            header = _snapshot_header(journal, f)
+            return None if header is None else _load(header, _PlainUnpickler(f).load())
     except Exception:  # noqa: BLE001 - torn, truncated, foreign or unreadable: replay from the start
         return None
 
 
-def write_snapshot(journal: str, r: Replay) -> None:
-    """Write the snapshot of ``r`` (replayed up to ``r.n_bytes``) atomically; a job folder this
-    process cannot write keeps its old one (reading never needs to write)."""
+def write_snapshot(journal: str, r: Replay, summaries: dict[str, Any] | None = None) -> None:
+    """Write the snapshot of ``r`` (replayed up to ``r.n_bytes``) atomically: its header (with
+    ``summaries``), then its body; a job folder this process cannot write keeps its old one
+    (reading never needs to write)."""
     path = snapshot_path(journal)
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         with open(tmp, "wb") as f:
-            pickle.dump(_dump(r, _prefix_hash(journal, r.n_bytes)), f, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump(_header(r, _prefix_hash(journal, r.n_bytes), summaries), f, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump(_dump(r), f, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(tmp, path)
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
 
 
-def read_journal(journal: str, *, snapshot: bool = True) -> Replay:
+Summarize = Callable[["Replay"], dict[str, Any]]
+
+
+def read_journal(journal: str, *, snapshot: bool = True, summarize: Summarize | None = None,
+                 write_after: int | None = None) -> Replay:
     """The whole journal replayed: from its snapshot when that still holds, then its tail.
+
+    Args:
+        journal: the journal file.
+        snapshot: read and write its snapshot (else replay it all, as for a test's reference).
+        summarize: ``replay -> {study name: plain value}``, stored in the snapshot's header when one
+            is written (``read_summaries`` returns it from there).
+        write_after: write the snapshot when at least this many records were replayed after it
+            (default ``SNAPSHOT_AFTER_RECORDS``).
 
     Raises:
         Unsupported: the journal holds what only Optuna reads exactly (open it with Optuna).
@@ -422,9 +457,25 @@ def read_journal(journal: str, *, snapshot: bool = True) -> Replay:
         records, end = read_records(journal, r.n_bytes)
         r.apply(records)
         r.n_bytes = end
-        if snapshot and r.n_records - since >= SNAPSHOT_AFTER_RECORDS:
-            write_snapshot(journal, r)
+        if snapshot and r.n_records - since >= (SNAPSHOT_AFTER_RECORDS if write_after is None else write_after):
+            write_snapshot(journal, r, summarize(r) if summarize is not None else None)
     return r
+
+
+def read_summaries(journal: str, summarize: Summarize) -> dict[str, Any]:
+    """``summarize`` of the whole journal: from the snapshot's header alone while the snapshot covers
+    the whole journal (same prefix, no record after it), else by ``read_journal``, which writes the
+    snapshot when any record was after it (so the next summary is read from the header alone).
+
+    Raises:
+        Unsupported, OSError: as ``read_journal``.
+    """
+    header = _current_header(journal)
+    if header is not None and isinstance(header.get("summaries"), dict):
+        records, _ = read_records(journal, header["n_bytes"])
+        if not records:
+            return dict(header["summaries"])
+    return summarize(read_journal(journal, summarize=summarize, write_after=1))
 
 
 @contextlib.contextmanager

@@ -53,10 +53,17 @@ class _Attrs:
         return [t for t in self._trials if t.state.name in names]
 
 
+def _summaries(r: replay.Replay) -> dict[str, Any]:
+    """Per study, what ``list`` shows of it (kept in the journal's snapshot header): its job
+    attributes and how many trials ``describe`` shows."""
+    return {s.name: {"attrs": s.user_attrs, "n_shown": sum(map(shown, r.study_trials_of(s.study_id)))}
+            for s in r.studies.values()}
+
+
 def _replayed(path: str, job_id: str) -> _Attrs | None:
     """The job in a journal replayed without Optuna; None when only Optuna reads it exactly."""
     try:
-        r = replay.read_journal(path)
+        r = replay.read_journal(path, summarize=_summaries)
     except (replay.Unsupported, OSError):  # Optuna reads it, or names what is wrong, as it always did
         return None
     study_id = r.study_id(job_id)
@@ -114,16 +121,29 @@ def list_jobs(root: str, storage: str | None) -> list[dict[str, Any]]:
     for name in sorted(os.listdir(root)):
         if os.path.exists(os.path.join(root, name, JOURNAL_FILE)):
             try:
-                h = read_job(name, root=root, storage=None)
+                meta, n_shown = _listed(root, name)
             except Exception as err:  # noqa: BLE001 - one broken job must not hide the others
                 out.append({"job_id": name, "state": f"unreadable: {type(err).__name__}", "trials": 0,
                             "create_time": ""})
                 continue
-            meta = h.store.meta()
-            out.append({"job_id": name, "state": meta.get("state", "?"),
-                        "trials": sum(map(shown, h.store.frozen_trials())),  # as `describe` counts
+            out.append({"job_id": name, "state": meta.get("state", "?"), "trials": n_shown,
                         "create_time": meta.get("create_time", "")})
     return out
+
+
+def _listed(root: str, job_id: str) -> tuple[dict[str, Any], int]:
+    """A job's attributes and the trials ``describe`` shows: from its journal's snapshot header
+    when that covers the whole journal, else as ``read_job`` reads the job (same checks, errors)."""
+    url = registry.job_url(job_id, root=root, storage=None)
+    try:
+        summary = replay.read_summaries(journal_path(url), _summaries).get(job_id)
+    except (replay.Unsupported, OSError):
+        summary = None
+    if summary is None:  # not a job of this journal (read_job says so) or only Optuna reads it
+        h = read_job(job_id, root=root, storage=None)
+        return h.store.meta(), sum(map(shown, h.store.frozen_trials()))
+    meta = registry.checked_meta(_Attrs(summary["attrs"], []).meta(), job_id, url)
+    return meta, int(summary["n_shown"])
 
 
 Job = JobView | registry.JobHandle
@@ -139,11 +159,12 @@ def params_of(h: Job) -> Callable[[Any], dict[str, Value]]:
     return get
 
 
-def describe(h: Job) -> dict[str, Any]:
+def describe(h: Job, *, steps: bool = True) -> dict[str, Any]:
+    """The job's REST resource; ``steps=False`` for a table, which only counts each trial's steps."""
     meta = h.store.meta()
     meta["update_time"] = rfc3339(time.time())
     return job_to_rest(h.job_id, meta, h.store.frozen_trials(), params_of(h),
-                       h.job.study.reported_metric_ids)
+                       h.job.study.reported_metric_ids, steps=steps)
 
 
 def describe_local(h: Job) -> dict[str, Any]:
