@@ -57,9 +57,11 @@ def _no_fsync() -> Iterator[None]:
 
 
 def build_job(root: str, job_id: str, n_trials: int, *, n_metrics: int = 1, seed: int = 0,
-              n_running: int = 2, n_waiting: int = 3, epochs: int = 10) -> str:
+              n_running: int = 2, n_waiting: int = 3, epochs: int = 10, requeued: bool = True) -> str:
     """A finished-looking journal job of ``n_trials``: mostly succeeded, some stopped early, some
-    failed, a requeued one, ``n_running`` left ACTIVE mid-run and ``n_waiting`` never started.
+    failed, ``n_running`` left ACTIVE mid-run and ``n_waiting`` never started; with ``requeued``
+    ~2 % sent back to the queue after they ran (a resume runs them again: a job with nothing left
+    to run has none).
 
     Returns the job folder.
     """
@@ -108,7 +110,7 @@ def build_job(root: str, job_id: str, n_trials: int, *, n_metrics: int = 1, seed
             wall += 5.0
             if running:
                 continue
-            if 0.15 <= kind < 0.17:  # back to the queue (a controller stopped), then run again: it stays queued
+            if requeued and 0.15 <= kind < 0.17:  # back to the queue (a controller stopped): it stays queued
                 store.set_trial_attrs(claimed.storage_id, state=TrialState.REQUESTED.value, end_time=None,
                                       start_time=None, measurements=None, requeued=True,
                                       previous_measurements=[])
@@ -173,7 +175,7 @@ def run(*, quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
     try:
         root = os.path.join(workdir, "jobs")
         t = time.perf_counter()
-        build_job(root, "big", n_big, n_running=0, n_waiting=0)
+        build_job(root, "big", n_big, n_running=0, n_waiting=0, requeued=False)  # resume: nothing to run
         build_job(root, "small", n_small, n_metrics=1, seed=1, n_running=0, n_waiting=0)
         built_s = time.perf_counter() - t
         cmds = commands(root, "big", "small", os.path.join(workdir, "report"))

@@ -219,3 +219,60 @@ def test_a_damaged_snapshot_is_ignored_and_written_again(tmp_path, damage, monke
 
 def test_the_stored_states_are_optunas():
     assert {s.name: s.value for s in replay.StoredState} == {s.name: s.value for s in TrialState}
+
+
+def _counts(r: replay.Replay) -> dict:
+    """A summary as ``list`` keeps one: per study, its attributes and trial count."""
+    return {s.name: {"attrs": s.user_attrs, "n": len(r.study_trials_of(s.study_id))} for s in r.studies.values()}
+
+
+def test_summaries_come_from_the_snapshot_header_only_while_it_covers_the_whole_journal(tmp_path, monkeypatch):
+    path = _journal(tmp_path)
+    truth = lambda: _counts(replay.read_journal(path, snapshot=False))  # noqa: E731
+    assert replay.read_summaries(path, _counts) == truth()  # no snapshot: replayed, and one written
+    assert os.path.exists(replay.snapshot_path(path))
+    monkeypatch.setattr(replay, "read_journal", lambda *a, **k: pytest.fail("read the whole journal"))
+    assert replay.read_summaries(path, _counts)["s"]["n"] == 12  # the header alone
+    monkeypatch.undo()
+    # stale: a record after the snapshot, so the journal is read (and the snapshot written again)
+    storage = JournalStorage(JournalFileBackend(path))
+    storage.set_study_user_attr(0, "late", True)
+    storage.create_new_trial(0)
+    assert replay.read_summaries(path, _counts) == truth()
+    assert replay.read_summaries(path, _counts)["s"] == {"attrs": {"late": True}, "n": 13}
+    # rewritten behind its back, same length: the header's hash no longer matches
+    data = Path(path).read_bytes()
+    Path(path).write_bytes(data.replace(b'"late":true', b'"late":3e00'))
+    assert replay.read_summaries(path, _counts)["s"]["attrs"] == {"late": 3.0} == truth()["s"]["attrs"]
+
+
+@pytest.mark.parametrize("damage", ["torn header", "torn body", "old format"])
+def test_a_damaged_snapshot_of_the_new_format_is_rebuilt(tmp_path, damage, monkeypatch):
+    import pickle
+
+    monkeypatch.setattr(replay, "SNAPSHOT_AFTER_RECORDS", 1)
+    path = _journal(tmp_path)
+    same(path)
+    snap = replay.snapshot_path(path)
+    data = Path(snap).read_bytes()
+    with open(snap, "rb") as f:
+        pickle.load(f)
+        header_end = f.tell()
+    damaged = {"torn header": data[: header_end // 2], "torn body": data[: header_end + 10],
+               "old format": pickle.dumps({**pickle.loads(data[:header_end]), "format": 1}) + data[header_end:]}[damage]
+    Path(snap).write_bytes(damaged)
+    assert replay.load_snapshot(path) is None
+    if damage != "torn body":  # a torn body after a good header: the header alone is still right
+        assert replay.read_summaries(path, _counts) == _counts(replay.read_journal(path, snapshot=False))
+    same(path)
+    assert replay.load_snapshot(path) is not None
+
+
+def test_importances_are_computed_over_a_seeded_sample_of_a_big_job():
+    from trials.study.importances import sample
+
+    kept = list(range(500))
+    assert sample(kept[:20], 200) == kept[:20]
+    chosen = sample(kept, 200)
+    assert len(chosen) == 200 == len(set(chosen)) and chosen == sorted(chosen)
+    assert sample(kept, 200) == chosen  # the same job, the same sample
