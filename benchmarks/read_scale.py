@@ -144,21 +144,23 @@ print(len(s.get_all_trials(study._study_id, deepcopy=False)))
 """
 
 
-def commands(root: str, big: str, small: str, out_dir: str) -> list[tuple[str, list[str], float | None]]:
+def commands(root: str, big: str, small: str, out_dir: str, *, n_big: int = 10_000,
+             n_small: int = 1_000) -> list[tuple[str, list[str], float | None]]:
     """(label, argv, goal seconds or None for a baseline)."""
+    b, s = f"{n_big:,}", f"{n_small:,}"
     py = report.PYTHON
     trials = [py, "-m", "trials"]
     journal = os.path.join(root, big, "journal.log")
     return [
         ('python -c "import trials"', [py, "-c", "import trials"], None),
-        ("old path: Optuna's full replay (10k)", [py, "-c", _OLD_PATH, journal], None),
-        ("describe (10k)", [*trials, "describe", big, "--root", root], GOAL_READ_S),
-        ("describe --format json (10k)", [*trials, "describe", big, "--root", root, "--format", "json"],
+        (f"old path: Optuna's full replay ({b})", [py, "-c", _OLD_PATH, journal], None),
+        (f"describe ({b})", [*trials, "describe", big, "--root", root], GOAL_READ_S),
+        (f"describe --format json ({b})", [*trials, "describe", big, "--root", root, "--format", "json"],
          GOAL_READ_S),
-        ("best (10k)", [*trials, "best", big, "--root", root], GOAL_READ_S),
-        ("list (10k + 1k)", [*trials, "list", "--root", root], GOAL_READ_S),
-        ("resume, nothing to run (10k)", [*trials, "resume", big, "--root", root], GOAL_READ_S),
-        ("report with plots (1k)", [*trials, "report", small, "--root", root, "--out", out_dir], GOAL_REPORT_S),
+        (f"best ({b})", [*trials, "best", big, "--root", root], GOAL_READ_S),
+        (f"list ({b} + {s})", [*trials, "list", "--root", root], GOAL_READ_S),
+        (f"resume, nothing to run ({b})", [*trials, "resume", big, "--root", root], GOAL_READ_S),
+        (f"report with plots ({s})", [*trials, "report", small, "--root", root, "--out", out_dir], GOAL_REPORT_S),
     ]
 
 
@@ -178,7 +180,7 @@ def run(*, quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
         build_job(root, "big", n_big, n_running=0, n_waiting=0, requeued=False)  # resume: nothing to run
         build_job(root, "small", n_small, n_metrics=1, seed=1, n_running=0, n_waiting=0)
         built_s = time.perf_counter() - t
-        cmds = commands(root, "big", "small", os.path.join(workdir, "report"))
+        cmds = commands(root, "big", "small", os.path.join(workdir, "report"), n_big=n_big, n_small=n_small)
         env = dict(os.environ, PYTHONPATH=report.REPO)
         for _, argv, _ in cmds:  # once untimed: snapshots and caches as after any earlier command
             time_once(argv, env)
