@@ -334,7 +334,7 @@ class _PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"a snapshot names {module}.{name}")
 
 
-def _prefix_hash(path: str, n_bytes: int) -> str:
+def prefix_hash(path: str, n_bytes: int) -> str:
     h = hashlib.sha1(usedforsecurity=False)
     with open(path, "rb") as f:
         left = n_bytes
@@ -392,7 +392,7 @@ def _snapshot_header(journal: str, f: Any) -> dict[str, Any] | None:
     header = _PlainUnpickler(f).load()
     if not isinstance(header, dict) or header.get("format") != SNAPSHOT_FORMAT:
         return None
-    if os.stat(journal).st_size < header["n_bytes"] or _prefix_hash(journal, header["n_bytes"]) != header["sha1"]:
+    if os.stat(journal).st_size < header["n_bytes"] or prefix_hash(journal, header["n_bytes"]) != header["sha1"]:
         return None  # the journal was rewritten (or truncated) since
     return header
 
@@ -424,7 +424,7 @@ def write_snapshot(journal: str, r: Replay, summaries: dict[str, Any] | None = N
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         with open(tmp, "wb") as f:
-            pickle.dump(_header(r, _prefix_hash(journal, r.n_bytes), summaries), f, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump(_header(r, prefix_hash(journal, r.n_bytes), summaries), f, protocol=pickle.HIGHEST_PROTOCOL)
             pickle.dump(_dump(r), f, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(tmp, path)
     except OSError:
