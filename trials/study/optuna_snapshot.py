@@ -22,6 +22,7 @@ from typing import Any
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.storages.journal._base import BaseJournalSnapshot  # (not re-exported; Optuna 3.1-5 has it)
+from optuna.storages.journal._storage import JournalStorageReplayResult
 
 from trials.study import replay
 
@@ -63,7 +64,6 @@ class SnapshotBackend(JournalFileBackend, BaseJournalSnapshot):
                         or replay.prefix_hash(self._file_path, n_bytes) != header["sha1"]):
                     return None  # the journal was rewritten (or truncated) since
                 body = f.read()
-            _OptunaUnpickler(io.BytesIO(body)).load()  # checked before Optuna unpickles it
         except Exception:  # noqa: BLE001 - missing, torn, foreign or unreadable: replay from the start
             return None
         self._log_number_offset[n_records] = n_bytes  # its tail is read from there, not line by line
@@ -72,6 +72,25 @@ class SnapshotBackend(JournalFileBackend, BaseJournalSnapshot):
 
     def save_snapshot(self, snapshot: bytes) -> None:
         """Optuna saves one only when a study is made (every 100th): ``write_snapshot`` does it here."""
+
+
+class SnapshotStorage(JournalStorage):
+    """``JournalStorage`` restoring its snapshot through ``_OptunaUnpickler`` (Optuna's own restore
+    unpickles anything), once; what follows is Optuna's ``restore_replay_result``."""
+
+    def restore_replay_result(self, snapshot: bytes) -> None:
+        try:
+            r = _OptunaUnpickler(io.BytesIO(snapshot)).load()
+        except Exception:  # noqa: BLE001 - torn, foreign: replayed from the start
+            r = None
+        if not isinstance(r, JournalStorageReplayResult):
+            self._backend._log_number_offset = {0: 0}  # type: ignore[attr-defined]
+            self._backend.n_restored = 0  # type: ignore[attr-defined]
+            return
+        r._worker_id_prefix = self._worker_id_prefix
+        r._worker_id_to_owned_trial_id = {}
+        r._last_created_trial_id_by_this_process = -1
+        self._replay_result = r
 
 
 def write_snapshot(storage: JournalStorage, backend: SnapshotBackend) -> None:
@@ -99,7 +118,7 @@ def open_journal(path: str, **kwargs: Any) -> JournalStorage:
     """Optuna's storage of the journal at ``path``: from its snapshot and the records after it; the
     snapshot is written again when many records were replayed after it."""
     backend = SnapshotBackend(path, **kwargs)
-    storage = JournalStorage(backend)
+    storage = SnapshotStorage(backend)
     if storage._replay_result.log_number_read - backend.n_restored >= replay.SNAPSHOT_AFTER_RECORDS:
         write_snapshot(storage, backend)
     return storage
