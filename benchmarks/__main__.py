@@ -19,6 +19,7 @@ PARTS = {
     "sandbox": "benchmarks.sandbox_start",
     "container": "benchmarks.container_start",
     "read": "benchmarks.read_scale",
+    "suggest": "benchmarks.suggest_ahead",
 }
 
 

@@ -244,11 +244,12 @@ class _Observer:
 
 
 def one_run(problem_name: str, sampler: str, seed: int, n_trials: int, batch: int = 1,
-            partial: str | None = None) -> dict[str, Any]:
+            partial: str | None = None, ahead: bool = False) -> dict[str, Any]:
     """Best-so-far regret after each trial of one (problem, sampler, seed, batch) run, and suggest times.
 
     ``partial``: a file rewritten after each batch with the run so far (a slow run cut short still counts
-    for the budgets it reached).
+    for the budgets it reached). ``ahead`` (Optuna samplers, batch 1): each trial is asked while the one
+    before still runs, as a one-slot job with suggestions ahead of time asks (``trials.study.ahead``).
     """
     prob = problem(problem_name)
     spec = study_spec(prob)
@@ -273,6 +274,17 @@ def one_run(problem_name: str, sampler: str, seed: int, n_trials: int, batch: in
 
         optuna.logging.set_verbosity(optuna.logging.ERROR)  # not the independent-sampling fallbacks
         study = optuna.create_study(direction="minimize", sampler=build_sampler(sampler, spec, n_trials, seed))
+        pending: tuple[Any, Any] | None = None
+        while ahead and len(obs.trace) + (pending is not None) < n_trials:
+            t0 = time.perf_counter()
+            trial = study.ask()  # the one before still runs: it is pending for the sampler
+            asked_now = (trial, suggest(trial, spec))
+            suggest_s += time.perf_counter() - t0
+            if pending is not None:
+                study.tell(pending[0], obs.observe(pending[1]))
+            pending = asked_now
+        if pending is not None:
+            study.tell(pending[0], obs.observe(pending[1]))
         while len(obs.trace) < n_trials:
             t0 = time.perf_counter()
             asked = []
@@ -283,7 +295,8 @@ def one_run(problem_name: str, sampler: str, seed: int, n_trials: int, batch: in
             for trial, params in asked:
                 study.tell(trial, obs.observe(params))
     return {"problem": problem_name, "sampler": sampler, "seed": seed, "batch": batch, "n_trials": n_trials,
-            "regret": obs.trace, "seconds": time.perf_counter() - t, "suggest_s_per_trial": suggest_s / n_trials,
+            "ahead": ahead, "regret": obs.trace, "seconds": time.perf_counter() - t,
+            "suggest_s_per_trial": suggest_s / n_trials,
             "resolved": default_name(spec, n_trials) if sampler == "default" else sampler}
 
 

@@ -188,3 +188,65 @@ def test_the_controller_profile_names_functions_that_exist() -> None:
         tree = ast.parse((root / file_part).read_text(encoding="utf-8"))
         names = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
         assert func in names, f"{label}: {file_part} has no function {func}"
+
+
+def test_the_start_up_stamps_name_functions_that_exist() -> None:
+    """Each start-up step is stamped by module and attribute: a rename must not turn it into n/a."""
+    import importlib
+
+    from benchmarks.controller_startup import STEPS
+
+    for label, (module, path) in STEPS.items():
+        owner = importlib.import_module(module)
+        for part in path.split("."):
+            owner = getattr(owner, part, None)
+            assert owner is not None, f"{label}: {module} has no {path}"
+
+
+def test_start_up_parts_add_up_to_the_wall_before_the_first_trial_and_after_the_last() -> None:
+    from benchmarks import controller_startup as cs
+
+    stamps = {"first_line": 10.05, "main_end": 20.4, "cpu_s": 1.5, "steps": [
+        ("import the CLI (trials.cli)", 10.06, 10.08), ("create the job (folder, journal, WAITING trials)", 10.4, 10.5),
+        ("start the replica (spawn)", 10.6, 10.62), ("start the replica (spawn)", 15.0, 15.02),
+        ("finish the job (end state)", 20.2, 20.21), ("summary (best trials printed)", 20.3, 20.31)]}
+    parts = cs.parts(stamps, spawn=10.0, exit_=20.5, times={"1": (10.65, 14.9), "2": (15.05, 20.0)})
+    assert parts["START-UP TOTAL (spawn to the first trial's first line)"] == pytest.approx(0.65)
+    assert parts["first trial: spawned to its first line"] == pytest.approx(0.03)
+    assert parts["start the replica (spawn)"] == pytest.approx(0.02)  # the first start, not the second
+    # what no stamp covers (imports, parsing): the start-up less interpreter start, CLI, job, spawn, child start
+    assert parts["other before the first trial (imports, ...)"] == pytest.approx(0.65 - 0.05 - 0.02 - 0.1 - 0.02 - 0.03)
+    assert parts["sandbox probe"] != parts["sandbox probe"]  # not stamped in this run: n/a, not 0
+    assert parts["END TOTAL (the last trial's end to exit)"] == pytest.approx(0.5)
+    assert parts["interpreter exit (main returned to exit)"] == pytest.approx(0.1)
+    assert parts["other after the last trial (exit seen, record, ...)"] == pytest.approx(0.5 - 0.01 - 0.01 - 0.1)
+    assert parts[cs.CPU] == 1.5
+
+
+def test_import_split_sums_each_modules_own_time_into_its_package() -> None:
+    from benchmarks.controller_startup import import_split
+
+    lines = ["import time: self [us] | cumulative | imported package",
+             "import time:       100 |        100 |     numpy._core",
+             "import time:       200 |        300 |   numpy",
+             "import time:        50 |        350 | optuna",
+             "import time:        10 |         10 | json"]
+    assert import_split(lines) == pytest.approx({"numpy": 300e-6, "optuna": 50e-6, "stdlib and others": 10e-6})
+
+
+def test_suggest_summary_ratios_and_goals() -> None:
+    from benchmarks import suggest_ahead as sa
+
+    def runs(wall: float, rss: float = 50.0, waited: float = 0.0) -> list[dict[str, float]]:
+        return [{"wall_s": wall, "rss_mib": rss, "suggest_wait_s": waited}]
+
+    raw = {"cpu 1": {"floor": runs(20.0), "tpe": runs(21.0), "default": runs(21.5, 64.0, 0.1),
+                 "inline": runs(40.0, 330.0)}}
+    summary = sa.summarize(raw, sa.QUICK)
+    row = summary["cpu 1"]
+    assert math.isclose(row["default_over_tpe"], 21.5 / 21.0) and math.isclose(row["inline_over_tpe"], 40 / 21)
+    assert math.isclose(row["idle_share"], 0.1 / 21.5)
+    assert row["goals"] == {"default wall <= 1.05x tpe": True, "idle slot time from suggestions <= 1 %": True,
+                            "controller RSS <= 80 MiB": True}
+    text = sa.render(summary, [{"n": 10, "median_s": 0.12, "min_s": 0.1}], sa.QUICK)
+    assert "| inline" in text and "0.47 %" in text and "| 10 " in text

@@ -1,7 +1,5 @@
 """``python -m trials`` runs the CLI."""
 
-import sys
+from trials.cli import run
 
-from trials.cli import main
-
-sys.exit(main())
+run()

@@ -40,6 +40,7 @@ ENV_ATTEMPT = "TRIALS_ATTEMPT"  # 0 for the first start of a replica, +1 per res
 ENV_LOG_FORMAT = "TRIALS_LOG_FORMAT"  # "json" or "text"; default: text on a terminal, JSON otherwise
 ENV_GCS_EMULATOR = "TRIALS_GCS_EMULATOR"  # "off": no local Cloud Storage endpoint even with trials[gcs]
 ENV_STORAGE_EMULATOR_HOST = "STORAGE_EMULATOR_HOST"  # google-cloud-storage's endpoint override
+ENV_SUGGEST = "TRIALS_SUGGEST"  # "inline": a model-based sampler suggests in the job loop, not ahead of time
 ENV_SANDBOX = "TRIALS_SANDBOX"  # "off": replicas run as plain children, without their container view
 ENV_OUTAGE_TIMEOUT = "TRIALS_OUTAGE_TIMEOUT"  # seconds a database outage may last before a worker gives up
 ENV_CGROUP = "TRIALS_CGROUP"  # "off": no cgroup per replica; orphans are found through the subreaper instead

@@ -1,6 +1,7 @@
 """Benchmark trial: EPOCHS epochs of WORK_MS of CPU busy loop, one hypertune report per epoch.
 
-Flags: ``--epochs=N`` ``--work-ms=MS`` and any ``--name=value`` hyperparameters (the numeric ones
+Flags: ``--epochs=N`` ``--work-ms=MS`` (``--sleep-ms=MS``: epochs that wait instead, as a trainer
+waiting on a GPU or on I/O does) and any ``--name=value`` hyperparameters (the numeric ones
 feed the reported score). When ``BENCH_TIMES`` is set, one line ``<trial id> <start> <end>`` (wall clock,
 seconds) is appended to that file at exit so the benchmark can see when the process really ran.
 """
@@ -16,7 +17,7 @@ import hypertune  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
-    epochs, work_s, params = 10, 0.02, {}
+    epochs, work_s, sleep_s, params = 10, 0.02, 0.0, {}
     for arg in argv:
         if not arg.startswith("--") or "=" not in arg:
             continue
@@ -25,6 +26,8 @@ def main(argv: list[str]) -> int:
             epochs = int(value)
         elif name == "work-ms":
             work_s = float(value) / 1000
+        elif name == "sleep-ms":
+            sleep_s = float(value) / 1000
         else:
             try:
                 params[name] = float(value)
@@ -36,6 +39,8 @@ def main(argv: list[str]) -> int:
         end = time.process_time() + work_s
         while time.process_time() < end:
             pass
+        if sleep_s:
+            time.sleep(sleep_s)
         ht.report_hyperparameter_tuning_metric(
             hyperparameter_metric_tag="score", metric_value=-target * (1 + 1 / epoch), global_step=epoch)
     path = os.environ.get("BENCH_TIMES")

@@ -347,7 +347,7 @@ def test_a_client_uploader_and_a_gcs_writer_see_each_others_objects(tmp_path):
     bucket = tmp_path / "trials-jobs" / "both" / "gcs" / "b"
     assert (bucket / "client" / "trial-2.txt").read_text() == "through the client"
     assert "trial-1.txt" in [p.name for p in (bucket / "client").iterdir()]
-    servers = [pid for pid in os.listdir("/proc") if pid.isdigit() and _cmdline_has(pid, str(bucket.parent))]
+    servers = [pid for pid in os.listdir("/proc") if pid.isdigit() and _serves(pid, str(bucket.parent))]
     assert not servers, "the local Cloud Storage endpoint outlived its job"
 
 
@@ -392,10 +392,13 @@ def test_the_users_own_cloud_storage_emulator_wins_with_pass_env_and_is_named_wi
         server.stop()
 
 
-def _cmdline_has(pid: str, text: str) -> bool:
+def _serves(pid: str, root: str) -> bool:
+    """An endpoint serving ``root``: named on its command line, or (started ahead of its job, given
+    the folder on stdin) working in it."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmdline = f.read()
+        cwd = os.readlink(f"/proc/{pid}/cwd")
     except OSError:
         return False
-    return b"trials.controller.gcs.server" in cmdline and text.encode() in cmdline
+    return b"trials.controller.gcs.server" in cmdline and (root.encode() in cmdline or cwd == root)

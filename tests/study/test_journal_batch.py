@@ -78,3 +78,33 @@ def test_writes_before_an_error_in_the_block_still_reach_the_file(tmp_path: Path
             store.set_trial_attrs(claimed.storage_id, state="ACTIVE")
         raise RuntimeError("boom")
     assert plain(path)[0].user_attrs == {"state": "ACTIVE"}
+
+
+def test_a_new_job_is_one_fsync_and_plain_optuna_reads_its_waiting_trials(tmp_path: Path, monkeypatch) -> None:
+    calls = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real_fsync(fd))[1])
+    store, _ = open_store(tmp_path / "journal.log")
+    assert len(calls) == 1  # the study, its settings and its 4 WAITING trials (was one fsync each)
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    trials = plain(tmp_path / "journal.log")
+    assert [t.state.name for t in trials] == ["WAITING"] * 4
+    assert store.get_meta("sampler") == "tpe"
+
+
+def test_a_trial_told_through_the_store_is_what_study_tell_records(tmp_path: Path) -> None:
+    """The store tells Optuna without the deep copy ``Study.tell`` returns: same records, same checks."""
+    from trials.study import store as store_module
+
+    assert store_module._tell_with_warning is not None  # this Optuna has it: a rename must be seen here
+    store, job = open_store(tmp_path / "journal.log")
+    done, stopped, failed = (store.claim(job.study) for _ in range(3))
+    assert done and stopped and failed
+    store.complete(done.number, [0.5])
+    store.complete(stopped.number, [0.7], stopped_early=True)
+    store.fail(failed.number)
+    store.fail(failed.number)  # finished already: skipped, as skip_if_finished does
+    got = plain(tmp_path / "journal.log")
+    assert [(t.state.name, t.values) for t in got[:3]] == [("COMPLETE", [0.5]), ("PRUNED", None), ("FAIL", None)]
+    with pytest.raises(ValueError):
+        store.complete(got[3].number, [1.0])  # a WAITING trial, never claimed: Optuna's own check refuses it

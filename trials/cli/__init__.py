@@ -7,19 +7,48 @@ stderr and a named exit code (a traceback only with ``--debug``).
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import errno
+import os
 import sys
+import threading
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from trials import protocol
 from trials.cli.parser import build_parser
 from trials.errors import TrialsError
 
-__all__ = ["build_parser", "main"]
-
+__all__ = ["build_parser", "exit_now", "main", "run"]
 
 
 _UNWRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+def run() -> NoReturn:
+    """The ``trials`` command: :func:`main`, then the process ends without the interpreter's teardown.
+
+    When ``main`` returns, what is left to do is the atexit handlers (run here: a replica cgroup's
+    folder removed, orphans swept) and freeing the modules Optuna and numpy loaded, which took
+    ~0.1 s of every command's wall (measured on the controller benchmark). The exit code is the
+    same; a thread still running (none in the CLI's commands) gets the normal exit, which joins it,
+    and so does a run under a profiler or tracer (``python -m cProfile -m trials``: it writes its
+    results when the command returns).
+    """
+    exit_now(main())
+
+
+def exit_now(code: int) -> NoReturn:
+    """End the process with ``code`` as :func:`run` does (see there)."""
+    if sys.getprofile() is not None or sys.gettrace() is not None or any(
+            t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed pipe: nothing more can be said there
+            stream.flush()
+    os._exit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # each command imports what it needs when it runs
     from typing import Any
 
     from trials.cli.progress import Progress
+    from trials.controller.gcs.emulator import Warm
     from trials.controller.jobs.registry import JobHandle
     from trials.controller.loop.runner import JobRunner
     from trials.controller.trial.devices import DevicePlan
@@ -22,6 +23,19 @@ if TYPE_CHECKING:  # each command imports what it needs when it runs
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
+    endpoint = None
+    if args.runtime is None:  # the host backend's Cloud Storage endpoint loads while Optuna does
+        from trials.controller.process.host import warm_endpoint
+
+        endpoint = warm_endpoint(None, args.pass_env)
+    try:
+        return _sweep(args, endpoint)
+    finally:
+        if endpoint is not None:
+            endpoint.close()  # (a no-op once the job's backend took it)
+
+
+def _sweep(args: argparse.Namespace, endpoint: Warm | None) -> int:
     from dataclasses import replace
 
     from trials.controller.jobs import registry
@@ -65,23 +79,26 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     )
     if runtime != "host":
         h.store.set_meta(runtime=runtime, images=images)
-    return _run_and_report(h, args, resume=False, plan=plan)
+    return _run_and_report(h, args, resume=False, plan=plan, endpoint=endpoint)
 
 
 def _runtime(job: JobSpec, args: argparse.Namespace, *, stored: Any,
              stored_images: Any = None) -> tuple[str, dict[str, str]]:
     """``--runtime`` and ``--image``, else the job's own: checked (the runtime starts containers, every
     image exists locally) before anything is written."""
-    from trials.controller.container import runtime as container_runtime
+    name = stored if isinstance(stored, str) else "host"
+    images = dict(stored_images) if isinstance(stored_images, dict) else {}
+    if args.runtime or args.image or name != "host":  # (a host job's start-up needs no container module)
+        from trials.controller.container import runtime as container_runtime
 
-    name = container_runtime.choose(args.runtime) if args.runtime else (stored if isinstance(stored, str) else "host")
-    images = {**(stored_images if isinstance(stored_images, dict) else {}),
-              **container_runtime.parse_image_map(args.image)}
+        name = container_runtime.choose(args.runtime) if args.runtime else name
+        images.update(container_runtime.parse_image_map(args.image))
     if name == "host":
         if images:
             raise ConfigError("--image: a local image stands in for a spec's only with a container runtime "
                               "(--runtime podman or docker)")
         return name, images
+    from trials.controller.container import runtime as container_runtime
     from trials.controller.container.preflight import check_images
 
     check_images(container_runtime.find(name), job, images)
@@ -197,19 +214,19 @@ def _device_plan(job: JobSpec, args: argparse.Namespace) -> DevicePlan:
 
 
 def _run_and_report(h: JobHandle, args: argparse.Namespace, *, resume: bool, join: bool = False,
-                    plan: DevicePlan | None = None) -> int:
+                    plan: DevicePlan | None = None, endpoint: Warm | None = None) -> int:
     from trials.controller.loop.signals import LoopSignals
 
     signals = LoopSignals()  # from here on a stop signal is kept for the job loop, never the default action
     release = signals.hold()
     try:
-        return _run_held(h, args, signals, resume=resume, join=join, plan=plan)
+        return _run_held(h, args, signals, resume=resume, join=join, plan=plan, endpoint=endpoint)
     finally:
         release()
 
 
 def _run_held(h: JobHandle, args: argparse.Namespace, signals: Any, *, resume: bool, join: bool,
-              plan: DevicePlan | None) -> int:
+              plan: DevicePlan | None, endpoint: Warm | None = None) -> int:
     from trials.controller.jobs import run as job_run
     from trials.controller.loop.events import JobWarning
     from trials.storage_url import redact
@@ -229,13 +246,14 @@ def _run_held(h: JobHandle, args: argparse.Namespace, signals: Any, *, resume: b
     )
     if not args.quiet and not args.json_logs:
         who = f"worker {shared.me} joined " if join and shared is not None else ""
-        print(f"{who}job {h.job_id}: {len(h.store.frozen_trials())} trials, "
+        print(f"{who}job {h.job_id}: {h.store.n_trials()} trials, "
               f"{h.job.parallel_trial_count} in parallel, sampler {h.store.get_meta('sampler')}; "
               f"folder {h.job_dir}")
         print(_outputs_line(h))
         if shared is not None and not join:
             print(f"more workers join with: trials worker {h.job_id} --storage {redact(h.storage_url)}")
-    runner = job_run.run_job(h, options, emit=progress, resume=resume, lock=not join, signals=signals)
+    runner = job_run.run_job(h, options, emit=progress, resume=resume, lock=not join, signals=signals,
+                             endpoint=endpoint)
     if join and runner.state.leaving and shared is not None:
         print(f"worker {shared.me} left job {h.job_id} after starting {runner.state.n_started} trials; "
               f"its running trials went back to the queue")
@@ -261,7 +279,7 @@ def _progress(h: JobHandle, args: argparse.Namespace) -> Progress:
     from trials.cli.progress import Progress
 
     mode = "quiet" if args.quiet else ("json" if args.json_logs else None)
-    return Progress(total=len(h.store.frozen_trials()), metric_ids=h.job.study.metric_ids,
+    return Progress(total=h.store.n_trials(), metric_ids=h.job.study.metric_ids,
                     maximize=h.job.study.metrics[0].maximize, mode=mode)
 
 

@@ -12,6 +12,7 @@ parameters. Owners renew with ``owner = me``, so a worker that lost its lease le
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import socket
 import time
@@ -27,8 +28,9 @@ from trials import protocol
 from trials.records import TrialState
 from trials.spec import StudySpec
 from trials.study.outages import Outages
+from trials.study.rdb import stored_now
 from trials.study.storage import RetryingRDBStorage
-from trials.study.store import Claimed, FrozenTrial, JobStore
+from trials.study.store import Claimed, JobStore
 
 T = TypeVar("T")
 
@@ -44,6 +46,7 @@ _NOW_SQL = {
     "sqlite": "((julianday('now') - 2440587.5) * 86400.0)",
     "mysql": "UNIX_TIMESTAMP(NOW(6))",
 }
+_RUNNING = "'RUNNING'"  # Optuna's trials.state holds the TrialState's name
 _CREATE = (f"CREATE TABLE IF NOT EXISTS {LEASE_TABLE} (trial_id INTEGER PRIMARY KEY, "
            f"study_id INTEGER NOT NULL, owner VARCHAR(255) NOT NULL, "
            f"heartbeat DOUBLE PRECISION NOT NULL, generation INTEGER NOT NULL)")
@@ -177,6 +180,24 @@ class SharedJob:
                          {"a": ADVISORY_LOCK_CLASS, "b": self.study_id})
             yield conn  # released when this transaction ends, or when its connection dies
 
+    def _snapshot(self, conn: Any) -> tuple[set[int], dict[int, Lease], float]:
+        """(RUNNING trial ids, their leases and this worker's leases of any other trial, the database's
+        clock) in one statement: the claim's view of the job, without reading any trial."""
+        now = self._now_sql or ":now"
+        sql = (f"SELECT t.trial_id, l.owner, l.heartbeat, l.generation, 1, {now} FROM trials t "
+               f"LEFT JOIN {LEASE_TABLE} l ON l.trial_id = t.trial_id "
+               f"WHERE t.study_id = :s AND t.state = {_RUNNING} "
+               f"UNION ALL SELECT l.trial_id, l.owner, l.heartbeat, l.generation, 0, {now} FROM {LEASE_TABLE} l "
+               f"JOIN trials t ON t.trial_id = l.trial_id "
+               f"WHERE l.study_id = :s AND l.owner = :o AND t.state <> {_RUNNING} "
+               f"UNION ALL SELECT NULL, NULL, NULL, NULL, 0, {now}")
+        with self._txn(conn) as c:
+            rows = c.execute(text(sql), {"s": self.study_id, "o": self.me, "now": time.time()}).all()
+        running = {int(r[0]) for r in rows if r[4]}
+        leases = {int(r[0]): Lease(trial_id=int(r[0]), owner=r[1], heartbeat=float(r[2]), generation=int(r[3]))
+                  for r in rows if r[0] is not None and r[1] is not None}
+        return running, leases, float(rows[-1][5])
+
     def leases(self, trial_ids: Sequence[int], *, every: bool = False) -> dict[int, Lease]:
         """The leases of ``trial_ids`` (``every``: and this worker's leases of any other trial)."""
         if not trial_ids and not every:
@@ -190,38 +211,44 @@ class SharedJob:
                 for r in rows if r[0] in wanted or (every and r[1] == self.me)}
 
     # -- claiming
-    def claim(self, study: StudySpec, *, cap: int) -> Claimed | None:
+    def claim(self, study: StudySpec, *, cap: int, params: Mapping[str, Any] | None = None,
+              system_attrs: Mapping[str, Any] | None = None) -> Claimed | None:
         """A trial this worker leased but does not run (its claim was cut by an outage), else a stale
-        trial to take over, else a WAITING trial if the job runs fewer than ``cap``."""
-        return self._call(self._claim, study, cap)
+        trial to take over, else a WAITING trial if the job runs fewer than ``cap`` (with ``params``
+        when they were suggested ahead: see ``JobStore.claim``)."""
+        return self._call(self._claim, study, cap, params, system_attrs)
 
-    def _claim(self, study: StudySpec, cap: int) -> Claimed | None:
-        with self._claim_lock() as conn:
-            running = self.store.running_trials()
-            leases = self.leases([t._trial_id for t in running], every=True)
+    def _claim(self, study: StudySpec, cap: int, params: Mapping[str, Any] | None = None,
+               system_attrs: Mapping[str, Any] | None = None) -> Claimed | None:
+        # the claim's own writes (the trial's parameters) go in one transaction after the lock's
+        with self.store.batch(), self._claim_lock() as conn:
+            running, leases, db_now = self._snapshot(conn)
             self.n_running = len(running)
             claimed = self._reconcile(conn, running, leases, study)
             if claimed is None:
-                claimed = self._take_over_one(running, leases, study)
+                claimed = self._take_over_one(running, leases, db_now, study)
             fresh = claimed is None
             if fresh:
                 self.n_waiting = -1  # unknown: only counted when nothing could be claimed
                 if len(running) >= cap:
                     self._claiming = None
                     return None
-                claimed = self.store.claim(study, before=self._note_claiming)
+                move = None if conn is None else functools.partial(self._move_and_lease, conn)
+                claimed = self.store.claim(study, before=self._note_claiming, move=move, params=params,
+                                           system_attrs=system_attrs)
                 if claimed is None:
                     self._claiming = None
                     self.n_waiting = 0
                     return None
-                self._acquire(conn, claimed.storage_id)
+                if conn is None:
+                    self._acquire(conn, claimed.storage_id)
                 self.n_running += 1
         assert claimed is not None  # (each branch without a trial returned above)
         _lose_answer_if_testing()
         # committed, and this worker knows it: from here the job loop runs the trial
         self._claiming = None
         self._held.add(claimed.storage_id)
-        if conn is None and fresh and len(self.store.running_trials()) > cap:
+        if conn is None and fresh and self.store.waiting_running()[1] > cap:
             self.release(claimed.storage_id)  # over the cap after all: give it back
             self.store.requeue(claimed.storage_id)
             return None
@@ -230,19 +257,18 @@ class SharedJob:
     def _note_claiming(self, storage_id: int) -> None:
         self._claiming = storage_id  # its WAITING -> RUNNING may commit although the answer is lost
 
-    def _reconcile(self, conn: Any, running: Sequence[FrozenTrial], leases: Mapping[int, Lease],
+    def _reconcile(self, conn: Any, running: AbstractSet[int], leases: Mapping[int, Lease],
                    study: StudySpec) -> Claimed | None:
         """Finish a claim an outage cut short: a trial leased to this worker (or being claimed by it)
         that it does not run is run now; its lease on a trial no longer RUNNING is dropped."""
-        by_id = {t._trial_id: t for t in running}
-        adopt, drop = reconcile(leases, me=self.me, held=self._held, running=set(by_id),
+        adopt, drop = reconcile(leases, me=self.me, held=self._held, running=running,
                                 claiming=self._claiming)
         for tid in drop:
             self._delete_lease(conn, tid)
         for tid in adopt:
             if not self._lease_for_adoption(conn, tid, leases.get(tid)):
                 continue  # another worker's now
-            frozen = by_id[tid]
+            frozen = self.store.storage.get_trial(tid)
             if frozen.user_attrs.get("attempts"):  # it ran before (a takeover whose answer was lost)
                 return self.store.reclaim(frozen, study, reason=f"its claim by {self.me} was cut by a "
                                           f"database outage; run by {self.me}")
@@ -285,27 +311,25 @@ class SharedJob:
         with self.engine.begin() as own:
             yield own
 
-    def _take_over_one(self, running: Sequence[FrozenTrial], leases: Mapping[int, Lease],
+    def _take_over_one(self, running: AbstractSet[int], leases: Mapping[int, Lease], db_now: float,
                        study: StudySpec) -> Claimed | None:
         now_mono = self.clock()
         for tid in list(self._unleased):
-            if tid not in {t._trial_id for t in running} or tid in leases:
+            if tid not in running or tid in leases:
                 del self._unleased[tid]
-        with self.engine.begin() as conn:
-            db_now = self._now(conn)
-        for t in running:
-            lease = leases.get(t._trial_id)
+        for tid in sorted(running):
+            lease = leases.get(tid)
             if lease is not None and lease.owner == self.me:
                 continue
             if lease is None:
-                self._unleased.setdefault(t._trial_id, now_mono)
-            unleased_for = now_mono - self._unleased.get(t._trial_id, now_mono)
+                self._unleased.setdefault(tid, now_mono)
+            unleased_for = now_mono - self._unleased.get(tid, now_mono)
             if not is_stale(lease, db_now=db_now, stale_after_s=self.stale_after_s,
                             unleased_for_s=unleased_for):
                 continue
-            if self._take(t._trial_id, lease):
+            if self._take(tid, lease):
                 reason = takeover_reason(lease, db_now=db_now, me=self.me)
-                return self.store.reclaim(t, study, reason=reason,
+                return self.store.reclaim(self.store.storage.get_trial(tid), study, reason=reason,
                                           previous_worker=lease.owner if lease else "")
         return None
 
@@ -328,19 +352,37 @@ class SharedJob:
                 {"o": self.me, "t": trial_id, "g": lease.generation, "old": lease.owner, "now": time.time()})
             return result.rowcount == 1
 
+    def _move_and_lease(self, conn: Any, trial_id: int) -> bool:
+        """WAITING -> RUNNING and this worker's lease, in one statement of the claim lock's transaction
+        (PostgreSQL): the move and the lease commit together, or neither does."""
+        sql = (f"WITH moved AS (UPDATE trials SET state = {_RUNNING}, datetime_start = :start "
+               f"WHERE trial_id = :t AND state = 'WAITING' RETURNING trial_id) "
+               f"INSERT INTO {LEASE_TABLE} (trial_id, study_id, owner, heartbeat, generation) "
+               f"SELECT trial_id, :s, :o, {self._now_sql}, 1 FROM moved ON CONFLICT (trial_id) DO UPDATE "
+               f"SET owner = :o, heartbeat = {self._now_sql}, generation = {LEASE_TABLE}.generation + 1")
+        result = conn.execute(text(sql), {"t": trial_id, "s": self.study_id, "o": self.me,
+                                          "start": stored_now("datetime_start")})
+        return bool(result.rowcount == 1)
+
     def _acquire(self, conn: Any, trial_id: int) -> None:
         """Lease a trial this worker just claimed (WAITING -> RUNNING made it ours alone), in the
         claim lock's transaction: a connection lost before its commit takes the lease with it."""
         now = self._now_sql or ":now"
+        values = {"t": trial_id, "s": self.study_id, "o": self.me, "now": time.time()}
         with self._txn(conn) as c:
+            if self.engine.dialect.name in ("postgresql", "sqlite"):  # one statement
+                c.execute(text(
+                    f"INSERT INTO {LEASE_TABLE} (trial_id, study_id, owner, heartbeat, generation) "
+                    f"VALUES (:t, :s, :o, {now}, 1) ON CONFLICT (trial_id) DO UPDATE SET owner = :o, "
+                    f"heartbeat = {now}, generation = {LEASE_TABLE}.generation + 1"), values)
+                return
             result = c.execute(text(
                 f"UPDATE {LEASE_TABLE} SET owner = :o, heartbeat = {now}, generation = generation + 1 "
-                f"WHERE trial_id = :t"), {"o": self.me, "t": trial_id, "now": time.time()})
+                f"WHERE trial_id = :t"), values)
             if result.rowcount == 0:
                 c.execute(text(
                     f"INSERT INTO {LEASE_TABLE} (trial_id, study_id, owner, heartbeat, generation) "
-                    f"VALUES (:t, :s, :o, {now}, 1)"),
-                    {"t": trial_id, "s": self.study_id, "o": self.me, "now": time.time()})
+                    f"VALUES (:t, :s, :o, {now}, 1)"), values)
 
     # -- while running
     def beat_due(self) -> bool:
@@ -366,34 +408,40 @@ class SharedJob:
         return lost
 
     def owns(self, trial_id: int) -> bool:
-        lease = self._call(self.leases, [trial_id]).get(trial_id)
-        return lease is not None and lease.owner == self.me
+        def run() -> bool:
+            with self.engine.begin() as conn:
+                owner = conn.execute(text(f"SELECT owner FROM {LEASE_TABLE} WHERE trial_id = :t"),
+                                     {"t": trial_id}).scalar()
+            return bool(owner == self.me)
+        return self._call(run)
 
     def release(self, trial_id: int) -> None:
-        """Drop this worker's lease (the trial finished or went back to the queue)."""
+        """Drop this worker's lease (the trial finished or went back to the queue).
+
+        Inside the store's batch (the trial's end) the lease goes in the batch's transaction, and
+        must be this worker's: if another worker took the trial over, nothing of the batch is written
+        (:class:`~trials.study.store.NotHeldError`)."""
+        sql, binds = f"DELETE FROM {LEASE_TABLE} WHERE trial_id = :t AND owner = :o", {"t": trial_id, "o": self.me}
+        self._held.discard(trial_id)
+        if self.store.require_in_batch(trial_id, sql, binds):
+            return
+
         def run() -> None:
             with self.engine.begin() as conn:
-                conn.execute(text(f"DELETE FROM {LEASE_TABLE} WHERE trial_id = :t AND owner = :o"),
-                             {"t": trial_id, "o": self.me})
+                conn.execute(text(sql), binds)
         self._call(run)
-        self._held.discard(trial_id)
 
     # -- job level
     def counts(self) -> tuple[int, int]:
         """(WAITING, RUNNING) trials of the whole job."""
-        def run() -> tuple[int, int]:
-            return (len(self.store.waiting_trials()), len(self.store.running_trials()))
-        return self._call(run)
+        return self._call(self.store.waiting_running)
 
     def others_active(self) -> int:
         """RUNNING trials held by other workers whose leases are fresh."""
         def run() -> int:
-            running = self.store.running_trials()
-            leases = self.leases([t._trial_id for t in running])
-            with self.engine.begin() as conn:
-                db_now = self._now(conn)
-            return sum(1 for t in running
-                       if (lease := leases.get(t._trial_id)) is not None and lease.owner != self.me
+            running, leases, db_now = self._snapshot(None)
+            return sum(1 for tid in running
+                       if (lease := leases.get(tid)) is not None and lease.owner != self.me
                        and not is_stale(lease, db_now=db_now, stale_after_s=self.stale_after_s,
                                         unleased_for_s=0.0))
         return self._call(run)
@@ -401,20 +449,18 @@ class SharedJob:
     def requeue_stale(self) -> int:
         """On cancel: send dead workers' trials back to the queue so the job can end."""
         def run() -> int:
-            running = self.store.running_trials()
-            leases = self.leases([t._trial_id for t in running])
-            with self.engine.begin() as conn:
-                db_now = self._now(conn)
+            running, leases, db_now = self._snapshot(None)
             n = 0
-            for t in running:
-                lease = leases.get(t._trial_id)
+            for tid in sorted(running):
+                lease = leases.get(tid)
                 if lease is None or lease.owner == self.me:
                     continue
                 if is_stale(lease, db_now=db_now, stale_after_s=self.stale_after_s, unleased_for_s=0.0) \
-                        and self._take(t._trial_id, lease):
-                    self.store.set_trial_attrs(t._trial_id, state=TrialState.REQUESTED.value)
-                    self.store.requeue(t._trial_id)
-                    self.release(t._trial_id)
+                        and self._take(tid, lease):
+                    with self.store.batch():  # REQUESTED and back in the queue, lease dropped: one transaction
+                        self.store.set_trial_attrs(tid, state=TrialState.REQUESTED.value)
+                        self.store.requeue(tid)
+                        self.release(tid)
                     n += 1
             return n
         return self._call(run)

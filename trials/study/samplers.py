@@ -93,3 +93,9 @@ def make_sampler(name: str, *, seed: int | None, n_startup: int = 10) -> optuna.
             seed=seed, multivariate=True, group=True, constant_liar=True,
             n_startup_trials=n_startup,
         )
+
+
+def acts_after_trial(sampler: optuna.samplers.BaseSampler) -> bool:
+    """Whether the sampler does something when told a trial finished: Optuna's samplers only do for
+    constraints (``constraints_func``), which no sampler of :func:`make_sampler` has."""
+    return getattr(sampler, "_constraints_func", None) is not None

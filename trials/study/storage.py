@@ -6,17 +6,33 @@ import functools
 import importlib.util
 import os
 import warnings
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import optuna
 from optuna.storages import BaseStorage as BaseStorage  # re-exported: the type callers hold
 from optuna.study import StudySummary
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from trials.errors import ConfigError, StorageError
 from trials.storage_url import first_line, is_journal_url, journal_path, redact, scrub
-from trials.study.outages import Outages
+from trials.study import writes
+
+if TYPE_CHECKING:  # a database's SQL and outages (sqlalchemy): a journal job never loads them
+    from trials.study import rdb
+    from trials.study.outages import Outages
+else:
+    class _Lazy:
+        """:mod:`trials.study.rdb`, imported when a database storage first uses it (it loads sqlalchemy)."""
+
+        def __getattr__(self, name: str) -> Any:
+            import importlib
+
+            return getattr(importlib.import_module("trials.study.rdb"), name)
+
+    rdb = _Lazy()
+
+T = TypeVar("T")
 
 
 @functools.cache
@@ -38,7 +54,6 @@ def open_storage(url: str, *, heartbeat_interval_s: int | None = None,
     if is_journal_url(url):
         from optuna.storages.journal import JournalFileOpenLock
 
-        from trials.study.journal_check import corrupt_error
         from trials.study.optuna_snapshot import open_journal
 
         path = journal_path(url)
@@ -48,8 +63,12 @@ def open_storage(url: str, *, heartbeat_interval_s: int | None = None,
         except OSError as err:
             if not isinstance(err, IsADirectoryError):
                 raise
+            from trials.study.journal_check import corrupt_error
+
             raise corrupt_error(path, err) from None
         except Exception as err:  # noqa: BLE001 - a bad line: JSONDecodeError, UnicodeDecodeError, ...
+            from trials.study.journal_check import corrupt_error
+
             raise corrupt_error(path, err) from None
     if "://" not in url:
         raise ConfigError(
@@ -102,53 +121,93 @@ def in_memory_storage() -> BaseStorage:
 _RETRIED = (
     "create_new_study", "delete_study", "set_study_user_attr", "set_study_system_attr",
     "get_study_id_from_name", "get_study_name_from_id", "get_study_directions",
-    "get_study_user_attrs", "get_study_system_attrs", "get_trial_user_attrs",
+    "get_study_system_attrs", "get_trial_user_attrs",
     "get_trial_system_attrs", "get_all_studies", "create_new_trial", "_create_new_trial",
     "set_trial_param", "_set_trial_param", "get_trial_param", "set_trial_state_values",
     "set_trial_intermediate_value", "set_trial_user_attr", "set_trial_system_attr",
-    "get_trial_id_from_study_id_trial_number", "get_trial", "get_all_trials", "_get_trials",
+    "get_trial_id_from_study_id_trial_number", "get_all_trials", "_get_trials",
     "get_best_trial", "_get_best_trial_id",
 )
 
 
 class RetryingRDBStorage(optuna.storages.RDBStorage):
-    """Optuna's RDBStorage whose calls wait out connection outages when ``outages`` is set."""
+    """Optuna's RDBStorage whose calls wait out connection outages when ``outages`` is set, with the
+    targeted reads and one-transaction writes of :mod:`trials.study.rdb` the job loop uses."""
 
     outages: Outages | None = None
 
-    def waiting_trial_ids(self, study_id: int, *, limit: int) -> list[tuple[int, int]]:
-        """(number, trial id) of the first ``limit`` WAITING trials: one light query."""
-        from optuna.storages._rdb import models
-        from optuna.storages._rdb.storage import _create_scoped_session
-
-        def run() -> list[tuple[int, int]]:
-            with _create_scoped_session(self.scoped_session) as session:
-                rows = (session.query(models.TrialModel.number, models.TrialModel.trial_id)
-                        .filter(models.TrialModel.study_id == study_id,
-                                models.TrialModel.state == TrialState.WAITING)
-                        .order_by(models.TrialModel.number).limit(limit).all())
-                return [(int(n), int(i)) for n, i in rows]
-
+    def _call(self, fn: Callable[[], T]) -> T:
         if self.outages is None:
-            return run()
-        ids: list[tuple[int, int]] = self.outages.call(run)
-        return ids
+            return fn()
+        result: T = self.outages.call(fn)
+        return result
 
-    def set_trial_user_attrs(self, trial_id: int, attrs: Mapping[str, Any]) -> None:
-        """Several user attributes of one trial in one transaction: one commit, not one per key."""
-        from optuna.storages._rdb import models
+    def _read(self, fn: Callable[[Any], T]) -> T:
+        """``fn(session)`` in a read-only transaction, retried through outages."""
         from optuna.storages._rdb.storage import _create_scoped_session
+
+        def run() -> T:
+            with _create_scoped_session(self.scoped_session) as session:
+                return fn(session)
+        return self._call(run)
+
+    def count_states(self, study_id: int) -> dict[TrialState, int]:
+        """How many trials of the study are in each state (one statement)."""
+        return self._read(lambda s: rdb.count_states(s, study_id))
+
+    def user_attrs_of(self, study_id: int, keys: Sequence[str]) -> dict[int, dict[str, Any]]:
+        """{trial number: {key: value}}: a few user attributes of every trial (one statement)."""
+        return self._read(lambda s: rdb.user_attrs_of(s, study_id, keys))
+
+    def n_sampled(self, study_id: int) -> int:
+        """How many trials of the study have parameters (one statement)."""
+        return self._read(lambda s: rdb.n_sampled(s, study_id))
+
+    def claim_trial(self, trial_id: int) -> bool:
+        """WAITING -> RUNNING as a compare-and-set (one statement); False if it was not WAITING."""
+        from optuna.storages._rdb.storage import _create_scoped_session
+
+        def run() -> bool:
+            with _create_scoped_session(self.scoped_session) as session:
+                return rdb.claim(session, trial_id)
+        return self._call(run)
+
+    def waiting_trials(self, study_id: int, *, limit: int) -> list[tuple[int, int, FrozenTrial]]:
+        """(number, trial id, the trial as it will be once claimed: RUNNING, started now) of the first
+        ``limit`` WAITING trials, in one statement."""
+        import datetime
+
+        now = datetime.datetime.now()
+        return [(n, tid, rdb.frozen_trial(tid, number=n, state=TrialState.RUNNING, start=now, complete=None,
+                                          rows=rows))
+                for n, tid, rows in self._read(lambda s: rdb.waiting_with_children(s, study_id, limit=limit))]
+
+    def get_trial(self, trial_id: int) -> FrozenTrial:
+        """Optuna's ``get_trial`` in 2 statements instead of 6."""
+        return self._read(lambda s: rdb.load_trial(s, trial_id))
+
+    def get_study_user_attrs(self, study_id: int) -> dict[str, Any]:
+        """Optuna's ``get_study_user_attrs`` in 1 statement instead of 2."""
+        return self._read(lambda s: rdb.study_user_attrs(s, study_id))
+
+    def write_trials(self, writes: Mapping[int, writes.TrialWrite]) -> None:
+        """Every write of a batch, to one or more trials, in one transaction (see :func:`rdb.apply`).
+
+        Retried through outages; a retry after a lost answer is idempotent (upserts, and a state
+        change that finds its own commit skips the rest).
+        """
+        from optuna.storages._rdb.storage import _create_scoped_session
+
+        attempts = 0
 
         def run() -> None:
-            with _create_scoped_session(self.scoped_session, True) as session:
-                for key, value in attrs.items():
-                    self._set_trial_attr_without_commit(
-                        session, models.TrialUserAttributeModel, trial_id, key, value)
-
-        if self.outages is None:
-            run()
-        else:
-            self.outages.call(run)
+            nonlocal attempts
+            attempts += 1
+            with _create_scoped_session(self.scoped_session) as session:
+                for trial_id, w in writes.items():
+                    rdb.apply(session, trial_id, w, retried=attempts > 1)
+        if writes:
+            self._call(run)
 
 
 def _retrying(name: str) -> Callable[..., Any]:

@@ -13,8 +13,10 @@ from the study's trials (completed ones, and the running ones as pending), as Vi
 - the suggestion depends only on the study's trials and the seed, so a resumed job and a second
   worker on a shared storage suggest as the first would.
 
-It costs seconds per suggestion (5-25 s on this machine kind, more as the study grows), made in the
-job loop: for trials of minutes and more. Flat search spaces only (the designer has no conditional
+It costs seconds per suggestion (5-25 s on this machine kind, more as the study grows), made ahead
+of time while trials run (:mod:`trials.study.ahead`: the sampler lives in the suggestion worker, which
+starts this child), so a slot waits only when a suggestion takes longer than a trial: for trials of
+minutes and more. Flat search spaces only (the designer has no conditional
 parameters) and one metric. The first trial, before any result, is random (Vizier's would be the centre
 of the space). If the child process fails, the trial is sampled at random, a warning says why, and the
 trial carries the system attribute ``trials:vizier_error``.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,7 @@ class FakeSignals:
         self.on_stop = on_stop
         return lambda: None
 
-    def wait(self, timeout: float) -> None:
+    def wait(self, timeout: float, fds: Sequence[int] = ()) -> None:
         self.clock.t += timeout
         while self.at and self.at[0][0] <= self.clock.t - 1000.0:
             _, what = self.at.pop(0)

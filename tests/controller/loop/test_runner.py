@@ -52,19 +52,22 @@ class Run:
 def replay(tmp_path: Path, plan: Callable[[str, int], Script], *, n: int = 1, parallel: int = 1,
            max_failed: int = 0, extra: str = "", at: list[tuple[float, Any]] | None = None,
            inject: float = 0.0, seed: int = 1, shared: Any = None,
-           hooks: Callable[[JobRunner], list[Any]] | None = None) -> Run:
+           hooks: Callable[[JobRunner], list[Any]] | None = None,
+           suggestions: Any = None) -> Run:
     job = loads_spec(SPEC.format(n=n, parallel=parallel, max_failed=max_failed, extra=extra), source="t.yaml")
     h = registry.create_job(job, root=str(tmp_path / "jobs"), job_id="replay", spec_path=None, storage=None,
                               base_output_dir=None, project_number=None, local_command=None, seed=seed)
     options = job_run.run_options(h, echo=False, grace_period_s=2.0, memory_limit_mb=None,
                                   inject_restarts=inject, slots=None, seed=seed, shared=shared)
+    options.suggest_ahead = False  # no sampler process beside a replay; ``suggestions`` scripts one
     clock = FakeClock()
     factory = FakeBackend(clock, plan)
     events: list[tuple[str, dict[str, Any]]] = []
     signals = FakeSignals(clock, at)
     runner = JobRunner(h.store, h.job, options, emit=lambda event: events.append((event.name, event.fields())),
                        clock=clock,
-                       backend=factory, signals=signals)
+                       backend=factory, signals=signals,
+                       suggestions=suggestions(clock, h.store) if suggestions is not None else None)
     if hooks is not None:
         signals.at = sorted(signals.at + hooks(runner), key=lambda item: item[0])
     state = runner.run()
@@ -137,11 +140,11 @@ def test_a_trial_that_ends_while_the_loop_waits_on_a_suggestion_is_recorded_at_i
     def slow_third_claim(runner: JobRunner) -> list[Any]:
         claim, calls = runner.state.next_claim, []
 
-        def next_claim(now: float) -> Any:
+        def next_claim(now: float, *rest: Any) -> Any:
             calls.append(now)
             if len(calls) == 3:
                 runner.clock.sleep(20.0)  # type: ignore[attr-defined]
-            return claim(now)
+            return claim(now, *rest)
 
         runner.state.next_claim = next_claim  # type: ignore[method-assign]
         return []
@@ -239,8 +242,8 @@ class FakeShared:
         self.lose: set[int] = set()
         self.released: list[int] = []
 
-    def claim(self, study: Any, *, cap: int) -> Any:
-        return self.store.claim(study)
+    def claim(self, study: Any, *, cap: int, **suggested: Any) -> Any:
+        return self.store.claim(study, **suggested)
 
     def beat_due(self) -> bool:
         return True

@@ -13,6 +13,8 @@ from trials import protocol
 
 OFF_VALUES = ("off", "0", "no", "false")
 _START_TIMEOUT_S = 30.0
+_SERVER = "trials.controller.gcs.server"
+_LOOPBACK = "127.0.0.1"
 
 
 class Emulator:
@@ -34,6 +36,40 @@ class Emulator:
             self.proc.wait()
 
 
+class Warm:
+    """An endpoint started ahead of its job: it loads its libraries (~0.1 s) while the controller
+    does its own start-up, then waits on stdin for the folder to serve (:func:`start` sends it).
+    Never used, it exits at :meth:`close` (or when the controller dies: its stdin closes)."""
+
+    def __init__(self, proc: subprocess.Popen[str]):
+        self._proc: subprocess.Popen[str] | None = proc
+
+    def take(self) -> subprocess.Popen[str] | None:
+        """The waiting process, once (None after)."""
+        proc, self._proc = self._proc, None
+        return proc
+
+    def close(self) -> None:
+        proc = self.take()
+        if proc is not None:
+            Emulator(proc, 0).stop()
+
+
+def warm_up(environ: Mapping[str, str] | None = None) -> Warm | None:
+    """Start the loopback endpoint's process before its folder is known (None: off or not installed)."""
+    if disabled(environ) or not available():
+        return None
+    try:
+        return Warm(_popen("-", _LOOPBACK))
+    except OSError:
+        return None  # start() says why, starting it again
+
+
+def _popen(root: str, bind: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", _SERVER, root, bind],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def available() -> bool:
     """Whether the extra is installed (``pip install 'trials[gcs]'``)."""
     return importlib.util.find_spec("gcp_storage_emulator") is not None
@@ -46,19 +82,29 @@ def disabled(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def start(gcs_root: str, environ: Mapping[str, str] | None = None,
-          bind: str = "127.0.0.1") -> tuple[Emulator | None, str]:
+          bind: str = _LOOPBACK, *, warm: Warm | None = None) -> tuple[Emulator | None, str]:
     """Serve ``gcs_root`` as Cloud Storage on ``bind`` (default loopback; a container network's gateway
-    for the replicas on it); ``(None, why)`` when the extra is absent, off or failed."""
+    for the replicas on it); ``(None, why)`` when the extra is absent, off or failed. ``warm``: a
+    loopback endpoint :func:`warm_up` started, used (and closed when it cannot be)."""
     environ = os.environ if environ is None else environ
+    proc = warm.take() if warm is not None else None
+    if proc is not None and (bind != _LOOPBACK or "\n" in gcs_root or disabled(environ)):
+        Emulator(proc, 0).stop()  # it cannot serve this: a fresh start below (or none)
+        proc = None
     if disabled(environ):
         return None, f"{protocol.ENV_GCS_EMULATOR}={environ[protocol.ENV_GCS_EMULATOR]}"
-    if not available():
+    if proc is None and not available():
         return None, "the gcs extra is not installed (pip install 'trials[gcs]')"
-    try:
-        proc = subprocess.Popen([sys.executable, "-m", "trials.controller.gcs.server", gcs_root, bind],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    except OSError as err:
-        return None, f"the local Cloud Storage endpoint could not be started: {err}"
+    if proc is not None:
+        assert proc.stdin is not None
+        with contextlib.suppress(OSError):  # gone already: its stderr says why below
+            proc.stdin.write(gcs_root + "\n")
+            proc.stdin.flush()
+    else:
+        try:
+            proc = _popen(gcs_root, bind)
+        except OSError as err:
+            return None, f"the local Cloud Storage endpoint could not be started: {err}"
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
     if not line.isdigit():

@@ -87,10 +87,10 @@ def check_failure_budget(h: JobHandle, *, max_failed: int | None = None, max_tri
     """
     from trials.controller.policy.exits import job_failure
 
-    trials = h.store.frozen_trials()
-    n_failed = sum(1 for t in trials if t.user_attrs.get("failed"))
-    n_ok = sum(1 for t in trials if t.user_attrs.get("state") == TrialState.SUCCEEDED)
-    left = len(h.store.waiting_trials()) + len(h.store.running_trials()) + max(0, (max_trial_count or 0) - len(trials))
+    attrs = h.store.trial_attrs("failed", "state").values()  # (a database: not every trial whole)
+    n_failed = sum(1 for a in attrs if a.get("failed"))
+    n_ok = sum(1 for a in attrs if a.get("state") == TrialState.SUCCEEDED)
+    left = sum(h.store.waiting_running()) + max(0, (max_trial_count or 0) - h.store.n_trials())
     limit = h.job.max_failed_trial_count if max_failed is None else max_failed
     job = replace(h.job, max_failed_trial_count=limit)
     if not left or job_failure(job, n_failed=n_failed, n_succeeded=n_ok, first_failure="") is None:

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from trials import protocol
 from trials.controller.backend.protocol import ReplicaBackend
 from trials.controller.jobs.lock import ControllerLock, reap_job_leftovers, repair_journal
 from trials.controller.loop import events
@@ -21,6 +22,7 @@ from trials.errors import ConfigError
 from trials.study.storage import RetryingRDBStorage
 
 if TYPE_CHECKING:
+    from trials.controller.gcs.emulator import Warm
     from trials.controller.jobs.registry import JobHandle
     from trials.study.leases import SharedJob
 
@@ -71,6 +73,7 @@ def run_options(h: JobHandle, *, echo: bool, grace_period_s: float | None, memor
         slots=slots, echo=sys.stdout if echo else None, seed=seed,
         devices=devices, shared=shared, join=join,
         pass_env=tuple(dict.fromkeys([*(meta.get("pass_env") or ()), *pass_env])),
+        suggest_ahead=os.environ.get(protocol.ENV_SUGGEST, "ahead") != "inline",
     )
 
 
@@ -111,11 +114,14 @@ def shared_job(h: JobHandle, *, stale_after_s: float | None = None,
 
 
 def run_job(h: JobHandle, options: LoopOptions, *, emit: events.Emit = events.ignore,
-            resume: bool = False, lock: bool = True, signals: LoopSignals | None = None) -> JobRunner:
+            resume: bool = False, lock: bool = True, signals: LoopSignals | None = None,
+            endpoint: Warm | None = None) -> JobRunner:
     """Run the job here (holding its controller lock unless ``lock`` is false: a joined worker).
 
     ``signals``: the stop-signal handlers the caller installed (``LoopSignals.hold``) before it
     opened the job; a signal that came meanwhile cancels the run as soon as it starts.
+    ``endpoint``: the local Cloud Storage endpoint's process, started ahead of the job by the
+    caller (``host.warm_endpoint``) for the host backend to use.
     """
     locker = ControllerLock(h.job_dir) if lock else None
     if locker:
@@ -134,8 +140,10 @@ def run_job(h: JobHandle, options: LoopOptions, *, emit: events.Emit = events.ig
         backend: ReplicaBackend
         if options.runtime == "host":
             backend = HostBackend(launch_dir=options.cwd, job_dir=options.job_dir, gcs_root=options.gcs_root,
-                                  pass_env=options.pass_env)
+                                  pass_env=options.pass_env, warm_endpoint=endpoint)
         else:
+            if endpoint is not None:
+                endpoint.close()  # the container backend starts its own
             from trials.controller.container import runtime as container_runtime
             from trials.controller.container.backend import ContainerBackend
 

@@ -9,8 +9,11 @@ a test replays a history with a scripted backend, a fake clock and fake signals
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from trials.study.ahead import Suggestion
 
 
 class Clock(Protocol):
@@ -25,7 +28,17 @@ class Signals(Protocol):
     """How the loop hears stop signals and waits: :class:`trials.controller.loop.signals.LoopSignals`."""
 
     def install(self, on_stop: Callable[[int], None]) -> Callable[[], None]: ...
-    def wait(self, timeout: float) -> None: ...
+    def wait(self, timeout: float, fds: Sequence[int] = ()) -> None: ...
+
+
+class Suggestions(Protocol):
+    """Parameters suggested ahead of time: :class:`trials.study.ahead.AheadSuggester`."""
+
+    def prefetch(self, *, needed: bool = False) -> None: ...
+    def take(self) -> Suggestion | None: ...
+    def give_back(self, suggestion: Suggestion) -> None: ...
+    def fileno(self) -> int | None: ...
+    def close(self) -> None: ...
 
 
 class SystemClock:

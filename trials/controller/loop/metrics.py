@@ -61,7 +61,7 @@ class TrialMetrics:
     def resume_from_store(self, run: RunningTrial) -> None:
         """Start a trial's run from what the storage holds for it (the steps earlier controllers or
         runs read, with their metrics): its record is the union of every attempt's reports."""
-        frozen = self.store.storage.get_trial(run.claimed.storage_id)
+        frozen = run.claimed.stored or self.store.storage.get_trial(run.claimed.storage_id)
         stored = stored_measurements(frozen.intermediate_values, frozen.user_attrs, self.metric_ids[0])
         if not stored:
             return

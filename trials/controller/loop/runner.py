@@ -20,12 +20,12 @@ from __future__ import annotations
 import errno
 import signal
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trials.controller.backend.protocol import INTERNAL_ERROR_MESSAGE, BackendError, ReplicaBackend
 from trials.controller.loop import events
 from trials.controller.loop.chaos import Chaos
-from trials.controller.loop.effects import Clock, Signals, SystemClock
+from trials.controller.loop.effects import Clock, Signals, Suggestions, SystemClock
 from trials.controller.loop.launcher import TrialLauncher, start_error_text
 from trials.controller.loop.metrics import TrialMetrics
 from trials.controller.loop.record import active_attrs, record_trial
@@ -39,8 +39,10 @@ from trials.controller.trial.devices import DeviceAllocator
 from trials.errors import ConfigError, DiskFullError
 from trials.records import StopReason, TrialState
 from trials.spec import JobSpec, Scheduling
-from trials.study.leases import SharedJob
-from trials.study.store import Claimed, JobStore
+from trials.study.store import Claimed, JobStore, NotHeldError
+
+if TYPE_CHECKING:  # a database job's leases: sqlalchemy, which a journal job never needs
+    from trials.study.leases import SharedJob
 
 METRICS_POLL_S = 0.25  # metric reads of a running trial when no stopping rule needs every step
 STOP_POLL_S = 0.02  # while stopping every replica on the way out
@@ -61,11 +63,14 @@ class JobRunner:
         backend: starts the replicas (:class:`trials.controller.process.host.HostBackend` for host processes).
         signals: installs the stop-signal handlers and waits between passes (default: ``LoopSignals``).
         policy: the caller's say over each running trial (default: ``LoopRules``, none; see the module).
+        suggestions: parameters suggested ahead of time (default: :func:`trials.study.ahead.for_job`
+            when the job's sampler is model-based and ``options.suggest_ahead``; else the claim suggests).
     """
 
     def __init__(self, store: JobStore, job: JobSpec, options: LoopOptions, *, backend: ReplicaBackend,
                  emit: events.Emit = events.ignore, clock: Clock | None = None,
-                 signals: Signals | None = None, policy: TrialPolicy | None = None):
+                 signals: Signals | None = None, policy: TrialPolicy | None = None,
+                 suggestions: Suggestions | None = None):
         self.store = store
         self.job = job
         self.opt = options
@@ -89,6 +94,14 @@ class JobRunner:
                                     timeout_s=scheduling.timeout_s,
                                     restart_all=scheduling.restart_job_on_worker_restart, echo=options.echo,
                                     save_metrics=self._store_metrics, trial_policy=policy)
+        if suggestions is None and options.suggest_ahead:
+            from trials.study import ahead
+
+            suggestions = ahead.for_job(store, job.study, sampler_name=store.sampler_name, seed=store.sampler_seed,
+                                        job_dir=options.job_dir, n_trials=store.n_trials())
+        self._ahead = suggestions
+        self._slot_waits = False  # a free slot waits for a suggestion being made
+        self._waits_since: float | None = None  # since when
 
     @property
     def injected_total(self) -> int:
@@ -130,6 +143,8 @@ class JobRunner:
                 raise
             full = err  # nothing more can be recorded: pause, keep what is recorded
         finally:
+            if self._ahead is not None:
+                self._ahead.close()  # a suggestion in flight is dropped: nothing was recorded for it
             self._stop_everything()
             self._backend.close()
         if full is not None:
@@ -161,12 +176,14 @@ class JobRunner:
                 return
             if len(self.running) < n_running and not self.state.exhausted:
                 continue  # a trial just finished: fill its slot now, not one poll interval later
-            self._signals.wait(self.opt.poll_interval_s)
+            waiting = self._ahead.fileno() if self._ahead is not None and self._slot_waits else None
+            self._signals.wait(self.opt.poll_interval_s, () if waiting is None else (waiting,))
 
     def _fill_slots(self, now: float) -> None:
         cap = self.job.parallel_trial_count
         if self.opt.slots:
             cap = min(cap, self.opt.slots)
+        self._slot_waits = False
         while len(self.running) < cap:
             if self._alloc is not None and self.opt.devices is not None \
                     and not self._alloc.fits(self.opt.devices.counts):
@@ -175,16 +192,37 @@ class JobRunner:
                 self.state.exhausted = True
                 self._stop_for_study(now)
                 return
+            suggestion = None
+            if self._ahead is not None and not self.state.resumed_next:
+                suggestion = self._ahead.take()
+                if suggestion is None:
+                    self._ahead.prefetch(needed=True)  # none asked yet (or being made): the slot waits for it
+                    suggestion = self._ahead.take()  # (a random start-up one is ready at once)
+                    if suggestion is None:
+                        self._slot_waits = True  # the loop goes on, and wakes when the answer comes
+                        if self._waits_since is None:
+                            self._waits_since = now
+                        return
+                if self._waits_since is not None:  # what the slot lost to the sampler (meta suggest_wait_s)
+                    self.state.suggest_wait_s += self.clock.monotonic() - self._waits_since
+                    self._waits_since = None
             with self.store.batch():  # the claim and the trial's first attributes: one journal write
-                claimed = self.state.next_claim(now)
+                claimed = self.state.next_claim(now, suggestion)
                 if claimed is not None and not claimed.resumed:
                     self.store.set_trial_attrs(claimed.storage_id, **active_attrs(
                         claimed, job_dir=self.opt.job_dir, base_output=self.opt.base_output,
                         worker=self.state.worker_name, wall=self.clock.wall()))
             if claimed is None:
+                if suggestion is not None and self._ahead is not None and suggestion.params is not None:
+                    self._ahead.give_back(suggestion)  # no trial to claim now (a shared job's slots)
                 return
+            if suggestion is not None and suggestion.warning:
+                self.emit(events.JobWarning(trial_id=claimed.trial_id,
+                                            message=f"trial {claimed.trial_id}: {suggestion.warning}"))
             now = self.clock.monotonic()  # a suggestion can take seconds: the trial starts now
             self._launch(claimed, now)
+            if self._ahead is not None:
+                self._ahead.prefetch()  # the next trial's parameters, while this one runs
 
     def _stop_for_study(self, now: float) -> None:
         """The study stopped with ``shouldStopAsap``: its running trials stop now, as stopped early."""
@@ -237,6 +275,15 @@ class JobRunner:
             for r in run.replicas.values():
                 r.send_signal_group(signal.SIGKILL)
         exits = run.new_exits()  # THE snapshot: each exit below is classified exactly once
+        if not exits:
+            self._pass_on(run, now, exits)
+            return
+        # A replica exited: its last steps and, when the trial ends with it, the trial's record reach
+        # the journal in one write and one fsync (each was its own, on the way to the next trial).
+        with self.store.batch():
+            self._pass_on(run, now, exits)
+
+    def _pass_on(self, run: RunningTrial, now: float, exits: dict[str, int]) -> None:
         self._on_metrics(run, now, final=bool(exits))
         for name, status in exits.items():
             self._sup.on_exit(run, name, status, now)
@@ -319,14 +366,16 @@ class JobRunner:
                 self.emit(events.JobWarning(trial_id=run.trial_id, message=(
                     f"trial {run.trial_id}: {name} exited and left {len(r.leftovers)} processes running; "
                     f"killed them: {', '.join(r.leftovers)}")))
-        if not run.lost and self.shared is not None and not self.shared.owns(run.claimed.storage_id):
-            run.stop_reason = StopReason.LOST
         if not run.lost:
             try:
-                with self.store.batch():  # its last steps, attributes and state: one journal write
+                # its last steps, attributes, state and lease: one journal write, one database transaction
+                # (which writes nothing if its lease is another worker's now)
+                with self.store.batch():
                     recorded = record_trial(self.store, self.job, self._metrics, run, shared=self.shared,
                                             clock=self.clock,
                                             job_failure=self.state.first_failure or self.state.job_error)
+            except NotHeldError:
+                run.stop_reason = StopReason.LOST
             except RuntimeError as err:
                 if not self._taken_over(run, err):
                     raise
@@ -362,7 +411,8 @@ class JobRunner:
                 r.close()
 
     def _trial_attr(self, claimed: Claimed, key: str) -> Any:
-        return self.store.storage.get_trial(claimed.storage_id).user_attrs.get(key)
+        frozen = claimed.stored or self.store.storage.get_trial(claimed.storage_id)
+        return frozen.user_attrs.get(key)
 
 
 __all__ = ["JobRunner", "LoopOptions"]

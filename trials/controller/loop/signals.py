@@ -17,7 +17,7 @@ import select
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from trials.controller.process import exit_times
 
@@ -112,13 +112,17 @@ class LoopSignals:
 
         return restore
 
-    def wait(self, timeout: float) -> None:
+    def wait(self, timeout: float, fds: Sequence[int] = ()) -> None:
+        """Until a signal, a replica's exit, one of ``fds`` readable (a suggestion's answer) or ``timeout``."""
         if self._wake_r is None:
-            time.sleep(timeout)
+            if fds:
+                select.select(list(fds), [], [], timeout)
+            else:
+                time.sleep(timeout)
             return
         try:
-            ready, _, _ = select.select([self._wake_r], [], [], timeout)
-            if ready:
+            ready, _, _ = select.select([self._wake_r, *fds], [], [], timeout)
+            if self._wake_r in ready:
                 os.read(self._wake_r, 4096)
         except InterruptedError:
             pass

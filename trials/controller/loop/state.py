@@ -18,6 +18,7 @@ from trials.study.store import Claimed, JobStore
 from trials.timefmt import parse_rfc3339, rfc3339, wall_after
 
 if TYPE_CHECKING:
+    from trials.study.ahead import Suggestion
     from trials.study.leases import SharedJob
 
 DEFAULT_GRACE_S = 10.0
@@ -45,6 +46,7 @@ class LoopOptions:
     images: dict[str, str] = field(default_factory=dict)  # --image URI=LOCAL: a local image for a spec's URI
     devices: DevicePlan | None = None  # GPUs handed to replicas (None: CUDA_VISIBLE_DEVICES untouched)
     pass_env: tuple[str, ...] = ()  # withheld host variables passed to replicas anyway (--pass-env)
+    suggest_ahead: bool = True  # a model-based sampler suggests while trials run (trials.study.ahead)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,6 +84,7 @@ class LoopState:
         self.n_started = 0
         self.first_failure: str | None = None
         self.max_parallel = 0
+        self.suggest_wait_s = 0.0  # slot time spent waiting for a suggestion made ahead (trials.study.ahead)
         self.conflicts_total = 0
         self.lost_steps_total = 0  # chaos mode: gaps in the step sequence of restarted trials
         self.warned_repeated_steps = False  # reports repeating a step: said once per job
@@ -150,17 +153,26 @@ class LoopState:
         self.emit(events.JobNote(message=f"{decision.reason}; no more trials start{asap}"))
         return True
 
-    def next_claim(self, now: float) -> Claimed | None:
-        """The next trial to run here: a resumed one first, else a claim (None: nothing to claim now)."""
+    @property
+    def resumed_next(self) -> bool:
+        """Whether the next claim is a trial run again (with its own parameters: nothing to suggest)."""
+        return bool(self._pending_resumed)
+
+    def next_claim(self, now: float, suggestion: Suggestion | None = None) -> Claimed | None:
+        """The next trial to run here: a resumed one first, else a claim (None: nothing to claim now),
+        with the parameters of ``suggestion`` when they were suggested ahead of time."""
         if self._pending_resumed:
             return self._pending_resumed.pop(0)
+        params = suggestion.params if suggestion is not None else None
+        extra = suggestion.system_attrs if suggestion is not None else None
         if self.shared is None:
-            claimed: Claimed | None = self.store.claim(self.job.study)
+            claimed: Claimed | None = self.store.claim(self.job.study, params=params, system_attrs=extra)
             self.exhausted = claimed is None
             return claimed
         if now < self._next_claim_at:
             return None
-        claimed = self.shared.claim(self.job.study, cap=self.job.parallel_trial_count)
+        claimed = self.shared.claim(self.job.study, cap=self.job.parallel_trial_count, params=params,
+                                    system_attrs=extra)
         if claimed is None:
             # Nothing claimable: wait for a free global slot or a stale trial to take over,
             # until no trial of the job is waiting or running anywhere.
@@ -188,13 +200,14 @@ class LoopState:
             self.job_error = exits.job_failure(self.job, n_failed=self.n_failed, n_succeeded=self.n_succeeded,
                                                 first_failure=self.first_failure)
         self._begin_wall, self._begin_mono = self.clock.wall(), self.clock.monotonic()
-        if self.store.get_meta("start_time") is None:
-            self.store.set_meta(start_time=rfc3339(self._begin_wall))
-        if not self.opt.join:
-            self.store.set_meta(state=JobState.RUNNING.value, end_time=None, error=None,
-                                controller=self.worker_name)
-        elif self.store.get_meta("state") in (JobState.QUEUED, JobState.PENDING):
-            self.store.set_meta(state=JobState.RUNNING.value)
+        with self.store.batch():  # one journal write
+            if self.store.get_meta("start_time") is None:
+                self.store.set_meta(start_time=rfc3339(self._begin_wall))
+            if not self.opt.join:
+                self.store.set_meta(state=JobState.RUNNING.value, end_time=None, error=None,
+                                    controller=self.worker_name)
+            elif self.store.get_meta("state") in (JobState.QUEUED, JobState.PENDING):
+                self.store.set_meta(state=JobState.RUNNING.value)
         self.emit(events.JobRunning())
 
     def check_external_state(self, now: float) -> None:
@@ -246,12 +259,12 @@ class LoopState:
             self.job_error = error
 
     def _count_finished(self) -> None:
-        for t in self.store.frozen_trials():
-            if t.user_attrs.get("failed"):
+        for number, attrs in sorted(self.store.trial_attrs("failed", "state", "infeasible_reason").items()):
+            if attrs.get("failed"):
                 self.n_failed += 1
-                reason = t.user_attrs.get("infeasible_reason")
-                self.first_failure = self.first_failure or f"Trial {t.number + 1}: {reason}"
-            elif t.user_attrs.get("state") == TrialState.SUCCEEDED:
+                reason = attrs.get("infeasible_reason")
+                self.first_failure = self.first_failure or f"Trial {number + 1}: {reason}"
+            elif attrs.get("state") == TrialState.SUCCEEDED:
                 self.n_succeeded += 1
 
     def more_to_run(self) -> bool:
@@ -262,11 +275,11 @@ class LoopState:
         """
         if self.shared is not None or not self.accepting_trials or self.study_stopped is not None:
             return False
-        waiting = self.store.waiting_trials()
-        if not waiting:
+        n_waiting = self.store.waiting_running()[0]
+        if not n_waiting:
             return False
         self.exhausted = False
-        self.emit(events.TrialsAdded(waiting=len(waiting), total=len(self.store.frozen_trials())))
+        self.emit(events.TrialsAdded(waiting=n_waiting, total=self.store.n_trials()))
         return True
 
     def _end_wall(self) -> float:
@@ -306,11 +319,12 @@ class LoopState:
         error: dict[str, Any] | None
         if self.job_error is not None:
             state, error = JobState.FAILED, {"code": exits.JOB_FAILED_CODE, "message": self.job_error}
-        elif self.cancel_requested and (self.shared is not None or self.store.waiting_trials()
-                                        or self.store.running_trials()):
+        elif self.cancel_requested and (self.shared is not None or any(self.store.waiting_running())):
             state, error = JobState.CANCELLED, {"code": 1, "message": "The job was cancelled."}
         else:
             state, error = JobState.SUCCEEDED, None
-        self.store.set_meta(state=state.value, end_time=rfc3339(self._end_wall()), error=error, controller=None)
+        waited = {"suggest_wait_s": round(self.suggest_wait_s, 3)} if self.suggest_wait_s else {}
+        self.store.set_meta(state=state.value, end_time=rfc3339(self._end_wall()), error=error, controller=None,
+                            **waited)
         self.emit(events.JobDone(state=state, error=error))
         return state.value

@@ -32,11 +32,15 @@ class HostBackend:
             ``STORAGE_EMULATOR_HOST`` are read (default: os.environ).
         pass_env: the host variables passed to replicas on purpose (``--pass-env``): a
             ``STORAGE_EMULATOR_HOST`` among them is the user's own endpoint, which then wins.
+        warm_endpoint: the endpoint's process, started by the caller ahead of the job
+            (:func:`warm_endpoint`); else :meth:`open` starts it before the sandbox probe, so
+            the two overlap.
     """
 
     def __init__(self, *, launch_dir: str, job_dir: str, gcs_root: str,
                  sandbox: sandboxing.Sandbox | None = None, gcs_endpoint: bool = True,
-                 environ: Mapping[str, str] | None = None, pass_env: Sequence[str] = ()):
+                 environ: Mapping[str, str] | None = None, pass_env: Sequence[str] = (),
+                 warm_endpoint: gcs_emulator.Warm | None = None):
         self.launch_dir = launch_dir
         self.job_dir = job_dir
         self.gcs_root = gcs_root
@@ -45,6 +49,7 @@ class HostBackend:
         self.environ = environ
         self.pass_env = tuple(pass_env)
         self._gcs: gcs_emulator.Emulator | None = None
+        self._warm = warm_endpoint
         self._extra_env: dict[str, str] = {}
         self._live: list[Replica] = []
 
@@ -57,10 +62,13 @@ class HostBackend:
         return self.sandbox
 
     def open(self, say: Callable[[str], None]) -> None:
+        if self.gcs_endpoint and self._warm is None:
+            self._warm = warm_endpoint(self.environ, self.pass_env)  # its imports overlap the probe
         if not self.view.on:
             say(self.view.describe())
         if self.gcs_endpoint:
-            self._gcs, self._extra_env = start_endpoint(self.gcs_root, self.environ, self.pass_env, say)
+            self._gcs, self._extra_env = start_endpoint(self.gcs_root, self.environ, self.pass_env, say,
+                                                        warm=self._warm)
 
     def start(self, request: ReplicaStart) -> Replica:
         replica = sandboxing.start_sandboxed(
@@ -76,20 +84,38 @@ class HostBackend:
         check_memory_all(r for r in self._live if r.poll() is None)
 
     def close(self) -> None:
+        if self._warm is not None:
+            self._warm.close()  # (a no-op once the endpoint took it)
         if self._gcs is not None:
             self._gcs.stop()
             self._gcs = None
 
 
+def _users_own(environ: Mapping[str, str] | None, pass_env: Sequence[str]) -> str | None:
+    """The shell's ``STORAGE_EMULATOR_HOST``; None unless set (it wins when passed with --pass-env)."""
+    return (os.environ if environ is None else environ).get(protocol.ENV_STORAGE_EMULATOR_HOST) or None
+
+
+def warm_endpoint(environ: Mapping[str, str] | None, pass_env: Sequence[str]) -> gcs_emulator.Warm | None:
+    """Start the endpoint's process ahead of its job (its imports overlap the controller's), or None
+    when :func:`start_endpoint` would start none."""
+    if _users_own(environ, pass_env) and protocol.ENV_STORAGE_EMULATOR_HOST in pass_env:
+        return None
+    return gcs_emulator.warm_up(environ)
+
+
 def start_endpoint(gcs_root: str, environ: Mapping[str, str] | None, pass_env: Sequence[str],
-                   say: Callable[[str], None]) -> tuple[gcs_emulator.Emulator | None, dict[str, str]]:
+                   say: Callable[[str], None], *,
+                   warm: gcs_emulator.Warm | None = None) -> tuple[gcs_emulator.Emulator | None, dict[str, str]]:
     """The job's local Cloud Storage endpoint (when the gcs extra is installed) and what replicas get
-    to reach it; the user's own ``STORAGE_EMULATOR_HOST`` passed with ``--pass-env`` wins (no endpoint)."""
-    host_env = os.environ if environ is None else environ
-    own = host_env.get(protocol.ENV_STORAGE_EMULATOR_HOST)
+    to reach it; the user's own ``STORAGE_EMULATOR_HOST`` passed with ``--pass-env`` wins (no endpoint).
+    ``warm``: its process started ahead (:func:`warm_endpoint`), used or closed."""
+    own = _users_own(environ, pass_env)
     if own and protocol.ENV_STORAGE_EMULATOR_HOST in pass_env:
+        if warm is not None:
+            warm.close()
         return None, {}  # the user's own endpoint, passed on purpose: replicas keep it, no endpoint of ours
-    gcs, why = gcs_emulator.start(gcs_root, environ)
+    gcs, why = gcs_emulator.start(gcs_root, environ, warm=warm)
     if gcs is not None and own:
         say(f"{protocol.ENV_STORAGE_EMULATOR_HOST}={printable(own)} of this shell is not given to trials: "
             f"they get the job's endpoint {gcs.host}, serving {gcs_root} as /gcs does; keep yours "

@@ -1,0 +1,177 @@
+"""The ahead suggester with its real worker process (``python -m trials.study.ahead``) over a journal job."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from trials.spec.load import loads_spec
+from trials.study import ahead
+from trials.study.samplers import gp_available
+from trials.study.storage import open_storage
+from trials.study.store import JobStore
+
+pytestmark = pytest.mark.skipif(not gp_available(), reason="the GP sampler needs torch and scipy")
+
+SPEC = """\
+metrics: {loss: minimize}
+parameters:
+  x: {type: double, min: -5.0, max: 10.0}
+  y: {type: double, min: 0.0, max: 15.0}
+command: [python, train.py]
+max_trial_count: 14
+parallel_trial_count: 2
+"""
+ANSWER_BOUND_S = 120.0  # a bound on a broken worker, not a timing claim: answers take well under a second
+
+
+def branin(x: float, y: float) -> float:
+    return (y - 5.1 / 39.48 * x * x + 5 / 3.1416 * x - 6) ** 2 + 10 * (1 - 1 / 25.13) * __import__("math").cos(x) + 10
+
+
+def job(tmp_path: Path, name: str, *, completed: int = 10) -> JobStore:
+    spec = loads_spec(SPEC, source="t.yaml")
+    store = JobStore.create(open_storage(f"journal:{tmp_path / name}.log"), name, spec, {}, {},
+                            sampler_name="gp-warped", seed=5)
+    for _ in range(completed):
+        claimed = store.claim(spec.study)
+        assert claimed is not None
+        store.complete(claimed.number, [branin(float(claimed.params["x"]), float(claimed.params["y"]))])
+    return store
+
+
+def suggester(store: JobStore, tmp_path: Path, **kw: object) -> ahead.AheadSuggester:
+    # (changed attributes reach a worker started after them: none is started up front then)
+    made = ahead.for_job(store, loads_spec(SPEC, source="t.yaml").study, sampler_name="gp-warped", seed=11,
+                         job_dir=str(tmp_path), n_trials=1 if kw else 14)
+    assert made is not None
+    for k, v in kw.items():
+        setattr(made, k, v)
+    return made
+
+
+def answer(s: ahead.AheadSuggester) -> ahead.Suggestion:
+    deadline = time.monotonic() + ANSWER_BOUND_S
+    while (got := s.take()) is None:
+        assert time.monotonic() < deadline, "no answer from the worker"
+        fd = s.fileno()
+        select.select([fd] if fd is not None else [], [], [], 1.0)
+    return got
+
+
+def test_a_suggestion_is_the_models_made_apart_from_the_trials_as_they_were_asked_and_is_seeded(tmp_path: Path) -> None:
+    study = loads_spec(SPEC, source="t.yaml").study
+    first, second = suggester(job(tmp_path, "a"), tmp_path), suggester(job(tmp_path, "b"), tmp_path)
+    running = first.store.claim(study)  # trial 11 runs: the next suggestion counts it as pending
+    assert running is not None and second.store.claim(study) == running
+    try:
+        first.prefetch()
+        assert running.number in first._sent  # the running trial went to the worker's mirror
+        second.prefetch()
+        a, b = answer(first), answer(second)
+    finally:
+        first.close()
+        second.close()
+    assert a.params is not None and a.warning == ""
+    assert -5.0 <= float(a.params["x"]) <= 10.0 and 0.0 <= float(a.params["y"]) <= 15.0
+    assert a.params == b.params  # the same trials, the same seed: the same suggestion
+    assert first.n_model == 1 and first.worker_seconds > 0
+    assert first._proc is None  # closed
+
+
+def test_the_random_start_up_is_made_in_the_loop_without_asking_the_worker(tmp_path: Path) -> None:
+    store = job(tmp_path, "c", completed=3)
+    s = suggester(store, tmp_path)
+    try:
+        s.prefetch()  # after a launch: nothing is asked during the start-up
+        assert s.take() is None and s._inflight is None
+        s.prefetch(needed=True)  # a free slot: random, now
+        got = s.take()
+        assert got is not None and got.params is None and got.warning == ""
+        assert s._inflight is None and s.n_model == 0
+        assert store.study.sampler.__class__.__name__ == "RandomSampler"  # the loop's own, for these
+    finally:
+        s.close()
+
+
+def test_a_killed_worker_makes_one_trial_random_and_is_started_again(tmp_path: Path) -> None:
+    store = job(tmp_path, "d")
+    s = suggester(store, tmp_path)
+    try:
+        s.prefetch()
+        assert s._proc is not None
+        os.kill(s._proc.pid, signal.SIGKILL)
+        got = answer(s)
+        assert got.params is None
+        assert got.warning.startswith("the sampler's process was killed by signal 9 (its log: ")
+        assert got.warning.endswith("); these parameters were sampled at random")
+        s.prefetch()  # a new worker for the next one
+        again = answer(s)
+        assert again.params is not None and s.n_model == 1
+    finally:
+        s.close()
+
+
+def test_a_sampler_that_fails_makes_that_trial_random_and_the_worker_goes_on(tmp_path: Path) -> None:
+    store = job(tmp_path, "e")
+    s = suggester(store, tmp_path, study=None)  # the worker cannot suggest for no study
+    try:
+        s.prefetch()
+        got = answer(s)
+        assert got.params is None
+        assert got.warning.startswith("the sampler failed (") and got.warning.endswith(
+            "); its parameters were sampled at random"), got.warning
+        assert s._proc is not None and s._proc.poll() is None  # still there for the next one
+        assert "Traceback" in (tmp_path / "sampler.log").read_text()
+    finally:
+        s.close()
+
+
+def test_a_worker_whose_controller_died_ends_itself(tmp_path: Path) -> None:
+    # The controller (here a child python that starts a suggester, then is SIGKILLed) cannot close
+    # the worker's input — here a fork of it keeps that pipe open, as a suggestion in progress keeps
+    # the worker from reading it: the worker sees its parent gone and ends its process group.
+    import subprocess
+    import sys
+
+    script = f"""
+import sys, time
+from pathlib import Path
+sys.path.insert(0, {str(Path(__file__).parent.parent.parent)!r})
+from tests.study.test_ahead import job, suggester
+s = suggester(job(Path({str(tmp_path)!r}), "f"), Path({str(tmp_path)!r}))
+import os
+holder = os.fork()
+if holder == 0:
+    time.sleep(600)
+    os._exit(0)
+print(s._proc.pid, holder, flush=True)
+time.sleep(600)
+"""
+    ctl = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert ctl.stdout is not None
+        worker, holder = map(int, ctl.stdout.readline().split())
+        ctl.kill()
+        ctl.wait()
+        deadline = time.monotonic() + 30.0
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{worker}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                        break  # gone, not yet reaped
+            except FileNotFoundError:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError("the worker outlived its controller by 30 s")
+    finally:
+        ctl.kill()
+        with contextlib.suppress(NameError, ProcessLookupError):
+            os.kill(holder, signal.SIGKILL)

@@ -1,0 +1,425 @@
+"""Suggestions made ahead of time, in a process of their own (``python -m trials.study.ahead``).
+
+A model-based sampler (the GP, OSS Vizier) costs 0.1-0.5 s per suggestion and more as the study
+grows; made in the job loop, every freed slot would wait for it and so would metric reading,
+stopping and signals. Here the next trial's parameters are computed while trials run:
+
+- after each launch the loop asks for the next suggestion (:meth:`AheadSuggester.prefetch`); the
+  request carries the study's trials as they are now — the running ones too, which the samplers
+  treat as pending (Optuna's GPSampler and our Vizier sampler both do, as Vizier's batch
+  suggestions and Optuna's constant liar do) — so the suggestion is the one the sampler would make
+  right after that launch, whatever the timing of the answer;
+- a worker process holds the real sampler (torch, JAX and their memory stay out of the
+  controller) over an in-memory mirror of those trials; it never touches the job's storage;
+- when a slot frees, the loop takes the suggestion that is ready (:meth:`take`) and claims a
+  WAITING trial with it in one write; nothing is recorded before the claim, so a controller killed
+  with a suggestion in hand loses nothing but that suggestion.
+
+While fewer trials have completed than the sampler's random start-up needs, a suggestion is a
+random one made in the loop at the claim (what the sampler itself would do, without its process). A worker that
+fails or dies makes that one trial random, with a warning; a dead worker is started again for the
+next suggestion, at most :data:`MAX_RESTARTS` times.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import pickle
+import signal
+import site
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from trials.spec import StudySpec, Value
+
+HEADER = struct.Struct("!Q")
+MAX_RESTARTS = 3
+# What the mirror needs of a trial: the samplers that run ahead read the states, parameters and values
+MIRRORED_STATES = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.PRUNED)
+# Samplers that run ahead, and how many completed trials their random start-up takes
+AHEAD_SAMPLERS: Mapping[str, int] = {"gp": 10, "gp-warped": 10, "vizier": 1}
+# What the worker imports when it starts, not inside its first suggestion (torch: seconds)
+WARM_UP: Mapping[str, tuple[str, ...]] = {"gp": ("torch", "scipy.optimize"), "gp-warped": ("torch", "scipy.optimize")}
+
+
+@dataclass(frozen=True, slots=True)
+class Suggestion:
+    """The next trial's parameters, or None: sample them in the loop at random (the sampler's start-up,
+    a failed suggestion, or nothing left to suggest for)."""
+
+    params: dict[str, Value] | None
+    system_attrs: dict[str, Any] = field(default_factory=dict)  # what the sampler noted on the trial
+    warning: str = ""  # said with the trial it is used for
+    seconds: float = 0.0  # how long the worker took
+
+
+def _frame(obj: Any) -> bytes:
+    body = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    return HEADER.pack(len(body)) + body
+
+
+def _stripped(t: FrozenTrial) -> FrozenTrial:
+    """What the worker's mirror keeps of a trial (no attributes, no intermediate values)."""
+    return FrozenTrial(number=t.number, state=t.state, value=None,
+                       values=list(t.values) if t.values is not None else None,
+                       datetime_start=t.datetime_start, datetime_complete=t.datetime_complete,
+                       params=dict(t.params), distributions=dict(t.distributions), user_attrs={},
+                       system_attrs={}, intermediate_values={}, trial_id=t._trial_id)
+
+
+def _fingerprint(t: FrozenTrial) -> tuple[Any, ...]:
+    return (t.state, tuple(t.values) if t.values is not None else None, tuple(sorted(t.params.items())))
+
+
+class AheadSuggester:
+    """The controller's side: one worker process, at most one suggestion in flight or ready.
+
+    Args:
+        store: the job's :class:`~trials.study.store.JobStore` (its trials are the snapshot);
+        study: the study spec; ``sampler_name``/``seed``: the sampler the worker builds;
+        log_path: the worker's stderr (Optuna's warnings, a traceback if it dies).
+    """
+
+    def __init__(self, store: Any, study: StudySpec, *, sampler_name: str, seed: int | None, log_path: str,
+                 directions: list[optuna.study.StudyDirection]):
+        self.store = store
+        self.study = study
+        self.sampler_name = sampler_name
+        self.seed = seed
+        self.n_startup = AHEAD_SAMPLERS[sampler_name]
+        self.log_path = log_path
+        self.directions = directions
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._buf = bytearray()
+        self._sent: dict[int, tuple[Any, ...]] = {}
+        self._seq = 0
+        self._inflight: int | None = None  # the seq of the request the worker works on
+        self._ready: Suggestion | None = None
+        self._restarts = 0
+        self._started_once = False
+        self._said_gave_up = False
+        self._asked_at = 0.0
+        self.n_model = 0  # suggestions the worker made
+        self.worker_seconds = 0.0  # their total time in the worker
+
+    # -- the loop's side
+    def prefetch(self, *, needed: bool = False) -> None:
+        """Ask for the next suggestion now, from the trials as they are (a no-op if one is asked or ready).
+
+        During the sampler's random start-up nothing is asked ahead: the trial is random if it is
+        still in the start-up when its slot frees (``needed``: now), as the sampler itself decides
+        at the claim; so the first model-based trial is the one the sampler's rule says, its slot
+        waiting for that one suggestion.
+        """
+        if self._ready is not None or self._inflight is not None:
+            return
+        if self.store.waiting_running()[0] == 0:  # (a database: one count query)
+            if needed:
+                self._ready = Suggestion(None)  # nothing to suggest for: the loop's claim finds none
+            return
+        mirrored = self.store.frozen_trials(MIRRORED_STATES)
+        self._start_when_due(mirrored)
+        if sum(t.state == TrialState.COMPLETE for t in mirrored) < self.n_startup:
+            if needed:
+                self._ready = Suggestion(None)  # the sampler's random start-up: made in the loop
+            return
+        if not self._ensure_worker():
+            self._ready = Suggestion(None, warning=self._gave_up())  # said once: then random, silently
+            return
+        now = {t.number: _fingerprint(t) for t in mirrored}
+        changed = [_stripped(t) for t in mirrored if self._sent.get(t.number) != now[t.number]]
+        dropped = [n for n in self._sent if n not in now]
+        self._seq += 1
+        try:
+            self._write({"seq": self._seq, "trials": changed, "dropped": dropped})
+        except OSError:
+            self._worker_died()
+            return
+        self._sent = now
+        self._inflight, self._asked_at = self._seq, time.monotonic()
+
+    def take(self) -> Suggestion | None:
+        """The suggestion for the trial about to be claimed, or None while the worker still works."""
+        if self._ready is None and self._inflight is not None:
+            self._read_answers()
+        ready, self._ready = self._ready, None
+        return ready
+
+    def give_back(self, suggestion: Suggestion) -> None:
+        """A suggestion taken for a claim that found no trial to claim: it is the next one again."""
+        if self._ready is None:
+            self._ready = suggestion
+
+    def fileno(self) -> int | None:
+        """The worker's answer pipe while a suggestion is in flight (for the loop's wait)."""
+        if self._inflight is None or self._proc is None or self._proc.stdout is None:
+            return None
+        return self._proc.stdout.fileno()
+
+    def close(self) -> None:
+        """Stop the worker (a suggestion in flight is dropped: nothing was recorded for it)."""
+        busy, self._inflight = self._inflight is not None, None
+        self._reap(wait_s=0.0 if busy else 1.0)  # idle, it exits at the end of its input
+
+    # -- the worker process
+    def _start_when_due(self, mirrored: list[FrozenTrial]) -> None:
+        """Start the worker once half the random start-up has begun: its imports and warm-up (torch:
+        seconds of CPU) run while the rest of the start-up trials do, and a job or a controller run
+        that never gets past its first trials (a quick try, a crash loop) never pays for them."""
+        if self._proc is None and self._restarts == 0 and not self._started_once and \
+                len(mirrored) >= self.n_startup // 2:
+            self.start()
+
+    def _ensure_worker(self) -> bool:
+        if self._proc is not None and self._proc.poll() is None:
+            return True
+        if self._proc is not None:
+            self._reap()
+        if self._restarts > MAX_RESTARTS:
+            return False
+        self.start()
+        return self._proc is not None
+
+    def start(self) -> None:
+        """Start the worker now (its imports take a second or two: done while the first trials run)."""
+        if self._proc is not None:
+            return
+        self._started_once = True
+        env = dict(os.environ)
+        env.setdefault("OMP_NUM_THREADS", "1")  # small matrices: one thread is faster, and leaves the trials a core
+        env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+        env["PYTHONSAFEPATH"] = "1"  # a trials/ folder in the working directory is not imported
+        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        if package_root not in site.getsitepackages():
+            # a source checkout run as ``python -m trials``: the worker imports the same trials
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+        try:
+            with open(self.log_path, "ab") as log:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-m", "trials.study.ahead", str(os.getpid())], stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE, stderr=log, env=env, close_fds=True, start_new_session=True)
+        except OSError:
+            self._proc = None
+            self._restarts += 1
+            return
+        assert self._proc.stdout is not None
+        os.set_blocking(self._proc.stdout.fileno(), False)
+        self._buf.clear()
+        self._sent = {}
+        try:
+            self._write({"init": True, "study": self.study, "sampler": self.sampler_name, "seed": self.seed,
+                         "directions": self.directions})
+        except OSError:
+            self._worker_died()
+
+    def _write(self, message: Mapping[str, Any]) -> None:
+        assert self._proc is not None and self._proc.stdin is not None
+        self._proc.stdin.write(_frame(dict(message)))
+        self._proc.stdin.flush()
+
+    def _read_answers(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        fd = self._proc.stdout.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                break
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self._worker_died()
+                return
+            self._buf += chunk
+        while len(self._buf) >= HEADER.size:
+            (size,) = HEADER.unpack_from(self._buf)
+            if len(self._buf) < HEADER.size + size:
+                break
+            answer = pickle.loads(bytes(self._buf[HEADER.size:HEADER.size + size]))
+            del self._buf[:HEADER.size + size]
+            if answer.get("seq") != self._inflight:
+                continue  # (an answer to a request dropped by close: none is read after one)
+            self._inflight = None
+            self.worker_seconds += float(answer.get("seconds", 0.0))
+            if answer.get("error"):
+                self._ready = Suggestion(None, warning=f"the sampler failed ({answer['error']}); its parameters "
+                                                       f"were sampled at random")
+            else:
+                self.n_model += 1
+                self._ready = Suggestion(dict(answer["params"]), dict(answer.get("system_attrs") or {}),
+                                         seconds=float(answer.get("seconds", 0.0)))
+
+    def _reap(self, wait_s: float = 5.0) -> int | None:
+        """End the worker: its input closed, it exits; killed if it has not within ``wait_s``."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return None
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+        try:
+            return proc.wait(timeout=wait_s) if wait_s > 0 or proc.poll() is not None else _kill(proc)
+        except subprocess.TimeoutExpired:
+            return _kill(proc)
+
+    def _worker_died(self) -> None:
+        status = self._reap()
+        self._restarts += 1
+        self._inflight = None
+        how = f"exited with status {status}" if status is not None and status >= 0 else (
+            f"was killed by signal {-status}" if status is not None else "could not be started")
+        self._ready = Suggestion(None, warning=(
+            f"the sampler's process {how} (its log: {self.log_path}); these parameters were sampled at "
+            f"random" + ("" if self._restarts <= MAX_RESTARTS else "; no more model-based suggestions")))
+
+    def _gave_up(self) -> str:
+        if self._said_gave_up:
+            return ""
+        self._said_gave_up = True
+        return (f"the sampler's process failed {self._restarts} times (its log: {self.log_path}); the "
+                f"parameters are sampled at random from now on")
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> int:
+    """Kill the worker and what it started (OSS Vizier's child): its own process group."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    return proc.wait()
+
+
+def for_job(store: Any, study: StudySpec, *, sampler_name: str, seed: int | None,
+            job_dir: str, n_trials: int) -> AheadSuggester | None:
+    """The job's ahead suggester when its sampler runs ahead, else None (the loop samples as before).
+
+    The store's own sampler becomes a seeded random one: the loop samples with it only the start-up
+    trials and those whose suggestion failed. The worker starts when half the start-up trials have
+    begun (now, for a job past that: a resumed one, OSS Vizier's one-trial start-up), if the job has
+    more trials than its start-up.
+    """
+    if sampler_name not in AHEAD_SAMPLERS:
+        return None
+    directions = list(store.study.directions)
+    ahead = AheadSuggester(store, study, sampler_name=sampler_name, seed=seed, directions=directions,
+                           log_path=os.path.join(job_dir, "sampler.log"))
+    store.study.sampler = optuna.samplers.RandomSampler(seed=seed)
+    if n_trials > ahead.n_startup:
+        ahead._start_when_due(store.frozen_trials(MIRRORED_STATES))
+    else:
+        ahead._started_once = True  # (the start-up is the whole job: never started, unless asked for)
+    return ahead
+
+
+# --- the worker -----------------------------------------------------------------------------------
+def _read(stream: BinaryIO) -> Any:
+    head = stream.read(HEADER.size)
+    if len(head) < HEADER.size:
+        return None
+    (size,) = HEADER.unpack(head)
+    body = stream.read(size)
+    if len(body) < size:
+        return None
+    return pickle.loads(body)
+
+
+def _suggest_one(sampler: optuna.samplers.BaseSampler, directions: list[Any], study: StudySpec,
+                 mirror: Mapping[int, FrozenTrial]) -> tuple[dict[str, Value], dict[str, Any]]:
+    from trials.study.space import suggest
+
+    storage = optuna.storages.InMemoryStorage()
+    study_id = storage.create_new_study(directions, "ahead")
+    for number in sorted(mirror):
+        storage.create_new_trial(study_id, template_trial=mirror[number])
+    trial_id = storage.create_new_trial(study_id)
+    mirror_study = optuna.Study(study_name="ahead", storage=storage, sampler=sampler)
+    params = suggest(optuna.Trial(mirror_study, trial_id), study)
+    return params, dict(storage.get_trial_system_attrs(trial_id))
+
+
+def _orphan_watch(parent: int) -> None:
+    """A controller killed outright cannot close our input while a suggestion runs (OSS Vizier's take
+    minutes): once it is gone, end this process group (the worker and what it started) at once."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os.killpg(0, signal.SIGKILL)
+
+
+def _warm_up(init: Mapping[str, Any]) -> None:
+    """Import the model's packages and make one throwaway suggestion now, while the random start-up
+    trials run: a GP's first fit in a process costs several times a later one. A sampler of its
+    own (seeded apart) on random trials: the job's sampler and its random state are not touched."""
+    for module in WARM_UP[init["sampler"]]:
+        importlib.import_module(module)
+    from trials.study.samplers import make_sampler
+    from trials.study.space import suggest
+
+    with contextlib.suppress(Exception):  # a warm-up that fails changes nothing: the real suggestion will say
+        scratch = optuna.create_study(directions=init["directions"], sampler=optuna.samplers.RandomSampler(seed=0))
+        for i in range(AHEAD_SAMPLERS[init["sampler"]] + 1):
+            trial = scratch.ask()
+            suggest(trial, init["study"])
+            scratch.tell(trial, [float(i % 3)] * len(init["directions"]))
+        mirror = {t.number: t for t in scratch.get_trials(deepcopy=False)}
+        _suggest_one(make_sampler(init["sampler"], seed=0), init["directions"], init["study"], mirror)
+
+
+def main() -> int:
+    """The worker: an init message, then one suggestion per request until its input ends."""
+    from trials.study.samplers import make_sampler
+    from trials.study.storage import quiet_optuna
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's: it closes our input
+    parent = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else os.getppid()
+    threading.Thread(target=_orphan_watch, args=(parent,), daemon=True).start()  # (gone before we looked: ends now)
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # whatever prints goes to the log, not into the answers
+    inp = sys.stdin.buffer
+    init = _read(inp)
+    if init is None:
+        return 0
+    quiet_optuna()
+    sampler = make_sampler(init["sampler"], seed=init["seed"])
+    if init["sampler"] in WARM_UP:
+        _warm_up(init)
+    mirror: dict[int, FrozenTrial] = {}
+    while True:
+        req = _read(inp)
+        if req is None:
+            return 0
+        for number in req["dropped"]:
+            mirror.pop(number, None)
+        if req["dropped"] and hasattr(sampler, "_intersection_search_space"):
+            # the mirror's trials were renumbered: Optuna's cached intersection (a cursor over
+            # trial numbers) would skip some (GPSampler's; private, hence the guard)
+            sampler._intersection_search_space = optuna.search_space.IntersectionSearchSpace()
+        mirror.update((t.number, t) for t in req["trials"])
+        began = time.monotonic()
+        answer: dict[str, Any] = {"seq": req["seq"]}
+        try:
+            answer["params"], answer["system_attrs"] = _suggest_one(sampler, init["directions"], init["study"], mirror)
+        except Exception as err:  # noqa: BLE001 - any sampler failure: that trial is random, the job goes on
+            import traceback
+
+            traceback.print_exc()
+            answer["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}".rstrip(": ")
+        answer["seconds"] = time.monotonic() - began
+        out.write(_frame(answer))
+        out.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["AHEAD_SAMPLERS", "AheadSuggester", "Suggestion", "for_job"]
