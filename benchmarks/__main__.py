@@ -18,6 +18,7 @@ PARTS = {
     "scale": "benchmarks.scale",
     "sandbox": "benchmarks.sandbox_start",
     "container": "benchmarks.container_start",
+    "read": "benchmarks.read_scale",
     "suggest": "benchmarks.suggest_ahead",
 }
 

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # PYTHONPATH of the commands timed
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 PYTHON = sys.executable
 

@@ -19,14 +19,14 @@ if TYPE_CHECKING:
 def _cmd_describe(args: argparse.Namespace) -> int:
     import json
 
-    from trials.controller.jobs import describe, registry
+    from trials.controller.jobs import describe
     from trials.controller.jobs import view as job_view
 
-    h = registry.open_job(args.job, root=args.root, storage=args.storage)
+    h = job_view.read_job(args.job, root=args.root, storage=args.storage)
     if args.format == "local-json":  # attempts, exit statuses, stop reasons, folders, workers
         print(json.dumps(job_view.describe_local(h), indent=2))
         return 0
-    rest = job_view.describe(h)
+    rest = job_view.describe(h, steps=args.format == "json")
     if args.format == "json":  # exactly the v1 HyperparameterTuningJob
         print(json.dumps(rest, indent=2))
         return 0
@@ -45,9 +45,10 @@ def _cmd_describe(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from trials.controller.jobs import describe, registry
+    from trials.controller.jobs import describe
+    from trials.controller.jobs import view as job_view
 
-    jobs = registry.list_jobs(args.root, args.storage)
+    jobs = job_view.list_jobs(args.root, args.storage)
     if not jobs:
         print(f"no jobs under {args.root}" if not args.storage else "no jobs in the storage")
         return 0
@@ -59,11 +60,10 @@ def _cmd_list(args: argparse.Namespace) -> int:
 def _cmd_best(args: argparse.Namespace) -> int:
     import json
 
-    from trials.controller.jobs import registry
     from trials.controller.jobs import view as job_view
     from trials.protocol import format_flag
 
-    h = registry.open_job(args.job, root=args.root, storage=args.storage)
+    h = job_view.read_job(args.job, root=args.root, storage=args.storage)
     get = job_view.params_of(h)
     meta = h.store.meta()
     metric_ids = h.job.study.metric_ids
@@ -105,10 +105,11 @@ def _model_dir(meta: dict[str, Any], t: Any) -> str | None:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from trials.controller.jobs import describe, registry
+    from trials.controller.jobs import describe
+    from trials.controller.jobs import view as job_view
     from trials.controller.report.page import write_report
 
-    h = registry.open_job(args.job, root=args.root, storage=args.storage)
+    h = job_view.read_job(args.job, root=args.root, storage=args.storage)
     report = write_report(h, out_dir=args.out, plots=not args.no_plots)
     if report.top_rows:
         print(report.top_title)
@@ -136,11 +137,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
         job = load_spec(args.spec)
         name = os.path.splitext(os.path.basename(args.spec))[0]
     else:  # a job: the spec it stored, with its actual trial count
-        from trials.controller.jobs import registry
+        from trials.controller.jobs import view as job_view
         from trials.errors import JobNotFoundError
 
         try:
-            h = registry.open_job(args.spec, root=args.root, storage=args.storage)
+            h = job_view.read_job(args.spec, root=args.root, storage=args.storage)
         except (JobNotFoundError, ConfigError) as err:
             raise JobNotFoundError(f"expected a spec file or a job id, got {args.spec!r}: no such file, "
                                    f"and {err}") from None

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
-import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -13,25 +11,14 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
 from trials.spec import ParameterSpec, ParameterType, ScaleType, StudySpec, Value, parent_matches
-
-REVERSE_LOG_SUFFIX = ":reverse_log"
-# A parameterId may hold any character but whitespace; '#' and ':' mark the adapter's own suffixes,
-# so they (and the escape character) are percent-escaped in the id part of a name: injective, and
-# an id without them is its own name (journals of earlier versions read the same).
-_ESCAPES = str.maketrans({"%": "%25", "#": "%23", ":": "%3A"})
-_UNESCAPES = {"%25": "%", "%23": "#", "%3A": ":"}
-_ESCAPED = re.compile("%25|%23|%3A")
-
-
-def escape_id(parameter_id: str) -> str:
-    """The id part of an Optuna name: never holds '#' or ':' (``x#2`` -> ``x%232``)."""
-    return parameter_id.translate(_ESCAPES)
-
-
-def parameter_id_of(name: str) -> str:
-    """The parameterId an Optuna name belongs to (suffixes dropped, escapes undone)."""
-    base = name.removesuffix(REVERSE_LOG_SUFFIX).split("#", 1)[0]
-    return _ESCAPED.sub(lambda m: _UNESCAPES[m.group(0)], base)
+from trials.study.names import REVERSE_LOG_SUFFIX as REVERSE_LOG_SUFFIX
+from trials.study.names import escape_id as escape_id
+from trials.study.names import mirror as _mirror
+from trials.study.names import mirrored as _mirrored
+from trials.study.names import optuna_name as optuna_name
+from trials.study.names import optuna_names as optuna_names
+from trials.study.names import parameter_id_of as parameter_id_of
+from trials.study.names import values_from_optuna as values_from_optuna
 
 
 def distribution(p: ParameterSpec) -> BaseDistribution:
@@ -48,46 +35,6 @@ def distribution(p: ParameterSpec) -> BaseDistribution:
     return CategoricalDistribution(list(p.values))
 
 
-def _mirrored(p: ParameterSpec) -> bool:
-    return (p.scale_type is ScaleType.UNIT_REVERSE_LOG_SCALE
-            and p.type in (ParameterType.DOUBLE, ParameterType.INTEGER))
-
-
-@functools.lru_cache(maxsize=64)
-def optuna_names(study: StudySpec) -> dict[ParameterSpec, str]:
-    """The Optuna parameter name of each spec parameter.
-
-    Normally the parameterId (``#``, ``:`` and ``%`` percent-escaped, see :func:`escape_id`);
-    ``<id>:reverse_log`` for a mirrored reverse-log parameter; and
-    ``<id>#2``, ``<id>#3`` … for further conditional branches that reuse an id with another range
-    (Optuna refuses two value spaces under one name).
-    """
-    names: dict[ParameterSpec, str] = {}
-    seen: dict[str, int] = {}
-    for p in study.all_parameters():
-        if p in names:
-            continue
-        k = seen.get(p.parameter_id, 0) + 1
-        seen[p.parameter_id] = k
-        base = escape_id(p.parameter_id) + ("" if k == 1 else f"#{k}")
-        names[p] = base + (REVERSE_LOG_SUFFIX if _mirrored(p) else "")
-    return names
-
-
-def optuna_name(p: ParameterSpec, study: StudySpec) -> str:
-    return optuna_names(study)[p]
-
-
-def values_from_optuna(study: StudySpec, params: Mapping[str, Any]) -> dict[str, Value]:
-    """A trial's parameter values (by parameterId) from its Optuna params."""
-    values: dict[str, Value] = {}
-    for p, name in optuna_names(study).items():
-        if name in params:
-            raw = params[name]
-            values[p.parameter_id] = _mirror(p, raw) if _mirrored(p) else raw
-    return values
-
-
 def _num(v: Value) -> Value:
     if isinstance(v, float) and v.is_integer() and abs(v) < 2**53:
         return int(v)
@@ -98,13 +45,6 @@ def mirrors_doubles(study: StudySpec) -> bool:
     """Whether a value of the study can come back from Optuna changed: a reverse-log double is
     mirrored (``min + max - x``) and mirrored back, which may move it by a rounding."""
     return any(_mirrored(p) and p.type is ParameterType.DOUBLE for p in study.all_parameters())
-
-
-def _mirror(p: ParameterSpec, raw: Any) -> Value:
-    # Reverse log spreads values near the top: x = min + max - y with y log-uniform.
-    low, high = p.bounds()
-    x = low + high - raw
-    return int(x) if p.type is ParameterType.INTEGER else float(x)
 
 
 def suggest(trial: optuna.Trial, study: StudySpec) -> dict[str, Value]:

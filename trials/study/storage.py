@@ -52,13 +52,14 @@ def open_storage(url: str, *, heartbeat_interval_s: int | None = None,
     """
     quiet_optuna()
     if is_journal_url(url):
-        from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
+        from optuna.storages.journal import JournalFileOpenLock
+
+        from trials.study.optuna_snapshot import open_journal
 
         path = journal_path(url)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        try:
-            backend = JournalFileBackend(path, lock_obj=JournalFileOpenLock(path))
-            return optuna.storages.JournalStorage(backend)
+        try:  # from Optuna's replay as of the last open, then the records after it
+            return open_journal(path, lock_obj=JournalFileOpenLock(path))
         except OSError as err:
             if not isinstance(err, IsADirectoryError):
                 raise

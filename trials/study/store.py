@@ -20,6 +20,7 @@ from optuna.trial import TrialState
 from trials.errors import ConfigError, JobNotFoundError
 from trials.spec import Algorithm, JobSpec, StudySpec, Value
 from trials.study import journal, writes
+from trials.study.names import ATTR_PREFIX as ATTR_PREFIX  # re-exported: where it always was
 from trials.study.samplers import acts_after_trial, make_sampler
 from trials.study.space import fixed_params, iter_grid, mirrors_doubles, suggest, values_from_optuna
 from trials.study.storage import RetryingRDBStorage, quiet_optuna
@@ -31,7 +32,6 @@ try:  # Study.tell without the deep copy of the trial it returns (unused here; ~
 except ImportError:  # another Optuna layout: the public method
     _tell_with_warning = None  # type: ignore[assignment]
 
-ATTR_PREFIX = "trials:"
 FIXED_VALUES_ATTR = ATTR_PREFIX + "fixed_values"  # a trial's fixed values as given (system attribute)
 
 
@@ -144,12 +144,16 @@ class JobStore:
         return store
 
     @classmethod
-    def open(cls, storage: BaseStorage, job_id: str, *, seed: int | None = None) -> JobStore:
+    def open(cls, storage: BaseStorage, job_id: str, *, seed: int | None = None, sampler: bool = True) -> JobStore:
+        """The job in ``storage``; ``sampler=False`` for one only read (its sampler is not made, so
+        its trials are not read for the sampler's seed)."""
         quiet_optuna()
         try:
             study = optuna.load_study(study_name=job_id, storage=storage)
         except KeyError:
             raise JobNotFoundError(f"no job {job_id!r} in the storage") from None
+        if not sampler:
+            return cls(storage, study, job_id)
         attrs = study.user_attrs
         sampler_name = attrs.get(ATTR_PREFIX + "sampler", "tpe")
         if seed is None:

@@ -79,3 +79,35 @@ def test_best_as_json_of_a_job_with_no_result_exits_1(tmp_path, capsys):
     fake_job(tmp_path, outcomes=[("fail", "boom")])
     code, out = _run(capsys, "best", "rep", "--root", str(tmp_path / "jobs"), "--format", "json")
     assert code == 1 and json.loads(out)["best"] == []
+
+
+def test_the_table_counts_the_steps_it_does_not_convert(tmp_path):
+    from benchmarks.read_scale import build_job
+    from trials.controller.jobs import view
+
+    build_job(str(tmp_path), "job", 30, n_running=2, n_waiting=2)
+    h = view.read_job("job", root=str(tmp_path), storage=None)
+    metric_ids = h.job.study.reported_metric_ids
+    local = view.describe_local(h)["trials"]
+    full, lean = view.describe(h), view.describe(h, steps=False)
+    assert any(t.get("measurements") for t in full["trials"])
+    for exact in (False, True):
+        assert describe.rows(lean, metric_ids, local=local, exact=exact) == describe.rows(
+            full, metric_ids, local=local, exact=exact)
+
+
+def test_list_reads_the_same_from_the_snapshot_header_as_from_the_journal(tmp_path, capsys):
+    from benchmarks.read_scale import build_job
+    from trials.study import replay
+
+    root = str(tmp_path)
+    for i, name in enumerate(("a", "b")):
+        build_job(root, name, 12 + i, n_running=1, n_waiting=1)
+    journals = [os.path.join(root, n, "journal.log") for n in ("a", "b")]
+    code, first = _run(capsys, "list", "--root", root)  # no snapshot yet: each written
+    assert code == 0 and all(os.path.exists(replay.snapshot_path(p)) for p in journals)
+    assert _run(capsys, "list", "--root", root)[1] == first
+    for p in journals:
+        os.unlink(replay.snapshot_path(p))
+    assert _run(capsys, "list", "--root", root)[1] == first
+    assert [line.split()[0] for line in first.splitlines()[1:]] == ["a", "b"]

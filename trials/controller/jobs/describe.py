@@ -28,7 +28,9 @@ def _measurement(d: Mapping[str, Any], order: Sequence[str]) -> dict[str, Any]:
     if d.get("elapsed_s") is not None:
         out["elapsedDuration"] = duration(float(d["elapsed_s"]))
     metrics = d.get("metrics", {})
-    keys = [k for k in order if k in metrics] + sorted(k for k in metrics if k not in order)
+    keys = [k for k in order if k in metrics]
+    if len(keys) < len(metrics):  # (sorted only when needed: describe converts every step of every trial)
+        keys += sorted(k for k in metrics if k not in order)
     out["metrics"] = [{"metricId": k, "value": _num(metrics[k])} for k in keys]
     return out
 
@@ -62,8 +64,10 @@ def shown(t: Any) -> bool:
             or bool(t.user_attrs.get("requeued")))
 
 
-def trial_to_rest(t: Any, params: Mapping[str, Any], metric_ids: Sequence[str]) -> dict[str, Any]:
-    """One Trial message (v1 field names only)."""
+def trial_to_rest(t: Any, params: Mapping[str, Any], metric_ids: Sequence[str], *,
+                  steps: bool = True) -> dict[str, Any]:
+    """One Trial message (v1 field names only); ``steps=False`` leaves its measurements as stored
+    (for ``rows``, which only counts them: converting every step is most of a big job's describe)."""
     attrs = t.user_attrs
     state = trial_state(t)
     out: dict[str, Any] = {"id": str(t.number + 1), "state": state}
@@ -77,7 +81,7 @@ def trial_to_rest(t: Any, params: Mapping[str, Any], metric_ids: Sequence[str]) 
     if attrs.get("final_measurement") and state == TrialState.SUCCEEDED:
         out["finalMeasurement"] = _measurement(attrs["final_measurement"], metric_ids)
     if measurements:
-        out["measurements"] = [_measurement(m, metric_ids) for m in measurements]
+        out["measurements"] = [_measurement(m, metric_ids) for m in measurements] if steps else measurements
     if attrs.get("start_time"):
         out["startTime"] = attrs["start_time"]
     if attrs.get("end_time") and state in (TrialState.SUCCEEDED, TrialState.INFEASIBLE):
@@ -88,9 +92,10 @@ def trial_to_rest(t: Any, params: Mapping[str, Any], metric_ids: Sequence[str]) 
 
 
 def job_to_rest(job_id: str, meta: Mapping[str, Any], trials: Sequence[Any],
-                params_of: Any, metric_ids: Sequence[str]) -> dict[str, Any]:
+                params_of: Any, metric_ids: Sequence[str], *, steps: bool = True) -> dict[str, Any]:
     """The HyperparameterTuningJob resource, exactly (it parses strictly as the v1 type);
-    ``params_of(trial) -> {parameterId: value}``. Local details are in ``local_details``."""
+    ``params_of(trial) -> {parameterId: value}``. Local details are in ``local_details``;
+    ``steps=False``: measurements as stored, for ``rows`` (see ``trial_to_rest``)."""
     spec = dict(meta.get("spec") or {})
     project = meta.get("project_number") or protocol.DEFAULT_PROJECT_NUMBER
     out: dict[str, Any] = {"name": f"projects/{project}/locations/local/hyperparameterTuningJobs/{job_id}"}
@@ -100,7 +105,7 @@ def job_to_rest(job_id: str, meta: Mapping[str, Any], trials: Sequence[Any],
         if key in spec:
             out[key] = spec[key]
     out["maxTrialCount"] = len(trials) if trials else spec.get("maxTrialCount", 1)
-    out["trials"] = [trial_to_rest(t, params_of(t), metric_ids) for t in trials if shown(t)]
+    out["trials"] = [trial_to_rest(t, params_of(t), metric_ids, steps=steps) for t in trials if shown(t)]
     out["state"] = meta.get("state") or JobState.QUEUED
     for key, name in (("create_time", "createTime"), ("start_time", "startTime"),
                       ("end_time", "endTime"), ("update_time", "updateTime")):
@@ -134,7 +139,7 @@ def rows(rest: Mapping[str, Any], metric_ids: Sequence[str], *,
     """A table of trials: id, state, final metrics, parameters, steps, stopped early, reason.
 
     Args:
-        rest: the REST job (``job_to_rest``).
+        rest: the REST job (``job_to_rest``, its steps converted or not: they are only counted).
         metric_ids: the spec's metrics, in order.
         local: per trial id, the local details (``local_details``: ``stopped_early``,
             ``stop_reason``); none by default.

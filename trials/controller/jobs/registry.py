@@ -17,14 +17,11 @@ from trials.errors import ConfigError, JobNotFoundError, StorageError
 from trials.records import JobState
 from trials.spec import Algorithm, JobSpec, LocalOptions
 from trials.storage_url import JOURNAL_FILE, redact
-from trials.study.samplers import check_choice, choose_sampler_name
-from trials.study.space import grid_size
-from trials.study.storage import open_storage
-from trials.study.store import JobStore
 from trials.timefmt import rfc3339
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # Optuna is imported by the commands that write a job, never by those that read one
     from trials.study.storage import BaseStorage
+    from trials.study.store import JobStore
 
 
 
@@ -122,6 +119,11 @@ def create_job(job: JobSpec, *, root: str, job_id: str | None, spec_path: str | 
                pass_env: Sequence[str] = (), stale_after_s: float | None = None,
                sampler: str | None = None) -> JobHandle:
     """Create a job (its folder, storage and WAITING trials); ``sampler`` overrides the default rule's choice."""
+    from trials.study.samplers import check_choice, choose_sampler_name
+    from trials.study.space import grid_size
+    from trials.study.storage import open_storage
+    from trials.study.store import JobStore
+
     if job.trial_job is None and not local_command:  # before the folder and id are used up
         raise ConfigError(f"{spec_path or 'the spec'} has no trialJobSpec and no command: give the "
                           f"trial command after --, e.g. trials sweep SPEC -- python train.py")
@@ -187,6 +189,9 @@ def _create_journal_atomically(path: str, job_id: str, build: Callable[[BaseStor
     A controller killed while creating a job (study, spec, trials: many journal writes) leaves no
     half-created job that neither ``sweep`` nor ``resume`` could use: the sweep just runs again.
     """
+    from trials.study.storage import open_storage
+    from trials.study.store import JobStore
+
     for name in os.listdir(os.path.dirname(path)):
         m = re.fullmatch(re.escape(JOURNAL_FILE) + r"\.(\d+)\.creating(\.lock)?", name)
         if m and not _pid_alive(int(m.group(1))):
@@ -216,46 +221,29 @@ def _pid_alive(pid: int) -> bool:
 
 
 def open_job(job_id: str, *, root: str, storage: str | None) -> JobHandle:
+    """A job to run or change (Optuna's storage opened); ``view.read_job`` for one only shown."""
+    from trials.study.storage import open_storage
+    from trials.study.store import JobStore
+
+    url = job_url(job_id, root=root, storage=storage)
+    store = JobStore.open(open_storage(url), job_id)
+    meta = checked_meta(store.meta(), job_id, url)
+    # A seeded job's sampler goes on from where the job is: JobStore.open moves its seed on by the
+    # trials already sampled (study/store.resumed_seed).
+    return JobHandle(job_id=job_id, job_dir=meta.get("job_dir") or job_dir_of(root, job_id), storage_url=url,
+                     store=store, job=spec_from_storage(meta))
+
+
+def job_url(job_id: str, *, root: str, storage: str | None) -> str:
+    """The storage URL of a job (its journal under ``root`` unless ``storage``); it must exist."""
     job_dir = job_dir_of(root, job_id)
     if storage is None and not os.path.exists(os.path.join(job_dir, JOURNAL_FILE)):
         raise JobNotFoundError(f"no job {job_id!r} under {os.path.abspath(root)} (looked for "
                                f"{os.path.join(job_dir, JOURNAL_FILE)}); pass --root or --storage")
-    url = storage_url_for(job_dir, storage)
-    store = JobStore.open(open_storage(url), job_id)
-    meta = store.meta()
+    return storage_url_for(job_dir, storage)
+
+
+def checked_meta(meta: dict[str, Any], job_id: str, url: str) -> dict[str, Any]:
     if "spec" not in meta:
         raise StorageError(f"study {job_id!r} in {redact(url)} is not a trials job (no spec attribute)")
-    # A seeded job's sampler goes on from where the job is: JobStore.open moves its seed on by the
-    # trials already sampled (study/store.resumed_seed).
-    return JobHandle(job_id=job_id, job_dir=meta.get("job_dir") or job_dir, storage_url=url,
-                     store=store, job=spec_from_storage(meta))
-
-
-def list_jobs(root: str, storage: str | None) -> list[dict[str, Any]]:
-    from trials.controller.jobs.describe import shown  # (not at import: a sweep's start-up needs none of it)
-    from trials.study.storage import study_summaries
-
-    out = []
-    if storage:
-        opened = open_storage(storage)
-        for s in study_summaries(opened):
-            attrs = s.user_attrs
-            n = sum(map(shown, opened.get_all_trials(s._study_id, deepcopy=False)))
-            out.append({"job_id": s.study_name, "state": attrs.get("trials:state", "?"),
-                        "trials": n, "create_time": attrs.get("trials:create_time", "")})
-        return out
-    if not os.path.isdir(root):
-        return out
-    for name in sorted(os.listdir(root)):
-        if os.path.exists(os.path.join(root, name, JOURNAL_FILE)):
-            try:
-                h = open_job(name, root=root, storage=None)
-            except Exception as err:  # noqa: BLE001 - one broken job must not hide the others
-                out.append({"job_id": name, "state": f"unreadable: {type(err).__name__}", "trials": 0,
-                            "create_time": ""})
-                continue
-            meta = h.store.meta()
-            out.append({"job_id": name, "state": meta.get("state", "?"),
-                        "trials": sum(map(shown, h.store.frozen_trials())),  # as `describe` counts
-                        "create_time": meta.get("create_time", "")})
-    return out
+    return meta

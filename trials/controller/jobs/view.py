@@ -1,40 +1,173 @@
-"""A job as the commands show it: its Vertex resource, its local details, its best trials."""
+"""A job as the commands show it: read once (its journal without Optuna), its Vertex resource, its
+local details, its best trials."""
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
-from trials.controller.jobs.describe import job_to_rest
+from trials.controller.jobs import registry
+from trials.controller.jobs.describe import job_to_rest, shown
 from trials.controller.policy.ranking import best_of, pareto_front
-from trials.study.space import values_from_optuna
+from trials.errors import JobNotFoundError
+from trials.spec import JobSpec
+from trials.storage_url import JOURNAL_FILE, is_journal_url, journal_path
+from trials.study import replay
+from trials.study.names import ATTR_PREFIX, values_from_optuna
 from trials.timefmt import rfc3339
 
 if TYPE_CHECKING:
-    from trials.controller.jobs.registry import JobHandle
     from trials.spec import Value
-    from trials.study.store import FrozenTrial
+    from trials.study.store import JobStore
+
+
+# --- reading a job once ---------------------------------------------------------------------------
+class ReadStore(Protocol):
+    """What the commands that show a job read of its store (``JobStore`` has it too)."""
+
+    def meta(self) -> dict[str, Any]: ...
+    def get_meta(self, key: str, default: Any = None) -> Any: ...
+    def frozen_trials(self, states: Iterable[Any] | None = None) -> list[Any]: ...
+
+
+class _Attrs:
+    """The job's attributes and trials as read once: every later question is answered from them."""
+
+    def __init__(self, attrs: dict[str, Any], trials: list[Any]):
+        self._meta = {k[len(ATTR_PREFIX):]: v for k, v in attrs.items() if k.startswith(ATTR_PREFIX)}
+        self._trials = trials
+
+    def meta(self) -> dict[str, Any]:
+        return dict(self._meta)
+
+    def get_meta(self, key: str, default: Any = None) -> Any:
+        return self._meta.get(key, default)
+
+    def frozen_trials(self, states: Iterable[Any] | None = None) -> list[Any]:
+        if states is None:
+            return list(self._trials)
+        names = {getattr(s, "name", s) for s in states}
+        return [t for t in self._trials if t.state.name in names]
+
+
+def _summaries(r: replay.Replay) -> dict[str, Any]:
+    """Per study, what ``list`` shows of it (kept in the journal's snapshot header): its job
+    attributes and how many trials ``describe`` shows."""
+    return {s.name: {"attrs": s.user_attrs, "n_shown": sum(map(shown, r.study_trials_of(s.study_id)))}
+            for s in r.studies.values()}
+
+
+def _replayed(path: str, job_id: str) -> _Attrs | None:
+    """The job in a journal replayed without Optuna; None when only Optuna reads it exactly."""
+    try:
+        r = replay.read_journal(path, summarize=_summaries)
+    except (replay.Unsupported, OSError):  # Optuna reads it, or names what is wrong, as it always did
+        return None
+    study_id = r.study_id(job_id)
+    if study_id is None:
+        raise JobNotFoundError(f"no job {job_id!r} in the storage")
+    return _Attrs(r.studies[study_id].user_attrs, r.study_trials_of(study_id))
+
+
+def _loaded(store: JobStore) -> _Attrs:
+    """A job in any Optuna storage, its trials loaded once (a database answers each call anew)."""
+    return _Attrs(store.study.user_attrs, store.frozen_trials())
+
+
+@dataclass(kw_only=True)
+class JobView:
+    """A job as read for showing it: its spec, and its store read once."""
+
+    job_id: str
+    job_dir: str
+    storage_url: str
+    store: ReadStore
+    job: JobSpec
+
+
+def read_job(job_id: str, *, root: str, storage: str | None) -> JobView:
+    """A job to show: a journal is replayed without Optuna (from its snapshot), any other storage
+    is read once; the same checks and errors as ``registry.open_job``."""
+    url = registry.job_url(job_id, root=root, storage=storage)
+    store = _replayed(journal_path(url), job_id) if is_journal_url(url) else None
+    if store is None:
+        from trials.study.storage import open_storage
+        from trials.study.store import JobStore
+
+        store = _loaded(JobStore.open(open_storage(url), job_id, sampler=False))
+    meta = registry.checked_meta(store.meta(), job_id, url)
+    return JobView(job_id=job_id, job_dir=meta.get("job_dir") or registry.job_dir_of(root, job_id),
+                   storage_url=url, store=store, job=registry.spec_from_storage(meta))
+
+
+def list_jobs(root: str, storage: str | None) -> list[dict[str, Any]]:
+    """Every job under ``root`` (or in ``storage``): id, state, trials shown, creation time."""
+    out = []
+    if storage:
+        from trials.study.storage import open_storage, study_summaries
+
+        opened = open_storage(storage)
+        for s in study_summaries(opened):
+            attrs = s.user_attrs
+            n = sum(map(shown, opened.get_all_trials(s._study_id, deepcopy=False)))
+            out.append({"job_id": s.study_name, "state": attrs.get("trials:state", "?"),
+                        "trials": n, "create_time": attrs.get("trials:create_time", "")})
+        return out
+    if not os.path.isdir(root):
+        return out
+    for name in sorted(os.listdir(root)):
+        if os.path.exists(os.path.join(root, name, JOURNAL_FILE)):
+            try:
+                meta, n_shown = _listed(root, name)
+            except Exception as err:  # noqa: BLE001 - one broken job must not hide the others
+                out.append({"job_id": name, "state": f"unreadable: {type(err).__name__}", "trials": 0,
+                            "create_time": ""})
+                continue
+            out.append({"job_id": name, "state": meta.get("state", "?"), "trials": n_shown,
+                        "create_time": meta.get("create_time", "")})
+    return out
+
+
+def _listed(root: str, job_id: str) -> tuple[dict[str, Any], int]:
+    """A job's attributes and the trials ``describe`` shows: from its journal's snapshot header
+    when that covers the whole journal, else as ``read_job`` reads the job (same checks, errors)."""
+    url = registry.job_url(job_id, root=root, storage=None)
+    try:
+        summary = replay.read_summaries(journal_path(url), _summaries).get(job_id)
+    except (replay.Unsupported, OSError):
+        summary = None
+    if summary is None:  # not a job of this journal (read_job says so) or only Optuna reads it
+        h = read_job(job_id, root=root, storage=None)
+        return h.store.meta(), sum(map(shown, h.store.frozen_trials()))
+    meta = registry.checked_meta(_Attrs(summary["attrs"], []).meta(), job_id, url)
+    return meta, int(summary["n_shown"])
+
+
+Job = JobView | registry.JobHandle
 
 
 # --- describe -------------------------------------------------------------------------------------
-def params_of(h: JobHandle) -> Callable[[FrozenTrial], dict[str, Value]]:
+def params_of(h: Job) -> Callable[[Any], dict[str, Value]]:
     study = h.job.study
 
-    def get(t: FrozenTrial) -> dict[str, Value]:
+    def get(t: Any) -> dict[str, Value]:
         return values_from_optuna(study, t.params)
 
     return get
 
 
-def describe(h: JobHandle) -> dict[str, Any]:
+def describe(h: Job, *, steps: bool = True) -> dict[str, Any]:
+    """The job's REST resource; ``steps=False`` for a table, which only counts each trial's steps."""
     meta = h.store.meta()
     meta["update_time"] = rfc3339(time.time())
     return job_to_rest(h.job_id, meta, h.store.frozen_trials(), params_of(h),
-                       h.job.study.reported_metric_ids)
+                       h.job.study.reported_metric_ids, steps=steps)
 
 
-def describe_local(h: JobHandle) -> dict[str, Any]:
+def describe_local(h: Job) -> dict[str, Any]:
     """What only the local run knows, per trial (``describe --format local-json``)."""
     from trials.controller.jobs.describe import local_details
 
@@ -45,7 +178,7 @@ def describe_local(h: JobHandle) -> dict[str, Any]:
             "trials": local_details(h.store.frozen_trials())}
 
 
-def best_trials(h: JobHandle) -> list[Any]:
+def best_trials(h: Job) -> list[Any]:
     """The best SUCCEEDED trial (single metric), or the Pareto front (several metrics)."""
     done = [t for t in h.store.frozen_trials() if t.state.name == "COMPLETE"]
     metrics = h.job.study.metrics

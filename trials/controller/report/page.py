@@ -196,12 +196,22 @@ def _draw(h: Any, trials: Sequence[PlotTrial], metric_ids: Sequence[str], maximi
 
     stopped = {t.trial_id - 1 for t in trials if t.stopped}  # Optuna numbers trials from 0
 
-    def importances() -> dict[str, float]:
-        return param_importances(h.store.study, maximize=maximize[0], leave_out=stopped)
+    def importances() -> tuple[dict[str, float], str]:
+        values, n_used, n_complete = param_importances(h.store.frozen_trials(), directions=maximize,
+                                                       leave_out=stopped)
+        return values, importance_caveat(n_used, n_complete)
 
     axes = param_axes(h.job.study.all_parameters(), trials)
     return draw_plots(trials, metric_ids=metric_ids, maximize=maximize, axes=axes,
                       importances=importances, out_dir=out_dir)
+
+
+def importance_caveat(n_used: int, n_complete: int) -> str:
+    """What the importances were computed over, when not every trial that ran to its end."""
+    if n_used >= n_complete:
+        return ""
+    return (f" Computed over a random sample of {n_used} of the {n_complete} trials that ran to their end "
+            f"(the same sample each time), so they are an estimate.")
 
 
 def local_view(rest: Mapping[str, Any]) -> Mapping[str, Mapping[str, Any]]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trials.controller.report.data import PlotTrial, Value
+from trials.controller.report.svg import trial_line
 from trials.records import TrialState
 
 INACTIVE_Y = -0.12
@@ -149,15 +150,13 @@ def draw_parallel(ax: Any, trials: Sequence[PlotTrial], axes: Sequence[Axis], *,
 
     for t in shown:
         if not t.result:
-            (line,) = ax.plot(xs, ys(t), color=STOPPED_COLOR, linestyle="--", linewidth=0.9, alpha=0.7,
-                              zorder=1)
-            line.set_gid(f"trial-{t.trial_id}")
+            trial_line(ax, t.trial_id, xs, ys(t), color=STOPPED_COLOR, linestyle="--", linewidth=0.9, alpha=0.7,
+                       zorder=1)
     n = len(results)
     for rank, t in enumerate(results):  # worst first: the best end up on top, darkest
         best = rank == n - 1
-        (line,) = ax.plot(xs, ys(t), color=cmap(rank / (n - 1) if n > 1 else 1.0),
-                          linewidth=3.0 if best else 1.4, alpha=1.0 if best else 0.85, zorder=2 + rank)
-        line.set_gid(f"trial-{t.trial_id}")
+        trial_line(ax, t.trial_id, xs, ys(t), color=cmap(rank / (n - 1) if n > 1 else 1.0),
+                   linewidth=3.0 if best else 1.4, alpha=1.0 if best else 0.85, zorder=2 + rank)
     inactive = set()
     for i, a in enumerate(axes):
         ax.plot([i, i], [0, 1], color="#333333", linewidth=1.0, zorder=1000)

@@ -16,6 +16,7 @@ from typing import Any
 
 from trials.controller.report.data import PlotTrial, best_so_far, best_trial, pareto_ids
 from trials.controller.report.parallel import Axis, draw_parallel
+from trials.controller.report.svg import trial_line
 from trials.records import TrialState
 
 RESULT_COLOR = "#1f77b4"
@@ -24,7 +25,7 @@ STOPPED_COLOR = "#8c8c8c"
 FAILED_COLOR = "#b00000"
 PLOT_STEMS = ("optimization_history", "intermediate_values", "parallel_coordinate", "param_importances",
               "pareto_front")
-Importances = Callable[[], Mapping[str, float]]
+Importances = Callable[[], tuple[Mapping[str, float], str]]  # (values, caveat for the caption)
 Draw = Callable[[Any], tuple[str, str]]
 
 
@@ -53,8 +54,14 @@ def points(ax: Any, trials: Sequence[PlotTrial], x: Callable[[PlotTrial], Any], 
            fmt: str, *, label: str, **style: Any) -> None:
     """One marker per trial, each its own artist named ``trial-<id>`` (the page links them on hover)."""
     for i, t in enumerate(trials):
-        (artist,) = ax.plot([x(t)], [y(t)], fmt, label=label if i == 0 else "_nolegend_", **style)
-        artist.set_gid(f"trial-{t.trial_id}")
+        trial_line(ax, t.trial_id, [x(t)], [y(t)], fmt, label=label if i == 0 else "_nolegend_", **style)
+    ax.autoscale_view()
+
+
+def legend_below(ax: Any, **kw: Any) -> None:
+    """The legend under the axes, where it hides no trial: matplotlib's ``loc="best"`` tries every
+    place against every artist, seconds of a 1,000-trial report."""
+    ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.12), ncols=2, frameon=False, **kw)
 
 
 def history(ax: Any, trials: Sequence[PlotTrial], metric: str, maximize: bool, index: int = 0) -> None:
@@ -81,7 +88,7 @@ def history(ax: Any, trials: Sequence[PlotTrial], metric: str, maximize: bool, i
     _integer_x(ax)
     ax.set_xlabel("trial id")
     ax.set_ylabel(_goal(metric, maximize))
-    ax.legend(fontsize="small", loc="best")
+    legend_below(ax)
 
 
 def curves(ax: Any, trials: Sequence[PlotTrial], metric: str, maximize: bool) -> None:
@@ -96,19 +103,22 @@ def curves(ax: Any, trials: Sequence[PlotTrial], metric: str, maximize: bool) ->
     norm = mpl.colors.Normalize(min(ids), max(ids) if max(ids) > min(ids) else min(ids) + 1)
     cmap = mpl.colormaps["viridis"]
     best = best_trial(trials, maximize=maximize)
+    ends = []  # where the stopped trials stopped: one artist for all their marks
     for t in drawn:
         steps, values = [s for s, _ in t.curve], [v for _, v in t.curve]
         is_best = best is not None and t.trial_id == best.trial_id
-        (line,) = ax.plot(steps, values, color=cmap(norm(t.trial_id)), linestyle="--" if t.stopped else "-",
-                          linewidth=2.8 if is_best else 1.2, alpha=1.0 if is_best else 0.8,
-                          zorder=3 if is_best else 2, marker="o" if len(steps) == 1 else None)
-        line.set_gid(f"trial-{t.trial_id}")
+        trial_line(ax, t.trial_id, steps, values, color=cmap(norm(t.trial_id)), linestyle="--" if t.stopped else "-",
+                   linewidth=2.8 if is_best else 1.2, alpha=1.0 if is_best else 0.8,
+                   zorder=3 if is_best else 2, marker="o" if len(steps) == 1 else None)
         if t.stopped:
-            ax.plot([steps[-1]], [values[-1]], marker="X", markersize=8, color=BEST_COLOR,
-                    linestyle="none", zorder=4)
+            ends.append((steps[-1], values[-1]))
         if is_best:
             ax.annotate(f"best: trial {t.trial_id}", (steps[-1], values[-1]), xytext=(6, 0),
                         textcoords="offset points", fontsize=9, va="center")
+    if ends:
+        ax.plot([s for s, _ in ends], [v for _, v in ends], marker="X", markersize=8, color=BEST_COLOR,
+                linestyle="none", zorder=4)
+    ax.autoscale_view()
     bar = ax.figure.colorbar(mpl.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, pad=0.02)
     bar.set_label("trial id")
     bar.ax.yaxis.set_major_locator(mpl.ticker.MaxNLocator(integer=True))
@@ -116,7 +126,7 @@ def curves(ax: Any, trials: Sequence[PlotTrial], metric: str, maximize: bool) ->
     if any(t.stopped for t in drawn):
         handles.append(Line2D([], [], color="#444444", linestyle="--", marker="X", markeredgecolor=BEST_COLOR,
                               markerfacecolor=BEST_COLOR, label="stopped early (X: where)"))
-    ax.legend(handles=handles, fontsize="small", loc="best")
+    legend_below(ax, handles=handles)
     _integer_x(ax)
     ax.set_xlabel("step")
     ax.set_ylabel(_goal(metric, maximize))
@@ -154,7 +164,7 @@ def pareto(ax: Any, trials: Sequence[PlotTrial], metric_ids: Sequence[str], maxi
                         textcoords="offset points", fontsize=9, color=BEST_COLOR)
     ax.set_xlabel(_goal(metric_ids[0], maximize[0]))
     ax.set_ylabel(_goal(metric_ids[1], maximize[1]))
-    ax.legend(fontsize="small", loc="best")
+    legend_below(ax)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -186,13 +196,14 @@ def _plots(trials: Sequence[PlotTrial], metric_ids: Sequence[str], maximize: Seq
                        f"{n_done} completed trial{'s' if n_done != 1 else ''} (not stopped early) and "
                        f"{len(axes)} parameter{'s' if len(axes) != 1 else ''}")
         try:
-            values = importances()
+            values, caveat = importances()
         except (ValueError, RuntimeError) as err:  # Optuna's "cannot evaluate this study" errors
             raise Skip(f"Optuna could not compute them: {err}") from err
         importances_bar(ax, values, primary)
         return (f"Parameter importances for {primary}" + (" (primary metric)" if multi else ""),
                 "How much of the variation of the result each parameter explains (sums to 1), over the "
-                "trials that ran to their end; a conditional parameter that some trials lack is left out.")
+                "trials that ran to their end; a conditional parameter that some trials lack is left out."
+                + caveat)
 
     def hist(ax: Any) -> tuple[str, str]:
         history(ax, trials, primary, mx)

@@ -1,0 +1,216 @@
+"""Part "read": do the commands that only read a job read only what they need?
+
+A 10,000-trial and a 1,000-trial journal job are built in-process through the job store the loop
+writes with (its claim, its first attributes, its metric reports, its outcome: what a real sweep
+records, ~16 journal records per trial), with fsync skipped while building. Each command then runs
+in a fresh process, interleaved, median of a few: ``describe``, ``best``, ``list``, ``resume`` of
+the finished job (its decision: nothing to run) and ``report`` with plots of the 1,000-trial job.
+Baselines in the same run: ``python -c "import trials"`` (process start) and the old path, Optuna's
+full replay of the journal (``JournalStorage`` opened and every trial read once).
+
+Goals (issue 27, goal 4): describe/best/list/resume of the 10,000-trial job < 0.5 s wall; report of
+the 1,000-trial job with plots < 5 s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from benchmarks import report
+
+PART = "read"
+GOAL_READ_S = 0.5
+GOAL_REPORT_S = 5.0
+SPEC = """
+display_name: read-scale
+metrics: {{{metrics}}}
+parameters:
+  learning_rate: {{type: double, min: 0.0001, max: 0.1, scale: log}}
+  batch_size: {{type: discrete, values: [16, 32, 64, 128]}}
+  layers: {{type: integer, min: 1, max: 8}}
+  optimizer: {{type: categorical, values: [adam, sgd, rmsprop]}}
+algorithm: random
+max_trial_count: {n}
+parallel_trial_count: 4
+"""
+
+
+@contextlib.contextmanager
+def _no_fsync() -> Iterator[None]:
+    """Building a benchmark job needs no durability: 10,000 trials of fsyncs would take minutes."""
+    real = os.fsync
+    os.fsync = lambda fd: None
+    try:
+        yield
+    finally:
+        os.fsync = real
+
+
+def build_job(root: str, job_id: str, n_trials: int, *, n_metrics: int = 1, seed: int = 0,
+              n_running: int = 2, n_waiting: int = 3, epochs: int = 10, requeued: bool = True) -> str:
+    """A finished-looking journal job of ``n_trials``: mostly succeeded, some stopped early, some
+    failed, ``n_running`` left ACTIVE mid-run and ``n_waiting`` never started; with ``requeued``
+    ~2 % sent back to the queue after they ran (a resume runs them again: a job with nothing left
+    to run has none).
+
+    Returns the job folder.
+    """
+    from trials.controller.jobs import registry
+    from trials.controller.loop.record import active_attrs
+    from trials.controller.policy.outcome import finished_trial, record_finished
+    from trials.records import LIVE_ELAPSED_ATTR, LIVE_METRICS_ATTR, Measurement, TrialState
+    from trials.spec.load import loads_spec
+    from trials.timefmt import rfc3339
+
+    metric_ids = ["accuracy", "latency_ms"][:n_metrics]
+    goals = ", ".join(f"{m}: {'maximize' if i == 0 else 'minimize'}" for i, m in enumerate(metric_ids))
+    job = loads_spec(SPEC.format(metrics=goals, n=n_trials), source="read_scale.yaml")
+    rng = random.Random(seed)
+    wall = 1_767_225_600.0  # 2026-01-01
+    with _no_fsync():
+        h = registry.create_job(job, root=root, job_id=job_id, spec_path=None, storage=None,
+                                base_output_dir=None, project_number=None, local_command=["python", "train.py"],
+                                seed=seed)
+        store = h.store
+        store.set_meta(state="JOB_STATE_RUNNING", start_time=rfc3339(wall))
+        for i in range(n_trials - n_waiting):
+            with store.batch():
+                claimed = store.claim(job.study)
+                assert claimed is not None
+                store.set_trial_attrs(claimed.storage_id, **active_attrs(
+                    claimed, job_dir=h.job_dir, base_output=None, worker="bench-host-1", wall=wall))
+            kind = rng.random()
+            running = i >= n_trials - n_waiting - n_running
+            n_steps = rng.randint(1, epochs - 1) if running or kind < 0.15 else epochs
+            ms = []
+            for step in range(1, n_steps + 1):
+                acc = 1 - 0.5 / step * (0.5 + rng.random())
+                values = {"accuracy": acc, "latency_ms": 10 + 90 * rng.random()}
+                ms.append(Measurement(step=step, metrics={m: values[m] for m in metric_ids},
+                                      elapsed_s=round(0.5 * step, 6)))
+            for chunk in (ms[:n_steps // 2], ms[n_steps // 2:]):  # the loop stores what each poll read
+                if chunk:
+                    live = {str(m.step): {k: v for k, v in m.metrics.items() if k != "accuracy"} for m in ms
+                            if m.step <= chunk[-1].step} if n_metrics > 1 else {}
+                    attrs: dict[str, Any] = {LIVE_ELAPSED_ATTR: {str(m.step): m.elapsed_s for m in ms
+                                                                 if m.step <= chunk[-1].step}}
+                    if live:
+                        attrs[LIVE_METRICS_ATTR] = live
+                    store.report_many(claimed.storage_id, [(m.step, m.metrics["accuracy"]) for m in chunk], attrs)
+            wall += 5.0
+            if running:
+                continue
+            if requeued and 0.15 <= kind < 0.17:  # back to the queue (a controller stopped): it stays queued
+                store.set_trial_attrs(claimed.storage_id, state=TrialState.REQUESTED.value, end_time=None,
+                                      start_time=None, measurements=None, requeued=True,
+                                      previous_measurements=[])
+                store.requeue(claimed.storage_id)
+                continue
+            failure = ("The replica workerpool0-0 exited with a non-zero status of 1. Termination reason: Error."
+                       if kind < 0.07 else None)
+            stopped = 0.07 <= kind < 0.15
+            outcome = finished_trial(ms, job.study, failure=failure, reported_tags=metric_ids,
+                                     end_time=rfc3339(wall), stopped_early=stopped,
+                                     stop_detail="below the median of the completed trials" if stopped else "")
+            extra: dict[str, Any] = {"attempts": [{"replica": "workerpool0-0", "exitStatus": 1 if failure else 0,
+                                                   "startTime": rfc3339(wall - 5), "endTime": rfc3339(wall)}]}
+            if failure:
+                extra["error_detail"] = ["ValueError: loss is NaN", "Traceback (most recent call last): ..."]
+            with store.batch():
+                record_finished(store, number=claimed.number, storage_id=claimed.storage_id, outcome=outcome,
+                                extra=extra)
+        store.set_meta(state="JOB_STATE_SUCCEEDED" if not n_running else "JOB_STATE_RUNNING",
+                       end_time=rfc3339(wall))
+    return h.job_dir
+
+
+# --- timing -----------------------------------------------------------------------------------------
+_OLD_PATH = """
+import sys
+from trials.study.storage import open_storage
+s = open_storage("journal:" + sys.argv[1])
+study = s.get_all_studies()[0]
+print(len(s.get_all_trials(study._study_id, deepcopy=False)))
+"""
+
+
+def commands(root: str, big: str, small: str, out_dir: str, *, n_big: int = 10_000,
+             n_small: int = 1_000) -> list[tuple[str, list[str], float | None]]:
+    """(label, argv, goal seconds or None for a baseline)."""
+    b, s = f"{n_big:,}", f"{n_small:,}"
+    py = report.PYTHON
+    trials = [py, "-m", "trials"]
+    journal = os.path.join(root, big, "journal.log")
+    return [
+        ('python -c "import trials"', [py, "-c", "import trials"], None),
+        (f"old path: Optuna's full replay ({b})", [py, "-c", _OLD_PATH, journal], None),
+        (f"describe ({b})", [*trials, "describe", big, "--root", root], GOAL_READ_S),
+        (f"describe --format json ({b})", [*trials, "describe", big, "--root", root, "--format", "json"],
+         GOAL_READ_S),
+        (f"best ({b})", [*trials, "best", big, "--root", root], GOAL_READ_S),
+        (f"list ({b} + {s})", [*trials, "list", "--root", root], GOAL_READ_S),
+        (f"resume, nothing to run ({b})", [*trials, "resume", big, "--root", root], GOAL_READ_S),
+        (f"report with plots ({s})", [*trials, "report", small, "--root", root, "--out", out_dir], GOAL_REPORT_S),
+    ]
+
+
+def time_once(argv: list[str], env: dict[str, str]) -> float:
+    t = time.perf_counter()
+    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    return time.perf_counter() - t
+
+
+def run(*, quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
+    n_big, n_small = (500, 100) if quick else (10_000, 1_000)
+    repeats = 2 if quick else 5
+    workdir = tempfile.mkdtemp(prefix="bench-read-")
+    try:
+        root = os.path.join(workdir, "jobs")
+        t = time.perf_counter()
+        build_job(root, "big", n_big, n_running=0, n_waiting=0, requeued=False)  # resume: nothing to run
+        build_job(root, "small", n_small, n_metrics=1, seed=1, n_running=0, n_waiting=0)
+        built_s = time.perf_counter() - t
+        cmds = commands(root, "big", "small", os.path.join(workdir, "report"), n_big=n_big, n_small=n_small)
+        env = dict(os.environ, PYTHONPATH=report.REPO)
+        for _, argv, _ in cmds:  # once untimed: snapshots and caches as after any earlier command
+            time_once(argv, env)
+        times: dict[str, list[float]] = {label: [] for label, _, _ in cmds}
+        for _ in range(repeats):
+            for label, argv, _ in cmds:
+                times[label].append(time_once(argv, env))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    base = statistics.median(times[cmds[0][0]])
+    old = statistics.median(times[cmds[1][0]])
+    rows, results, goals = [], {}, {}
+    for label, _, goal in cmds:
+        med = statistics.median(times[label])
+        ok = med <= goal if goal is not None and not quick else None
+        results[label] = {"median_s": med, "min_s": min(times[label]), "x_import_trials": med / base,
+                          "x_old_replay": med / old, "goal_s": goal, "goal": ok}
+        if goal is not None and not quick:
+            goals[f"{label} < {goal:g} s"] = ok
+        rows.append([label, med * 1000, min(times[label]) * 1000, med / base, med / old,
+                     "" if ok is None else report.verdict(ok)])
+    data = {"quick": quick, "repeats": repeats, "n_trials": [n_big, n_small], "build_s": built_s,
+            "commands": results, "goals": goals}
+    path = report.write_result(PART, data, out_dir=out_dir)
+    print(report.table(f"Reading a job: {n_big:,} and {n_small:,} trials, median of {repeats} interleaved runs "
+                       f"(built in {built_s:.0f} s)",
+                       ["command", "median ms", "min ms", "x import trials", "x old replay", "goal"], rows))
+    print(f"results: {path}")
+    return data
+
+
+if __name__ == "__main__":
+    run(quick="--quick" in sys.argv[1:])
