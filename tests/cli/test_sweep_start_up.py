@@ -8,8 +8,8 @@ import subprocess
 import sys
 import textwrap
 
-NOT_FOR_A_JOURNAL_SWEEP = ("sqlalchemy", "trials.study.leases", "trials.study.outages", "trials.study.journal_check",
-                           "trials.controller.container.runtime")
+NOT_FOR_A_JOURNAL_SWEEP = ("sqlalchemy", "trials.study.database.leases", "trials.study.database.outages",
+                           "trials.study.journal_check", "trials.controller.container.runtime")
 
 TRAINER = """
 import hypertune

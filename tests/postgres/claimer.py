@@ -10,7 +10,7 @@ import sys
 import time
 
 from trials.controller.jobs import registry
-from trials.study.leases import SharedJob
+from trials.study.database.leases import SharedJob
 
 url, job_id, mode, cap, go_file, n_claimers = (sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]),
                                                sys.argv[5], int(sys.argv[6]))

@@ -46,7 +46,7 @@ def _create_schema(conn, url, folder):
     (``-n``) opening a fresh database at once would race on CREATE TABLE (a duplicate-key error)."""
     from trials.controller.jobs import registry as controller
     from trials.spec.load import loads_spec
-    from trials.study.leases import SharedJob
+    from trials.study.database.leases import SharedJob
 
     conn.autocommit = True
     with conn.cursor() as cur:

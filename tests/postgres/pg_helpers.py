@@ -137,7 +137,7 @@ def blocked_by(conn, pid):
 
 def take_claim_lock(conn, study_id):
     """Take the job's claim lock in ``conn``'s transaction (every worker's claim waits until it ends)."""
-    from trials.study.leases import ADVISORY_LOCK_CLASS
+    from trials.study.database.leases import ADVISORY_LOCK_CLASS
 
     with conn.cursor() as cur:
         cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", (ADVISORY_LOCK_CLASS, study_id))
@@ -145,7 +145,7 @@ def take_claim_lock(conn, study_id):
 
 def leases(conn, study_id):
     """{trial id: (owner, heartbeat, seconds since it by the database's clock)} of the job's leases."""
-    from trials.study.leases import LEASE_TABLE
+    from trials.study.database.leases import LEASE_TABLE
 
     with conn.cursor() as cur:
         cur.execute(f"SELECT trial_id, owner, heartbeat, EXTRACT(EPOCH FROM CLOCK_TIMESTAMP()) - heartbeat "

@@ -19,7 +19,7 @@ from pg_helpers import (
 
 from trials import protocol
 from trials.controller.jobs import registry
-from trials.study.leases import ADVISORY_LOCK_CLASS, LEASE_TABLE, SharedJob
+from trials.study.database.leases import ADVISORY_LOCK_CLASS, LEASE_TABLE, SharedJob
 
 
 def _ends(worker, tmp_path):

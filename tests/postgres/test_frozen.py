@@ -14,14 +14,14 @@ from urllib.parse import urlsplit
 import pytest
 from pg_helpers import create_job, events, finish, output, start_worker, wait_for
 
-from trials.study import pg_session
+from trials.study.database import pg_session
 
 HOOKS = Path(__file__).resolve().parent.parent / "scripts" / "hooks"
 
 HOLDER = """\
 import os, signal, sys
 from trials.controller.jobs import registry
-from trials.study.leases import SharedJob
+from trials.study.database.leases import SharedJob
 url, job_id, ready = sys.argv[1:4]
 h = registry.open_job(job_id, root="unused", storage=url)
 shared = SharedJob(h.store, stale_after_s=60)

@@ -8,8 +8,8 @@ from sqlalchemy import exc as sa_exc
 
 from trials.errors import ConfigError, OutageInterruptedError, StorageUnreachableError
 from trials.storage_url import redact, scrub
-from trials.study.leases import Lease, heartbeat_interval, is_stale, reconcile, takeover_reason
-from trials.study.outages import Outages, is_connection_error, outage_limit_s
+from trials.study.database.leases import Lease, heartbeat_interval, is_stale, reconcile, takeover_reason
+from trials.study.database.outages import Outages, is_connection_error, outage_limit_s
 
 
 def lease(hb, owner="h:1"):

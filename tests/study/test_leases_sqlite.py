@@ -1,4 +1,4 @@
-"""trials/study/leases.py on SQLite (no advisory lock): a claim whose answer was lost is handed
+"""trials/study/database/leases.py on SQLite (no advisory lock): a claim whose answer was lost is handed
 out again, never a second trial in its place; a lease on a trial no longer RUNNING is dropped."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from sqlalchemy import exc as sa_exc
 from trials import protocol
 from trials.controller.jobs import registry
 from trials.spec.load import loads_spec
-from trials.study.leases import SharedJob
+from trials.study.database.leases import SharedJob
 
 SPEC = """
 metrics: {loss: minimize}

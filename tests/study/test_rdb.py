@@ -1,11 +1,11 @@
-"""The database storage's own reads and one-transaction writes (trials/study/rdb.py) on SQLite: they
+"""The database storage's own reads and one-transaction writes (trials/study/database/rdb.py) on SQLite: they
 read what Optuna reads, and keep Optuna's rules for finished trials."""
 
 import optuna
 import pytest
 from optuna.trial import TrialState
 
-from trials.study import rdb
+from trials.study.database import rdb
 from trials.study.storage import open_storage
 
 

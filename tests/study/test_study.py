@@ -220,7 +220,7 @@ def test_storage_url_and_outage_modules_do_not_import_optuna():
     import subprocess
     import sys
 
-    code = "import sys, trials.storage_url, trials.study.outages; print('optuna' in sys.modules)"
+    code = "import sys, trials.storage_url, trials.study.database.outages; print('optuna' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

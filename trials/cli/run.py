@@ -205,7 +205,7 @@ def _device_plan(job: JobSpec, args: argparse.Namespace) -> DevicePlan:
     from trials.controller.trial import devices
 
     if args.stale_after is not None:
-        from trials.study.leases import MIN_STALE_AFTER_S
+        from trials.study.database.leases import MIN_STALE_AFTER_S
 
         if not args.stale_after >= MIN_STALE_AFTER_S:
             raise ConfigError(f"--stale-after must be >= {MIN_STALE_AFTER_S:g} seconds (the job's lease "

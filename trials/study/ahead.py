@@ -14,8 +14,8 @@ stopping and signals. Here the next trial's parameters are computed while trials
 - when a slot frees, the loop takes the suggestion that is ready (:meth:`take`) and claims a
   WAITING trial with it in one write — unless results came since it was asked and the sampler is
   cheap beside the trials (:data:`FRESH_SHARE`): it is then made again with them (a suggestion made
-  ahead costs the search: ``benchmarks/suggest_ahead.py``'s quality table); nothing is recorded before the claim, so a controller killed
-  with a suggestion in hand loses nothing but that suggestion.
+  ahead costs the search: ``benchmarks/suggest_ahead.py``'s quality table); nothing is recorded
+  before the claim, so a controller killed with a suggestion in hand loses nothing but that suggestion.
 
 While fewer trials have completed than the sampler's random start-up needs, a suggestion is a
 random one made in the loop at the claim (what the sampler itself would do, without its process). A worker that
@@ -183,7 +183,7 @@ class AheadSuggester:
         ran = time.monotonic() - ready.asked_at  # about how long the slot's trial ran since it was asked
         if ready.seconds > FRESH_SHARE * ran:
             return False
-        counts = self.store.counts()
+        counts: dict[TrialState, int] = self.store.counts()
         return counts.get(TrialState.COMPLETE, 0) + counts.get(TrialState.PRUNED, 0) > ready.results
 
     def give_back(self, suggestion: Suggestion) -> None:

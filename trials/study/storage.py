@@ -16,19 +16,19 @@ from optuna.trial import FrozenTrial, TrialState
 
 from trials.errors import ConfigError, StorageError
 from trials.storage_url import first_line, is_journal_url, journal_path, redact, scrub
-from trials.study import writes
+from trials.study.database import writes
 
 if TYPE_CHECKING:  # a database's SQL and outages (sqlalchemy): a journal job never loads them
-    from trials.study import rdb
-    from trials.study.outages import Outages
+    from trials.study.database import rdb
+    from trials.study.database.outages import Outages
 else:
     class _Lazy:
-        """:mod:`trials.study.rdb`, imported when a database storage first uses it (it loads sqlalchemy)."""
+        """:mod:`trials.study.database.rdb`, imported when a database storage first uses it (it loads sqlalchemy)."""
 
         def __getattr__(self, name: str) -> Any:
             import importlib
 
-            return getattr(importlib.import_module("trials.study.rdb"), name)
+            return getattr(importlib.import_module("trials.study.database.rdb"), name)
 
     rdb = _Lazy()
 
@@ -82,7 +82,7 @@ def open_storage(url: str, *, heartbeat_interval_s: int | None = None,
     url = _postgres_driver(url)
     engine: dict[str, Any] = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
     if url.startswith(("postgresql", "postgres")):
-        from trials.study import pg_session
+        from trials.study.database import pg_session
 
         engine["connect_args"] = pg_session.connect_args()
         if "psycopg2" in url:
@@ -132,7 +132,7 @@ _RETRIED = (
 
 class RetryingRDBStorage(optuna.storages.RDBStorage):
     """Optuna's RDBStorage whose calls wait out connection outages when ``outages`` is set, with the
-    targeted reads and one-transaction writes of :mod:`trials.study.rdb` the job loop uses."""
+    targeted reads and one-transaction writes of :mod:`trials.study.database.rdb` the job loop uses."""
 
     outages: Outages | None = None
 

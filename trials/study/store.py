@@ -19,12 +19,15 @@ from optuna.trial import TrialState
 
 from trials.errors import ConfigError, JobNotFoundError
 from trials.spec import Algorithm, JobSpec, StudySpec, Value
-from trials.study import journal, writes
+from trials.study import journal
+from trials.study.database import writes
+from trials.study.database.writes import (
+    NotHeldError as NotHeldError,  # re-exported: a batch's lease was another worker's
+)
 from trials.study.names import ATTR_PREFIX as ATTR_PREFIX  # re-exported: where it always was
 from trials.study.samplers import acts_after_trial, make_sampler
 from trials.study.space import fixed_params, iter_grid, mirrors_doubles, suggest, values_from_optuna
 from trials.study.storage import RetryingRDBStorage, quiet_optuna
-from trials.study.writes import NotHeldError as NotHeldError  # re-exported: a batch's lease was another worker's
 
 try:  # Study.tell without the deep copy of the trial it returns (unused here; ~3 ms a trial whose
     # attributes carry its measurements, on the way from one trial to the next)

@@ -156,7 +156,7 @@ def create_job(job: JobSpec, *, root: str, job_id: str | None, spec_path: str | 
         "local": {k: getattr(job.local, k) for k in ("inject_restarts", "grace_period_s", "memory_limit_mb")},
     }
     if storage is not None:  # a database job: every worker takes over a trial after the same silence
-        from trials.study.leases import DEFAULT_STALE_AFTER_S
+        from trials.study.database.leases import DEFAULT_STALE_AFTER_S
 
         meta["stale_after_s"] = stale_after_s or DEFAULT_STALE_AFTER_S
     database = None if storage is None else open_storage(url)

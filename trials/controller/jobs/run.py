@@ -24,7 +24,7 @@ from trials.study.storage import RetryingRDBStorage
 if TYPE_CHECKING:
     from trials.controller.gcs.emulator import Warm
     from trials.controller.jobs.registry import JobHandle
-    from trials.study.leases import SharedJob
+    from trials.study.database.leases import SharedJob
 
 
 # --- run ------------------------------------------------------------------------------------------
@@ -93,8 +93,8 @@ def shared_job(h: JobHandle, *, stale_after_s: float | None = None,
     """
     if not is_shared(h):
         return None
-    from trials.study.leases import DEFAULT_STALE_AFTER_S, SharedJob
-    from trials.study.outages import Outages
+    from trials.study.database.leases import DEFAULT_STALE_AFTER_S, SharedJob
+    from trials.study.database.outages import Outages
 
     say = notify or (lambda line: print(f"trials: {line}", file=sys.stderr, flush=True))
     outages = Outages(say, url=h.storage_url)

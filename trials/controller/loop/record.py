@@ -21,7 +21,7 @@ from trials.spec import JobSpec
 from trials.study.store import Claimed, JobStore
 
 if TYPE_CHECKING:
-    from trials.study.leases import SharedJob
+    from trials.study.database.leases import SharedJob
 from trials.timefmt import rfc3339
 
 

@@ -42,7 +42,7 @@ from trials.spec import JobSpec, Scheduling
 from trials.study.store import Claimed, JobStore, NotHeldError
 
 if TYPE_CHECKING:  # a database job's leases: sqlalchemy, which a journal job never needs
-    from trials.study.leases import SharedJob
+    from trials.study.database.leases import SharedJob
 
 METRICS_POLL_S = 0.25  # metric reads of a running trial when no stopping rule needs every step
 STOP_POLL_S = 0.02  # while stopping every replica on the way out

@@ -19,7 +19,7 @@ from trials.timefmt import parse_rfc3339, rfc3339, wall_after
 
 if TYPE_CHECKING:
     from trials.study.ahead import Suggestion
-    from trials.study.leases import SharedJob
+    from trials.study.database.leases import SharedJob
 
 DEFAULT_GRACE_S = 10.0
 STATE_CHECK_INTERVAL_S = 1.0  # how often the loop reads the job's state written by others (cancel)

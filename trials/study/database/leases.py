@@ -27,8 +27,8 @@ from sqlalchemy import text
 from trials import protocol
 from trials.records import TrialState
 from trials.spec import StudySpec
-from trials.study.outages import Outages
-from trials.study.rdb import stored_now
+from trials.study.database.outages import Outages
+from trials.study.database.rdb import stored_now
 from trials.study.storage import RetryingRDBStorage
 from trials.study.store import Claimed, JobStore
 

@@ -24,9 +24,9 @@ from sqlalchemy import Float, Integer, String, Text, cast, func, literal, null, 
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import Session
 
-from trials.study.writes import NotHeldError as NotHeldError  # re-exported
-from trials.study.writes import TrialWrite as TrialWrite
-from trials.study.writes import check_values as check_values
+from trials.study.database.writes import NotHeldError as NotHeldError  # re-exported
+from trials.study.database.writes import TrialWrite as TrialWrite
+from trials.study.database.writes import check_values as check_values
 
 T = models.TrialModel
 P, V = models.TrialParamModel, models.TrialValueModel

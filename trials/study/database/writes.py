@@ -1,5 +1,5 @@
 """What a batch writes to a database trial, without the database (no sqlalchemy): the job loop and a
-journal job import this; :mod:`trials.study.rdb` writes it."""
+journal job import this; :mod:`trials.study.database.rdb` writes it."""
 
 from __future__ import annotations
 
