@@ -151,6 +151,10 @@ class RetryingRDBStorage(optuna.storages.RDBStorage):
                 return fn(session)
         return self._call(run)
 
+    def job_summaries(self, study_keys: Sequence[str], trial_keys: Sequence[str]) -> list[rdb.Summary]:
+        """Every study with the attributes named (see :func:`rdb.job_summaries`)."""
+        return self._read(lambda s: rdb.job_summaries(s, study_keys, trial_keys))
+
     def count_states(self, study_id: int) -> dict[TrialState, int]:
         """How many trials of the study are in each state (one statement)."""
         return self._read(lambda s: rdb.count_states(s, study_id))

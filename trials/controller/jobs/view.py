@@ -110,6 +110,13 @@ def list_jobs(root: str, storage: str | None) -> list[dict[str, Any]]:
         from trials.study.storage import open_storage, study_summaries
 
         opened = open_storage(storage)
+        summaries = getattr(opened, "job_summaries", None)
+        if summaries is not None:  # a database: the attributes the list shows, not every trial whole
+            for name, attrs, trials in summaries(("trials:state", "trials:create_time"), SHOWN_KEYS):
+                n = sum(shown(_Listed(state, user_attrs)) for state, user_attrs in trials)
+                out.append({"job_id": name, "state": attrs.get("trials:state", "?"), "trials": n,
+                            "create_time": attrs.get("trials:create_time", "")})
+            return out
         for s in study_summaries(opened):
             attrs = s.user_attrs
             n = sum(map(shown, opened.get_all_trials(s._study_id, deepcopy=False)))
@@ -129,6 +136,15 @@ def list_jobs(root: str, storage: str | None) -> list[dict[str, Any]]:
             out.append({"job_id": name, "state": meta.get("state", "?"), "trials": n_shown,
                         "create_time": meta.get("create_time", "")})
     return out
+
+
+SHOWN_KEYS = ("state", "start_time", "requeued")  # what ``describe.shown`` reads of a trial
+
+
+@dataclass(frozen=True, slots=True)
+class _Listed:
+    state: Any
+    user_attrs: dict[str, Any]
 
 
 def _listed(root: str, job_id: str) -> tuple[dict[str, Any], int]:

@@ -146,6 +146,30 @@ def _move(trial_id: int, old: TrialState) -> Any:
     return update(TRIALS).where(TRIALS.c.trial_id == trial_id, TRIALS.c.state == old)
 
 
+Summary = tuple[str, dict[str, Any], list[tuple[TrialState, dict[str, Any]]]]  # name, attributes, trials
+
+
+def job_summaries(session: Session, study_keys: Sequence[str], trial_keys: Sequence[str]) -> list[Summary]:
+    """Every study's name, its user attributes ``study_keys`` and each trial's state with its user
+    attributes ``trial_keys`` (``trials list``: three statements for the whole database, no trial read)."""
+    A = models.StudyUserAttributeModel
+    names = dict(session.execute(select(models.StudyModel.study_id, models.StudyModel.study_name)).all())
+    attrs: dict[int, dict[str, Any]] = {sid: {} for sid in names}
+    for sid, key, value in session.execute(select(A.study_id, A.key, A.value_json).where(A.key.in_(list(study_keys)))):
+        attrs.setdefault(sid, {})[key] = json.loads(value)
+    trials: dict[int, tuple[int, TrialState, dict[str, Any]]] = {}
+    rows = session.execute(select(T.trial_id, T.study_id, T.state, U.key, U.value_json)
+                           .outerjoin(U, (U.trial_id == T.trial_id) & U.key.in_(list(trial_keys))))
+    for tid, sid, state, key, value in rows:
+        entry = trials.setdefault(tid, (sid, state, {}))
+        if key is not None:
+            entry[2][key] = json.loads(value)
+    by_study: dict[int, list[tuple[TrialState, dict[str, Any]]]] = {sid: [] for sid in names}
+    for sid, state, user_attrs in trials.values():
+        by_study.setdefault(sid, []).append((state, user_attrs))
+    return [(names[sid], attrs.get(sid, {}), by_study.get(sid, [])) for sid in sorted(names)]
+
+
 def count_states(session: Session, study_id: int) -> dict[TrialState, int]:
     rows = session.execute(select(T.state, func.count(T.trial_id)).where(T.study_id == study_id).group_by(T.state))
     return {state: int(n) for state, n in rows}
