@@ -206,3 +206,25 @@ def test_a_suggestion_made_ahead_is_made_again_with_the_new_result_when_the_samp
         assert s.n_model == 2
     finally:
         s.close()
+
+
+def test_with_two_slots_a_spare_is_made_with_the_next_one_pending(tmp_path: Path) -> None:
+    store = job(tmp_path, "h")
+    s = suggester(store, tmp_path)
+    s.depth = 2
+    try:
+        s.prefetch()
+        deadline = time.monotonic() + ANSWER_BOUND_S
+        while s._ready is None or s._spare == [] or s._inflight is not None:  # the loop's passes
+            assert time.monotonic() < deadline, (s._ready, s._spare)
+            fd = s.fileno()
+            select.select([fd] if fd is not None else [], [], [], 0.5)
+            s.pump()
+        first, spare = s._ready, s._spare[0]
+        assert first.params is not None and spare.params is not None and first.params != spare.params
+        assert s.n_model == 2 and len(s._spare) == 1  # depth 2: no third
+        s.pump()
+        assert s._inflight is None
+        assert s.take() is first and s.take() is spare and s.take() is None
+    finally:
+        s.close()

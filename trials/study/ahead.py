@@ -36,7 +36,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
@@ -101,7 +101,7 @@ class AheadSuggester:
     """
 
     def __init__(self, store: Any, study: StudySpec, *, sampler_name: str, seed: int | None, log_path: str,
-                 directions: list[optuna.study.StudyDirection]):
+                 directions: list[optuna.study.StudyDirection], depth: int = 1):
         self.store = store
         self.study = study
         self.sampler_name = sampler_name
@@ -115,6 +115,9 @@ class AheadSuggester:
         self._seq = 0
         self._inflight: int | None = None  # the seq of the request the worker works on
         self._ready: Suggestion | None = None
+        self._spare: list[Suggestion] = []  # made ahead after the next one, with it pending
+        self._refill = False  # an answer came: a spare may be asked
+        self.depth = depth  # how many suggestions may be ready at once (the slots that may free together)
         self._restarts = 0
         self._started_once = False
         self._said_gave_up = False
@@ -133,10 +136,14 @@ class AheadSuggester:
         at the claim; so the first model-based trial is the one the sampler's rule says, its slot
         waiting for that one suggestion.
         """
-        if self._ready is not None or self._inflight is not None:
+        if self._inflight is not None:
             return
-        if self.store.waiting_running()[0] == 0:  # (a database: one count query)
-            if needed:
+        if self._ready is not None and (needed or self._ready.params is None or 1 + len(self._spare) >= self.depth):
+            return  # (the next one is ready: a spare only if more slots may free before a launch)
+        pending = [r.params for r in (self._ready, *self._spare) if r is not None and r.params is not None]
+        waiting = self.store.waiting_running()[0]
+        if waiting <= len(pending):  # (a database: one count query)
+            if needed and not pending:
                 self._ready = Suggestion(None)  # nothing to suggest for: the loop's claim finds none
             return
         mirrored = self.store.frozen_trials(MIRRORED_STATES)
@@ -155,7 +162,7 @@ class AheadSuggester:
         dropped = [n for n in self._sent if n not in now]
         self._seq += 1
         try:
-            self._write({"seq": self._seq, "trials": changed, "dropped": dropped})
+            self._write({"seq": self._seq, "trials": changed, "dropped": dropped, "pending": pending})
         except OSError:
             self._worker_died()
             return
@@ -170,8 +177,10 @@ class AheadSuggester:
         """
         if self._ready is None and self._inflight is not None:
             self._read_answers()
-        ready, self._ready = self._ready, None
+        ready, self._ready = self._ready, (self._spare.pop(0) if self._spare else None)
         if ready is not None and ready.params is not None and not ready.fresh and self._stale_and_affordable(ready):
+            self._spare.clear()  # made before the same results: made again too
+            self._ready = None
             self.prefetch(needed=True)
             if self._ready is not None:  # (could not ask: the one in hand is as good as any)
                 self._ready = None
@@ -188,8 +197,18 @@ class AheadSuggester:
 
     def give_back(self, suggestion: Suggestion) -> None:
         """A suggestion taken for a claim that found no trial to claim: it is the next one again."""
-        if self._ready is None:
-            self._ready = suggestion
+        if self._ready is not None:
+            self._spare.insert(0, self._ready)
+        self._ready = suggestion
+
+    def pump(self) -> None:
+        """Each pass of the loop: read an answer that came, and ask for a spare suggestion after it (up to
+        ``depth`` ready, each made with those before it pending: slots that free together wait for none)."""
+        if self._inflight is not None:
+            self._read_answers()
+        if self._refill and self._inflight is None:
+            self._refill = False
+            self.prefetch()
 
     def fileno(self) -> int | None:
         """The worker's answer pipe while a suggestion is in flight (for the loop's wait)."""
@@ -200,6 +219,7 @@ class AheadSuggester:
     def close(self) -> None:
         """Stop the worker (a suggestion in flight is dropped: nothing was recorded for it)."""
         busy, self._inflight = self._inflight is not None, None
+        self._spare.clear()
         self._reap(wait_s=0.0 if busy else 1.0)  # idle, it exits at the end of its input
 
     # -- the worker process
@@ -283,13 +303,19 @@ class AheadSuggester:
             self._inflight = None
             self.worker_seconds += float(answer.get("seconds", 0.0))
             if answer.get("error"):
-                self._ready = Suggestion(None, warning=f"the sampler failed ({answer['error']}); its parameters "
-                                                       f"were sampled at random")
+                if self._ready is None:  # (a spare that failed is not made: the next one is asked when due)
+                    self._ready = Suggestion(None, warning=f"the sampler failed ({answer['error']}); its "
+                                                           f"parameters were sampled at random")
             else:
                 self.n_model += 1
-                self._ready = Suggestion(dict(answer["params"]), dict(answer.get("system_attrs") or {}),
-                                         seconds=float(answer.get("seconds", 0.0)), asked_at=self._asked_at,
-                                         results=self._results, fresh=self._fresh)
+                made = Suggestion(dict(answer["params"]), dict(answer.get("system_attrs") or {}),
+                                  seconds=float(answer.get("seconds", 0.0)), asked_at=self._asked_at,
+                                  results=self._results, fresh=self._fresh)
+                if self._ready is None:
+                    self._ready = made
+                else:
+                    self._spare.append(made)
+                self._refill = not self._fresh
 
     def _reap(self, wait_s: float = 5.0) -> int | None:
         """End the worker: its input closed, it exits; killed if it has not within ``wait_s``."""
@@ -331,7 +357,7 @@ def _kill(proc: subprocess.Popen[bytes]) -> int:
 
 
 def for_job(store: Any, study: StudySpec, *, sampler_name: str, seed: int | None,
-            job_dir: str, n_trials: int) -> AheadSuggester | None:
+            job_dir: str, n_trials: int, depth: int = 1) -> AheadSuggester | None:
     """The job's ahead suggester when its sampler runs ahead, else None (the loop samples as before).
 
     The store's own sampler becomes a seeded random one: the loop samples with it only the start-up
@@ -343,7 +369,7 @@ def for_job(store: Any, study: StudySpec, *, sampler_name: str, seed: int | None
         return None
     directions = list(store.study.directions)
     ahead = AheadSuggester(store, study, sampler_name=sampler_name, seed=seed, directions=directions,
-                           log_path=os.path.join(job_dir, "sampler.log"))
+                           log_path=os.path.join(job_dir, "sampler.log"), depth=depth)
     store.study.sampler = optuna.samplers.RandomSampler(seed=seed)
     if n_trials > ahead.n_startup:
         ahead._start_when_due(store.frozen_trials(MIRRORED_STATES))
@@ -365,15 +391,22 @@ def _read(stream: BinaryIO) -> Any:
 
 
 def _suggest_one(sampler: optuna.samplers.BaseSampler, directions: list[Any], study: StudySpec,
-                 mirror: Mapping[int, FrozenTrial]) -> tuple[dict[str, Value], dict[str, Any]]:
-    from trials.study.space import suggest
+                 mirror: Mapping[int, FrozenTrial], pending: Sequence[Mapping[str, Value]] = ()
+                 ) -> tuple[dict[str, Value], dict[str, Any]]:
+    """The next trial's parameters over ``mirror``, with ``pending`` (suggestions made, not yet claimed)
+    as running trials."""
+    from trials.study.space import fixed_params, suggest
 
     storage = optuna.storages.InMemoryStorage()
     study_id = storage.create_new_study(directions, "ahead")
     for number in sorted(mirror):
         storage.create_new_trial(study_id, template_trial=mirror[number])
-    trial_id = storage.create_new_trial(study_id)
     mirror_study = optuna.Study(study_name="ahead", storage=storage, sampler=sampler)
+    for params in pending:
+        tid = storage.create_new_trial(study_id)
+        storage.set_trial_system_attr(tid, "fixed_params", fixed_params(study, params))
+        suggest(optuna.Trial(mirror_study, tid), study)  # (fixed: the sampler is not asked)
+    trial_id = storage.create_new_trial(study_id)
     params = suggest(optuna.Trial(mirror_study, trial_id), study)
     return params, dict(storage.get_trial_system_attrs(trial_id))
 
@@ -438,7 +471,8 @@ def main() -> int:
         began = time.monotonic()
         answer: dict[str, Any] = {"seq": req["seq"]}
         try:
-            answer["params"], answer["system_attrs"] = _suggest_one(sampler, init["directions"], init["study"], mirror)
+            answer["params"], answer["system_attrs"] = _suggest_one(sampler, init["directions"], init["study"], mirror,
+                                                                    req.get("pending", ()))
         except Exception as err:  # noqa: BLE001 - any sampler failure: that trial is random, the job goes on
             import traceback
 

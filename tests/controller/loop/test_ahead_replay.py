@@ -48,6 +48,9 @@ class ScriptedSuggestions:
     def give_back(self, suggestion: Suggestion) -> None:
         self.ready = self.ready or suggestion
 
+    def pump(self) -> None:
+        pass
+
     def fileno(self) -> int | None:
         return None
 

@@ -98,7 +98,7 @@ class JobRunner:
             from trials.study import ahead
 
             suggestions = ahead.for_job(store, job.study, sampler_name=store.sampler_name, seed=store.sampler_seed,
-                                        job_dir=options.job_dir, n_trials=store.n_trials())
+                                        job_dir=options.job_dir, depth=self._cap(), n_trials=store.n_trials())
         self._ahead = suggestions
         self._slot_waits = False  # a free slot waits for a suggestion being made
         self._waits_since: float | None = None  # since when
@@ -160,6 +160,8 @@ class JobRunner:
         while True:
             now = self.clock.monotonic()
             self.state.check_external_state(now)  # a cancel or a failure decided elsewhere
+            if self._ahead is not None:
+                self._ahead.pump()  # an answer that came; a spare suggestion asked after it
             if self.state.accepting_trials:
                 self._fill_slots(now)
                 self.state.max_parallel = max(self.state.max_parallel, len(self.running))
@@ -179,10 +181,13 @@ class JobRunner:
             waiting = self._ahead.fileno() if self._ahead is not None and self._slot_waits else None
             self._signals.wait(self.opt.poll_interval_s, () if waiting is None else (waiting,))
 
-    def _fill_slots(self, now: float) -> None:
+    def _cap(self) -> int:
+        """How many trials run here at once."""
         cap = self.job.parallel_trial_count
-        if self.opt.slots:
-            cap = min(cap, self.opt.slots)
+        return min(cap, self.opt.slots) if self.opt.slots else cap
+
+    def _fill_slots(self, now: float) -> None:
+        cap = self._cap()
         self._slot_waits = False
         while len(self.running) < cap:
             if self._alloc is not None and self.opt.devices is not None \
