@@ -224,11 +224,11 @@ class AheadSuggester:
 
     # -- the worker process
     def _start_when_due(self, mirrored: list[FrozenTrial]) -> None:
-        """Start the worker once half the random start-up has begun: its imports and warm-up (torch:
-        seconds of CPU) run while the rest of the start-up trials do, and a job or a controller run
-        that never gets past its first trials (a quick try, a crash loop) never pays for them."""
-        if self._proc is None and self._restarts == 0 and not self._started_once and \
-                len(mirrored) >= self.n_startup // 2:
+        """Start the worker with the job (when it has more trials than the random start-up): its
+        imports and warm-up (torch: seconds of CPU, at a low priority so the trials go first) run
+        while the start-up trials do, so the first model-based trial does not wait for them (started
+        at half the start-up, the first one waited 2.5 s of a 13 s job with 2 slots)."""
+        if self._proc is None and self._restarts == 0 and not self._started_once:
             self.start()
 
     def _ensure_worker(self) -> bool:
@@ -455,7 +455,12 @@ def main() -> int:
     quiet_optuna()
     sampler = make_sampler(init["sampler"], seed=init["seed"])
     if init["sampler"] in WARM_UP:
+        niceness = os.getpriority(os.PRIO_PROCESS, 0)
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, 0, niceness + 10)  # the trials first while we load
         _warm_up(init)
+        with contextlib.suppress(OSError):  # back (root may; otherwise it stays lower: trials still first)
+            os.setpriority(os.PRIO_PROCESS, 0, niceness)
     mirror: dict[int, FrozenTrial] = {}
     while True:
         req = _read(inp)
