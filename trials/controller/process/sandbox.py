@@ -83,6 +83,7 @@ def _inside(path: str, folder: str) -> bool:
 def _probe(sandbox: Sandbox, program: str) -> str | None:
     """Start ``true`` in a throw-away view of the job; the shim's error line when that fails."""
     probe_dir = os.path.join(sandbox.job_dir, f".sandbox-probe-{os.getpid()}")
+    _remove_dead_probes(sandbox.job_dir)
     try:
         os.makedirs(sandbox.gcs_root, exist_ok=True)  # the job's buckets: /gcs in every replica
         os.makedirs(probe_dir, exist_ok=True)
@@ -99,6 +100,28 @@ def _probe(sandbox: Sandbox, program: str) -> str | None:
         return None
     lines = proc.stderr.strip().splitlines()
     return lines[-1] if lines else f"the sandbox probe exited {proc.returncode}"
+
+
+def _remove_dead_probes(job_dir: str) -> None:
+    """The probe folders of controllers killed during their probe (SIGKILL leaves its ``finally`` unrun)."""
+    try:
+        names = os.listdir(job_dir)
+    except OSError:
+        return
+    for name in names:
+        pid = name.removeprefix(".sandbox-probe-")
+        if pid == name or not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # alive: another controller's probe (a worker of the same job folder)
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        path = os.path.join(job_dir, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            _remove_tree(path)
 
 
 def _remove_tree(folder: str) -> None:
