@@ -6,30 +6,18 @@ import sys
 
 import pytest
 
+from tests.integration import test_sampler_choice as sampler_choice
 from trials.study.samplers import gp_available
 
 pytestmark = pytest.mark.skipif(not gp_available(), reason="the GP sampler needs torch and scipy")
 
-SPEC = """\
-studySpec:
-  metrics:
-  - metricId: loss
-    goal: MINIMIZE
-  parameters:
-  - parameterId: x
-    doubleValueSpec: {minValue: -5, maxValue: 10}
-maxTrialCount: 13
-parallelTrialCount: 2
-"""
-TRAIN = """\
-import argparse, hypertune
-p = argparse.ArgumentParser(); p.add_argument("--x", type=float); a = p.parse_args()
-hypertune.HyperTune().report_hyperparameter_tuning_metric(
-    hyperparameter_metric_tag="loss", metric_value=(a.x - 1) ** 2, global_step=1)
-"""
+SPEC = sampler_choice.SPEC.replace("maxTrialCount: 2\nparallelTrialCount: 1",
+                                   "maxTrialCount: 13\nparallelTrialCount: 2")
+TRAIN = sampler_choice.TRAIN
 
 
 def test_the_gp_suggests_in_its_own_process_and_the_job_runs_to_its_end(tmp_path):
+    assert "maxTrialCount: 13" in SPEC
     (tmp_path / "spec.yaml").write_text(SPEC)
     (tmp_path / "train.py").write_text(TRAIN)
     env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}  # every Python process logs its imports on stderr
