@@ -9,10 +9,16 @@ CACHE=${TRIALS_CI_CACHE:-/var/cache/trials-ci}
 mkdir -p "$CACHE"
 start=$(date +%s)
 if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v mmdebstrap >/dev/null; then
-  if [ "$(id -u)" != 0 ]; then # docker (the daemon from Debian's docker.io) for the docker test: started here if none answers.
+  if [ "$(id -u)" != 0 ]; then echo "containers: podman/runc/mmdebstrap missing and not root"; exit 1; fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc mmdebstrap >/dev/null
+fi
+# docker (the daemon from Debian's docker.io) for the docker test: installed and started here if none answers.
 if [ "$(id -u)" = 0 ]; then
   if ! command -v dockerd >/dev/null; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >/dev/null || true
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >/dev/null 2>&1 ||
+      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >/dev/null; } ||
+      echo "containers: docker.io could not be installed: the docker test skips"
   fi
   if command -v dockerd >/dev/null && ! docker info >/dev/null 2>&1; then
     (dockerd >"$CACHE/dockerd.log" 2>&1 &)
@@ -22,10 +28,6 @@ fi
 # An ordinary user for the rootless test (useradd gives it its subuid/subgid ranges).
 if [ "$(id -u)" = 0 ] && ! id trials-rootless >/dev/null 2>&1; then
   useradd --create-home trials-rootless
-fi
-echo "containers: podman/runc/mmdebstrap missing and not root"; exit 1; fi
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc mmdebstrap >/dev/null
 fi
 # This machine kind's settings (a normal workstation needs neither): no rlimit raises, runc on hybrid cgroups.
 printf '[containers]\ndefault_ulimits = []\n' > "$CACHE/containers.conf"

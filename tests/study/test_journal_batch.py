@@ -13,6 +13,7 @@ from optuna.storages.journal import JournalFileBackend
 
 from trials.spec.load import loads_spec
 from trials.study.journal import one_write
+from trials.study.storage import open_storage
 from trials.study.store import JobStore
 
 SPEC = """\
@@ -25,9 +26,11 @@ max_trial_count: 4
 """
 
 
-def open_store(path: Path) -> tuple[JobStore, object]:
+def open_store(path: Path, opener: str = "product") -> tuple[JobStore, object]:
+    """The store over the storage the product opens (``open_storage``: Optuna's from a snapshot), or
+    over plain Optuna's ``JournalStorage``."""
     job = loads_spec(SPEC, source="t.yaml")
-    storage = JournalStorage(JournalFileBackend(str(path)))
+    storage = open_storage(str(path)) if opener == "product" else JournalStorage(JournalFileBackend(str(path)))
     store = JobStore.create(storage, "j", job, {}, {}, sampler_name="tpe", seed=1)
     return store, job
 
@@ -36,9 +39,10 @@ def plain(path: Path) -> list[optuna.trial.FrozenTrial]:
     return optuna.load_study(study_name="j", storage=JournalStorage(JournalFileBackend(str(path)))).trials
 
 
-def test_a_claim_in_one_write_is_one_fsync_and_plain_optuna_reads_it(tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("opener", ["product", "plain"])
+def test_a_claim_in_one_write_is_one_fsync_and_plain_optuna_reads_it(tmp_path: Path, monkeypatch, opener) -> None:
     path = tmp_path / "journal.log"
-    store, job = open_store(path)
+    store, job = open_store(path, opener)
     calls = []
     real_fsync = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real_fsync(fd))[1])
@@ -108,3 +112,22 @@ def test_a_trial_told_through_the_store_is_what_study_tell_records(tmp_path: Pat
     assert [(t.state.name, t.values) for t in got[:3]] == [("COMPLETE", [0.5]), ("PRUNED", None), ("FAIL", None)]
     with pytest.raises(ValueError):
         store.complete(got[3].number, [1.0])  # a WAITING trial, never claimed: Optuna's own check refuses it
+
+
+def test_a_reported_step_and_its_attributes_are_one_record_write(tmp_path: Path, monkeypatch) -> None:
+    """A step's intermediate value and its elapsed time land together: a controller SIGKILLed between
+    two separate writes left a step without its elapsed time (the storage ``open_storage`` gives is a
+    subclass of Optuna's, which the one-write path once took for a foreign storage)."""
+    path = tmp_path / "journal.log"
+    store, job = open_store(path)
+    claimed = store.claim(job.study)
+    assert claimed is not None
+    calls = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real_fsync(fd))[1])
+    store.report_many(claimed.storage_id, [(1, 0.5), (2, 0.25)], {"live_elapsed_s": {"1": 0.1, "2": 0.2}})
+    assert len(calls) == 1
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    got = plain(path)[0]
+    assert got.intermediate_values == {1: 0.5, 2: 0.25}
+    assert got.user_attrs["live_elapsed_s"] == {"1": 0.1, "2": 0.2}

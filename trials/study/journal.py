@@ -23,6 +23,15 @@ except (ImportError, AttributeError):  # another Optuna layout: use the public s
     INTERMEDIATE_VALUE = USER_ATTR = -1
 
 
+def _is_journal(storage: BaseStorage) -> bool:
+    """Optuna's JournalStorage, or a subclass that writes as it does (``optuna_snapshot.SnapshotStorage``
+    only changes how it opens): a subclass seen as foreign silently lost the one-write guarantee."""
+    cls = type(storage)
+    return isinstance(storage, optuna.storages.JournalStorage) and all(
+        getattr(cls, name) is getattr(optuna.storages.JournalStorage, name)
+        for name in ("_write_log", "_sync_with_backend", "set_trial_intermediate_value", "set_trial_user_attr"))
+
+
 def append(storage: BaseStorage, records: Sequence[tuple[int, dict[str, Any]]]) -> bool:
     """Write several journal operations with one lock, one write and one fsync; False if it cannot.
 
@@ -32,7 +41,7 @@ def append(storage: BaseStorage, records: Sequence[tuple[int, dict[str, Any]]]) 
     """
     if not records:
         return True
-    if type(storage) is not optuna.storages.JournalStorage or USER_ATTR < 0:
+    if not _is_journal(storage) or USER_ATTR < 0:
         return False
     lock = getattr(storage, "_thread_lock", None)
     replay = getattr(storage, "_replay_result", None)
@@ -89,7 +98,8 @@ def one_write(storage: BaseStorage) -> Iterator[None]:
     if isinstance(backend, _Deferred):  # already inside a block: its end writes
         yield
         return
-    if (type(storage) is not optuna.storages.JournalStorage or type(backend) is not JournalFileBackend
+    if (not _is_journal(storage) or not isinstance(backend, JournalFileBackend)
+            or type(backend).append_logs is not JournalFileBackend.append_logs
             or not all(hasattr(backend, a) for a in ("_lock", "_file_path", "_log_number_offset"))
             or not hasattr(storage, "_replay_result") or not hasattr(storage, "_thread_lock")):
         yield
