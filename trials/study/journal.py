@@ -7,7 +7,7 @@ import contextlib
 import json
 import os
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import optuna
 from optuna.storages import BaseStorage
@@ -23,7 +23,7 @@ except (ImportError, AttributeError):  # another Optuna layout: use the public s
     INTERMEDIATE_VALUE = USER_ATTR = -1
 
 
-def _is_journal(storage: BaseStorage) -> bool:
+def _is_journal(storage: BaseStorage) -> TypeGuard[optuna.storages.JournalStorage]:
     """Optuna's JournalStorage, or a subclass that writes as it does (``optuna_snapshot.SnapshotStorage``
     only changes how it opens): a subclass seen as foreign silently lost the one-write guarantee."""
     cls = type(storage)
