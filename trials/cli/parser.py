@@ -6,7 +6,7 @@ import argparse
 
 from trials import protocol
 from trials.cli.admin import _cmd_cancel, _cmd_check, _cmd_repair, _cmd_validate
-from trials.cli.run import _cmd_resume, _cmd_sweep, _cmd_worker
+from trials.cli.run import _cmd_resume, _cmd_serve, _cmd_sweep, _cmd_worker
 from trials.cli.show import _cmd_best, _cmd_describe, _cmd_export, _cmd_list, _cmd_report
 
 
@@ -214,6 +214,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", help="where to write index.html and the PNGs (default <job folder>/report)")
     p.add_argument("--no-plots", action="store_true", help="tables only, no matplotlib")
     p.set_defaults(handler=_cmd_report)
+
+    p = sub.add_parser("serve", help="serve Vertex AI's v1 JobService REST API on localhost, for the aiplatform SDK")
+    _job_args(p)
+    p.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080; 0 picks a free one)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1; the server checks no credentials)")
+    p.add_argument("--runtime", metavar="NAME", help="where each job's replicas run: host (default), podman or docker")
+    p.add_argument("--project-number", metavar="N", help="what trials get as CLOUD_ML_PROJECT_ID")
+    p.add_argument("--quiet", action="store_true", help="print only where it serves")
+    p.set_defaults(handler=_cmd_serve)
 
     return parser
 

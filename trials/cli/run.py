@@ -350,3 +350,10 @@ def _summary(h: JobHandle, runner: JobRunner, args: argparse.Namespace) -> int:
         print(f"resume it with: trials resume {h.job_id}{root}")
         return protocol.EXIT_INTERRUPTED
     return 1
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from trials.controller.api.server import serve_main
+
+    return serve_main(root=args.root, storage=args.storage, runtime=args.runtime, project_number=args.project_number,
+                      host=args.host, port=args.port, quiet=args.quiet)
