@@ -472,6 +472,10 @@ class JobStore:
     def completed_curves(self) -> list[FrozenTrial]:
         return self.frozen_trials((TrialState.COMPLETE,))
 
+    def delete_study(self) -> None:
+        """The job's study and its trials, gone from the storage (``trials serve``'s jobs.delete)."""
+        self.storage.delete_study(self._study_id)
+
     def requeue(self, storage_id: int) -> None:
         """RUNNING -> WAITING: the trial runs again (same id and parameters) when next claimed."""
         if self._rdb is not None:

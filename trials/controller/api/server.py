@@ -218,9 +218,7 @@ class Api:
             raise ApiError(400, f"HyperparameterTuningJob {job_id} is {rest.get('state')}: cancel it and wait "
                                 f"for it to end before deleting it", "FAILED_PRECONDITION")
         if self.storage is not None:
-            import optuna
-
-            optuna.delete_study(study_name=job_id, storage=h.store.storage)
+            h.store.delete_study()
         job_dir = registry.job_dir_of(self.root, job_id)
         if os.path.isdir(job_dir) and not os.path.islink(job_dir):
             shutil.rmtree(job_dir)

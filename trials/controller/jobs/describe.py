@@ -98,7 +98,7 @@ def job_to_rest(job_id: str, meta: Mapping[str, Any], trials: Sequence[Any],
     ``steps=False``: measurements as stored, for ``rows`` (see ``trial_to_rest``)."""
     spec = dict(meta.get("spec") or {})
     project = meta.get("project_number") or protocol.DEFAULT_PROJECT_NUMBER
-    parent = meta.get("api_parent") or f"projects/{project}/locations/local"  # (a job made by `trials serve`: its path's)
+    parent = meta.get("api_parent") or f"projects/{project}/locations/local"  # (`trials serve` keeps its path's)
     out: dict[str, Any] = {"name": f"{parent}/hyperparameterTuningJobs/{job_id}"}
     out["displayName"] = spec.get("displayName") or job_id
     for key in ("studySpec", "maxTrialCount", "parallelTrialCount", "maxFailedTrialCount", "trialJobSpec", "labels",
