@@ -30,9 +30,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if args.trainer is not None:
         from trials.controller.trial import preflight
 
-        argv = preflight.trainer_command(job, args.local_command or None,
-                                         target=args.trainer or None)
-        print(preflight.check_trainer(argv, args.spec, required=True))
+        lines, error = preflight.validate_trainer(job, args.spec, local_command=args.local_command or None,
+                                                  target=args.trainer or None, pass_env=args.pass_env)
+        for line in lines:
+            print(line)
+        if error is not None:
+            raise ConfigError(error)
     return protocol.EXIT_OK
 
 
