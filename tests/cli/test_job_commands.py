@@ -105,3 +105,28 @@ def test_cancel_of_a_job_that_has_ended_says_there_is_nothing_to_cancel(tmp_path
     code, out, _ = _run(capsys, "describe", "rep", "--root", str(tmp_path / "jobs"))
     assert "JOB_STATE_SUCCEEDED" in out[0]
 
+
+
+def test_best_of_a_job_whose_image_entrypoint_ran_names_it(tmp_path, capsys):
+    from trials.controller.jobs import registry
+    from trials.spec.load import loads_spec
+
+    job = loads_spec("""studySpec:
+  metrics: [{metricId: loss, goal: MINIMIZE}]
+  parameters: [{parameterId: n, integerValueSpec: {minValue: 1, maxValue: 1}}]
+maxTrialCount: 1
+trialJobSpec:
+  workerPoolSpecs:
+  - machineSpec: {machineType: n1-standard-4}
+    replicaCount: 1
+    containerSpec: {imageUri: "gcr.io/p/t:1", args: [--epochs=10]}
+""", source="spec.yaml")
+    h = registry.create_job(job, root=str(tmp_path / "jobs"), job_id="img", spec_path=None, storage=None,
+                            base_output_dir=None, project_number=None, local_command=None, cwd=str(tmp_path))
+    c = h.store.claim(job.study)
+    h.store.set_trial_attrs(c.storage_id, state="SUCCEEDED")
+    h.store.complete(c.number, [0.5])
+    code, out, _ = _run(capsys, "best", "img", "--root", str(tmp_path / "jobs"))
+    assert code == 0 and out[:3] == ["trial 1: loss=0.5",
+                                     "  command: the ENTRYPOINT of gcr.io/p/t:1 with --epochs=10 --n=1",
+                                     f"  run in: {tmp_path}"]
