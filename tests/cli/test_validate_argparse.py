@@ -81,8 +81,8 @@ def test_a_trainer_whose_help_is_not_argparse_is_not_checked(project: Path) -> N
     assert out.returncode == 0 and out.stderr == ""
     assert out.stdout.splitlines()[-1] == (
         "note: validation of the flags was skipped: the trainer `python plain.py --epochs=3` is not a trials.main/"
-        "trials-run trainer and its --help is not argparse's (no `usage:` line); it exited 0 without answering "
-        "(no output)")
+        "trials-run trainer and its --help is not argparse's (no `usage:` line: it printed `training with "
+        "{'epochs': '3'} (this trainer has no --help)` and exited 0)")
 
 
 def test_a_trainer_that_cannot_run_is_an_error(project: Path) -> None:

@@ -222,8 +222,13 @@ def validate_trainer(job: JobSpec, spec_path: str, *, local_command: Sequence[st
         return [], f"could not run the trainer `{shown}` to check {spec_path}: {answer.reason}"
     help_ = argparse_help.parse_help(answer.stdout) or argparse_help.parse_help(answer.stderr)
     if help_ is None:
+        first = next((line.strip() for line in (answer.stdout + "\n" + answer.stderr).splitlines() if line.strip()),
+                     None)
+        printed = f"it printed `{printable(first, limit=120)}`" if first else "it printed nothing"
+        ended = (f"exited {answer.exit_code}" if answer.exit_code is not None
+                 else answer.reason.removeprefix("it "))
         return [f"note: validation of the flags was skipped: the trainer `{shown}` is not a trials.main/"
-                f"trials-run trainer and its --help is not argparse's (no `usage:` line); {answer.reason}"], None
+                f"trials-run trainer and its --help is not argparse's (no `usage:` line: {printed} and {ended})"], None
     if help_.error and help_.error.startswith("argument "):  # a value of the args refused before --help
         return [], (f"the trainer `{shown}` refuses the trial's args before any flag of {spec_path}: "
                     f"{printable(help_.error)}")
