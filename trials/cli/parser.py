@@ -95,8 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     _pass_env_arg(p)
     p.add_argument("--trainer", nargs="?", const="", metavar="TARGET",
                    help="check every parameter, type, range and choice against a trials.main/trials-run "
-                        "trainer: module:function or file.py[:function], or (no TARGET) the command "
-                        "after -- or the spec's")
+                        "trainer (any other: every flag against its argparse --help): module:function or "
+                        "file.py[:function], or (no TARGET) the command after -- or the spec's")
     p.add_argument("--runtime", metavar="NAME", help="show what a trial gets under this runtime: host (the default), "
                    "podman, docker or container (each replica a container of its pool's image)")
     p.add_argument("--image", action="append", default=[], metavar="URI=LOCAL",

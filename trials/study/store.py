@@ -154,7 +154,8 @@ class JobStore:
         try:
             study = optuna.load_study(study_name=job_id, storage=storage)
         except KeyError:
-            raise JobNotFoundError(f"no job {job_id!r} in the storage") from None
+            names = [s.study_name for s in storage.get_all_studies()]
+            raise JobNotFoundError.in_storage(job_id, names) from None
         if not sampler:
             return cls(storage, study, job_id)
         attrs = study.user_attrs

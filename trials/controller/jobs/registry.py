@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from trials import protocol
-from trials.errors import ConfigError, JobNotFoundError, StorageError
+from trials.errors import ConfigError, JobNotFoundError, StorageError, did_you_mean
 from trials.records import JobState
 from trials.spec import Algorithm, JobSpec, LocalOptions
 from trials.storage_url import JOURNAL_FILE, redact
@@ -238,9 +238,20 @@ def job_url(job_id: str, *, root: str, storage: str | None) -> str:
     """The storage URL of a job (its journal under ``root`` unless ``storage``); it must exist."""
     job_dir = job_dir_of(root, job_id)
     if storage is None and not os.path.exists(os.path.join(job_dir, JOURNAL_FILE)):
-        raise JobNotFoundError(f"no job {job_id!r} under {os.path.abspath(root)} (looked for "
+        close = did_you_mean(job_id, _jobs_under(root))
+        hint = f": did you mean {close}?" if close else ""
+        raise JobNotFoundError(f"no job {job_id!r} under {os.path.abspath(root)}{hint} (looked for "
                                f"{os.path.join(job_dir, JOURNAL_FILE)}); pass --root or --storage")
     return storage_url_for(job_dir, storage)
+
+
+def _jobs_under(root: str) -> list[str]:
+    """The ids of the jobs under ``root`` (its folders with a journal)."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    return [n for n in names if os.path.isfile(os.path.join(root, n, JOURNAL_FILE))]
 
 
 def checked_meta(meta: dict[str, Any], job_id: str, url: str) -> dict[str, Any]:
