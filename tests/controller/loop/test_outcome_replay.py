@@ -118,3 +118,9 @@ def test_an_explicit_max_failed_trial_count_leaves_it_to_vertexs_rule(tmp_path: 
 def test_no_stop_after_a_success_or_for_different_reasons(tmp_path: Path, plan: Any) -> None:
     state, _, _, backend = replay(tmp_path, plan, n=5)
     assert state == JobState.SUCCEEDED and len(backend.started) == 5
+
+
+def test_nothing_is_stopped_when_no_trial_is_left_to_run(tmp_path: Path) -> None:
+    state, _, h, backend = replay(tmp_path, lambda trial, attempt: Script(steps=2, tag="val_loss"), n=3)
+    assert state == JobState.SUCCEEDED  # as on Vertex: stopping would save nothing
+    assert len(backend.started) == 3 and h.store.get_meta("error") is None

@@ -96,7 +96,7 @@ def check_failure_budget(h: JobHandle, *, max_failed: int | None = None, max_tri
     left = sum(h.store.waiting_running()) + max(0, (max_trial_count or 0) - h.store.n_trials())
     limit = h.job.max_failed_trial_count if max_failed is None else max_failed
     job = replace(h.job, max_failed_trial_count=limit)
-    if left and same_reason_failure(job, infeasible=infeasible_by_end(by_number), n_succeeded=n_ok,
+    if left and same_reason_failure(job, infeasible=infeasible_by_end(by_number), n_succeeded=n_ok, n_left=left,
                                     keep_going=keep_going or bool(h.store.get_meta("keep_going"))):
         raise ConfigError(f"job {h.job_id} would fail again at once: its first trials were infeasible for the "
                           f"same reason and none succeeded; fix that, then resume it with --keep-going to run "

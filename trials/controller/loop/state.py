@@ -266,9 +266,12 @@ class LoopState:
 
     def _failure_rules(self) -> str | None:
         """Vertex's failure rule (``maxFailedTrialCount``), then ours: the first trials infeasible for one reason."""
-        return exits.job_failure(self.job, n_failed=self.n_failed, n_succeeded=self.n_succeeded,
-                                 first_failure=self.first_failure) or exits.same_reason_failure(
-            self.job, infeasible=self.infeasible, n_succeeded=self.n_succeeded, keep_going=self.opt.keep_going)
+        error = exits.job_failure(self.job, n_failed=self.n_failed, n_succeeded=self.n_succeeded,
+                                  first_failure=self.first_failure)
+        if error is not None or len(self.infeasible) < exits.SAME_REASON_TRIALS:
+            return error
+        return exits.same_reason_failure(self.job, infeasible=self.infeasible, n_succeeded=self.n_succeeded,
+                                         n_left=self.store.waiting_running()[0], keep_going=self.opt.keep_going)
 
     def _count_finished(self) -> None:
         attrs = self.store.trial_attrs(*exits.INFEASIBLE_ATTRS)

@@ -224,16 +224,17 @@ INFEASIBLE_ATTRS = ("state", "failed", "infeasible_reason", "stopped_by_job", "e
 
 
 def same_reason_failure(job: JobSpec, *, infeasible: Sequence[tuple[str, str]], n_succeeded: int,
-                        keep_going: bool, n: int = SAME_REASON_TRIALS) -> str | None:
+                        n_left: int, keep_going: bool, n: int = SAME_REASON_TRIALS) -> str | None:
     """Return the job's error message when its first ``n`` finished trials were infeasible for one
     reason and none succeeded, else None (our rule: running the others would only repeat it).
 
     ``infeasible``: (trial id, reason) of each trial infeasible without failing (it ended without the
-    objective metric, or with a non-finite value), in the order they finished. Only when
+    objective metric, or with a non-finite value), in the order they finished; ``n_left``: trials not
+    started yet (none: there is nothing to save, the job ends as Vertex would end it). Only when
     ``maxFailedTrialCount`` is unset (0): a job that sets it gets Vertex's rule alone
     (:func:`job_failure`). ``keep_going`` (``--keep-going``) turns the rule off.
     """
-    if keep_going or job.max_failed_trial_count > 0 or n_succeeded or len(infeasible) < n:
+    if keep_going or job.max_failed_trial_count > 0 or n_succeeded or not n_left or len(infeasible) < n:
         return None
     first = infeasible[:n]
     reason = first[0][1]
