@@ -47,6 +47,16 @@ def test_the_first_3_trials_infeasible_for_one_reason_stop_the_job(tmp_path: Pat
                                 "--format", "json"], capture_output=True, text=True, timeout=60)
     assert '"state": "JOB_STATE_FAILED"' in described.stdout and '"code": 3' in described.stdout
 
+    resume = [sys.executable, "-m", "trials", "resume", "same", "--root", str(tmp_path / "jobs")]
+    again = subprocess.run(resume, capture_output=True, text=True, timeout=120)
+    assert (again.returncode, again.stdout) == (2, "")  # refused, nothing written
+    assert again.stderr == ("trials: error: job same would fail again at once: its first trials were infeasible "
+                            "for the same reason and none succeeded; fix that, then resume it with --keep-going to "
+                            "run its 1 trial left\n")
+    on = subprocess.run([*resume, "--keep-going"], capture_output=True, text=True, timeout=120)
+    assert on.returncode == 1 and "trial 4 INFEASIBLE" in on.stdout, on.stdout + on.stderr
+    assert "job same JOB_STATE_SUCCEEDED: 0 succeeded (0 stopped early), 4 infeasible, 0 not run" in on.stdout
+
 
 def test_keep_going_runs_every_trial(tmp_path: Path) -> None:
     code, lines = _sweep(tmp_path, "all", "--keep-going")

@@ -100,7 +100,7 @@ def check_failure_budget(h: JobHandle, *, max_failed: int | None = None, max_tri
                                     keep_going=keep_going or bool(h.store.get_meta("keep_going"))):
         raise ConfigError(f"job {h.job_id} would fail again at once: its first trials were infeasible for the "
                           f"same reason and none succeeded; fix that, then resume it with --keep-going to run "
-                          f"its {left} trials left")
+                          f"its {left} trial{'' if left == 1 else 's'} left")
     if not left or job_failure(job, n_failed=n_failed, n_succeeded=n_ok, first_failure="") is None:
         return
     rule = f"maxFailedTrialCount={limit}" if limit else "maxFailedTrialCount unset: the first failure ends it"
