@@ -36,12 +36,11 @@ RAN_TO_END = "not marked stopped early: it reached where the completed trials en
 class _Running:
     """What the view knows of a running trial."""
 
-    started: float  # monotonic, as the view saw it start
     step: int | None = None
     metrics: Mapping[str, float] = field(default_factory=dict)
     seconds: float = 0.0  # its time, as the loop last told it
     told: float = 0.0  # when its time was told (monotonic)
-    last_beat: float = 0.0  # its last heartbeat line (or its start)
+    last_beat: float = 0.0  # its last heartbeat line, or its start (monotonic)
 
 
 class Progress:
@@ -98,7 +97,7 @@ class Progress:
         if isinstance(event, ev.TrialStarted):
             self.running += 1
             now = self.clock()
-            self.trials[event.trial_id] = _Running(started=now, told=now, last_beat=now)
+            self.trials[event.trial_id] = _Running(told=now, last_beat=now)
             what = "resumed" if event.resumed else "started"
             params = " ".join(f"{k}={display(v, 3)}" for k, v in event.params.items())
             self._line(f"trial {event.trial_id} {what}: {params}", event)
