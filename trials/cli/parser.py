@@ -50,6 +50,8 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--echo", action="store_true",
                    help="echo every replica's output, prefixed, with control characters escaped")
     p.add_argument("--quiet", action="store_true", help="print only warnings and the summary's exit code")
+    p.add_argument("--keep-going", action="store_true",
+                   help="run every trial even when the first 3 are infeasible for the same reason (kept by the job)")
     p.add_argument("--json-logs", action="store_true", help="one JSON object per event")
     p.add_argument("--gpus", metavar="IDS", help="GPUs to hand out, e.g. 0,1,2 (default: nvidia-smi -L)")
     p.add_argument("--ignore-accelerators", action="store_true",
