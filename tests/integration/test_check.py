@@ -3,6 +3,7 @@ that one; a trainer that follows them all, and the repository's examples, pass."
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -86,6 +87,7 @@ def test_on_a_fast_trainer_sigterm_lands_halfway_and_the_restart_resumes_from_th
     """10 epochs with no pause between them: the run is held after 5 reports until SIGTERM landed."""
     code, flagged, card = check(tmp_path, capsys, monkeypatch, FAST, sys.executable, TRAINER, "--epoch_s=0")
     lines = {c["check"]: c for c in card["checks"]}
+    assert re.search(r"SIGTERM at step (\d+)", lines["SIGTERM"]["seen"]).group(1) == "5", card  # not at the end
     assert lines["SIGTERM"]["seen"] == "exited {} s after SIGTERM at step 5 of 10 (status 0)".format(
         lines["SIGTERM"]["seen"].split()[1]), card
     # SIGTERM at step 5: it stopped after step 5, or after the step in hand (6)

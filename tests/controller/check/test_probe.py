@@ -184,7 +184,7 @@ def test_a_run_that_ends_before_its_interruption_is_inconclusive(tmp_path: Path)
     assert result.notes == []
     sigterm = next(line for line in result.lines if line.check == "SIGTERM")
     assert (sigterm.verdict.value, sigterm.seen) == (
-        "warn", "inconclusive: the run ended before SIGTERM could be sent (all 4 steps in 4.0 s)")
+        "warn", "inconclusive: the run ended before SIGTERM could be sent (4 reports in 4.0 s)")
 
 
 def fast(replica: str, attempt: int) -> Script:

@@ -77,11 +77,11 @@ def test_sigterm_after_the_last_step_is_inconclusive_not_a_pass():
                        stop=good_stop(sent_after_steps=[1, 2, 3, 4], reported_before_restart=[1, 2, 3, 4],
                                       restart=good_run(reports=[])))
     assert card(obs)[8:12] == [
-        "WARN  SIGTERM                  inconclusive: it arrived after the last step (all 4 steps in 2.0 s)",
+        "WARN  SIGTERM                  inconclusive: it arrived after the last step (4 reports in 2.0 s)",
         "                               → run more epochs or steps (--params epochs=16) so that the run can be "
         "interrupted halfway",
         "WARN  resume after restart     inconclusive: restarted after the last step (4): resuming mid-run was not "
-        "seen (all 4 steps in 2.0 s)",
+        "seen (4 reports in 2.0 s)",
         "                               → run more epochs or steps (--params epochs=16) so that the run can be "
         "interrupted halfway",
     ]
@@ -94,10 +94,10 @@ def test_a_restart_after_the_step_in_hand_was_the_last_is_inconclusive():
                                       restart=good_run(reports=[])))
     assert card(obs)[8:12] == [
         "WARN  SIGTERM                  inconclusive: SIGTERM came at step 3 of 4 and the run ended with its last "
-        "step (all 4 steps in 2.0 s)",
+        "step (4 reports in 2.0 s)",
         "                               → run more epochs or steps so that the run can be interrupted halfway",
         "WARN  resume after restart     inconclusive: restarted after the last step (4): resuming mid-run was not "
-        "seen (all 4 steps in 2.0 s)",
+        "seen (4 reports in 2.0 s)",
         "                               → run more epochs or steps so that the run can be interrupted halfway",
     ]
 
@@ -106,12 +106,12 @@ def test_a_run_that_ended_before_sigterm_is_inconclusive_with_the_fix():
     obs = Observations(metric_ids=("accuracy",), clean=good_run(), interrupt_missed=True,
                        longer_run="--params epochs=16")
     assert card(obs)[8:13] == [
-        "WARN  SIGTERM                  inconclusive: the run ended before SIGTERM could be sent (all 4 steps in "
+        "WARN  SIGTERM                  inconclusive: the run ended before SIGTERM could be sent (4 reports in "
         "2.0 s)",
         "                               → run more epochs or steps (--params epochs=16) so that the run can be "
         "interrupted halfway",
         "WARN  resume after restart     inconclusive: not restarted: the run ended before SIGTERM could be sent "
-        "(all 4 steps in 2.0 s)",
+        "(4 reports in 2.0 s)",
         "                               → run more epochs or steps (--params epochs=16) so that the run can be "
         "interrupted halfway",
         "SKIP  restart cost             not measured",
@@ -254,3 +254,15 @@ def test_without_a_base_starting_over_names_the_missing_base():
     resume = lines(obs)["resume after restart"]
     assert resume.verdict is Verdict.FAIL and "no baseOutputDirectory" in resume.seen
     assert resume.fix.startswith("give the job a baseOutputDirectory")
+
+
+def test_a_trainer_reporting_every_ten_rounds_resumes_at_its_next_reported_step():
+    every_ten = dict(metric_ids=("accuracy",), clean=good_run(reports=reports([10, 20, 30, 40])))
+    resumed = Observations(**every_ten, stop=good_stop(sent_after_steps=[10, 20], restart=good_run(
+        reports=reports([30, 40]))))
+    assert card(resumed)[8:10] == [
+        "PASS  SIGTERM                  exited 0.4 s after SIGTERM at step 20 of 40 (status 0)",
+        "PASS  resume after restart     resumed at step 30 after a restart at step 20; none lost or twice",
+    ]
+    lost = Observations(**every_ten, stop=good_stop(sent_after_steps=[10, 20], restart=good_run(reports=reports([40]))))
+    assert card(lost)[9] == "WARN  resume after restart     resumed at step 40 after step 20: step 30 lost"

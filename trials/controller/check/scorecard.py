@@ -252,7 +252,7 @@ def _too_fast(o: Observations, check: str, what: str) -> Line:
     n = len(_steps(o.clean.reports, o.metric_ids))
     longer = f" ({o.longer_run})" if o.longer_run else ""
     return Line(check=check, verdict=Verdict.WARN,
-                seen=f"inconclusive: {what} (all {n} steps in {o.clean.duration_s:.1f} s)",
+                seen=f"inconclusive: {what} ({n} reports in {o.clean.duration_s:.1f} s)",
                 fix=f"run more epochs or steps{longer} so that the run can be interrupted halfway")
 
 
@@ -261,8 +261,9 @@ def _sigterm(o: Observations) -> Line:
     if s is None:
         return _not_interrupted(o, "SIGTERM", "the run ended before SIGTERM could be sent")
     n = len(_steps(o.clean.reports, o.metric_ids))
-    at = f"at step {s.sent_after_steps[-1]} of {n}" if s.sent_after_steps and s.sent_after_steps[-1] is not None \
-        else ""
+    clean = [x for x in _steps(o.clean.reports, o.metric_ids) if x is not None]
+    at = f"at step {s.sent_after_steps[-1]}" if s.sent_after_steps and s.sent_after_steps[-1] is not None else ""
+    at += f" of {clean[-1]}" if at and clean else ""
     if s.exit_after_s is None:
         return Line(check="SIGTERM", verdict=Verdict.FAIL,
                     seen=f"still running {s.grace_s:.0f} s after SIGTERM {at}; killed".replace("  ", " "),
@@ -323,15 +324,15 @@ def _resume(o: Observations) -> Line:
                         rule=RULE_RESTART)
         return Line(check="resume after restart", verdict=Verdict.SKIP,
                     seen="the restarted replica reported nothing before the time box ended it")
-    first = after[0]
+    first, expected = after[0], next((x for x in clean if x > last), last + 1)  # the clean run's next step
     if first <= last:
         return Line(check="resume after restart", verdict=Verdict.WARN,
                     seen=f"resumed at step {first}: steps {first}…{last} reported twice",
                     fix="checkpoint after each report, or resume from the step after the checkpoint",
                     rule=RULE_RESTART)
-    if first > last + 1:
+    if first > expected:
         return Line(check="resume after restart", verdict=Verdict.WARN,
-                    seen=f"resumed at step {first} after step {last}: steps lost",
+                    seen=f"resumed at step {first} after step {last}: step {expected} lost",
                     rule=RULE_RESTART)
     return Line(check="resume after restart", verdict=Verdict.PASS,
                 seen=f"resumed at step {first} after a restart at step {last}; none lost or twice")
