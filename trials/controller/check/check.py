@@ -1,7 +1,9 @@
 """`trials check`: run a trainer for real, inject what Vertex would, and record what it did.
 
 Three probes share one time box: a clean run of trial "1" with the spec's first parameters; the
-same run interrupted by SIGTERM after some reports and started again as Vertex restarts a replica;
+same run interrupted by SIGTERM after half the clean run's reports (counted in its metric file; a
+Python trainer is held there until the signal was sent, :mod:`trials.controller.check.hold`) and
+started again as Vertex restarts a replica;
 and, when the spec has several replicas, every replica of a run, each non-primary one with its own
 output folders so that what it saves can be told apart. Each run is a one-trial job run by the job
 loop, as ``trials sweep`` runs its trials; what is the check's own is its trial policy and what its
