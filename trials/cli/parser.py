@@ -223,6 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1; the server checks no credentials)")
     p.add_argument("--runtime", metavar="NAME", help="where each job's replicas run: host (default), podman or docker")
+    p.add_argument("--image", action="append", default=[], metavar="URI=LOCAL",
+                   help="with a container runtime: run the local image LOCAL where a job names URI; repeatable")
     p.add_argument("--project-number", metavar="N", help="what trials get as CLOUD_ML_PROJECT_ID")
     p.add_argument("--quiet", action="store_true", help="print only where it serves")
     p.set_defaults(handler=_cmd_serve)

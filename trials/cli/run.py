@@ -361,5 +361,6 @@ def _summary(h: JobHandle, runner: JobRunner, args: argparse.Namespace) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     from trials.controller.api.server import serve_main
 
-    return serve_main(root=args.root, storage=args.storage, runtime=args.runtime, project_number=args.project_number,
+    return serve_main(root=args.root, storage=args.storage, runtime=args.runtime, images=args.image,
+                      project_number=args.project_number,
                       host=args.host, port=args.port, quiet=args.quiet)

@@ -45,7 +45,7 @@ class Server:
         self.proc = subprocess.Popen([sys.executable, "-m", "trials", "serve", "--port", "0", "--root", str(self.root)],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert self.proc.stdout is not None
-        lines = [self.proc.stdout.readline(), self.proc.stdout.readline()]
+        lines = [self.proc.stdout.readline() for _ in range(3)]
         assert lines[0].startswith("serving Vertex AI's v1 JobService API on http://127.0.0.1:"), lines
         self.url = lines[0].split(" on ", 1)[1].split(" ")[0]
         return lines

@@ -76,6 +76,7 @@ class Api:
         root: the folder of job folders (``trials sweep --root``).
         storage: an Optuna storage URL the jobs' studies go in instead of a journal per job.
         runtime: ``--runtime`` of each job's controller (host when None).
+        images: ``--image URI=LOCAL`` of each job's controller.
         project_number: what a trial's ``CLOUD_ML_PROJECT_ID`` is (the path's project is kept as given
             in resource names).
         python: the interpreter the controllers run under.
@@ -85,12 +86,25 @@ class Api:
     storage: str | None = None
     runtime: str | None = None
     project_number: str | None = None
+    images: Sequence[str] = ()
     python: str = sys.executable
     log: Callable[[str], None] = lambda line: None
     _controllers: dict[str, _Controller] = field(default_factory=dict)
     _operations: dict[str, dict[str, Any]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stopping: bool = False
+    _cwd: str = field(default_factory=os.getcwd)
+
+    @property
+    def gcs_root(self) -> str:
+        """The buckets of every job made here (``ROOT/gcs``): what the server's Cloud Storage endpoint
+        serves, so a package the SDK staged is where the trials read it."""
+        return os.path.join(self.root, "gcs")
+
+    @property
+    def cwd(self) -> str:
+        """Where trial commands run (relative paths in them): the folder ``trials serve`` started in."""
+        return self._cwd or os.getcwd()
 
     # --- requests -----------------------------------------------------------------------------
     def handle(self, method: str, path: str, query: Mapping[str, str], body: bytes) -> tuple[int, dict[str, Any]]:
@@ -156,7 +170,7 @@ class Api:
         try:
             h = registry.create_job(job, root=self.root, job_id=job_id, spec_path=None, storage=self.storage,
                                     base_output_dir=None, project_number=self.project_number,
-                                    local_command=None, cwd=self.root)
+                                    local_command=None, cwd=self.cwd, gcs_root=self.gcs_root)
         except ConfigError as err:
             raise ApiError(400, str(err)) from None
         h.store.set_meta(api_parent=parent)
@@ -270,6 +284,8 @@ class Api:
             cmd += ["--storage", self.storage]
         if self.runtime:
             cmd += ["--runtime", self.runtime]
+        for image in self.images:
+            cmd += ["--image", image]
         return cmd
 
     def _start(self, job_id: str, restarts: int = 0) -> None:
@@ -282,7 +298,7 @@ class Api:
                      0o644)
         try:
             proc = subprocess.Popen(self.controller_command(job_id), stdin=subprocess.DEVNULL, stdout=fd,
-                                    stderr=fd, cwd=self.root, start_new_session=True)
+                                    stderr=fd, cwd=self.cwd, start_new_session=True)
         finally:
             os.close(fd)
         with self._lock:
@@ -459,11 +475,14 @@ def make_server(api: Api, host: str = "127.0.0.1", port: int = 0) -> http.server
     return server
 
 
-def serve_main(*, root: str, storage: str | None, runtime: str | None, project_number: str | None,
-               host: str, port: int, quiet: bool = False) -> int:
+def serve_main(*, root: str, storage: str | None, runtime: str | None, images: Sequence[str] = (),
+               project_number: str | None, host: str, port: int, quiet: bool = False) -> int:
     """``trials serve``: answer until SIGINT/SIGTERM; the jobs it started go on under their controllers."""
+    from trials.controller.gcs import emulator
+
     os.makedirs(root, exist_ok=True)
-    api = Api(root=os.path.abspath(root), storage=storage, runtime=runtime, project_number=project_number,
+    api = Api(root=os.path.abspath(root), storage=storage, runtime=runtime, images=tuple(images),
+              project_number=project_number,
               log=(lambda line: None) if quiet else (lambda line: print(line, flush=True)))
     try:
         server = make_server(api, host, port)
@@ -474,6 +493,12 @@ def serve_main(*, root: str, storage: str | None, runtime: str | None, project_n
     print(f"serving Vertex AI's v1 JobService API on {where} (jobs in {api.root})", flush=True)
     print(f"  aiplatform.init(api_endpoint={where!r}, api_transport='rest', "
           f"credentials=AnonymousCredentials(), project=..., location=...)", flush=True)
+    os.makedirs(api.gcs_root, exist_ok=True)
+    buckets, why = emulator.start(api.gcs_root)
+    if buckets is not None:
+        print(f"  Cloud Storage (the jobs' buckets, {api.gcs_root}): STORAGE_EMULATOR_HOST={buckets.host}", flush=True)
+    else:
+        print(f"  no Cloud Storage endpoint: {why}", flush=True)
     if resumed:
         print(f"resumed {len(resumed)} job{'s' if len(resumed) > 1 else ''}: {', '.join(resumed)}", flush=True)
 
@@ -487,6 +512,8 @@ def serve_main(*, root: str, storage: str | None, runtime: str | None, project_n
     finally:
         api.stop()
         server.server_close()
+        if buckets is not None:
+            buckets.stop()
     left = api.running()
     if left:
         print(f"stopped serving; {len(left)} job{'s' if len(left) > 1 else ''} still running under "
