@@ -101,7 +101,7 @@ def history(ax: Any, trials: Sequence[PlotTrial], metric: str, maximize: bool, i
     if line:  # the best so far holds until the last trial, whatever the trials after it did
         line = [*line, (last, line[-1][1])] if line[-1][0] < last else line
         ax.step([i for i, _ in line], [v for _, v in line], where="post", color=BEST_COLOR,
-                alpha=0.8, label="best so far")
+                alpha=0.8, label="best so far", gid="best-so-far")
     values = [v for t in done + stopped if (v := t.values[index]) is not None]
     if values:
         low, high = min(values), max(values)
@@ -115,7 +115,7 @@ def history(ax: Any, trials: Sequence[PlotTrial], metric: str, maximize: bool, i
         ax.get_yticklabels()[0].set_color(FAILED_COLOR)
     if failed:  # a shaded strip at the bottom, inside the frame, the crosses in its middle
         ax.add_patch(Rectangle((0, 0), 1, FAILED_STRIP, transform=ax.transAxes, color="#fbeaea", zorder=0,
-                               linewidth=0))
+                               linewidth=0, gid="failed-strip"))
         points(ax, failed, lambda t: t.trial_id, lambda t: FAILED_STRIP / 2, "x", color=FAILED_COLOR,
                transform=ax.get_xaxis_transform(), markersize=8, markeredgewidth=1.6,
                label="failed or infeasible (no value)")
@@ -196,9 +196,9 @@ def curves(ax: Any, trials: Sequence[PlotTrial], metric: str, maximize: bool) ->
                                  "markeredgecolor": "#444444", "markeredgewidth": 1.3}
     fail_mark: dict[str, Any] = {"marker": "x", "markersize": 8, "markeredgecolor": FAILED_COLOR,
                                  "markeredgewidth": 2.0}
-    for ends, mark in ((stops, stop_mark), (fails, fail_mark)):
+    for ends, mark, gid in ((stops, stop_mark, "stopped-ends"), (fails, fail_mark, "failed-ends")):
         if ends:
-            ax.plot([s for s, _ in ends], [v for _, v in ends], linestyle="none", zorder=4, **mark)
+            ax.plot([s for s, _ in ends], [v for _, v in ends], linestyle="none", zorder=4, gid=gid, **mark)
     all_values = [v for t in drawn for _, v in t.curve]
     _round_axis(ax.yaxis, nice_limits(min(all_values), max(all_values)))
     _ends_counted(ax, stops, "stopped", "#444444")
@@ -307,7 +307,7 @@ def _plots(trials: Sequence[PlotTrial], metric_ids: Sequence[str], maximize: Seq
         few = few_trials_caveat(n_done)
         if few:  # beside the bars, not only in the caption
             ax.text(0.5, -0.13, few[0].upper() + few[1:], transform=ax.transAxes, ha="center", va="top",
-                    fontsize=10, color=FAILED_COLOR, style="italic",
+                    fontsize=10, color=FAILED_COLOR, style="italic", gid="importance-caveat",
                     bbox={"boxstyle": "round,pad=0.3", "fc": "#fff4f4", "ec": FAILED_COLOR, "lw": 0.8})
         return (f"Parameter importances for {primary}" + (" (primary metric)" if multi else ""),
                 "How much of the variation of the result each parameter explains (sums to 1), over the "

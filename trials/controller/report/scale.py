@@ -18,10 +18,13 @@ def tick_step(span: float, n: int = 6) -> float:
 
 def nice_limits(low: float, high: float, *, n: int = 6, pad: float = PAD) -> tuple[float, float, float]:
     """(lower limit, upper limit, tick step): limits on round values (multiples of half the tick
-    step) enclosing ``[low, high]`` and a ``pad`` of its span on each side (one value: a span of 10%
-    of it, or 1 around 0). Accuracies from 0 to 1 get -0.1 to 1.1, ticks 0 to 1 by 0.2."""
+    step) enclosing ``[low, high]`` and a ``pad`` of its span on each side (one value: ±5% of it, or
+    ±0.5 around 0). Accuracies from 0 to 1 get -0.1 to 1.1, ticks 0 to 1 by 0.2."""
     low, high = min(low, high), max(low, high)
-    span = high - low or abs(high) * 0.1 or 1.0
+    if high == low:
+        around = abs(high) * 0.05 or 0.5
+        low, high = low - around, high + around
+    span = high - low
     lo, hi = low - pad * span, high + pad * span
     step = tick_step(hi - lo, n)
     half, eps = step / 2, step * 1e-9  # a limit that is round already stays
