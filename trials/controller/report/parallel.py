@@ -44,6 +44,7 @@ class Axis:
     low: float = 0.0
     high: float = 1.0
     categories: tuple[str, ...] = ()
+    step: float = 0.0  # a linear axis' tick step (0: about 5 round ticks between its ends)
 
     def position(self, value: Value | None) -> float | None:
         """Where ``value`` sits, 0 (bottom) to 1 (top); None when absent or not on this axis."""
@@ -77,6 +78,9 @@ class Axis:
             values = [self.low, self.high]
             lo, hi = math.floor(math.log10(self.low)), math.ceil(math.log10(self.high))
             values += [10.0 ** k for k in range(lo, hi + 1) if self.low < 10.0 ** k < self.high]
+        elif self.step:
+            n = round((self.high - self.low) / self.step)
+            values = [self.low, self.high, *(round(self.low + i * self.step, 12) for i in range(1, n))]
         else:
             values = [self.low, self.high, *nice_ticks(self.low, self.high)]
         out: list[tuple[float, str]] = []
@@ -127,8 +131,9 @@ def metric_axis(name: str, trials: Sequence[PlotTrial]) -> Axis:
     values = [t.values[0] for t in trials if t.result and t.values[0] is not None]
     if not values:
         return Axis(name=name, kind="linear")
-    low, high, _ = nice_limits(min(values), max(values))  # round ends, a little past the results
-    return Axis(name=name, kind="linear", low=low, high=high)
+    low, high, step = nice_limits(min(values), max(values))  # round ends, a little past the results
+    low, high = math.floor(low / step + 1e-9) * step, math.ceil(high / step - 1e-9) * step  # ends on ticks
+    return Axis(name=name, kind="linear", low=round(low, 12), high=round(high, 12), step=step)
 
 
 def draw_parallel(ax: Any, trials: Sequence[PlotTrial], axes: Sequence[Axis], *,
