@@ -105,6 +105,7 @@ def history(ax: Any, trials: Sequence[PlotTrial], metric: str, maximize: bool, i
     values = [v for t in done + stopped if (v := t.values[index]) is not None]
     if values:
         low, high = min(values), max(values)
+        high += 0.05 * (high - low)  # room above the best for its label
         _round_axis(ax.yaxis, with_strip(low, high, strip=FAILED_STRIP * 1.5) if failed else nice_limits(low, high))
     if failed and values:  # no value tick in the strip: it says "failed" there instead
         bottom, top = ax.get_ylim()
