@@ -15,6 +15,7 @@ from trials.records import LIVE_METRICS_ATTR, JobState, TrialState, measurement_
 from trials.timefmt import duration
 
 STATE_NAMES = {s.value for s in TrialState}
+REASON_CHARS = 80  # describe's table: a longer reason ends in "…" (its whole text: --format csv, the report)
 
 
 def _value(v: Any) -> Any:
@@ -136,7 +137,7 @@ def local_details(trials: Sequence[Any]) -> dict[str, dict[str, Any]]:
 
 def rows(rest: Mapping[str, Any], metric_ids: Sequence[str], *,
          local: Mapping[str, Mapping[str, Any]] | None = None,
-         exact: bool = False) -> tuple[list[str], list[list[str]]]:
+         exact: bool = False, reason_chars: int | None = REASON_CHARS) -> tuple[list[str], list[list[str]]]:
     """A table of trials: id, state, final metrics, parameters, steps, stopped early, reason.
 
     Args:
@@ -144,10 +145,13 @@ def rows(rest: Mapping[str, Any], metric_ids: Sequence[str], *,
         metric_ids: the spec's metrics, in order.
         local: per trial id, the local details (``local_details``: ``stopped_early``,
             ``stop_reason``); none by default.
-        exact: numbers as they are (``repr``: a CSV loses nothing); else rounded for reading.
+        exact: numbers as they are (``repr``: a CSV loses nothing, reasons whole); else rounded for
+            reading.
+        reason_chars: rounded for reading, the reason is cut to this many characters at a word,
+            ending in "…" (``None``: whole, for a page that wraps it).
 
-    The reason is the infeasible reason, or why the trial was stopped early; rounded for reading,
-    it is cut at 80 characters.
+    The reason is the infeasible reason (with the exception, when the local view has it), or why
+    the trial was stopped early.
     """
     local = local or {}
     fmt = format_value if exact else display
@@ -168,9 +172,23 @@ def rows(rest: Mapping[str, Any], metric_ids: Sequence[str], *,
         body.append([
             t["id"], t["state"], *[_cell(final.get(m), fmt) for m in metric_ids],
             *[_cell(params.get(p), fmt) for p in param_ids], str(len(t.get("measurements", []))),
-            "yes" if mine.get("stopped_early") else "", reason if exact else reason[:80],
+            "yes" if mine.get("stopped_early") else "",
+            reason if exact or reason_chars is None else cut_words(reason, reason_chars),
         ])
     return header, body
+
+
+def cut_words(text: str, max_chars: int) -> str:
+    """``text`` in at most ``max_chars`` characters: whole, or cut at the last word that fits and
+    ending in "…" (mid-word only when a single word is longer than that)."""
+    if len(text) <= max_chars:
+        return text
+    room = max_chars - 1  # for the "…"
+    head = text[:room]
+    if not text[room].isspace():  # the last word would be cut: leave it out
+        space = max(head.rfind(" "), 0)
+        head = head[:space] if space else head
+    return head.rstrip(" ,;:") + "…"
 
 
 def _exit_words(reason: str) -> str:
