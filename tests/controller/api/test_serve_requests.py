@@ -69,7 +69,9 @@ def test_unknown_paths_and_methods_are_not_found(api: NoControllers) -> None:
     assert error(api, "GET", JOBS + "/123") == (
         404, "NOT_FOUND", "HyperparameterTuningJob projects/p/locations/l/hyperparameterTuningJobs/123 does not exist")
     assert error(api, "GET", PARENT + "/operations/9")[:2] == (404, "NOT_FOUND")
-    assert error(api, "POST", PARENT + "/customJobs", b"{}")[:2] == (501, "UNIMPLEMENTED")
+    assert error(api, "POST", PARENT + "/customJobs", b"{}") == (
+        400, "INVALID_ARGUMENT", "customJob.displayName: Required field is not set.")
+    assert error(api, "POST", PARENT + "/customJobs", b'{"displayName": "c"}')[:2] == (400, "INVALID_ARGUMENT")
     # control characters in a path are escaped in the message
     assert "\x1b" not in error(api, "GET", "/v1/\x1b[2J")[2]
 

@@ -191,6 +191,35 @@ def test_the_gapic_job_service_client_over_rest(server, tmp_path) -> None:
         client.get_hyperparameter_tuning_job(name=created.name)
 
 
+def test_custom_jobs_run_once_succeed_or_fail_by_their_replicas_and_are_listed_apart(server, tmp_path) -> None:
+    good = aiplatform.CustomJob(
+        display_name="once", base_output_dir="gs://out/once", staging_bucket="gs://stage",
+        worker_pool_specs=[{"machine_spec": {"machine_type": "n1-standard-4"}, "replica_count": 1,
+                            "container_spec": {"image_uri": "gcr.io/p/trainer:1",
+                                               "command": ["python", str(tmp_path / "task.py")],
+                                               "args": ["--x=0.5", "--epochs=2"]}}])
+    good.run(sync=True)
+    assert good.state.name == "JOB_STATE_SUCCEEDED"
+    assert good.resource_name.startswith("projects/my-project/locations/us-central1/customJobs/")
+    job_id = good.resource_name.rsplit("/", 1)[1]
+    # the trial's job is the CustomJob's: its base output, the trainer's reports in its folder
+    env = json.loads((server.root / job_id / "1" / "env.json").read_text())["workerpool0-0"]
+    assert env["AIP_MODEL_DIR"] == "gs://out/once/model/"  # (a CustomJob's, not a trial's: no trial id in it)
+    assert good.job_spec.base_output_directory.output_uri_prefix == "gs://out/once"
+    bad = aiplatform.CustomJob(
+        display_name="exits-3", staging_bucket="gs://stage",
+        worker_pool_specs=[{"machine_spec": {"machine_type": "n1-standard-4"}, "replica_count": 1,
+                            "container_spec": {"image_uri": "gcr.io/p/trainer:1",
+                                               "command": ["python", "-c", "import sys; sys.exit(3)"]}}])
+    with pytest.raises(RuntimeError, match="exited with a non-zero status of 3"):
+        bad.run(sync=True)
+    assert bad.state.name == "JOB_STATE_FAILED"
+    assert [j.display_name for j in aiplatform.CustomJob.list()] == ["once", "exits-3"]
+    assert aiplatform.HyperparameterTuningJob.list() == []
+    with pytest.raises(gexc.NotFound):  # a CustomJob is not a tuning job
+        aiplatform.HyperparameterTuningJob.get(good.resource_name.replace("/customJobs/", "/hyperparameterTuningJobs/"))
+
+
 def test_a_restarted_server_resumes_the_job_its_crash_left(server, tmp_path) -> None:
     job = tuning_job(tmp_path, epochs=30, sleep=0.1, n=2, parallel=1)
     job.run(sync=False)

@@ -44,6 +44,9 @@ _ROUTE = re.compile(r"^/v1/projects/(?P<project>[^/:]+)/locations/(?P<location>[
                     r"(?P<kind>hyperparameterTuningJobs|customJobs|operations)"
                     r"(?:/(?P<id>[^/:]+))?(?::(?P<verb>[A-Za-z]+))?$")
 _OUTPUT_ONLY = ("name", "state", "trials", "createTime", "startTime", "endTime", "updateTime", "error", "bestTrialId")
+TUNING, CUSTOM = "hyperparameterTuningJobs", "customJobs"
+_NOUN = {TUNING: "HyperparameterTuningJob", CUSTOM: "CustomJob"}
+_FIELD = {TUNING: "hyperparameterTuningJob", CUSTOM: "customJob"}
 _STATUS = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 409: "ALREADY_EXISTS", 500: "INTERNAL",
            501: "UNIMPLEMENTED"}
 
@@ -122,48 +125,51 @@ class Api:
         m = _ROUTE.match(urllib.parse.unquote(path))
         if m is None:
             raise ApiError(404, f"no method {method} {printable(path)[:200]}: this server serves "
-                                f"/v1/projects/P/locations/L/hyperparameterTuningJobs (and its operations)")
+                                f"/v1/projects/P/locations/L/hyperparameterTuningJobs and customJobs (and their "
+                                f"operations)")
         parent = f"projects/{m['project']}/locations/{m['location']}"
         kind, job_id, verb = m["kind"], m["id"], m["verb"]
-        if kind == "customJobs":
-            raise ApiError(501, "CustomJobs are not served yet: run one as a HyperparameterTuningJob of one trial, "
-                                "or with `trials check`")
         if kind == "operations":
             if method == "GET" and job_id and not verb:
                 return self._operation(parent, job_id)
             raise ApiError(404, f"no method {method} on operations")
         if job_id is None:
             if method == "POST" and not verb:
-                return self.create(parent, _json_body(body))
+                return self.create(parent, _json_body(body), kind)
             if method == "GET" and not verb:
-                return self.list_jobs(parent, query)
+                return self.list_jobs(parent, query, kind)
         elif method == "GET" and not verb:
-            return self.get(parent, job_id)
+            return self.get(parent, job_id, kind)
         elif method == "POST" and verb == "cancel":
-            return self.cancel(parent, job_id)
+            return self.cancel(parent, job_id, kind)
         elif method == "DELETE" and not verb:
-            return self.delete(parent, job_id)
+            return self.delete(parent, job_id, kind)
         raise ApiError(404, f"no method {method} {printable(path)[:200]}"
                             + (f" (:{verb})" if verb else ""))
 
-    def create(self, parent: str, body: dict[str, Any]) -> dict[str, Any]:
-        """``jobs.create``: the job is made (its folder, WAITING trials) before the answer, then run."""
+    def create(self, parent: str, body: dict[str, Any], kind: str = TUNING) -> dict[str, Any]:
+        """``jobs.create``: the job is made (its folder, WAITING trials) before the answer, then run.
+
+        A CustomJob is made as the one-trial job that runs its ``jobSpec`` (``spec.vertex.custom_job``)."""
         from trials.controller.jobs import registry
         from trials.controller.trial.view import check_command
         from trials.spec.load import parse_spec
+        from trials.spec.vertex import custom_job
 
+        field_name = _FIELD[kind]
         if not str(body.get("displayName") or "").strip():
-            raise ApiError(400, "hyperparameterTuningJob.displayName: Required field is not set.")
+            raise ApiError(400, f"{field_name}.displayName: Required field is not set.")
         name = body.get("name")
         if isinstance(name, str) and name:
             existing = name.rsplit("/", 1)[-1]
             if self._exists(existing):
-                raise ApiError(409, f"HyperparameterTuningJob {printable(name)[:200]} already exists")
+                raise ApiError(409, f"{_NOUN[kind]} {printable(name)[:200]} already exists")
         spec = {k: v for k, v in body.items() if k not in _OUTPUT_ONLY}
         try:
-            job = parse_spec(spec, source="hyperparameterTuningJob")
+            job = (parse_spec(spec, source=field_name) if kind == TUNING
+                   else custom_job(spec, source=field_name))
             if self.runtime in (None, "host"):
-                check_command(job, None, "hyperparameterTuningJob")
+                check_command(job, None, field_name)
         except ConfigError as err:
             raise ApiError(400, str(err)) from None
         job_id = self._new_id()
@@ -173,22 +179,25 @@ class Api:
                                     local_command=None, cwd=self.cwd, gcs_root=self.gcs_root)
         except ConfigError as err:
             raise ApiError(400, str(err)) from None
-        h.store.set_meta(api_parent=parent)
-        self.log(f"job {job_id} created ({printable(str(body.get('displayName')))[:80]})")
+        h.store.set_meta(api_parent=parent, api_kind=kind)
+        self.log(f"{_NOUN[kind]} {job_id} created ({printable(str(body.get('displayName')))[:80]})")
         self._start(job_id)
-        return self.get(parent, job_id)
+        return self.get(parent, job_id, kind)
 
-    def get(self, parent: str, job_id: str) -> dict[str, Any]:
+    def get(self, parent: str, job_id: str, kind: str = TUNING) -> dict[str, Any]:
         from trials.controller.jobs import view
 
+        missing = ApiError(404, f"{_NOUN[kind]} {parent}/{kind}/{printable(job_id)[:100]} does not exist")
         try:
             h = view.read_job(job_id, root=self.root, storage=self.storage)
         except JobNotFoundError:
-            raise ApiError(404, f"HyperparameterTuningJob {parent}/hyperparameterTuningJobs/{printable(job_id)[:100]} "
-                                f"does not exist") from None
-        return view.describe(h)
+            raise missing from None
+        if (h.store.get_meta("api_kind") or TUNING) != kind:
+            raise missing
+        rest = view.describe(h)
+        return rest if kind == TUNING else custom_job_rest(rest)
 
-    def list_jobs(self, parent: str, query: Mapping[str, str]) -> dict[str, Any]:
+    def list_jobs(self, parent: str, query: Mapping[str, str], kind: str = TUNING) -> dict[str, Any]:
         from trials.controller.jobs import view
 
         keep = parse_filter(query.get("filter", ""))
@@ -197,46 +206,50 @@ class Api:
         jobs = []
         for row in sorted(view.list_jobs(self.root, self.storage), key=lambda r: (r["create_time"], r["job_id"])):
             try:
-                rest = view.describe(view.read_job(row["job_id"], root=self.root, storage=self.storage))
+                h = view.read_job(row["job_id"], root=self.root, storage=self.storage)
             except TrialsError:
                 continue  # (a broken job folder is not listed; `trials list` shows it)
+            if (h.store.get_meta("api_kind") or TUNING) != kind:
+                continue
+            rest = view.describe(h)
+            rest = rest if kind == TUNING else custom_job_rest(rest)
             if rest["name"].startswith(parent + "/") and keep(rest):
                 jobs.append(rest)
         out: dict[str, Any] = {}
         page = jobs[start:start + size]
         if page:
-            out["hyperparameterTuningJobs"] = page
+            out[kind] = page
         if start + size < len(jobs):
             out["nextPageToken"] = str(start + size)
         return out
 
-    def cancel(self, parent: str, job_id: str) -> dict[str, Any]:
+    def cancel(self, parent: str, job_id: str, kind: str = TUNING) -> dict[str, Any]:
         from trials.controller.jobs import admin, registry
 
-        self.get(parent, job_id)  # 404 first
+        self.get(parent, job_id, kind)  # 404 first
         h = registry.open_job(job_id, root=self.root, storage=self.storage)
         state, ended = admin.cancel(h)
         if ended:
-            raise ApiError(400, f"Cannot cancel HyperparameterTuningJob {job_id}: it is already in {state}",
+            raise ApiError(400, f"Cannot cancel {_NOUN[kind]} {job_id}: it is already in {state}",
                            "FAILED_PRECONDITION")
-        self.log(f"job {job_id} cancel requested")
+        self.log(f"{_NOUN[kind]} {job_id} cancel requested")
         return {}
 
-    def delete(self, parent: str, job_id: str) -> dict[str, Any]:
+    def delete(self, parent: str, job_id: str, kind: str = TUNING) -> dict[str, Any]:
         """``jobs.delete``: only a job that has ended (Vertex refuses a running one); an operation, done."""
         from trials.controller.jobs import admin, registry
 
-        rest = self.get(parent, job_id)
+        rest = self.get(parent, job_id, kind)
         h = registry.open_job(job_id, root=self.root, storage=self.storage)
         if rest.get("state") not in FINAL_JOB_STATES or admin.running_controller(h) is not None:
-            raise ApiError(400, f"HyperparameterTuningJob {job_id} is {rest.get('state')}: cancel it and wait "
+            raise ApiError(400, f"{_NOUN[kind]} {job_id} is {rest.get('state')}: cancel it and wait "
                                 f"for it to end before deleting it", "FAILED_PRECONDITION")
         if self.storage is not None:
             h.store.delete_study()
         job_dir = registry.job_dir_of(self.root, job_id)
         if os.path.isdir(job_dir) and not os.path.islink(job_dir):
             shutil.rmtree(job_dir)
-        self.log(f"job {job_id} deleted")
+        self.log(f"{_NOUN[kind]} {job_id} deleted")
         now = rfc3339(time.time())
         op_id = str(secrets.randbelow(10**18))
         op_name = f"{parent}/operations/{op_id}"
@@ -379,6 +392,30 @@ class Api:
         """The server stops; the jobs' controllers go on (as Vertex's jobs outlive a client)."""
         with self._lock:
             self._stopping = True
+
+
+def custom_job_rest(tuning: Mapping[str, Any]) -> dict[str, Any]:
+    """The CustomJob resource of the one-trial job that ran it (the tuning job's resource): its
+    ``jobSpec``, its state and times; its trial failed (INFEASIBLE) = the CustomJob FAILED with why."""
+    name = str(tuning["name"]).replace(f"/{TUNING}/", f"/{CUSTOM}/")
+    out: dict[str, Any] = {"name": name, "displayName": tuning.get("displayName")}
+    if "trialJobSpec" in tuning:
+        out["jobSpec"] = tuning["trialJobSpec"]
+    if "labels" in tuning:
+        out["labels"] = tuning["labels"]
+    state, error = tuning.get("state"), tuning.get("error")
+    trial = (tuning.get("trials") or [None])[0]
+    if (state in (JobState.SUCCEEDED, JobState.FAILED) and trial is not None
+            and trial.get("state") == "INFEASIBLE"):
+        state = JobState.FAILED.value
+        error = {"code": 3, "message": trial.get("infeasibleReason") or "The replica failed."}
+    out["state"] = state
+    for key in ("createTime", "startTime", "endTime", "updateTime"):
+        if key in tuning:
+            out[key] = tuning[key]
+    if error:
+        out["error"] = error
+    return out
 
 
 def _json_body(body: bytes) -> dict[str, Any]:

@@ -63,7 +63,8 @@ class TrialLauncher:
 
     def empty_run(self, claimed: Claimed, now: float) -> RunningTrial:
         """A run with no replica: for a trial that could not be prepared (it fails at once)."""
-        paths = launch.trial_paths(self.opt.job_dir, self.opt.base_output, claimed.trial_id)
+        paths = launch.trial_paths(self.opt.job_dir, self.opt.base_output, claimed.trial_id,
+                                   custom_job=self.job.local.custom_job)
         reader = self._reader(paths, os.path.join(paths.trial_dir, protocol.HYPERTUNE_FILE))
         return RunningTrial(claimed=claimed, paths=paths, launches=[], reader=reader,
                         start_wall=self._wall_at(now), start_mono=now)
@@ -75,7 +76,8 @@ class TrialLauncher:
             OSError: the folder or a file could not be written (a full disk, a planted directory).
             ConfigError: the replicas' commands cannot be built.
         """
-        paths = launch.trial_paths(self.opt.job_dir, self.opt.base_output, claimed.trial_id)
+        paths = launch.trial_paths(self.opt.job_dir, self.opt.base_output, claimed.trial_id,
+                                   custom_job=self.job.local.custom_job)
         os.makedirs(paths.trial_dir, exist_ok=True)
         trial_files.clear_stop(paths.trial_dir)
         for d in (paths.model_dir, paths.checkpoint_dir, paths.tensorboard_dir):

@@ -88,7 +88,8 @@ def record_trial(store: JobStore, job: JobSpec, metrics: TrialMetrics, run: Runn
     outcome = finished_trial(
         measurements, job.study, failure=run.failure, reported_tags=run.reader.reported_tags,
         end_time=rfc3339(ended), stopped_early=run.stopped_early,
-        stop_detail=run.stop_detail, predicted=run.predicted, stopped_by_job=stopped_by_job)
+        stop_detail=run.stop_detail, predicted=run.predicted, stopped_by_job=stopped_by_job,
+        custom_job=job.local.custom_job)
     record_finished(store, number=run.claimed.number, storage_id=sid, outcome=outcome, extra=extra)
     if outcome.succeeded and not run.stopped_early:
         metrics.forget_curves()

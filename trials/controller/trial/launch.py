@@ -51,13 +51,14 @@ class TrialPaths:
     tensorboard_dir: str | None
 
 
-def trial_paths(job_dir: str, base_output: str | None, trial_id: str) -> TrialPaths:
+def trial_paths(job_dir: str, base_output: str | None, trial_id: str, *, custom_job: bool = False) -> TrialPaths:
     """``base_output`` is a local directory or a ``gs://`` URI (kept as a URI, as Vertex does), or
-    None: the job has no base output directory."""
+    None: the job has no base output directory. A CustomJob's outputs are the base's own ``model/``,
+    ``checkpoints/`` and ``logs/`` (a tuning job's trial gets a folder of its id under the base)."""
     if base_output is None:
         return TrialPaths(trial_dir=os.path.join(job_dir, trial_id), base_dir=None, model_dir=None,
                           checkpoint_dir=None, tensorboard_dir=None)
-    base = base_output.rstrip("/") + "/" + trial_id + "/"
+    base = base_output.rstrip("/") + "/" + ("" if custom_job else trial_id + "/")
     return TrialPaths(
         trial_dir=os.path.join(job_dir, trial_id),
         base_dir=base,
