@@ -109,6 +109,17 @@ def test_a_created_job_is_listed_paged_filtered_refused_twice_and_deleted_only_o
     assert api.handle("GET", "/v1/" + second["name"], {}, b"")[0] == 200  # the other job is untouched
 
 
+def test_the_project_number_is_what_trials_get_and_the_paths_project_is_kept(tmp_path: Path) -> None:
+    from trials.controller.jobs import view
+
+    api = NoControllers(root=str(tmp_path / "jobs"), project_number="123456")
+    status, made = api.handle("POST", "/v1/projects/my-proj/locations/asia-east1/hyperparameterTuningJobs", {},
+                              json.dumps(SPEC).encode())
+    assert status == 200 and made["name"].startswith("projects/my-proj/locations/asia-east1/")
+    h = view.read_job(made["name"].rsplit("/", 1)[1], root=str(tmp_path / "jobs"), storage=None)
+    assert h.store.get_meta("project_number") == "123456"  # CLOUD_ML_PROJECT_ID of its trials
+
+
 def test_filters() -> None:
     job = {"state": "JOB_STATE_RUNNING", "displayName": "a b", "labels": {"team": "x"}}
     assert parse_filter("")(job)
@@ -139,6 +150,9 @@ def test_a_huge_request_is_refused_unread_with_one_error(api: NoControllers) -> 
         conn.close()
         conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=30)
         conn.request("GET", JOBS + "?filter=state%3DJOB_STATE_QUEUED")
+        r = conn.getresponse()
+        assert r.status == 200 and json.loads(r.read()) == {}
+        conn.request("GET", JOBS, headers={"Authorization": "Bearer ya29.any-token"})  # any token, or none
         r = conn.getresponse()
         assert r.status == 200 and json.loads(r.read()) == {}
     finally:
