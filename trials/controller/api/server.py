@@ -33,7 +33,7 @@ from typing import Any
 from trials import protocol
 from trials.errors import ConfigError, JobNotFoundError, TrialsError
 from trials.printable import printable
-from trials.records import FINAL_JOB_STATES, JobState
+from trials.records import FINAL_JOB_STATES, JobState, TrialState
 from trials.timefmt import rfc3339
 
 MAX_BODY_BYTES = 8 * 1024 * 1024  # a job spec is a few KiB; a body over this is refused unread
@@ -406,7 +406,7 @@ def custom_job_rest(tuning: Mapping[str, Any]) -> dict[str, Any]:
     state, error = tuning.get("state"), tuning.get("error")
     trial = (tuning.get("trials") or [None])[0]
     if (state in (JobState.SUCCEEDED, JobState.FAILED) and trial is not None
-            and trial.get("state") == "INFEASIBLE"):
+            and trial.get("state") == TrialState.INFEASIBLE):
         state = JobState.FAILED.value
         error = {"code": 3, "message": trial.get("infeasibleReason") or "The replica failed."}
     out["state"] = state
