@@ -22,7 +22,9 @@ def _cmd_describe(args: argparse.Namespace) -> int:
     from trials.controller.jobs import describe
     from trials.controller.jobs import view as job_view
 
-    h = job_view.read_job(args.job, root=args.root, storage=args.storage)
+    # a table or CSV counts each trial's steps and shows no attempt: slim finished trials will do
+    h = job_view.read_job(args.job, root=args.root, storage=args.storage,
+                          whole=args.format not in ("table", "csv"))
     if args.format == "local-json":  # attempts, exit statuses, stop reasons, folders, workers
         print(json.dumps(job_view.describe_local(h), indent=2))
         return 0
@@ -63,7 +65,7 @@ def _cmd_best(args: argparse.Namespace) -> int:
     from trials.controller.jobs import view as job_view
     from trials.protocol import format_flag
 
-    h = job_view.read_job(args.job, root=args.root, storage=args.storage)
+    h = job_view.read_job(args.job, root=args.root, storage=args.storage, whole=False)
     get = job_view.params_of(h)
     meta = h.store.meta()
     metric_ids = h.job.study.metric_ids
