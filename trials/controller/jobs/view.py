@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from trials.controller.jobs import registry
 from trials.controller.jobs.describe import job_to_rest, shown
+from trials.controller.jobs.describe import table as trials_table
 from trials.controller.policy.ranking import best_of, pareto_front
 from trials.errors import JobNotFoundError
 from trials.spec import JobSpec
@@ -184,6 +185,12 @@ def describe(h: Job, *, steps: bool = True) -> dict[str, Any]:
     meta["update_time"] = rfc3339(time.time())
     return job_to_rest(h.job_id, meta, h.store.frozen_trials(), params_of(h),
                        h.job.study.reported_metric_ids, steps=steps)
+
+
+def table(h: Job, *, exact: bool = False) -> tuple[list[str], list[list[str]]]:
+    """``describe``'s table (or CSV with ``exact``) of the job's shown trials: ``describe.rows`` of
+    its REST job and local details, made straight from the trials."""
+    return trials_table(h.store.frozen_trials(), params_of(h), h.job.study.reported_metric_ids, exact=exact)
 
 
 def describe_local(h: Job) -> dict[str, Any]:
