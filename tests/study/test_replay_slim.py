@@ -147,7 +147,7 @@ def test_a_damaged_or_foreign_snapshot_is_ignored_by_a_slim_read(tmp_path, damag
     with open(snap, "rb") as f:
         header = pickle.load(f)
         header_end = f.tell()
-        lean_part = pickle.load(f)
+        pickle.load(f)  # the lean part
         lean_end = f.tell()
         whole_part = pickle.load(f)
     damaged = {
