@@ -166,9 +166,11 @@ def commands(root: str, big: str, small: str, out_dir: str, *, n_big: int = 10_0
     ]
 
 
-def time_once(argv: list[str], env: dict[str, str]) -> float:
+def time_once(argv: list[str], env: dict[str, str], cwd: str | None = None) -> float:
+    """One run's wall time; ``cwd``: a folder without a ``trials`` package (``python -m`` puts the
+    working folder first on the path: run from a checkout, its code would be the one timed)."""
     t = time.perf_counter()
-    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, cwd=cwd)
     return time.perf_counter() - t
 
 
@@ -205,13 +207,13 @@ def run(*, quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
         for _ in range(2):  # twice untimed: bytecode, snapshots and caches as after any earlier command
             for who, _, env in runs:
                 for _, argv, _ in cmds[who]:
-                    time_once(argv, env)
+                    time_once(argv, env, workdir)
         times: dict[str, list[float]] = {who + label: [] for who, _, _ in runs for label, _, _ in cmds[who]}
         for _ in range(repeats):
             for i in range(len(cmds[""])):
                 for who, _, env in runs:
                     label, argv, _ = cmds[who][i]
-                    times[who + label].append(time_once(argv, env))
+                    times[who + label].append(time_once(argv, env, workdir))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     labels = [(label, goal) for label, _, goal in cmds[""]]
