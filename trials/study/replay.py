@@ -7,10 +7,14 @@ what a record does, which records are ignored, where a torn tail ends the journa
 :class:`StoredTrial` values that read like ``FrozenTrial`` for what the commands use.
 
 It is never a second source of truth. The snapshot (``journal.log.snapshot`` beside the journal) is
-the replay of a prefix of the journal, named by that prefix's length and hash: it is used only while
-the journal still starts with exactly those bytes (a journal rewritten behind its back, by
+the replay of a prefix of the journal, named by that prefix's length and CRC-32: it is used only
+while the journal still starts with exactly those bytes (a journal rewritten behind its back, by
 ``trials repair`` or by hand, is replayed again from its start), and only the tail after it is read.
-A snapshot that is torn, truncated or of another format is ignored and written again.
+A snapshot that is torn, truncated or of another format is ignored and written again. It has two
+parts: a lean one, where each trial finished when it was made is *slim* (what the tables read:
+``read_journal(whole=False)``) and every other trial whole, then the finished trials whole. A record
+after the snapshot can change only the trials the lean part holds whole: Optuna ignores any record
+about a finished trial, so a slim trial is what the journal holds of it for as long as the prefix holds.
 
 Anything this replay does not read exactly as Optuna would (a distribution it does not know, a
 record Optuna would refuse, a corrupt line inside the journal) raises :class:`Unsupported`: the caller
