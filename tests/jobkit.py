@@ -19,7 +19,8 @@ parallel_trial_count: 1
 def fake_job(tmp_path, text=SINGLE, *, outcomes):
     """A job in a real journal storage, finished without processes: one outcome per trial.
 
-    outcome: ("ok", [values per step], stopped_early) | ("fail", reason) | None (never run).
+    outcome: ("ok", [values per step], stopped_early) | ("fail", reason) | None (never run), or
+    ("fail", reason, [values per step before it failed], [exception line, traceback lines...]).
     """
     job = loads_spec(text, source="test.yaml")
     h = registry.create_job(job, root=str(tmp_path / "jobs"), job_id="rep", spec_path=None, storage=None,
@@ -48,6 +49,10 @@ def fake_job(tmp_path, text=SINGLE, *, outcomes):
         else:
             attrs.update(state="INFEASIBLE", infeasible_reason=outcome[1], failed=True,
                          attempts=[{"replica": "workerpool0-0", "exitStatus": 1}])
+            if len(outcome) > 2:  # it crashed after reporting steps, with an exception
+                ms = [{"step": s + 1, "elapsed_s": 0.1 * s, "metrics": {metric_ids[0]: v}}
+                      for s, v in enumerate(outcome[2])]
+                attrs.update(measurements=ms, error_detail=list(outcome[3]))
             h.store.set_trial_attrs(c.storage_id, **attrs)
             h.store.fail(c.number)
     h.store.set_meta(state="JOB_STATE_SUCCEEDED")

@@ -1,6 +1,22 @@
-"""The project's error types: one base, each subclass also the builtin it resembles."""
+"""The project's error types: one base, each subclass also the builtin it resembles (and the
+did-you-mean their messages suggest)."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+def did_you_mean(word: str, choices: Iterable[str], *, cutoff: float = 0.6) -> str | None:
+    """The one of ``choices`` closest to a mistyped ``word`` (``difflib``'s ratio >= ``cutoff``), or None.
+
+    Example:
+        >>> did_you_mean("--max-trail-count", ["--max-trial-count", "--seed"])
+        '--max-trial-count'
+    """
+    import difflib
+
+    close = difflib.get_close_matches(word, [c for c in choices if c != word], n=1, cutoff=cutoff)
+    return close[0] if close else None
 
 
 class TrialsError(Exception):
@@ -64,6 +80,13 @@ class JobNotFoundError(StorageError, LookupError):
     """No job with the given id exists under the root or in the storage."""
 
     exit_code = 2
+
+    @classmethod
+    def in_storage(cls, job_id: str, names: Iterable[str]) -> JobNotFoundError:
+        """The error for a storage that holds no job ``job_id``, naming the one of ``names`` it was
+        likely meant to be."""
+        close = did_you_mean(job_id, names)
+        return cls(f"no job {job_id!r} in the storage" + (f": did you mean {close}?" if close else ""))
 
 
 class DiskFullError(TrialsError, OSError):

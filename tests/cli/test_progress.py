@@ -82,15 +82,189 @@ def test_plain_lines_when_stdout_is_not_a_terminal():
     assert all(ln.startswith("[") and ln[9:11] == "] " for ln in lines)  # [HH:MM:SS]
 
 
-def test_live_status_on_a_terminal_ends_with_a_newline_before_the_summary():
+def screen(text: str) -> list[str]:
+    """What a terminal shows after ``text``: \\r, \\n, ESC[K (erase to the line's end), ESC[1A (up)."""
+    rows: list[list[str]] = [[]]
+    row = col = 0
+    i = 0
+    while i < len(text):
+        if text.startswith("\033[K", i):
+            del rows[row][col:]
+            i += 3
+            continue
+        if text.startswith("\033[1A", i):
+            row = max(0, row - 1)
+            i += 4
+            continue
+        ch = text[i]
+        i += 1
+        if ch == "\r":
+            col = 0
+        elif ch == "\n":
+            row, col = row + 1, 0
+            if row == len(rows):
+                rows.append([])
+        else:
+            line = rows[row]
+            line.extend(" " * (col - len(line)))
+            line[col:col + 1] = [ch]
+            col += 1
+    shown = ["".join(r) for r in rows]
+    while len(shown) > row + 1 and not shown[-1]:  # blank rows below the cursor: the next output's
+        shown.pop()
+    return shown
+
+
+def stamped(lines: list[str]) -> list[str]:
+    """The lines without their [HH:MM:SS] stamp."""
+    return [ln[11:] if ln.startswith("[") and ln[9:11] == "] " else ln for ln in lines]
+
+
+def test_live_view_is_cleared_before_the_summary():
     out = Terminal()
     p = _progress(out)
     assert p.mode == "live"
     _events(p)
     text = out.getvalue()
     assert "\r\033[K2/2 done, 0 running, 1 failed, ETA" in text  # a stopped trial is never the best
-    assert text.endswith("\n")  # the summary printed next starts on its own line
-    assert text.count("2/2 done") == 1
+    assert stamped(screen(text)) == [
+        "trial 1 started: lr=0.0276 units=64",
+        "warning: trial 1 reports tags not in the spec: loss",
+        "trial 1 stopping (early): below the median",
+        "trial 1 SUCCEEDED (stopped early) at step 3, 1.2s: loss=0.25",
+        "trial 2 INFEASIBLE after 0 steps, 0.5s: exit 1",
+        "",  # the summary printed next starts here, on a clean line: no stale status above it
+    ]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _started(p: Progress, *ids: str) -> None:
+    for trial_id in ids:
+        p(event("trial_started", {"trial_id": trial_id, "params": {"lr": 0.1}}))
+
+
+def test_live_view_shows_each_running_trials_last_step_and_metric(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    out, clock = Terminal(), Clock()
+    p = Progress(total=4, metric_ids=("accuracy",), maximize=True, out=out, clock=clock)
+    _started(p, "2", "10")
+    clock.t += 12
+    p(ev.TrialProgress(trial_id="2", step=4, metrics={"accuracy": 0.9123}, seconds=12.2))
+    clock.t += 3  # no new step of trial 2 for 3 s: its time goes on
+    p(ev.TrialProgress(trial_id="10", step=None, metrics={}, seconds=15.0))
+    assert stamped(screen(out.getvalue())) == [
+        "trial 2 started: lr=0.1",
+        "trial 10 started: lr=0.1",
+        "0/4 done, 2 running, 0 failed",
+        "  trial 2  step 4  accuracy=0.9123  15s",  # no total step count: nothing tells it
+        "  trial 10  no step yet  15s",
+    ]
+    p(event("trial_done", {"trial_id": "2", "state": "SUCCEEDED", "values": [0.95], "steps": 5, "seconds": 16.0,
+                           "params": {}}))
+    assert stamped(screen(out.getvalue()))[2:] == [
+        "trial 2 SUCCEEDED after 5 steps, 16.0s: accuracy=0.95",
+        "1/4 done, 1 running, 0 failed, best accuracy=0.95 (trial 2), ETA 45s",
+        "  trial 10  no step yet  15s",
+    ]
+    p(event("job_cancelling", {}))
+    p(event("trial_requeued", {"trial_id": "10"}))
+    p(event("job_done", {"state": "JOB_STATE_CANCELLED", "error": None}))
+    assert stamped(screen(out.getvalue()))[3:] == [
+        "cancelling the job: stopping every replica",
+        "trial 10 interrupted; it runs again on resume",
+        "",  # nothing stale above the summary
+    ]
+
+
+def test_live_view_caps_its_trial_lines_and_fits_the_terminal(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "41")
+    out, clock = Terminal(), Clock()
+    p = Progress(total=9, metric_ids=("a_rather_long_metric_name",), maximize=True, out=out, clock=clock,
+                 trial_lines=3)
+    _started(p, "1", "2", "3", "4", "5")
+    clock.t += 1  # (the view is redrawn at most every REDRAW_S for progress alone)
+    p(ev.TrialProgress(trial_id="1", step=7, metrics={"a_rather_long_metric_name": 0.5}, seconds=0.0))
+    assert screen(out.getvalue())[5:] == [
+        "0/9 done, 5 running, 0 failed",
+        "  trial 1  step 7  a_rather_long_metric…",  # a wrapped line could not be erased in place
+        "  trial 2  no step yet  1s",
+        "  +3 more running",
+    ]
+
+
+def test_a_stopped_loop_leaves_no_view_behind():
+    out = Terminal()
+    p = Progress(total=2, metric_ids=("a",), maximize=True, out=out, clock=Clock())
+    _started(p, "1")
+    p.close()  # the loop raised (a full disk): the CLI prints the error next
+    assert stamped(screen(out.getvalue())) == ["trial 1 started: lr=0.1", ""]
+
+
+def test_the_live_view_escapes_what_it_shows():
+    out = Terminal()
+    clock = Clock()
+    p = Progress(total=1, metric_ids=("acc",), maximize=True, out=out, clock=clock)
+    _started(p, "1")
+    clock.t += 1
+    p(ev.TrialProgress(trial_id="1", step=1, metrics={"acc\x1b]0;pwned\x07": 1.0}, seconds=1.0))
+    assert screen(out.getvalue())[-1] == "  trial 1  step 1  acc\\x1b]0;pwned\\x07=1  1s"
+
+
+def test_a_pipe_gets_a_heartbeat_per_running_trial_at_most_every_30_s():
+    out, clock = io.StringIO(), Clock()
+    p = Progress(total=2, metric_ids=("accuracy", "loss"), maximize=True, out=out, clock=clock)
+    _started(p, "1", "2")
+    for t, trial_id, step in [(10, "1", 1), (31, "1", 2), (31, "2", None), (45, "1", 3), (62, "1", 4),
+                              (62, "2", None)]:
+        clock.t = 100 + t
+        metrics = {"accuracy": 0.5 + step / 10, "loss": 1.0 / step} if step else {}
+        p(ev.TrialProgress(trial_id=trial_id, step=step, metrics=metrics, seconds=float(t)))
+    assert not any(c in out.getvalue() for c in ESCAPES)
+    assert stamped(out.getvalue().splitlines()) == [
+        "trial 1 started: lr=0.1",
+        "trial 2 started: lr=0.1",
+        "trial 1 running, 31s: step 2, accuracy=0.7, loss=0.5",
+        "trial 2 running, 31s: no step reported yet",
+        "trial 1 running, 62s: step 4, accuracy=0.9, loss=0.25",
+        "trial 2 running, 62s: no step reported yet",
+    ]
+
+
+def test_quiet_has_no_heartbeat_and_json_logs_rate_limit_it():
+    for mode in ("quiet", "json"):
+        out, clock = io.StringIO(), Clock()
+        p = Progress(total=1, metric_ids=("a",), maximize=True, out=out, clock=clock, mode=mode)
+        _started(p, "1")
+        for t in (5, 31, 40):
+            clock.t = 100 + t
+            p(ev.TrialProgress(trial_id="1", step=t, metrics={"a": 0.5}, seconds=float(t)))
+        records = [json.loads(ln) for ln in out.getvalue().splitlines()]
+        if mode == "quiet":
+            assert records == []
+        else:
+            assert [(r["event"], r.get("step")) for r in records] == [("trial_started", None), ("trial_progress", 31)]
+            assert records[1]["message"] == "trial 1 running, 31s: step 31, a=0.5"
+
+
+def test_a_trial_told_to_stop_that_ran_to_its_end_says_why_it_is_not_stopped():
+    out = io.StringIO()
+    p = Progress(total=1, metric_ids=("accuracy",), maximize=True, out=out)
+    _started(p, "7")
+    p(event("trial_stopping", {"trial_id": "7", "reason": "early", "detail": ""}))
+    p(event("trial_done", {"trial_id": "7", "state": "SUCCEEDED", "values": [0.9], "steps": 10, "last_step": 10,
+                           "seconds": 3.25, "params": {}, "ran_to_end": True}))
+    assert stamped(out.getvalue().splitlines())[1:] == [
+        "trial 7 stopping (early)",
+        "trial 7 SUCCEEDED after 10 steps, 3.2s: accuracy=0.9 (not marked stopped early: it reached where the "
+        "completed trials ended before it stopped)",
+    ]
 
 
 def test_quiet_prints_only_warnings():
@@ -144,8 +318,10 @@ def test_sweep_output_plain_live_quiet_and_json(tmp_path):
 
     code, out = _sweep(tmp_path / "live", tty=True)
     assert code == 0 and "\r\033[K" in out
-    summary = next(ln for ln in out.splitlines() if "JOB_STATE_SUCCEEDED" in ln)
+    shown = screen(out)
+    summary = next(ln for ln in shown if "JOB_STATE_SUCCEEDED" in ln)
     assert summary.startswith("job p JOB_STATE_SUCCEEDED")  # not glued to the status line
+    assert not any(" done, " in ln or ln.startswith("  trial ") for ln in shown)  # the view was cleared
 
     code, out = _sweep(tmp_path / "quiet", "--quiet")
     assert code == 0 and out == ""

@@ -125,7 +125,7 @@ def test_a_cancel_racing_the_end_of_a_finished_job_never_leaves_it_cancelling(jo
     assert ctl.returncode == 0, ctl_out + ctl_err
     again = jobs.cli("cancel", job_id)  # a cancel of a finished job says so and changes nothing
     assert again.returncode == 0, again.stderr
-    assert f"job {job_id} has already ended: JOB_STATE_SUCCEEDED; nothing to cancel" in again.stdout, again.stdout
+    assert again.stdout == f"job {job_id} already SUCCEEDED: nothing to cancel\n", again.stdout
     assert jobs.describe(job_id)["state"] == "JOB_STATE_SUCCEEDED"
 
 

@@ -3,6 +3,7 @@ that one; a trainer that follows them all, and the repository's examples, pass."
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -71,6 +72,52 @@ def test_a_trainer_that_follows_the_rules_passes(tmp_path, capsys, monkeypatch, 
     assert verdicts["resume after restart"] == "pass" and verdicts["SIGTERM"] == "pass"
     assert code == 0
     assert sorted(os.listdir(tmp_path)) == ["spec.yaml"]  # nothing left behind in the working folder
+
+
+FAST = """
+metrics:
+  accuracy: maximize
+parameters:
+  learning_rate: {type: double, min: 0.01, max: 0.1}
+  epochs: {type: integer, min: 10, max: 40}
+"""
+
+
+def test_on_a_fast_trainer_sigterm_lands_halfway_and_the_restart_resumes_from_there(tmp_path, capsys, monkeypatch):
+    """10 epochs with no pause between them: the run is held after 5 reports until SIGTERM landed."""
+    code, flagged, card = check(tmp_path, capsys, monkeypatch, FAST, sys.executable, TRAINER, "--epoch_s=0")
+    lines = {c["check"]: c for c in card["checks"]}
+    assert re.search(r"SIGTERM at step (\d+)", lines["SIGTERM"]["seen"]).group(1) == "5", card  # not at the end
+    assert lines["SIGTERM"]["seen"] == "exited {} s after SIGTERM at step 5 of 10 (status 0)".format(
+        lines["SIGTERM"]["seen"].split()[1]), card
+    # SIGTERM at step 5: it stopped after step 5, or after the step in hand (6)
+    assert lines["resume after restart"]["seen"] in (
+        "resumed at step 6 after a restart at step 5; none lost or twice",
+        "resumed at step 7 after a restart at step 6; none lost or twice"), card
+    assert flagged == {} and code == 0
+
+
+def test_on_a_fast_trainer_a_restart_that_does_not_resume_fails(tmp_path, capsys, monkeypatch):
+    """It takes its checkpoint for a finished training: the restart exits 0 with the last steps missing."""
+    code, flagged, card = check(tmp_path, capsys, monkeypatch, FAST, sys.executable, TRAINER, "--epoch_s=0",
+                                "--break=done-on-restart")
+    resume = next(c for c in card["checks"] if c["check"] == "resume after restart")
+    assert resume["seen"] in ("the restarted replica exited 0 without reporting steps 6…10 (restarted at step 5)",
+                              "the restarted replica exited 0 without reporting steps 7…10 (restarted at step 6)"), card
+    assert flagged == {"resume after restart": "fail"} and code == 1
+
+
+def test_a_trainer_that_is_not_held_and_ends_first_is_inconclusive(tmp_path, capsys, monkeypatch):
+    """Python in isolated mode (-I) ignores PYTHONPATH, so not the probe's sitecustomize: nothing holds it,
+    and its two epochs end before the loop could interrupt them."""
+    two_epochs = FAST.replace("min: 10", "min: 2")
+    code, flagged, card = check(tmp_path, capsys, monkeypatch, two_epochs, sys.executable, "-I", TRAINER,
+                                "--epoch_s=0")
+    lines = {c["check"]: c for c in card["checks"]}
+    assert lines["SIGTERM"]["verdict"] == "warn" and lines["SIGTERM"]["seen"].startswith("inconclusive: "), card
+    assert lines["SIGTERM"]["fix"] == ("run more epochs or steps (--params epochs=8) so that the run can be "
+                                       "interrupted halfway")
+    assert lines["resume after restart"]["verdict"] == "warn" and code == 0
 
 
 @pytest.mark.long

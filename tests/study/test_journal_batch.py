@@ -131,3 +131,30 @@ def test_a_reported_step_and_its_attributes_are_one_record_write(tmp_path: Path,
     got = plain(path)[0]
     assert got.intermediate_values == {1: 0.5, 2: 0.25}
     assert got.user_attrs["live_elapsed_s"] == {"1": 0.1, "2": 0.2}
+
+
+def test_another_process_writing_during_a_block_is_neither_held_off_nor_lost(tmp_path: Path) -> None:
+    """A block takes the journal's lock only for its write: another writer inside it goes through at
+    once (it used to wait for the lock, and after Optuna's 30 s grace broke it as stale, which left
+    this storage's record offsets wrong: a later read began mid-line). The storage then replays the
+    file, so what it holds is what the file says, in the file's order."""
+    path = tmp_path / "journal.log"
+    store, job = open_store(path)
+    first = store.claim(job.study)
+    assert first is not None
+    other = JournalStorage(JournalFileBackend(str(path)))
+    with store.batch():
+        store.set_trial_attrs(first.storage_id, mine=1)
+        other.set_trial_user_attr(first.storage_id, "theirs", 2)  # (would block on a held lock)
+        store.set_trial_attrs(first.storage_id, mine_too=3)
+    attrs = store.storage.get_trial(first.storage_id).user_attrs
+    assert {k: attrs[k] for k in ("mine", "theirs", "mine_too")} == {"mine": 1, "theirs": 2, "mine_too": 3}
+    # its offsets are right again: the next writes and reads go on, and plain Optuna agrees
+    store.set_trial_attrs(first.storage_id, after=4)
+    other.set_trial_user_attr(first.storage_id, "theirs_after", 5)
+    second = store.claim(job.study)
+    assert second is not None
+    assert store.storage.get_trial(first.storage_id).user_attrs["theirs_after"] == 5
+    got = plain(path)
+    assert got[0].user_attrs == store.storage.get_trial(first.storage_id).user_attrs
+    assert [t.state.name for t in got] == [t.state.name for t in store.storage.get_all_trials(store._study_id)]

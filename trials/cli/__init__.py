@@ -63,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra:
         hint = _command_hint(args, extra, local_command)
         if hint is None:
-            parser.parse_args(argv)  # argparse's own usage and "unrecognized arguments", exit 2
+            return _unrecognized(parser, args.command, extra)
         print(f"trials {args.command}: error: {hint}", file=sys.stderr)
         return protocol.EXIT_USAGE
     args.local_command = local_command
@@ -146,6 +146,39 @@ def _command_hint(args: argparse.Namespace, extra: list[str], local_command: lis
     target = str(getattr(args, "spec", None) or getattr(args, "job", ""))
     return (f"unexpected arguments {given!r}: put the trainer's command after `--`, as in "
             f"`trials {args.command} {shlex.quote(target)} {options} -- {given}`")
+
+
+def _unrecognized(parser: argparse.ArgumentParser, command: str, extra: list[str]) -> int:
+    """Words the command does not take: its own usage (not ``trials``'), then one line naming them,
+    with the option each mistyped one was likely meant to be."""
+    from trials.errors import did_you_mean
+    from trials.printable import printable
+
+    sub = _subparser(parser, command)
+    own = [o for action in sub._actions for o in action.option_strings if o.startswith("--")]
+    top = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
+    names = [w.split("=", 1)[0] for w in extra if w.startswith("-") and w != "-"]
+    hints = []
+    for name in names:
+        if name in top:
+            hints.append(f"{name} is an option of trials itself: put it before the command "
+                         f"(trials {name} {command} ...)")
+        # on the names without their dashes, closer than difflib's default: `--bogus` is no `--gpus`
+        elif (close := did_you_mean(name.lstrip("-"), [o[2:] for o in own], cutoff=0.75)) is not None:
+            close = "--" + close
+            hints.append(f"did you mean {close}?" if len(names) == 1 else f"{name}: did you mean {close}?")
+    sys.stderr.write(sub.format_usage())
+    line = f"unrecognized arguments: {' '.join(extra)}" + "".join(f"; {h}" for h in hints)
+    print(f"{sub.prog}: error: {printable(line)}", file=sys.stderr)
+    return protocol.EXIT_USAGE
+
+
+def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            sub: argparse.ArgumentParser = action.choices[command]
+            return sub
+    return parser
 
 
 def _scrub(args: argparse.Namespace, text: str) -> str:

@@ -30,9 +30,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if args.trainer is not None:
         from trials.controller.trial import preflight
 
-        argv = preflight.trainer_command(job, args.local_command or None,
-                                         target=args.trainer or None)
-        print(preflight.check_trainer(argv, args.spec, required=True))
+        lines, error = preflight.validate_trainer(job, args.spec, local_command=args.local_command or None,
+                                                  target=args.trainer or None, pass_env=args.pass_env)
+        for line in lines:
+            print(line)
+        if error is not None:
+            raise ConfigError(error)
     return protocol.EXIT_OK
 
 
@@ -70,10 +73,12 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
     h = registry.open_job(args.job, root=args.root, storage=args.storage)
     state, ended = job_admin.cancel(h)
     if ended:
-        print(f"job {h.job_id} has already ended: {state}; nothing to cancel")
+        # Vertex answers FAILED_PRECONDITION here (gcloud exits 1); locally a cancel of a job that has
+        # ended is done already: exit 0, so a cleanup script or a cancel racing the job's end is no failure
+        print(f"job {h.job_id} already {state.removeprefix('JOB_STATE_')}: nothing to cancel")
     else:
         print(f"job {h.job_id}: {state}")
-    return 0
+    return protocol.EXIT_OK
 
 
 def _cmd_repair(args: argparse.Namespace) -> int:

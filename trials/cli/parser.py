@@ -6,7 +6,7 @@ import argparse
 
 from trials import protocol
 from trials.cli.admin import _cmd_cancel, _cmd_check, _cmd_repair, _cmd_validate
-from trials.cli.run import _cmd_resume, _cmd_sweep, _cmd_worker
+from trials.cli.run import _cmd_resume, _cmd_serve, _cmd_sweep, _cmd_worker
 from trials.cli.show import _cmd_best, _cmd_describe, _cmd_export, _cmd_list, _cmd_report
 
 
@@ -50,6 +50,8 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--echo", action="store_true",
                    help="echo every replica's output, prefixed, with control characters escaped")
     p.add_argument("--quiet", action="store_true", help="print only warnings and the summary's exit code")
+    p.add_argument("--keep-going", action="store_true",
+                   help="run every trial even when the first 3 are infeasible for the same reason (kept by the job)")
     p.add_argument("--json-logs", action="store_true", help="one JSON object per event")
     p.add_argument("--gpus", metavar="IDS", help="GPUs to hand out, e.g. 0,1,2 (default: nvidia-smi -L)")
     p.add_argument("--ignore-accelerators", action="store_true",
@@ -95,8 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     _pass_env_arg(p)
     p.add_argument("--trainer", nargs="?", const="", metavar="TARGET",
                    help="check every parameter, type, range and choice against a trials.main/trials-run "
-                        "trainer: module:function or file.py[:function], or (no TARGET) the command "
-                        "after -- or the spec's")
+                        "trainer (any other: every flag against its argparse --help): module:function or "
+                        "file.py[:function], or (no TARGET) the command after -- or the spec's")
     p.add_argument("--runtime", metavar="NAME", help="show what a trial gets under this runtime: host (the default), "
                    "podman, docker or container (each replica a container of its pool's image)")
     p.add_argument("--image", action="append", default=[], metavar="URI=LOCAL",
@@ -214,6 +216,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", help="where to write index.html and the PNGs (default <job folder>/report)")
     p.add_argument("--no-plots", action="store_true", help="tables only, no matplotlib")
     p.set_defaults(handler=_cmd_report)
+
+    p = sub.add_parser("serve", help="serve Vertex AI's v1 JobService REST API on localhost, for the aiplatform SDK")
+    _job_args(p)
+    p.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080; 0 picks a free one)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1; the server checks no credentials)")
+    p.add_argument("--runtime", metavar="NAME", help="where each job's replicas run: host (default), podman or docker")
+    p.add_argument("--image", action="append", default=[], metavar="URI=LOCAL",
+                   help="with a container runtime: run the local image LOCAL where a job names URI; repeatable")
+    p.add_argument("--project-number", metavar="N", help="what trials get as CLOUD_ML_PROJECT_ID")
+    p.add_argument("--quiet", action="store_true", help="print only where it serves")
+    p.set_defaults(handler=_cmd_serve)
 
     return parser
 

@@ -1,10 +1,21 @@
-"""What the controller prints while a job runs: a live line on a terminal, plain lines otherwise."""
+"""What the controller prints while a job runs: a live view on a terminal, plain lines otherwise.
+
+On a terminal ("live") the view under the event lines is redrawn in place: the job's line, then one
+line per running trial (its last step, its metrics, its time), at most ``trial_lines`` of them and
+"+N more". In a pipe ("plain", "json") a running trial gets a heartbeat line at most every
+``heartbeat_s``. The view is cleared when the job ends (or ``close``): nothing stale stays above
+the summary.
+"""
 
 from __future__ import annotations
 
 import json
+import math
+import shutil
 import sys
 import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TextIO
 
 from trials.controller.jobs.describe import display
@@ -14,22 +25,50 @@ from trials.controller.policy.ranking import best_of
 from trials.printable import printable
 from trials.records import TrialState
 
+HEARTBEAT_S = 30.0  # a pipe hears of a running trial at most this often
+TRIAL_LINES = 6  # the live view shows at most this many running trials (then "+N more")
+REDRAW_S = 0.2  # the live view is redrawn at most this often for progress alone
+# the rule of `ended_early` (loop/metrics.py), said where its outcome is printed
+RAN_TO_END = "not marked stopped early: it reached where the completed trials ended before it stopped"
+
+
+@dataclass
+class _Running:
+    """What the view knows of a running trial."""
+
+    step: int | None = None
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    seconds: float = 0.0  # its time, as the loop last told it
+    told: float = 0.0  # when its time was told (monotonic)
+    last_beat: float = 0.0  # its last heartbeat line, or its start (monotonic)
+
 
 class Progress:
-    """Receives the job loop's events. ``mode``: "live" (terminal), "plain", "json" or "quiet"."""
+    """Receives the job loop's events. ``mode``: "live" (terminal), "plain", "json" or "quiet".
+
+    ``trial_lines``: running trials shown under the job's line on a terminal (0: the job's line
+    only, as with ``--echo``, whose lines would break a view redrawn in place); ``heartbeat_s``: the
+    least time between two heartbeat lines of a trial in a pipe; ``clock``: monotonic seconds.
+    """
 
     def __init__(self, *, total: int, metric_ids: tuple[str, ...], maximize: bool,
-                 out: TextIO | None = None, mode: str | None = None):
+                 out: TextIO | None = None, mode: str | None = None, trial_lines: int = TRIAL_LINES,
+                 heartbeat_s: float = HEARTBEAT_S, clock: Callable[[], float] = time.monotonic):
         self.out = out or sys.stdout
         self.mode = mode or ("live" if self.out.isatty() else "plain")
+        self.trial_lines = trial_lines
+        self.heartbeat_s = heartbeat_s
+        self.clock = clock
+        self.trials: dict[str, _Running] = {}
+        self._shown = 0  # lines of the live view on the terminal now (the cursor ends its last one)
+        self._drawn_at = -math.inf
         self.total = total
         self.metric_ids = metric_ids
         self.maximize = maximize
         self.done = self.failed = self.running = self.stopped = 0
         self.best: float | None = None
         self.best_trial: str | None = None
-        self.t0 = time.monotonic()
-        self._live_shown = False
+        self.t0 = clock()
         self.warnings: list[str] = []
         self.told_missing_metric = False
 
@@ -39,12 +78,26 @@ class Progress:
         except (BrokenPipeError, OSError):
             # Output closed (`trials sweep … | head`): the job must go on, silently.
             self.mode = "quiet"
-            self._live_shown = False
+            self._shown = 0
             self.out = _Discard()
 
+    def close(self) -> None:
+        """Clear the live view (the job ended, or the loop stopped on an error): the summary or
+        the error starts on a clean line."""
+        try:
+            self._clear()
+            self.out.flush()
+        except (BrokenPipeError, OSError):
+            self._shown = 0
+
     def _handle(self, event: ev.Event) -> None:
+        if isinstance(event, ev.TrialProgress):
+            self._trial_progress(event)
+            return
         if isinstance(event, ev.TrialStarted):
             self.running += 1
+            now = self.clock()
+            self.trials[event.trial_id] = _Running(told=now, last_beat=now)
             what = "resumed" if event.resumed else "started"
             params = " ".join(f"{k}={display(v, 3)}" for k, v in event.params.items())
             self._line(f"trial {event.trial_id} {what}: {params}", event)
@@ -63,6 +116,7 @@ class Progress:
             self._line(f"trial {event.trial_id} stopping ({event.reason.value}){detail}", event)
         elif isinstance(event, ev.TrialRequeued):
             self.running -= 1
+            self.trials.pop(event.trial_id, None)
             self._line(f"trial {event.trial_id} interrupted; it runs again on resume", event)
         elif isinstance(event, ev.InjectedRestart):
             self._line(f"trial {event.trial_id}: injected a maintenance restart of {event.replica}", event)
@@ -72,18 +126,32 @@ class Progress:
         elif isinstance(event, ev.JobCancelling):
             self._line("cancelling the job: stopping every replica", event, force=True)
         elif isinstance(event, ev.JobDone):
-            if self._live_shown:
-                self.out.write("\n")  # keep the last status line; the summary starts below it
-                self.out.flush()
-                self._live_shown = False
+            self.trials.clear()
+            self.close()  # no stale view above the summary
             if self.mode == "json":
                 self._emit_json(event, f"job {event.state.value}")
             return
         if self.mode == "live":
             self._status()
 
+    def _trial_progress(self, event: ev.TrialProgress) -> None:
+        run = self.trials.get(event.trial_id)
+        if run is None:
+            return
+        now = self.clock()
+        run.step, run.metrics, run.seconds, run.told = event.step, event.metrics, event.seconds, now
+        if self.mode == "live":
+            if now - self._drawn_at >= REDRAW_S:
+                self._status()
+        elif self.mode in ("plain", "json") and now - run.last_beat >= self.heartbeat_s:
+            run.last_beat = now
+            where = f"step {event.step}" if event.step is not None else "no step reported yet"
+            self._line(f"trial {event.trial_id} running, {event.seconds:.0f}s: {where}"
+                       + "".join(f", {m}={v:.6g}" for m, v in event.metrics.items()), event)
+
     def _trial_done(self, event: ev.TrialDone) -> None:
         self.running -= 1
+        self.trials.pop(event.trial_id, None)
         self.done += 1
         if event.state is not TrialState.SUCCEEDED:
             self.failed += 1
@@ -101,8 +169,9 @@ class Progress:
         if event.stopped_early:
             when = "(stopped early) " + (f"at step {event.last_step}" if event.last_step is not None else when)
         detail = "".join(f"\n    {line}" for line in event.detail)
-        self._line(f"trial {event.trial_id} {event.state.value} {when}, {event.seconds:.1f}s: {result}" + detail,
-                   event)
+        why = f" ({RAN_TO_END})" if event.ran_to_end else ""
+        self._line(f"trial {event.trial_id} {event.state.value} {when}, {event.seconds:.1f}s: {result}{why}"
+                   + detail, event)
         if event.missing_metric and not self.told_missing_metric:  # once, at the first such trial
             self.told_missing_metric = True
             self._handle(ev.JobWarning(trial_id=event.trial_id, message=missing_metric_advice(
@@ -116,9 +185,7 @@ class Progress:
         if self.mode == "json":
             self._emit_json(event, text)
             return
-        if self._live_shown:
-            self.out.write("\r\033[K")
-            self._live_shown = False
+        self._clear()
         self.out.write(f"[{time.strftime('%H:%M:%S')}] {text}\n")
         self.out.flush()
 
@@ -129,17 +196,44 @@ class Progress:
         self.out.write(json.dumps(record, default=str) + "\n")
         self.out.flush()
 
+    def _clear(self) -> None:
+        """Erase the live view; the cursor goes to the start of its first line."""
+        if self._shown:
+            self.out.write("\r\033[K" + "\033[1A\033[K" * (self._shown - 1))
+            self._shown = 0
+
     def _status(self) -> None:
-        elapsed = time.monotonic() - self.t0
+        now = self.clock()
+        elapsed = now - self.t0
         eta = ""
         if self.done:
             left = max(0, self.total - self.done)
             eta = f", ETA {elapsed / self.done * left:.0f}s"
         best = f", best {self.metric_ids[0]}={self.best:.6g} (trial {self.best_trial})" if self.best is not None else ""
-        self.out.write(f"\r\033[K{self.done}/{self.total} done, {self.running} running, "
-                       f"{self.failed} failed{best}{eta}")
+        lines = [f"{self.done}/{self.total} done, {self.running} running, {self.failed} failed{best}{eta}",
+                 *self._trial_view(now)]
+        width = max(20, shutil.get_terminal_size().columns - 1)  # a wrapped line would not be erased
+        self._clear()
+        self.out.write("\r\033[K" + "\n".join(printable(line, limit=width) for line in lines))
         self.out.flush()
-        self._live_shown = True
+        self._shown = len(lines)
+        self._drawn_at = now
+
+    def _trial_view(self, now: float) -> list[str]:
+        """One line per running trial (in trial order), at most ``trial_lines`` with "+N more"."""
+        if self.trial_lines <= 0 or not self.trials:
+            return []
+        ids = sorted(self.trials, key=lambda t: (len(t), t))  # "2" before "10"
+        shown = ids if len(ids) <= self.trial_lines else ids[:self.trial_lines - 1]
+        lines = []
+        for trial_id in shown:
+            run = self.trials[trial_id]
+            where = f"step {run.step}" if run.step is not None else "no step yet"
+            metrics = "".join(f"  {m}={v:.4g}" for m, v in run.metrics.items())
+            lines.append(f"  trial {trial_id}  {where}{metrics}  {run.seconds + now - run.told:.0f}s")
+        if len(shown) < len(ids):
+            lines.append(f"  +{len(ids) - len(shown)} more running")
+        return lines
 
 
 class _Discard:

@@ -118,7 +118,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     counts = _resume_counts(h, args)  # checked by the spec's rules before anything is written
     # a FAILED job resumed with the failure budget it has would fail again at once: say so, write nothing
     job_admin.check_failure_budget(h, max_failed=counts.get("max_failed_trial_count"),
-                                   max_trial_count=args.max_trial_count)
+                                   max_trial_count=args.max_trial_count, keep_going=args.keep_going)
     if args.local_command:  # a job created from an image without command can be given one now
         job_run.set_command(h, args.local_command)
     meta = h.store.meta()
@@ -236,6 +236,8 @@ def _run_held(h: JobHandle, args: argparse.Namespace, signals: Any, *, resume: b
     if join and (args.runtime or args.image):  # this worker's own runtime (the job's is the default)
         runtime, images = _runtime(h.job, args, stored=h.store.get_meta("runtime"),
                                    stored_images=h.store.get_meta("images"))
+    if args.keep_going and not h.store.get_meta("keep_going"):
+        h.store.set_meta(keep_going=True)  # kept by the job, as its other run settings are
     progress = _progress(h, args)
     shared = job_run.shared_job(h, stale_after_s=args.stale_after,
                                 notify=lambda line: progress(JobWarning(message=line)), signals=signals)
@@ -252,8 +254,11 @@ def _run_held(h: JobHandle, args: argparse.Namespace, signals: Any, *, resume: b
         print(_outputs_line(h))
         if shared is not None and not join:
             print(f"more workers join with: trials worker {h.job_id} --storage {redact(h.storage_url)}")
-    runner = job_run.run_job(h, options, emit=progress, resume=resume, lock=not join, signals=signals,
-                             endpoint=endpoint)
+    try:
+        runner = job_run.run_job(h, options, emit=progress, resume=resume, lock=not join, signals=signals,
+                                 endpoint=endpoint)
+    finally:
+        progress.close()  # no live view left above an error (it is cleared at the job's end)
     if join and runner.state.leaving and shared is not None:
         print(f"worker {shared.me} left job {h.job_id} after starting {runner.state.n_started} trials; "
               f"its running trials went back to the queue")
@@ -276,11 +281,12 @@ def _outputs_line(h: JobHandle) -> str:
 
 
 def _progress(h: JobHandle, args: argparse.Namespace) -> Progress:
-    from trials.cli.progress import Progress
+    from trials.cli.progress import TRIAL_LINES, Progress
 
     mode = "quiet" if args.quiet else ("json" if args.json_logs else None)
     return Progress(total=h.store.n_trials(), metric_ids=h.job.study.metric_ids,
-                    maximize=h.job.study.metrics[0].maximize, mode=mode)
+                    maximize=h.job.study.metrics[0].maximize, mode=mode,
+                    trial_lines=0 if args.echo else TRIAL_LINES)  # echoed lines would break a redrawn view
 
 
 def _summary(h: JobHandle, runner: JobRunner, args: argparse.Namespace) -> int:
@@ -350,3 +356,11 @@ def _summary(h: JobHandle, runner: JobRunner, args: argparse.Namespace) -> int:
         print(f"resume it with: trials resume {h.job_id}{root}")
         return protocol.EXIT_INTERRUPTED
     return 1
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from trials.controller.api.server import serve_main
+
+    return serve_main(root=args.root, storage=args.storage, runtime=args.runtime, images=args.image,
+                      project_number=args.project_number,
+                      host=args.host, port=args.port, quiet=args.quiet)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import stat
 import sys
 from typing import TYPE_CHECKING
@@ -15,6 +16,8 @@ from trials.records import JobState
 
 if TYPE_CHECKING:
     from typing import Any
+
+    from trials.spec import JobSpec
 
 
 def _cmd_describe(args: argparse.Namespace) -> int:
@@ -72,6 +75,7 @@ def _cmd_best(args: argparse.Namespace) -> int:
     best: list[dict[str, Any]] = [
             {"trial_id": str(t.number + 1), "metrics": dict(zip(metric_ids, t.values, strict=False)),
              "parameters": get(t), "flags": [format_flag(k, v) for k, v in get(t).items()],
+             **_command(h.job, meta.get("local_command"), get(t)), "cwd": meta.get("cwd"),
              "model_dir": _model_dir(meta, t)}
             for t in job_view.best_trials(h)]
     if args.format == "json":  # exact numbers; one trial, or the Pareto front of several metrics
@@ -82,9 +86,33 @@ def _cmd_best(args: argparse.Namespace) -> int:
         return 1
     for b in best:
         print(f"trial {b['trial_id']}: " + ", ".join(f"{m}={v:.6g}" for m, v in b["metrics"].items()))
-        print("  flags: " + " ".join(b["flags"]))
+        if b["command"] is not None:
+            print("  command: " + printable(shlex.join(b["command"])))
+        else:  # an image's own ENTRYPOINT ran: what it was given
+            print(f"  command: the ENTRYPOINT of {printable(b['image'] or 'the image')} with "
+                  + printable(shlex.join(b["args"])))
+        if b["cwd"]:
+            print(f"  run in: {printable(shlex.quote(b['cwd']))}")
         print(f"  model: {b['model_dir'] or 'no AIP_MODEL_DIR (the job has no baseOutputDirectory)'}")
     return 0
+
+
+def _command(job: JobSpec, local_command: list[str] | None, params: dict[str, Any]) -> dict[str, Any]:
+    """What the trial's primary replica ran, as the launcher builds it (``launch.replica_argv``):
+    ``command`` its whole argv (None: its image's ENTRYPOINT ran), ``args`` what followed the
+    command, ``image`` the pool's image."""
+    from trials.controller.trial import launch
+    from trials.spec import TrialJobSpec, WorkerPoolSpec
+
+    trial_job = job.trial_job or TrialJobSpec(worker_pools=(WorkerPoolSpec(),))
+    pool = trial_job.replicas()[0][2]
+    flags = launch.trial_flags(job.study, params)
+    image, _ = launch.image_command(pool, local_command)
+    try:
+        command: list[str] | None = launch.replica_argv(pool, local_command, flags, as_written=True)
+    except ConfigError:  # a container runtime ran the image's ENTRYPOINT
+        command = None
+    return {"command": command, "args": [*pool.args, *flags], "image": image}
 
 
 def _model_dir(meta: dict[str, Any], t: Any) -> str | None:

@@ -336,6 +336,9 @@ class LocalOptions:
     inject_restarts: float = 0.0
     grace_period_s: float | None = None
     memory_limit_mb: int | None = None
+    # A CustomJob (``trials serve``'s customJobs): one trial of no parameters whose success is its
+    # replicas' exit, not a metric (see ``vertex.custom_job``).
+    custom_job: bool = False
 
 
 @dataclass(**_FROZEN)

@@ -110,6 +110,29 @@ def parse_job(root: Node) -> JobSpec:
     )
 
 
+CUSTOM_JOB_METRIC = "trials-custom-job"  # a CustomJob's study: never reported, never shown as the job's
+
+
+def custom_job(data: object, *, source: str) -> JobSpec:
+    """A CustomJob body (``displayName``, ``jobSpec``, ``labels``) as the one-trial job that runs it: no
+    parameters, the job's ``jobSpec`` as its trial's, success by its replicas' exit (``local.custom_job``)."""
+    root = Node(data, "", source)
+    if not isinstance(data, dict):
+        root.fail("a CustomJob object")
+    carried = _Carried()
+    f, ignored = root.fields({"displayName", "jobSpec", "labels"}, {"encryptionSpec", "name", "state",
+                                                                    "createTime", "startTime", "endTime",
+                                                                    "updateTime", "error", "webAccessUris"})
+    name = f.get("displayName")
+    return JobSpec(
+        study=StudySpec(metrics=(MetricSpec(metric_id=CUSTOM_JOB_METRIC, goal=Goal.MAXIMIZE),), parameters=()),
+        display_name=None if name is None or name.value == "" else rules.display_name(name),
+        trial_job=trial_job(_require(f, root, "jobSpec"), carried),
+        labels=rules.labels(f["labels"]) if "labels" in f else (),
+        local=LocalOptions(custom_job=True),
+    )
+
+
 def _missing(parent: Node, key: str) -> Node:
     return Node(MISSING, f"{parent.path}.{key}" if parent.path else key, parent.source)
 

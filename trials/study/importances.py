@@ -65,6 +65,7 @@ def param_importances(trials: Sequence[Any], *, directions: Sequence[bool], metr
 def _fanova(kept: Sequence[Any], directions: Sequence[bool], metric_index: int) -> dict[str, float]:
     import optuna
 
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "A new study created in memory" under `trials report`
     view = optuna.create_study(directions=["maximize" if m else "minimize" for m in directions])  # in memory
     view.add_trials([optuna.trial.create_trial(params=t.params, distributions=_distributions(t.distributions),
                                                values=t.values) for t in kept])

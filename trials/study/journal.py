@@ -70,29 +70,48 @@ class _Deferred:
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         self.pending.extend(logs)
 
-    def flush(self) -> None:
-        """Append the kept records with one write and one fsync (the caller holds the journal's lock)."""
+    def flush(self) -> bool:
+        """Append the kept records with one lock, one write and one fsync. False when another process
+        appended since the block read the journal (its records are before these in the file, not in
+        this storage's replay: the caller replays the file again)."""
         if not self.pending:
-            return
+            return True
         lines = [(json.dumps(log, separators=(",", ":")) + "\n").encode("utf-8") for log in self.pending]
-        with open(self.inner._file_path, "ab") as f:
+        with get_lock_file(self.inner._lock), open(self.inner._file_path, "ab") as f:
+            start = f.seek(0, os.SEEK_END)
             f.write(b"".join(lines))
             f.flush()
             os.fsync(f.fileno())
         offsets = self.inner._log_number_offset  # where each record starts: the next read seeks there
+        if start != offsets.get(self.n_in_file):
+            return False
         for i, line in enumerate(lines, start=self.n_in_file):
             offsets[i + 1] = offsets[i] + len(line)
+        return True
+
+
+def _replay_again(storage: Any) -> None:
+    """Rebuild the storage's replay from the whole file (records of another process landed between
+    a block's read and its write: the file's order is the truth)."""
+    from optuna.storages.journal._storage import JournalStorageReplayResult
+
+    with storage._thread_lock:
+        storage._backend._log_number_offset = {0: 0}
+        storage._replay_result = JournalStorageReplayResult(storage._worker_id_prefix)
+        storage._sync_with_backend()
 
 
 @contextlib.contextmanager
 def one_write(storage: BaseStorage) -> Iterator[None]:
     """Every journal write inside the block reaches the file at its end: one lock, one write, one fsync.
 
-    Inside, the storage sees its own writes at once (they are replayed in memory as they are made);
-    other processes' writes wait for the block (it holds the journal's file lock), so the records'
-    order in the file is the order they were applied in. Use it for short runs of writes such as a
-    claim (RUNNING, each suggested parameter, the trial's attributes). Any other storage, or an
-    Optuna whose journal internals differ: the block changes nothing.
+    Inside, the storage sees its own writes at once (they are replayed in memory as they are made).
+    The journal's file lock is taken only for the write: a block that stalls (a stopped or starved
+    controller) never holds off other processes, which Optuna's lock would let break it as stale after
+    its grace period. When another process appended meanwhile, the storage replays the file again
+    after the write, so its state follows the records' order in the file. Use it for short runs of
+    writes such as a claim (RUNNING, each suggested parameter, the trial's attributes). Any other
+    storage, or an Optuna whose journal internals differ: the block changes nothing.
     """
     backend = getattr(storage, "_backend", None)
     if isinstance(backend, _Deferred):  # already inside a block: its end writes
@@ -104,17 +123,17 @@ def one_write(storage: BaseStorage) -> Iterator[None]:
             or not hasattr(storage, "_replay_result") or not hasattr(storage, "_thread_lock")):
         yield
         return
-    with get_lock_file(backend._lock):
-        with storage._thread_lock:
-            storage._sync_with_backend()
-        n_in_file = storage._replay_result.log_number_read
-        if n_in_file not in backend._log_number_offset:  # nothing read yet: where records end is unknown
-            yield
-            return
-        deferred = _Deferred(backend, n_in_file)
-        storage._backend = deferred  # type: ignore[assignment]
-        try:
-            yield
-        finally:
-            storage._backend = backend
-            deferred.flush()
+    with storage._thread_lock:
+        storage._sync_with_backend()
+    n_in_file = storage._replay_result.log_number_read
+    if n_in_file not in backend._log_number_offset:  # nothing read yet: where records end is unknown
+        yield
+        return
+    deferred = _Deferred(backend, n_in_file)
+    storage._backend = deferred  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        storage._backend = backend
+        if not deferred.flush():
+            _replay_again(storage)

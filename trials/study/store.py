@@ -154,7 +154,8 @@ class JobStore:
         try:
             study = optuna.load_study(study_name=job_id, storage=storage)
         except KeyError:
-            raise JobNotFoundError(f"no job {job_id!r} in the storage") from None
+            names = [s.study_name for s in storage.get_all_studies()]
+            raise JobNotFoundError.in_storage(job_id, names) from None
         if not sampler:
             return cls(storage, study, job_id)
         attrs = study.user_attrs
@@ -471,6 +472,10 @@ class JobStore:
 
     def completed_curves(self) -> list[FrozenTrial]:
         return self.frozen_trials((TrialState.COMPLETE,))
+
+    def delete_study(self) -> None:
+        """The job's study and its trials, gone from the storage (``trials serve``'s jobs.delete)."""
+        self.storage.delete_study(self._study_id)
 
     def requeue(self, storage_id: int) -> None:
         """RUNNING -> WAITING: the trial runs again (same id and parameters) when next claimed."""

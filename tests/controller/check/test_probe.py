@@ -3,6 +3,8 @@ subprocess), each history judged as the scorecard would judge a real trainer's."
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +14,7 @@ import pytest
 from tests.controller.loop.backendkit import FakeBackend, FakeClock, FakeReplica, FakeSignals, Script
 from trials import protocol
 from trials.controller.backend.protocol import BackendError, ReplicaStart
+from trials.controller.check import hold
 from trials.controller.check.check import CheckOptions, CheckResult, run_check
 from trials.controller.check.identity_audit import AUDIT_ENV
 from trials.errors import ConfigError
@@ -35,29 +38,57 @@ trialJobSpec:
 Plan = Callable[[str, int], Script]  # (replica, attempt) -> what that attempt does
 
 
-class ByReplica(FakeBackend):
-    """The scripted backend with one script per replica and attempt (and every request kept)."""
+class HeldReplica(FakeReplica):
+    """A replica that does what the probe's ``sitecustomize`` makes a Python trainer do: with the hold in
+    its environment it writes no report after the k-th until the release file exists."""
 
-    def __init__(self, clock: FakeClock, plan: Plan):
+    released_at_sigterm: bool | None = None
+
+    def _run(self) -> None:
+        config = json.loads(self.env.get(hold.HOLD_ENV, "null"))
+        if config is None or os.path.exists(config["release"]):
+            super()._run()
+            return
+        s = self.script
+        due = min(s.steps, int((self.clock.t - self.start) / s.step_s + 1e-9), config["after"])
+        for step in range(len(self.reports) + 1, due + 1):
+            self._report(step + s.first_step - 1)
+        if len(self.reports) >= config["after"]:  # held: its time stands still until it is released
+            self.start = self.clock.t - len(self.reports) * s.step_s
+
+    def begin_stop(self, now: float) -> float:
+        config = json.loads(self.env.get(hold.HOLD_ENV, "null"))
+        if config is not None and self.released_at_sigterm is None:
+            self.released_at_sigterm = os.path.exists(config["release"])
+        return super().begin_stop(now)
+
+
+class ByReplica(FakeBackend):
+    """The scripted backend with one script per replica and attempt (and every request kept); ``held``:
+    its replicas are Python trainers (held by the probe's hold)."""
+
+    def __init__(self, clock: FakeClock, plan: Plan, *, held: bool = False):
         super().__init__(clock, lambda trial, attempt: Script())
         self.by_replica = plan
+        self.held = held
         self.requests: list[ReplicaStart] = []
 
     def start(self, request: ReplicaStart) -> FakeReplica:
         self.requests.append(request)
         x = next(a.split("=", 1)[1] for a in request.argv if a.startswith("--x="))
         script = self.by_replica(request.name, int(request.env[protocol.ENV_ATTEMPT]))
-        replica = FakeReplica(self.clock, request.name, {**request.env, "X": x}, script)
+        kind = HeldReplica if self.held else FakeReplica
+        replica = kind(self.clock, request.name, {**request.env, "X": x}, script)
         self.started.append(replica)
         return replica
 
 
 def replay(tmp_path: Path, plan: Plan, *, spec: str = SPEC, time_limit_s: float = 20.0,
-           grace_s: float = 2.0) -> tuple[CheckResult, ByReplica]:
+           grace_s: float = 2.0, held: bool = False) -> tuple[CheckResult, ByReplica]:
     work = tmp_path / "work"
     work.mkdir()
     clock = FakeClock()
-    backend = ByReplica(clock, plan)
+    backend = ByReplica(clock, plan, held=held)
     options = CheckOptions(time_limit_s=time_limit_s, grace_s=grace_s, local_command=["python", "train.py"],
                            cwd=str(work), folder=str(tmp_path / "runs"))
     result = run_check(loads_spec(spec, source="t.yaml"), options, backend=backend, clock=clock,
@@ -140,7 +171,7 @@ def test_the_time_box_stops_a_restarted_run_that_would_overrun_it(tmp_path: Path
     assert "the restarted run was stopped by the time box" in result.notes
 
 
-def test_a_run_that_ends_before_its_interruption_skips_the_restart_probe(tmp_path: Path) -> None:
+def test_a_run_that_ends_before_its_interruption_is_inconclusive(tmp_path: Path) -> None:
     # the clean run had 4 reports; the probe's run ends after 1 (a flaky trainer): nothing to interrupt
     runs: list[int] = []
 
@@ -149,9 +180,41 @@ def test_a_run_that_ends_before_its_interruption_skips_the_restart_probe(tmp_pat
         return Script(steps=4) if len(runs) == 1 else Script(steps=1)
 
     result, backend = replay(tmp_path, plan)
-    assert runs == [0, 0] and result.observations.stop is None
-    assert "the run ended before SIGTERM could be sent; the restart probe was skipped" in result.notes
-    assert verdicts(result)["SIGTERM"] == "skip"
+    assert runs == [0, 0] and result.observations.stop is None and result.observations.interrupt_missed
+    assert result.notes == []
+    sigterm = next(line for line in result.lines if line.check == "SIGTERM")
+    assert (sigterm.verdict.value, sigterm.seen) == (
+        "warn", "inconclusive: the run ended before SIGTERM could be sent (4 reports in 4.0 s)")
+
+
+def fast(replica: str, attempt: int) -> Script:
+    """A trainer with no pause between its epochs (six steps in less than one pass of the loop), that
+    resumes from its checkpoint."""
+    return Script(steps=6, step_s=0.001) if attempt == 0 else Script(steps=3, step_s=0.001, first_step=4)
+
+
+def test_a_fast_trainer_is_held_after_half_its_reports_until_sigterm_was_sent(tmp_path: Path) -> None:
+    result, backend = replay(tmp_path, fast, held=True)
+    clean, interrupted, restarted = backend.requests
+    assert hold.HOLD_ENV not in clean.env and hold.HOLD_ENV not in restarted.env  # the first restart attempt only
+    config = json.loads(interrupted.env[hold.HOLD_ENV])
+    release = tmp_path / "runs" / "restart" / "check" / "1" / "audit" / hold.RELEASE_FILE
+    assert config == {"metric_file": interrupted.env[protocol.ENV_METRIC_FILE], "tag": "loss", "after": 3,
+                      "release": str(release), "max_s": 6.0}
+    held = backend.started[1]
+    assert isinstance(held, HeldReplica) and held.signals == [signal.SIGTERM]
+    assert held.released_at_sigterm is False and release.exists()  # released after the signal, not before
+    stop = result.observations.stop
+    assert stop is not None and stop.sent_after_steps == [1, 2, 3] and stop.reported_before_restart == [1, 2, 3]
+    v = verdicts(result)
+    assert v["SIGTERM"] == "pass" and v["resume after restart"] == "pass"
+
+
+def test_a_fast_trainer_that_is_not_held_is_inconclusive(tmp_path: Path) -> None:
+    # not Python (no sitecustomize): it ends between two passes of the loop, before SIGTERM
+    result, backend = replay(tmp_path, fast)
+    assert result.observations.interrupt_missed and len(backend.started) == 2
+    assert verdicts(result)["SIGTERM"] == "warn" and verdicts(result)["resume after restart"] == "warn"
 
 
 def test_a_crash_is_judged_as_the_run_ended_not_restarted_by_the_loop(tmp_path: Path) -> None:

@@ -180,3 +180,32 @@ def test_describe_and_best_read_the_same_from_a_slim_snapshot_as_from_the_journa
     monkeypatch.setattr(replay, "read_journal", lambda path, **kw: real(path, **{**kw, "snapshot": False}))
     assert [_run(capsys, *c) for c in commands] == slim
     assert "JOB_STATE_CANCELLED" in slim[0][1] and "JOB_STATE_CANCELLED" in slim[4][1] and slim[2][0] == 0
+
+
+def test_table_cuts_a_long_reason_at_a_word_with_an_ellipsis_and_csv_keeps_it_whole(tmp_path, capsys):
+    stop = ("best value 0.640208 is below 0.730045: at step 2, each of the 2 completed trials (of 6) that "
+            "ended in the top quarter had reached 0.730045 or better")
+    h = fake_job(tmp_path, outcomes=[("ok", [0.5, 0.4], False), ("fail", stop), None, None, None, None])
+    root = str(tmp_path / "jobs")
+    lr = {str(t.number + 1): describe.display(t.params["lr"]) for t in h.store.frozen_trials() if "lr" in t.params}
+    width = {str(t.number + 1): str(t.params["width"]) for t in h.store.frozen_trials() if "width" in t.params}
+    code, out = _run(capsys, "describe", "rep", "--root", root)
+    assert code == 0
+    w = max(len("lr"), *(len(v) for v in lr.values()))
+    assert out.splitlines()[1:] == [
+        f"trial  state       loss  {'lr'.ljust(w)}  width  steps  stopped early  reason",
+        f"1      SUCCEEDED   0.4   {lr['1'].ljust(w)}  {width['1'].ljust(5)}  2",
+        f"2      INFEASIBLE        {lr['2'].ljust(w)}  {width['2'].ljust(5)}  0                     "
+        "best value 0.640208 is below 0.730045: at step 2, each of the 2 completed…",
+    ]
+    _, out = _run(capsys, "describe", "rep", "--root", root, "--format", "csv")
+    assert list(csv.DictReader(io.StringIO(out)))[1]["reason"] == stop
+
+
+def test_cut_words_ends_at_a_whole_word():
+    assert describe.cut_words("abc def ghi", 11) == "abc def ghi"
+    assert describe.cut_words("abc def ghi", 10) == "abc def…"
+    assert describe.cut_words("abc def ghi", 8) == "abc def…"
+    assert describe.cut_words("abc def ghi", 7) == "abc…"
+    assert describe.cut_words("abc, def", 6) == "abc…"
+    assert describe.cut_words("abcdefghijk", 5) == "abcd…"  # one long word: cut inside it

@@ -65,6 +65,7 @@ class Script:
     term_code: int = 143
     offset: float = 0.0  # added to every reported value
     first_step: int = 1  # the global_step of its first report (a trainer resuming from a checkpoint)
+    tag: str = "loss"  # the metric tag it reports (another than the spec's: every trial is infeasible)
 
 
 @dataclass
@@ -105,7 +106,7 @@ class FakeReplica:
     def _report(self, step: int) -> None:
         x = float(self.env.get("X", "0.5"))
         value = s_value(x, step, self.script.offset)
-        self.reports.append(json.dumps({"loss": str(value), "global_step": str(step),
+        self.reports.append(json.dumps({self.script.tag: str(value), "global_step": str(step),
                                         "timestamp": self.clock.wall(), "trial": self.env[protocol.ENV_TRIAL_ID],
                                         "checkpoint_path": ""}))
         Path(self.env[protocol.ENV_METRIC_FILE]).write_text("\n".join(self.reports) + "\n")

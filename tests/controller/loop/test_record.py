@@ -123,3 +123,17 @@ def test_the_job_applies_a_record_its_failure_rule_once(tmp_path):
     assert state.n_failed == 1
     state.trial_recorded(bad, "5")
     assert state.n_failed == 2 and state.job_error and "Trial 3: exit 1" in state.job_error
+
+
+def test_a_trial_prepared_slowly_ends_when_its_replica_exited_not_later(tmp_path):
+    """The run's start is the pass's moment, in wall time too: a start read after the folder was made
+    (0.7 s on this fake clock) moved the recorded endTime 0.7 s past the exit, past the next trial's
+    startTime (seen as 3 trials overlapping in a 2-slot job on a loaded machine)."""
+    job = Job(tmp_path)
+    claimed = job.h.store.claim(job.h.job.study)
+    assert claimed is not None
+    now = job.clock.monotonic()
+    job.clock.t += 0.7  # making the trial's folder and files took this long
+    run = job.launcher.prepare(claimed, now, [])
+    assert run.start_wall == 1_800_000_000.0 + now
+    assert run.wall_at(now + 4.0) == 1_800_000_000.0 + now + 4.0

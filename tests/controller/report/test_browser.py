@@ -1,11 +1,13 @@
-"""The report page in a real browser (headless Chromium, skipped where it is not installed): the
-script runs, pointing at a trial's line shows its tip and highlights it in every plot and table."""
+"""The report page in a real browser (headless Chromium, skipped where it is not installed, unless
+``TRIALS_REQUIRE_CHROMIUM=1``, as .ci/run sets where it installed it): the script runs, pointing at a
+trial's line shows its tip and highlights it in every plot and table."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -18,7 +20,21 @@ from jobkit import fake_job
 from trials.cli import main
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed")
+REQUIRED = os.environ.get("TRIALS_REQUIRE_CHROMIUM") == "1"
+
+
+def _needs(what: bool, why: str) -> None:
+    """Skip without ``what``, or fail where the browser test must run (``TRIALS_REQUIRE_CHROMIUM=1``)."""
+    if what:
+        return
+    if REQUIRED:
+        pytest.fail(f"the browser test is required here (TRIALS_REQUIRE_CHROMIUM=1): {why}")
+    pytest.skip(why)
+
+
+@pytest.fixture(autouse=True)
+def _chromium() -> None:
+    _needs(CHROMIUM is not None, "headless Chromium is not installed")
 
 
 def _free_port() -> int:
@@ -28,7 +44,10 @@ def _free_port() -> int:
 
 
 async def _hover(ws_url: str, page_url: str, selector: str) -> tuple[str, list[int], bytes]:
-    websockets = pytest.importorskip("websockets")
+    try:
+        import websockets
+    except ImportError:
+        _needs(False, "the websockets package is not installed")
     async with websockets.connect(ws_url, max_size=2**26) as ws:
         n = 0
 
@@ -69,7 +88,10 @@ async def _hover(ws_url: str, page_url: str, selector: str) -> tuple[str, list[i
 
 
 def test_pointing_at_a_trial_shows_its_tip_and_highlights_it_everywhere(tmp_path):
-    pytest.importorskip("matplotlib")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        _needs(False, "matplotlib is not installed")
     fake_job(tmp_path, outcomes=[("ok", [0.9, 0.5, 0.3], False), ("ok", [0.8, 0.7], True),
                                  ("ok", [0.7, 0.4, 0.2], False), ("ok", [0.6, 0.5, 0.45], False), None, None])
     assert main(["report", "rep", "--root", str(tmp_path / "jobs")]) == 0

@@ -75,7 +75,7 @@ def test_history_has_whole_trial_ids_and_marks_stopped_and_failed_trials(page: s
 def test_learning_curves_of_20_trials_have_a_colour_bar_not_a_crowded_legend(page: str) -> None:
     svg = _plot(page, "intermediate_values")
     legend = _legend(svg)
-    assert legend == ["ran to its end", "stopped early (X: where)"]
+    assert legend == ["ran to its end", "stopped early (○: where)"]
     assert "trial id" in _texts(svg)  # the colour bar's label
     colours = [re.search(r"stroke: (#[0-9a-f]{6})", g).group(1)
                for g in re.findall(r'data-trial="\d+">\s*<path[^>]*', svg)]

@@ -70,12 +70,14 @@ def test_validate_trainer_accepts_a_fitting_spec(project, how):
 
 
 @pytest.mark.integration
-def test_validate_trainer_of_a_plain_script_says_it_cannot_check(project):
+def test_validate_trainer_of_a_plain_script_reads_its_argparse_help(project):
     (project / "plain.py").write_text("import argparse\nargparse.ArgumentParser().parse_args()\n")
     out = trials_cli("validate", "good.yaml", "--trainer", "--", "python", "plain.py", cwd=project)
     assert out.returncode == 2 and out.stderr.count("\n") == 1
-    assert "could not check good.yaml against the trainer `python plain.py --epochs=1`: it exited 0 without " \
-           "answering" in out.stderr
+    # not a trials trainer: checked against the flags of its argparse --help (only -h)
+    assert out.stderr.startswith("trials: error: good.yaml does not fit the argparse trainer `python plain.py "
+                                 "--epochs=1` (4 problems, read from its --help): --alpha (a parameter of good.yaml) "
+                                 "is not a flag of the trainer: its flags: none; "), out.stderr
 
 
 @pytest.mark.integration

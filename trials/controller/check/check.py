@@ -1,7 +1,9 @@
 """`trials check`: run a trainer for real, inject what Vertex would, and record what it did.
 
 Three probes share one time box: a clean run of trial "1" with the spec's first parameters; the
-same run interrupted by SIGTERM after some reports and started again as Vertex restarts a replica;
+same run interrupted by SIGTERM after half the clean run's reports (counted in its metric file; a
+Python trainer is held there until the signal was sent, :mod:`trials.controller.check.hold`) and
+started again as Vertex restarts a replica;
 and, when the spec has several replicas, every replica of a run, each non-primary one with its own
 output folders so that what it saves can be told apart. Each run is a one-trial job run by the job
 loop, as ``trials sweep`` runs its trials; what is the check's own is its trial policy and what its
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from trials import protocol
 from trials.controller.backend.protocol import ReplicaBackend
 from trials.controller.check import scorecard
-from trials.controller.check.probe import Attempt, ProbeBackend, ProbePolicy
+from trials.controller.check.probe import Attempt, Hold, ProbeBackend, ProbePolicy
 from trials.controller.check.seen import run_seen
 from trials.controller.jobs import registry
 from trials.controller.jobs import run as job_run
@@ -36,7 +38,7 @@ from trials.spec.model import JobSpec, LocalOptions, ParameterSpec, ParameterTyp
 DEFAULT_TIME_LIMIT_S = 180.0
 DEFAULT_GRACE_S = 10.0
 CHECK_JOB_ID = "check"  # each probe's job (CLOUD_ML_JOB_ID), in <folder>/<probe>/check/
-_EPOCH_WORDS = ("epoch", "step", "iteration", "iter", "n_iter", "rounds", "estimators")
+_EPOCH_WORDS = ("epoch", "step", "iteration", "iter", "round", "estimator")  # in parameter names, singular
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -206,25 +208,27 @@ class _Probes:
         obs = scorecard.Observations(metric_ids=self.job.study.metric_ids, clean=clean, secondary=secondary,
                                      secondary_name=names[1] if len(names) > 1 else "", sandboxed=sandboxed,
                                      has_base=_has_base(self.job), in_image=in_image,
-                                     notes=notes)
-        # 2. SIGTERM in the middle, then a restart in the same folders
+                                     notes=notes, longer_run=longer_run(self.job.study, self.params))
+        # 2. SIGTERM after half the clean run's reports (the trainer held there when it is Python),
+        # then a restart in the same folders
         steps = [r.step for r in clean.reports if r.tag == self.metric_id]
         if len(steps) >= 2 and clean.exit_code == 0:
             at = max(1, len(steps) // 2)
-            echo(f"restart probe: SIGTERM after {at} report(s), then the same command again")
+            echo(f"restart probe: SIGTERM after {at} of {len(steps)} reports, then the same command again")
             policy = ProbePolicy(metric_id=self.metric_id, box_until=self.at(0.95), interrupt_after=at,
                                  interrupt_by=self.at(0.75))
-            run = self.run("restart", policy)
+            run = self.run("restart", policy, hold=Hold(tag=self.metric_id, after=at, max_s=0.3 * budget))
             if policy.ended_before_interrupt:
-                notes.append("the run ended before SIGTERM could be sent; the restart probe was skipped")
+                obs.interrupt_missed = True
             else:
                 if policy.stopped_by_box:
                     notes.append("the restarted run was stopped by the time box")
                 obs.stop = self.stop_seen(run, policy)
         return obs
 
-    def run(self, name: str, policy: ProbePolicy) -> ProbeBackend:
-        """One probe: a one-trial job in ``<folder>/<name>/``, run by the job loop until it ends."""
+    def run(self, name: str, policy: ProbePolicy, *, hold: Hold | None = None) -> ProbeBackend:
+        """One probe: a one-trial job in ``<folder>/<name>/``, run by the job loop until it ends
+        (with ``hold``, the primary's first attempt waits there until the policy's signal was sent)."""
         root = os.path.join(self.folder, name)
         h = registry.create_job(
             _one_trial(self.job), root=root, job_id=CHECK_JOB_ID, spec_path=None, storage=None,
@@ -238,7 +242,8 @@ class _Probes:
                                       echo=False, grace_period_s=self.options.grace_s, memory_limit_mb=None,
                                       inject_restarts=0.0, slots=1, seed=None)
         probe = ProbeBackend(self.backend, primary=self.primary, outputs_root=root, cwd=options.cwd,
-                             exclude=self.folder, clock=self.clock.monotonic)
+                             exclude=self.folder, clock=self.clock.monotonic, hold=hold)
+        policy.release = probe.release
         runner = JobRunner(h.store, h.job, options, backend=probe,
                            clock=self.clock, signals=self.signals, policy=policy)
         state = runner.run()
@@ -290,6 +295,21 @@ def _check_command(job: JobSpec, local_command: Sequence[str] | None) -> None:
     trial_job = with_base_output(job, ".").trial_job  # with a local base, as the probes run it
     for _i, _j, pool in trial_job.replicas() if trial_job is not None else ():
         launch.base_command(pool, local_command)
+
+
+def longer_run(study: StudySpec, params: Mapping[str, Value]) -> str:
+    """How to make the probes' run longer: ``--params NAME=VALUE`` for an epoch-like integer parameter
+    the spec lets grow (4× the value run, at most its maximum), else ""."""
+    for p in study.all_parameters():
+        value = params.get(p.parameter_id)
+        words = p.parameter_id.lower().replace("-", "_").split("_")
+        if p.type is not ParameterType.INTEGER or not isinstance(value, int) or p.max_value is None \
+                or not any(w.rstrip("s") in _EPOCH_WORDS for w in words):
+            continue
+        more = min(int(p.max_value), max(4 * value, value + 1))
+        if more > value:
+            return f"--params {p.parameter_id}={more}"
+    return ""
 
 
 def _has_base(job: JobSpec) -> bool:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from trials import files, protocol
 from trials.controller.backend.protocol import BackendError, ReplicaBackend, ReplicaHandle, ReplicaStart
-from trials.controller.check import scorecard
+from trials.controller.check import hold, scorecard
 from trials.controller.check.identity_audit import AUDIT_ENV, SITECUSTOMIZE
 from trials.controller.check.seen import Snapshot, changed, read_reports, snapshot, upper_writes, walk
 from trials.controller.loop.launcher import write_through
@@ -39,6 +39,16 @@ class Attempt:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Hold:
+    """Hold the primary's first attempt after ``after`` reports of ``tag`` (:mod:`~trials.controller.check.hold`),
+    at most ``max_s`` seconds."""
+
+    tag: str
+    after: int
+    max_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Left:
     """What an attempt of the primary left when the next one started (before its fresh metric file)."""
 
@@ -53,7 +63,8 @@ class ProbeBackend:
     for a non-primary replica, its own output folders, so that what it saves is told apart from the
     primary's. A restarted replica starts with a fresh metric file, as on a new VM (the last one is
     moved aside to ``<file>.attempt-<n>``). Every attempt is kept, with what the primary left before
-    each restart and snapshots of the working folder (its writes, when there is no sandbox).
+    each restart and snapshots of the working folder (its writes, when there is no sandbox). With
+    ``hold``, the primary's first attempt waits after that many reports until :meth:`release`.
 
     Args:
         inner: the backend that runs the replicas (the host's).
@@ -61,16 +72,19 @@ class ProbeBackend:
         outputs_root: where the non-primary replicas' own output folders go (``outputs-<name>/``).
         cwd: the working folder (snapshotted to see writes there); ``exclude``: a folder of it not to look at.
         clock: monotonic time, the loop's.
+        hold: where the primary's first attempt waits for the probe's SIGTERM (None: nowhere).
     """
 
     def __init__(self, inner: ReplicaBackend, *, primary: str, outputs_root: str, cwd: str, exclude: str,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, hold: Hold | None = None):
         self.inner = inner
         self.primary = primary
         self.outputs_root = outputs_root
         self.cwd = cwd
         self.exclude = exclude
         self.clock = clock
+        self.hold = hold
+        self.release_file = ""  # the hold's, once the primary's first attempt got it
         self.attempts: list[Attempt] = []
         self.left: dict[int, Left] = {}  # the primary's attempt number -> what the attempt before it left
         self.start_error: OSError | ConfigError | BackendError | None = None  # the last start, if it failed
@@ -118,14 +132,24 @@ class ProbeBackend:
         env = dict(request.env)
         audit_dir = os.path.join(request.trial_dir, AUDIT_DIR)
         os.makedirs(audit_dir, exist_ok=True)
-        files.write_text_atomic(os.path.join(audit_dir, "sitecustomize.py"), SITECUSTOMIZE)
+        files.write_text_atomic(os.path.join(audit_dir, "sitecustomize.py"), SITECUSTOMIZE + hold.SITECUSTOMIZE_HOLD)
         env[AUDIT_ENV] = os.path.join(request.trial_dir, f"{request.name}.audit")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (audit_dir, env.get("PYTHONPATH", "")) if p)
+        if self.hold is not None and request.name == self.primary \
+                and int(request.env.get(protocol.ENV_ATTEMPT) or 0) == 0:
+            self.release_file = os.path.join(audit_dir, hold.RELEASE_FILE)
+            env[hold.HOLD_ENV] = hold.hold_env(metric_file=env.get(protocol.ENV_METRIC_FILE, ""), tag=self.hold.tag,
+                                               after=self.hold.after, release=self.release_file,
+                                               max_s=self.hold.max_s)
         if request.name != self.primary and protocol.ENV_MODEL_DIR in env:
             own = os.path.join(self.outputs_root, "outputs-" + request.name, env.get(protocol.ENV_TRIAL_ID, "1"))
             env.update({protocol.ENV_MODEL_DIR: own + "/model/", protocol.ENV_CHECKPOINT_DIR: own + "/checkpoints/",
                         protocol.ENV_TENSORBOARD_LOG_DIR: own + "/logs/"})
         return env
+
+    def release(self) -> None:
+        """End the hold: the probe's SIGTERM was sent."""
+        hold.release(self.release_file)
 
     def attempt(self, name: str, number: int) -> Attempt | None:
         return next((a for a in self.attempts if a.name == name and a.number == number), None)
@@ -157,19 +181,23 @@ class ProbePolicy:
     - with ``interrupt_after``: after that many reports of ``metric_id`` by the primary (or at
       ``interrupt_by``), the whole trial is interrupted once (SIGTERM, the grace period, SIGKILL)
       and started again as attempt 1 by the loop; a primary that exits first ends the run
-      (``ended_before_interrupt``).
+      (``ended_before_interrupt``). ``release`` is called on the pass after a signal was sent (the
+      interruption, the time box): a trainer held for the interruption goes on then.
 
     Deadlines are monotonic times on the loop's clock; ``first_report_mono`` notes when the primary's
     first report of each attempt was seen (its hypertune file, read each pass until then).
     """
 
     def __init__(self, *, metric_id: str, box_until: float, hold_others: bool = False,
-                 interrupt_after: int | None = None, interrupt_by: float = math.inf):
+                 interrupt_after: int | None = None, interrupt_by: float = math.inf,
+                 release: Callable[[], None] = lambda: None):
         self.metric_id = metric_id
         self.box_until = box_until
         self.hold_others = hold_others
         self.interrupt_after = interrupt_after
         self.interrupt_by = interrupt_by
+        self.release = release
+        self.released = False
         self.first_report_mono: dict[int, float] = {}  # attempt -> when its first report was seen
         self.interrupted_at: float | None = None
         self.sent_after_steps: list[int | None] = []  # the primary's steps when it was interrupted
@@ -193,6 +221,9 @@ class ProbePolicy:
         reports = read_reports(primary.metric_file) if waiting or attempt not in self.first_report_mono else []
         if reports:
             self.first_report_mono.setdefault(attempt, now)
+        if not self.released and (self.interrupted_at is not None or run.stopping or run.restart_at):
+            self.released = True  # the signal was sent on an earlier pass: a held trainer has it now
+            self.release()
         if run.stopping or run.restart_at:
             return PassAction.GO_ON
         exited = primary.name in run.exited

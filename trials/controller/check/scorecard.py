@@ -77,6 +77,8 @@ class Observations:
     sandboxed: bool = False  # writes outside the working folder could be seen (overlay)
     has_base: bool = True  # the job has a base output directory: AIP_* are set
     in_image: bool = False  # the runs were containers of the job's images (their own file systems)
+    interrupt_missed: bool = False  # the restart probe's run ended before its SIGTERM could be sent
+    longer_run: str = ""  # how to make the run longer ("--params epochs=40"), or ""
     notes: list[str] = field(default_factory=list)
 
 
@@ -93,18 +95,18 @@ class Line:
                 "rule": self.rule}
 
 
-RULE_METRIC = "Vertex reads the tuning metric from hypertune's report with the spec's metric id as its tag"
+RULE_METRIC = "the tuning metric is read from hypertune's reports with the spec's metric id as their tag"
 RULE_STEP = "measurements are per global_step; early stopping and BEST_MEASUREMENT compare steps"
-RULE_DIRS = "Vertex keeps only what is written under AIP_MODEL_DIR, AIP_CHECKPOINT_DIR, AIP_TENSORBOARD_LOG_DIR"
-RULE_BASE = ("Vertex sets AIP_MODEL_DIR, AIP_CHECKPOINT_DIR and AIP_TENSORBOARD_LOG_DIR only when the job has a "
+RULE_DIRS = "only what is written under AIP_MODEL_DIR, AIP_CHECKPOINT_DIR, AIP_TENSORBOARD_LOG_DIR is kept"
+RULE_BASE = ("AIP_MODEL_DIR, AIP_CHECKPOINT_DIR and AIP_TENSORBOARD_LOG_DIR are set only when the job has a "
              "baseOutputDirectory")
 FIX_BASE = ("give the job a base (trialJobSpec.baseOutputDirectory.outputUriPrefix: gs://BUCKET/PATH; "
             "base_output_dir in a short spec), or do without the variable when it is unset")
-RULE_RESTART = "Vertex restarts a replica after a host maintenance or a transient error; it must resume"
+RULE_RESTART = "a replica is restarted after a host maintenance or a transient error; it must resume"
 RULE_SIGTERM = "a replica gets SIGTERM before it is stopped (maintenance, timeout, cancel, early stop)"
 RULE_LOGS = "Cloud Logging reads one JSON object per line (severity, message) as a structured entry"
-RULE_IDENTITY = ("on Vertex the project is CLOUD_ML_PROJECT_ID and the credentials are the job's service "
-                 "account; the host's gcloud identity is not there")
+RULE_IDENTITY = ("the project is CLOUD_ML_PROJECT_ID and the credentials are the job's service account; the "
+                 "host's gcloud identity is not there")
 RULE_PRIMARY = "in distributed training only the primary replica (workerpool0-0) reports and saves"
 
 
@@ -231,36 +233,68 @@ def _outside(o: Observations) -> Line:
     return Line(check="writes outside AIP dirs", verdict=Verdict.PASS, seen="nothing written in its working folder")
 
 
+def _not_interrupted(o: Observations, check: str, missed: str) -> Line:
+    """The restart probe did not run, or its run ended before SIGTERM (``missed`` says so)."""
+    if o.interrupt_missed:
+        return _too_fast(o, check, missed)
+    c = o.clean
+    if c.exit_code != 0:
+        why = "the clean run did not exit 0: no run to interrupt"
+    elif len(_steps(c.reports, o.metric_ids)) < 2:
+        why = "fewer than 2 reports of the spec's metric: no middle to interrupt the run at"
+    else:
+        why = "the run was not interrupted"
+    return Line(check=check, verdict=Verdict.SKIP, seen=why)
+
+
+def _too_fast(o: Observations, check: str, what: str) -> Line:
+    """Inconclusive: the trainer ran its steps faster than the check could interrupt it (a warning)."""
+    n = len(_steps(o.clean.reports, o.metric_ids))
+    longer = f" ({o.longer_run})" if o.longer_run else ""
+    return Line(check=check, verdict=Verdict.WARN,
+                seen=f"inconclusive: {what} ({n} reports in {o.clean.duration_s:.1f} s)",
+                fix=f"run more epochs or steps{longer} so that the run can be interrupted halfway")
+
+
 def _sigterm(o: Observations) -> Line:
     s = o.stop
     if s is None:
-        return Line(check="SIGTERM", verdict=Verdict.SKIP, seen="the run ended before it could be interrupted")
+        return _not_interrupted(o, "SIGTERM", "the run ended before SIGTERM could be sent")
+    n = len(_steps(o.clean.reports, o.metric_ids))
+    clean = [x for x in _steps(o.clean.reports, o.metric_ids) if x is not None]
     at = f"at step {s.sent_after_steps[-1]}" if s.sent_after_steps and s.sent_after_steps[-1] is not None else ""
+    at += f" of {clean[-1]}" if at and clean else ""
     if s.exit_after_s is None:
         return Line(check="SIGTERM", verdict=Verdict.FAIL,
                     seen=f"still running {s.grace_s:.0f} s after SIGTERM {at}; killed".replace("  ", " "),
                     fix="handle SIGTERM: save a checkpoint and exit (trials.main does it for you)",
                     rule=RULE_SIGTERM)
-    if len(s.sent_after_steps) >= len(_steps(o.clean.reports, o.metric_ids)) > 0:
-        return Line(check="SIGTERM", verdict=Verdict.SKIP,
-                    seen="it arrived after the last step: the trainer ran faster than the check could interrupt "
-                         "it (give more epochs with --params)")
+    if len(s.sent_after_steps) >= n > 0:
+        return _too_fast(o, "SIGTERM", "it arrived after the last step")
     more = len(s.reported_before_restart) - len(s.sent_after_steps)
-    if more >= 2:  # finishing the step in hand is fine; training on is not
+    if _trained_on(s):
         return Line(check="SIGTERM", verdict=Verdict.FAIL,
                     seen=f"went on for {more} more steps after SIGTERM {at}, exited after {s.exit_after_s:.1f} s"
                     .replace("  ", " "),
                     fix="handle SIGTERM: finish the step, save a checkpoint and exit (trials.main does it for you)",
                     rule=RULE_SIGTERM)
+    if len(s.reported_before_restart) >= n > 0:  # it ended on its own: its last step was the one in hand
+        return _too_fast(o, "SIGTERM", f"SIGTERM came {at} and the run ended with its last step".replace("  ", " "))
     return Line(check="SIGTERM", verdict=Verdict.PASS,
                 seen=f"exited {s.exit_after_s:.1f} s after SIGTERM {at} (status {s.exit_code})".replace("  ", " "))
+
+
+def _trained_on(s: StopSeen) -> bool:
+    """It went on after SIGTERM: killed at the end of the grace period, or 2 steps more (finishing the
+    step in hand is fine; training on is not)."""
+    return s.exit_after_s is None or len(s.reported_before_restart) - len(s.sent_after_steps) >= 2
 
 
 def _resume(o: Observations) -> Line:
     s = o.stop
     if s is None or s.restart is None:
-        return Line(check="resume after restart", verdict=Verdict.SKIP,
-                    seen="the run ended before it could be interrupted")
+        return _not_interrupted(o, "resume after restart", "not restarted: the run ended before SIGTERM could be sent")
+    clean = [x for x in _steps(o.clean.reports, o.metric_ids) if x is not None]
     before = [x for x in (s.reported_before_restart or s.sent_after_steps) if x is not None]
     after = [x for x in _steps(s.restart.reports, o.metric_ids) if x is not None]
     if s.restart.exit_code not in (0, None) and not after:
@@ -269,37 +303,59 @@ def _resume(o: Observations) -> Line:
                     seen=f"the restarted replica exited with status {s.restart.exit_code}{tail}",
                     fix="a restart runs the same command again: it must start from the checkpoint",
                     rule=RULE_RESTART)
-    if before and not after and s.restart.exit_code == 0:
-        # Starting over would have reported step 1 again: it found its checkpoint at the last step.
-        return Line(check="resume after restart", verdict=Verdict.PASS,
-                    seen=f"restarted after its last step ({before[-1]}) and reported nothing twice")
-    if not before or not after:
+    if not before:
         return Line(check="resume after restart", verdict=Verdict.SKIP, seen="too few reports to compare")
-    last, first = before[-1], after[0]
-    if first <= min(before):
-        if not o.has_base:
+    last = before[-1]
+    if after and after[0] <= min(before):
+        return _started_over(o, s, after[0], last)
+    if clean and last >= clean[-1]:  # nothing was left to resume
+        if _trained_on(s):
+            return Line(check="resume after restart", verdict=Verdict.SKIP,
+                        seen="not seen: the run went on to its last step after SIGTERM")
+        return _too_fast(o, "resume after restart",
+                         f"restarted after the last step ({last}): resuming mid-run was not seen")
+    if not after:
+        if s.restart.exit_code == 0:
+            missing = [x for x in clean if x > last]
             return Line(check="resume after restart", verdict=Verdict.FAIL,
-                        seen=f"started over at step {first} after a restart at step {last} (no AIP_CHECKPOINT_DIR: "
-                             f"the job has no baseOutputDirectory)",
-                        fix="give the job a baseOutputDirectory, save a checkpoint under AIP_CHECKPOINT_DIR every "
-                            "epoch and load it at start", rule=RULE_RESTART)
-        ckpt = "no checkpoint in AIP_CHECKPOINT_DIR" if not s.checkpoints_before_restart else \
-            f"checkpoint {_list(s.checkpoints_before_restart, 1)} not used"
-        return Line(check="resume after restart", verdict=Verdict.FAIL,
-                    seen=f"started over at step {first} after a restart at step {last} ({ckpt})",
-                    fix="save a checkpoint under AIP_CHECKPOINT_DIR every epoch and load it at start",
-                    rule=RULE_RESTART)
+                        seen=f"the restarted replica exited 0 without reporting {_span(missing)} "
+                             f"(restarted at step {last})",
+                        fix="load the checkpoint at start and train on from its step to the last epoch",
+                        rule=RULE_RESTART)
+        return Line(check="resume after restart", verdict=Verdict.SKIP,
+                    seen="the restarted replica reported nothing before the time box ended it")
+    first, expected = after[0], next((x for x in clean if x > last), last + 1)  # the clean run's next step
     if first <= last:
         return Line(check="resume after restart", verdict=Verdict.WARN,
                     seen=f"resumed at step {first}: steps {first}…{last} reported twice",
                     fix="checkpoint after each report, or resume from the step after the checkpoint",
                     rule=RULE_RESTART)
-    if first > last + 1:
+    if first > expected:
         return Line(check="resume after restart", verdict=Verdict.WARN,
-                    seen=f"resumed at step {first} after step {last}: steps lost",
+                    seen=f"resumed at step {first} after step {last}: step {expected} lost",
                     rule=RULE_RESTART)
     return Line(check="resume after restart", verdict=Verdict.PASS,
                 seen=f"resumed at step {first} after a restart at step {last}; none lost or twice")
+
+
+def _started_over(o: Observations, s: StopSeen, first: int, last: int) -> Line:
+    if not o.has_base:
+        return Line(check="resume after restart", verdict=Verdict.FAIL,
+                    seen=f"started over at step {first} after a restart at step {last} (no AIP_CHECKPOINT_DIR: "
+                         f"the job has no baseOutputDirectory)",
+                    fix="give the job a baseOutputDirectory, save a checkpoint under AIP_CHECKPOINT_DIR every "
+                        "epoch and load it at start", rule=RULE_RESTART)
+    ckpt = "no checkpoint in AIP_CHECKPOINT_DIR" if not s.checkpoints_before_restart else \
+        f"checkpoint {_list(s.checkpoints_before_restart, 1)} not used"
+    return Line(check="resume after restart", verdict=Verdict.FAIL,
+                seen=f"started over at step {first} after a restart at step {last} ({ckpt})",
+                fix="save a checkpoint under AIP_CHECKPOINT_DIR every epoch and load it at start",
+                rule=RULE_RESTART)
+
+
+def _span(steps: Sequence[int]) -> str:
+    """``steps 4…10``, ``step 4``."""
+    return f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}…{steps[-1]}" if steps else "its steps"
 
 
 def _restart_cost(o: Observations) -> Line:
@@ -314,7 +370,7 @@ def _restart_cost(o: Observations) -> Line:
 def _logs(o: Observations) -> Line:
     c = o.clean
     if c.n_log_lines == 0:
-        return Line(check="structured logs", verdict=Verdict.PASS, seen="no output")
+        return Line(check="structured logs", verdict=Verdict.SKIP, seen="no output")
     share = c.n_json_lines / c.n_log_lines
     if share >= 0.5:
         return Line(check="structured logs", verdict=Verdict.PASS,

@@ -77,22 +77,30 @@ def change(h: JobHandle, *, max_trial_count: int | None = None,
         return added, lock_holder(h.job_dir)
 
 
-def check_failure_budget(h: JobHandle, *, max_failed: int | None = None, max_trial_count: int | None = None) -> None:
+def check_failure_budget(h: JobHandle, *, max_failed: int | None = None, max_trial_count: int | None = None,
+                         keep_going: bool = False) -> None:
     """Refuse to resume a job its failed trials would end again at once, with the flag that lets it on.
 
-    ``max_failed``, ``max_trial_count``: the counts the resume is about to set (None: the job's).
+    ``max_failed``, ``max_trial_count``: the counts the resume is about to set (None: the job's);
+    ``keep_going``: the resume's ``--keep-going`` (the job's, if it was given it before).
 
     Raises:
         ConfigError: the job's failure rule already holds and trials are left to run.
     """
-    from trials.controller.policy.exits import job_failure
+    from trials.controller.policy.exits import INFEASIBLE_ATTRS, infeasible_by_end, job_failure, same_reason_failure
 
-    attrs = h.store.trial_attrs("failed", "state").values()  # (a database: not every trial whole)
+    by_number = h.store.trial_attrs(*INFEASIBLE_ATTRS)  # (a database: not every trial whole)
+    attrs = by_number.values()
     n_failed = sum(1 for a in attrs if a.get("failed"))
     n_ok = sum(1 for a in attrs if a.get("state") == TrialState.SUCCEEDED)
     left = sum(h.store.waiting_running()) + max(0, (max_trial_count or 0) - h.store.n_trials())
     limit = h.job.max_failed_trial_count if max_failed is None else max_failed
     job = replace(h.job, max_failed_trial_count=limit)
+    if left and same_reason_failure(job, infeasible=infeasible_by_end(by_number), n_succeeded=n_ok, n_left=left,
+                                    keep_going=keep_going or bool(h.store.get_meta("keep_going"))):
+        raise ConfigError(f"job {h.job_id} would fail again at once: its first trials were infeasible for the "
+                          f"same reason and none succeeded; fix that, then resume it with --keep-going to run "
+                          f"its {left} trial{'' if left == 1 else 's'} left")
     if not left or job_failure(job, n_failed=n_failed, n_succeeded=n_ok, first_failure="") is None:
         return
     rule = f"maxFailedTrialCount={limit}" if limit else "maxFailedTrialCount unset: the first failure ends it"

@@ -15,6 +15,7 @@ from trials.records import LIVE_METRICS_ATTR, JobState, TrialState, measurement_
 from trials.timefmt import duration
 
 STATE_NAMES = {s.value for s in TrialState}
+REASON_CHARS = 80  # describe's table: a longer reason ends in "…" (its whole text: --format csv, the report)
 
 
 def _value(v: Any) -> Any:
@@ -98,7 +99,8 @@ def job_to_rest(job_id: str, meta: Mapping[str, Any], trials: Sequence[Any],
     ``steps=False``: measurements as stored, for ``rows`` (see ``trial_to_rest``)."""
     spec = dict(meta.get("spec") or {})
     project = meta.get("project_number") or protocol.DEFAULT_PROJECT_NUMBER
-    out: dict[str, Any] = {"name": f"projects/{project}/locations/local/hyperparameterTuningJobs/{job_id}"}
+    parent = meta.get("api_parent") or f"projects/{project}/locations/local"  # (`trials serve` keeps its path's)
+    out: dict[str, Any] = {"name": f"{parent}/hyperparameterTuningJobs/{job_id}"}
     out["displayName"] = spec.get("displayName") or job_id
     for key in ("studySpec", "maxTrialCount", "parallelTrialCount", "maxFailedTrialCount", "trialJobSpec", "labels",
                 "encryptionSpec"):
@@ -135,7 +137,7 @@ def local_details(trials: Sequence[Any]) -> dict[str, dict[str, Any]]:
 
 def rows(rest: Mapping[str, Any], metric_ids: Sequence[str], *,
          local: Mapping[str, Mapping[str, Any]] | None = None,
-         exact: bool = False) -> tuple[list[str], list[list[str]]]:
+         exact: bool = False, reason_chars: int | None = REASON_CHARS) -> tuple[list[str], list[list[str]]]:
     """A table of trials: id, state, final metrics, parameters, steps, stopped early, reason.
 
     Args:
@@ -143,10 +145,13 @@ def rows(rest: Mapping[str, Any], metric_ids: Sequence[str], *,
         metric_ids: the spec's metrics, in order.
         local: per trial id, the local details (``local_details``: ``stopped_early``,
             ``stop_reason``); none by default.
-        exact: numbers as they are (``repr``: a CSV loses nothing); else rounded for reading.
+        exact: numbers as they are (``repr``: a CSV loses nothing, reasons whole); else rounded for
+            reading.
+        reason_chars: rounded for reading, the reason is cut to this many characters at a word,
+            ending in "…" (``None``: whole, for a page that wraps it).
 
-    The reason is the infeasible reason, or why the trial was stopped early; rounded for reading,
-    it is cut at 80 characters.
+    The reason is the infeasible reason (with the exception, when the local view has it), or why
+    the trial was stopped early.
     """
     local = local or {}
     fmt = format_value if exact else display
@@ -171,16 +176,18 @@ def rows(rest: Mapping[str, Any], metric_ids: Sequence[str], *,
             t["id"], t["state"], *["" if (v := final.get(m)) is None else fmt(v) for m in metric_ids],
             *["" if (v := params.get(p)) is None else fmt(v) for p in param_ids],
             str(len(t.get("measurements", []))),
-            "yes" if mine.get("stopped_early") else "", reason if exact else reason[:80],
+            "yes" if mine.get("stopped_early") else "",
+            reason if exact or reason_chars is None else cut_words(reason, reason_chars),
         ])
     return header, body
 
 
 def table(trials: Sequence[Any], params_of: Callable[[Any], Mapping[str, Any]], metric_ids: Sequence[str], *,
-          exact: bool = False) -> tuple[list[str], list[list[str]]]:
+          exact: bool = False, reason_chars: int | None = REASON_CHARS) -> tuple[list[str], list[list[str]]]:
     """``rows`` of the job's shown trials, straight from the trials: what
-    ``rows(job_to_rest(..., steps=False), metric_ids, local=local_details(trials), exact=exact)`` gives,
-    without making the REST job and the local details first (most of a 10,000-trial describe)."""
+    ``rows(job_to_rest(..., steps=False), metric_ids, local=local_details(trials), exact=exact,
+    reason_chars=reason_chars)`` gives, without making the REST job and the local details first
+    (most of a 10,000-trial describe)."""
     fmt = format_value if exact else display
     seen: dict[str, None] = {}
     cells = []
@@ -215,9 +222,22 @@ def table(trials: Sequence[Any], params_of: Callable[[Any], Mapping[str, Any]], 
     body = [[
         str(t.number + 1), state, *["" if (v := _num(final.get(m))) is None else fmt(v) for m in metric_ids],
         *["" if (v := params.get(p)) is None else fmt(v) for p in param_ids], str(n_steps),
-        "yes" if stopped else "", reason if exact else reason[:80],
+        "yes" if stopped else "", reason if exact or reason_chars is None else cut_words(reason, reason_chars),
     ] for t, state, params, final, n_steps, reason, stopped in cells]
     return header, body
+
+
+def cut_words(text: str, max_chars: int) -> str:
+    """``text`` in at most ``max_chars`` characters: whole, or cut at the last word that fits and
+    ending in "…" (mid-word only when a single word is longer than that)."""
+    if len(text) <= max_chars:
+        return text
+    room = max_chars - 1  # for the "…"
+    head = text[:room]
+    if not text[room].isspace():  # the last word would be cut: leave it out
+        space = max(head.rfind(" "), 0)
+        head = head[:space] if space else head
+    return head.rstrip(" ,;:") + "…"
 
 
 def _exit_words(reason: str) -> str:

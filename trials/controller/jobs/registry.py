@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from trials import protocol
-from trials.errors import ConfigError, JobNotFoundError, StorageError
+from trials.errors import ConfigError, JobNotFoundError, StorageError, did_you_mean
 from trials.records import JobState
 from trials.spec import Algorithm, JobSpec, LocalOptions
 from trials.storage_url import JOURNAL_FILE, redact
@@ -94,6 +94,12 @@ def spec_from_storage(meta: dict[str, Any]) -> JobSpec:
     from trials.spec.load import parse_spec
 
     spec = meta["spec"]
+    local = meta.get("local") or {}
+    if local.get("custom_job"):  # a CustomJob (trials serve): its one trial's job, no study to read
+        from trials.spec.vertex import custom_job
+
+        body = {k: spec[k] for k in ("displayName", "labels") if k in spec}
+        return custom_job({**body, "jobSpec": spec.get("trialJobSpec")}, source="<job storage>")
     metric_ids = [m.get("metricId") for m in spec.get("studySpec", {}).get("metrics", [])]
     spaced = [i for i, mid in enumerate(metric_ids) if isinstance(mid, str) and mid != "".join(mid.split())]
     if spaced:  # a legacy hyperparameterMetricTag may hold whitespace, a Vertex metricId may not
@@ -107,7 +113,6 @@ def spec_from_storage(meta: dict[str, Any]) -> JobSpec:
         job = replace(job, study=replace(job.study, metrics=metrics))
     if meta.get("base_output"):  # a job stored before its base was written into its spec
         job = with_base_output(job, meta["base_output"])
-    local = meta.get("local") or {}
     return replace(job, local=LocalOptions(**local)) if local else job
 
 
@@ -153,7 +158,8 @@ def create_job(job: JobSpec, *, root: str, job_id: str | None, spec_path: str | 
         "local_command": list(local_command) if local_command else None,
         "cwd": os.path.abspath(cwd or os.getcwd()),
         "pass_env": list(dict.fromkeys(pass_env)),
-        "local": {k: getattr(job.local, k) for k in ("inject_restarts", "grace_period_s", "memory_limit_mb")},
+        "local": {k: getattr(job.local, k) for k in ("inject_restarts", "grace_period_s", "memory_limit_mb")}
+        | ({"custom_job": True} if job.local.custom_job else {}),
     }
     if storage is not None:  # a database job: every worker takes over a trial after the same silence
         from trials.study.database.leases import DEFAULT_STALE_AFTER_S
@@ -238,9 +244,20 @@ def job_url(job_id: str, *, root: str, storage: str | None) -> str:
     """The storage URL of a job (its journal under ``root`` unless ``storage``); it must exist."""
     job_dir = job_dir_of(root, job_id)
     if storage is None and not os.path.exists(os.path.join(job_dir, JOURNAL_FILE)):
-        raise JobNotFoundError(f"no job {job_id!r} under {os.path.abspath(root)} (looked for "
+        close = did_you_mean(job_id, _jobs_under(root))
+        hint = f": did you mean {close}?" if close else ""
+        raise JobNotFoundError(f"no job {job_id!r} under {os.path.abspath(root)}{hint} (looked for "
                                f"{os.path.join(job_dir, JOURNAL_FILE)}); pass --root or --storage")
     return storage_url_for(job_dir, storage)
+
+
+def _jobs_under(root: str) -> list[str]:
+    """The ids of the jobs under ``root`` (its folders with a journal)."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    return [n for n in names if os.path.isfile(os.path.join(root, n, JOURNAL_FILE))]
 
 
 def checked_meta(meta: dict[str, Any], job_id: str, url: str) -> dict[str, Any]:

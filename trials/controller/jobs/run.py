@@ -56,7 +56,7 @@ def run_options(h: JobHandle, *, echo: bool, grace_period_s: float | None, memor
                 inject_restarts: float | None, slots: int | None, seed: int | None,
                 devices: Any = None, shared: Any = None, join: bool = False,
                 pass_env: Sequence[str] = (), runtime: str | None = None,
-                images: Mapping[str, str] | None = None) -> LoopOptions:
+                images: Mapping[str, str] | None = None, keep_going: bool = False) -> LoopOptions:
     """The loop's options from the job's stored settings and this run's (``runtime``, ``images``:
     this run's choice, else the job's)."""
     meta = h.store.meta()
@@ -74,6 +74,7 @@ def run_options(h: JobHandle, *, echo: bool, grace_period_s: float | None, memor
         devices=devices, shared=shared, join=join,
         pass_env=tuple(dict.fromkeys([*(meta.get("pass_env") or ()), *pass_env])),
         suggest_ahead=os.environ.get(protocol.ENV_SUGGEST, "ahead") != "inline",
+        keep_going=keep_going or bool(meta.get("keep_going")),
     )
 
 

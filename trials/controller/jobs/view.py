@@ -69,7 +69,7 @@ def _replayed(path: str, job_id: str, whole: bool) -> _Attrs | None:
         return None
     study_id = r.study_id(job_id)
     if study_id is None:
-        raise JobNotFoundError(f"no job {job_id!r} in the storage")
+        raise JobNotFoundError.in_storage(job_id, (s.name for s in r.studies.values()))
     return _Attrs(r.studies[study_id].user_attrs, r.study_trials_of(study_id))
 
 

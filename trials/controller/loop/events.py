@@ -140,6 +140,19 @@ class TrialDone(Event):
     missing_metric: bool = False  # it ended without the spec's objective metric
     reported_tags: tuple[str, ...] = ()
     metrics_source: str | None = None  # where its metrics were read: "metrics.jsonl" or "hypertune"
+    # told to stop early, it reached the last step completed trials reached: recorded as finished
+    ran_to_end: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrialProgress(Event):
+    """A running trial's latest step: when it reported new steps, and at least every few seconds."""
+
+    name: ClassVar[str] = "trial_progress"
+    trial_id: str
+    step: int | None  # its last step so far (None: none reported yet)
+    metrics: Mapping[str, float]  # the spec metrics that step reported
+    seconds: float  # since it started here
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -181,4 +194,4 @@ class JobWarning(Event):
 
 ALL_EVENTS: tuple[type[Event], ...] = (
     JobRunning, JobCancelling, JobLeft, JobDone, TrialsAdded, TrialStarted, TrialStopping, TrialRequeued,
-    TrialDone, ReplicaRestart, InjectedRestart, JobNote, JobWarning)
+    TrialDone, TrialProgress, ReplicaRestart, InjectedRestart, JobNote, JobWarning)

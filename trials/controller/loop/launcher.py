@@ -51,16 +51,23 @@ class TrialLauncher:
         self.alloc = alloc
         self.environ = dict(os.environ if environ is None else environ)
 
+    def _wall_at(self, now: float) -> float:
+        """The wall time at the monotonic moment ``now`` (the pass's): a run's end is its start's wall
+        time plus the monotonic time since, so a start's wall time read later (after the trial folder was
+        made, on a loaded machine 100 ms and more) would move its recorded end past the next trial's start."""
+        return self.clock.wall() - max(0.0, self.clock.monotonic() - now)
+
     def _reader(self, paths: launch.TrialPaths, metric_file: str) -> TrialMetricsReader:
         return TrialMetricsReader(metric_file, os.path.join(paths.trial_dir, protocol.METRICS_LOG),
                                   self.job.study.reported_metric_ids, start_time=self.clock.wall())
 
     def empty_run(self, claimed: Claimed, now: float) -> RunningTrial:
         """A run with no replica: for a trial that could not be prepared (it fails at once)."""
-        paths = launch.trial_paths(self.opt.job_dir, self.opt.base_output, claimed.trial_id)
+        paths = launch.trial_paths(self.opt.job_dir, self.opt.base_output, claimed.trial_id,
+                                   custom_job=self.job.local.custom_job)
         reader = self._reader(paths, os.path.join(paths.trial_dir, protocol.HYPERTUNE_FILE))
         return RunningTrial(claimed=claimed, paths=paths, launches=[], reader=reader,
-                        start_wall=self.clock.wall(), start_mono=now)
+                        start_wall=self._wall_at(now), start_mono=now)
 
     def prepare(self, claimed: Claimed, now: float, previous_attempts: list[dict[str, Any]]) -> RunningTrial:
         """Create the trial folder and its files; the run has no replica started yet.
@@ -69,7 +76,8 @@ class TrialLauncher:
             OSError: the folder or a file could not be written (a full disk, a planted directory).
             ConfigError: the replicas' commands cannot be built.
         """
-        paths = launch.trial_paths(self.opt.job_dir, self.opt.base_output, claimed.trial_id)
+        paths = launch.trial_paths(self.opt.job_dir, self.opt.base_output, claimed.trial_id,
+                                   custom_job=self.job.local.custom_job)
         os.makedirs(paths.trial_dir, exist_ok=True)
         trial_files.clear_stop(paths.trial_dir)
         for d in (paths.model_dir, paths.checkpoint_dir, paths.tensorboard_dir):
@@ -88,7 +96,7 @@ class TrialLauncher:
         )
         run = RunningTrial(claimed=claimed, paths=paths, launches=launches,
                        reader=self._reader(paths, launches[0].metric_file),
-                       start_wall=self.clock.wall(), start_mono=now)
+                       start_wall=self._wall_at(now), start_mono=now)
         if self.alloc is not None and self.opt.devices is not None:
             run.devices = self.alloc.allocate(claimed.trial_id, self.opt.devices.counts)
         if claimed.resumed:

@@ -43,7 +43,8 @@ def record_trial(store: JobStore, job: JobSpec, metrics: TrialMetrics, run: Runn
     metrics.warn_unknown_tags(run)
     metrics.report_new(run)
     measurements = [m.with_elapsed(run.reader.start_time) for m in run.reader.measurements()]
-    if run.stopped_early and not run.stopped_by_study and not metrics.ended_early(measurements):
+    ran_to_end = run.stopped_early and not run.stopped_by_study and not metrics.ended_early(measurements)
+    if ran_to_end:
         run.stopped_early, run.predicted = False, None  # it reached its end while being stopped
     conflicts = run.reader.conflicts
     lost_steps = exits.missing_steps([m.step for m in measurements]) if run.injected else 0
@@ -87,7 +88,8 @@ def record_trial(store: JobStore, job: JobSpec, metrics: TrialMetrics, run: Runn
     outcome = finished_trial(
         measurements, job.study, failure=run.failure, reported_tags=run.reader.reported_tags,
         end_time=rfc3339(ended), stopped_early=run.stopped_early,
-        stop_detail=run.stop_detail, predicted=run.predicted, stopped_by_job=stopped_by_job)
+        stop_detail=run.stop_detail, predicted=run.predicted, stopped_by_job=stopped_by_job,
+        custom_job=job.local.custom_job)
     record_finished(store, number=run.claimed.number, storage_id=sid, outcome=outcome, extra=extra)
     if outcome.succeeded and not run.stopped_early:
         metrics.forget_curves()
@@ -102,7 +104,10 @@ def record_trial(store: JobStore, job: JobSpec, metrics: TrialMetrics, run: Runn
         # ended without the spec's metric: the progress says once what to do about it
         missing_metric=not outcome.succeeded and not run.failure and "final_measurement" not in outcome.attrs,
         reported_tags=tuple(sorted(run.reader.reported_tags)), metrics_source=run.reader.source,
+        ran_to_end=ran_to_end and run.failure is None,
     )
-    return TrialRecorded(succeeded=outcome.succeeded, failure=run.failure, conflicts=conflicts,
+    infeasible = outcome.reason if not outcome.succeeded and not run.failure and not stopped_by_job else None
+    return TrialRecorded(succeeded=outcome.succeeded, failure=run.failure, infeasible=infeasible,
+                         conflicts=conflicts,
                          lost_steps=lost_steps, repeated_steps=f"trial {run.trial_id}: {repeated}" if repeated else "",
                          warnings=tuple(warnings), final=done)

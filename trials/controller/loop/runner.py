@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # a database job's leases: sqlalchemy, which a journal job ne
     from trials.study.database.leases import SharedJob
 
 METRICS_POLL_S = 0.25  # metric reads of a running trial when no stopping rule needs every step
+PROGRESS_TICK_S = 1.0  # a running trial's progress is told at least this often (the live view's clocks)
 STOP_POLL_S = 0.02  # while stopping every replica on the way out
 # A write failed for want of space (or a file-size limit): the job pauses instead of dying
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
@@ -290,6 +291,7 @@ class JobRunner:
 
     def _pass_on(self, run: RunningTrial, now: float, exits: dict[str, int]) -> None:
         self._on_metrics(run, now, final=bool(exits))
+        self._tell_progress(run, now)
         for name, status in exits.items():
             self._sup.on_exit(run, name, status, now)
         self._sup.on_restarts_due(run, now)
@@ -323,6 +325,17 @@ class JobRunner:
             if decision.predicted_final is not None and decision.predicted_x is not None:
                 run.predicted = (decision.predicted_x, decision.predicted_final)
             self._sup.begin_stop(run, now, StopReason.EARLY)  # ACTIVE -> STOPPING
+
+    def _tell_progress(self, run: RunningTrial, now: float) -> None:
+        """The listener hears of a running trial's new steps, and every PROGRESS_TICK_S that it runs on."""
+        n = len(run.stored)
+        if run.lost or (n == run.progress_n and now - run.progress_at < PROGRESS_TICK_S):
+            return
+        run.progress_n, run.progress_at = n, now
+        step = max(run.stored) if run.stored else None
+        values = run.stored[step] if step is not None else {}
+        self.emit(events.TrialProgress(trial_id=run.trial_id, step=step, seconds=max(0.0, now - run.start_mono),
+                                       metrics={m: values[m] for m in self.job.study.metric_ids if m in values}))
 
     def _on_heartbeat(self, shared: SharedJob, now: float) -> None:
         lost = set(shared.beat([r.claimed.storage_id for r in self.running.values() if not r.lost]))

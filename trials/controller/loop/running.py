@@ -123,6 +123,8 @@ class RunningTrial:
     injected: int = 0
     next_injection: float = math.inf
     next_metrics_poll: float = 0.0
+    progress_n: int = 0  # steps stored when its progress was last told (runner._tell_progress)
+    progress_at: float = 0.0  # when (monotonic)
     devices: tuple[tuple[str, ...], ...] | None = None  # per replica, primary first
     pid_records: list[dict[str, Any]] = field(default_factory=list)
     ended_mono: float | None = None  # when its last replica exited (monotonic; the trial's end)

@@ -47,6 +47,7 @@ class LoopOptions:
     devices: DevicePlan | None = None  # GPUs handed to replicas (None: CUDA_VISIBLE_DEVICES untouched)
     pass_env: tuple[str, ...] = ()  # withheld host variables passed to replicas anyway (--pass-env)
     suggest_ahead: bool = True  # a model-based sampler suggests while trials run (trials.study.ahead)
+    keep_going: bool = False  # --keep-going: trials infeasible for one reason do not end the job
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,6 +57,7 @@ class TrialRecorded:
     requeued: bool = False  # back to the queue (not the trial's fault): nothing is counted
     succeeded: bool = False
     failure: str | None = None  # why it failed (the failure rule counts it)
+    infeasible: str | None = None  # why it is infeasible without failing (the same-reason rule counts it)
     conflicts: int = 0  # steps reported twice with different values
     lost_steps: int = 0  # chaos mode: gaps in its step sequence
     repeated_steps: str = ""  # it reported a step twice: warned once per job
@@ -83,6 +85,7 @@ class LoopState:
         self.n_succeeded = 0
         self.n_started = 0
         self.first_failure: str | None = None
+        self.infeasible: list[tuple[str, str]] = []  # (trial id, reason) infeasible without failing, by end
         self.max_parallel = 0
         self.suggest_wait_s = 0.0  # slot time spent waiting for a suggestion made ahead (trials.study.ahead)
         self.conflicts_total = 0
@@ -197,8 +200,7 @@ class LoopState:
         """Count what earlier runs finished; the job is RUNNING with this controller."""
         self._count_finished()
         if self.shared is None:  # the failure rule over every trial so far: a FAILED job stays FAILED
-            self.job_error = exits.job_failure(self.job, n_failed=self.n_failed, n_succeeded=self.n_succeeded,
-                                                first_failure=self.first_failure)
+            self.job_error = self._failure_rules()
         self._begin_wall, self._begin_mono = self.clock.wall(), self.clock.monotonic()
         with self.store.batch():  # one journal write
             if self.store.get_meta("start_time") is None:
@@ -237,35 +239,50 @@ class LoopState:
             self.warned_repeated_steps = True
             first_repeat = recorded.repeated_steps
         if not recorded.requeued:
-            self._count_finished_trial(trial_id, succeeded=recorded.succeeded, failure=recorded.failure)
+            self._count_finished_trial(trial_id, succeeded=recorded.succeeded, failure=recorded.failure,
+                                       infeasible=recorded.infeasible)
         return first_repeat
 
-    def _count_finished_trial(self, trial_id: str, *, succeeded: bool, failure: str | None) -> None:
-        """A trial finished here: apply the job's failure rule."""
+    def _count_finished_trial(self, trial_id: str, *, succeeded: bool, failure: str | None,
+                              infeasible: str | None = None) -> None:
+        """A trial finished here: apply the job's failure rules."""
         if succeeded:
             self.n_succeeded += 1
-        if failure and self.shared is not None:
+        if (failure or infeasible) and self.shared is not None:
             self.n_failed = self.n_succeeded = 0  # the job's failure rule counts every worker's trials
             self.first_failure = None
+            self.infeasible = []
             self._count_finished()
         elif failure:
             self.n_failed += 1
             self.first_failure = self.first_failure or f"Trial {trial_id}: {failure}"
+        elif infeasible:
+            self.infeasible.append((trial_id, infeasible))
         else:
             return
-        error = exits.job_failure(self.job, n_failed=self.n_failed, n_succeeded=self.n_succeeded,
-                                   first_failure=self.first_failure)
+        error = self._failure_rules()
         if error and self.job_error is None:
             self.job_error = error
 
+    def _failure_rules(self) -> str | None:
+        """Vertex's failure rule (``maxFailedTrialCount``), then ours: the first trials infeasible for one reason."""
+        error = exits.job_failure(self.job, n_failed=self.n_failed, n_succeeded=self.n_succeeded,
+                                  first_failure=self.first_failure)
+        if error is not None or len(self.infeasible) < exits.SAME_REASON_TRIALS:
+            return error
+        return exits.same_reason_failure(self.job, infeasible=self.infeasible, n_succeeded=self.n_succeeded,
+                                         n_left=self.store.waiting_running()[0], keep_going=self.opt.keep_going)
+
     def _count_finished(self) -> None:
-        for number, attrs in sorted(self.store.trial_attrs("failed", "state", "infeasible_reason").items()):
-            if attrs.get("failed"):
+        attrs = self.store.trial_attrs(*exits.INFEASIBLE_ATTRS)
+        for number, a in sorted(attrs.items()):
+            if a.get("failed"):
                 self.n_failed += 1
-                reason = attrs.get("infeasible_reason")
+                reason = a.get("infeasible_reason")
                 self.first_failure = self.first_failure or f"Trial {number + 1}: {reason}"
-            elif attrs.get("state") == TrialState.SUCCEEDED:
+            elif a.get("state") == TrialState.SUCCEEDED:
                 self.n_succeeded += 1
+        self.infeasible = exits.infeasible_by_end(attrs)
 
     def more_to_run(self) -> bool:
         """At the loop's end: trials were added meanwhile (``trials resume --max-trial-count``) to run here.

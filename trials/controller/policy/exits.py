@@ -5,8 +5,9 @@ from __future__ import annotations
 import difflib
 import enum
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from trials import protocol
 from trials.controller.policy import crash
@@ -15,6 +16,8 @@ from trials.spec import JobSpec, MetricSpec
 from trials.timefmt import duration
 
 ALLOW_MORE = "--max-failed-trial-count N allows N failed trials"
+KEEP_GOING = "--keep-going runs every trial"
+SAME_REASON_TRIALS = 3  # the first trials infeasible for one reason, none succeeded: the job stops (ours)
 JOB_FAILED_CODE = 3  # google.rpc.Code INVALID_ARGUMENT: what Vertex reports for user-code failures
 MAX_RESTARTS_PER_REPLICA = 5  # Vertex: "up to 5 restarts per worker"
 PERMANENT_EXIT_CODES = frozenset({protocol.EXIT_ERROR, protocol.EXIT_USAGE})
@@ -145,6 +148,10 @@ def missing_metric_advice(trial_id: str, metric_ids: Sequence[str], reported: It
             f"counts as infeasible, and so will every trial that does the same: {how}{meant}.")
 
 
+NONFINITE_FIX = ("Make the trainer report a finite value (a run that diverges: narrow the search space, "
+                 "or report a finite penalty).")
+
+
 def nonfinite_message(metric_id: str, value: float) -> str:
     return f"The objective metric {metric_id} has the non-finite final value {value!r}."
 
@@ -201,6 +208,42 @@ def job_failure(
             f"unset; {ALLOW_MORE}); the job stopped. First failure: {first_failure}"
         )
     return None
+
+
+def infeasible_by_end(attrs: Mapping[int, Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """(trial id, reason) of the trials infeasible without failing (not failed, not stopped because the
+    job failed), in the order they ended, from ``{number: attributes}`` (``state``, ``failed``,
+    ``infeasible_reason``, ``stopped_by_job``, ``end_time``) (pure)."""
+    rows = sorted((str(a.get("end_time") or ""), number, str(a["infeasible_reason"])) for number, a in attrs.items()
+                  if a.get("state") == TrialState.INFEASIBLE and not a.get("failed") and not a.get("stopped_by_job")
+                  and a.get("infeasible_reason"))
+    return [(str(number + 1), reason) for _, number, reason in rows]
+
+
+INFEASIBLE_ATTRS = ("state", "failed", "infeasible_reason", "stopped_by_job", "end_time")
+
+
+def same_reason_failure(job: JobSpec, *, infeasible: Sequence[tuple[str, str]], n_succeeded: int,
+                        n_left: int, keep_going: bool, n: int = SAME_REASON_TRIALS) -> str | None:
+    """Return the job's error message when its first ``n`` finished trials were infeasible for one
+    reason and none succeeded, else None (our rule: running the others would only repeat it).
+
+    ``infeasible``: (trial id, reason) of each trial infeasible without failing (it ended without the
+    objective metric, or with a non-finite value), in the order they finished; ``n_left``: trials not
+    started yet (none: there is nothing to save, the job ends as Vertex would end it). Only when
+    ``maxFailedTrialCount`` is unset (0): a job that sets it gets Vertex's rule alone
+    (:func:`job_failure`). ``keep_going`` (``--keep-going``) turns the rule off.
+    """
+    if keep_going or job.max_failed_trial_count > 0 or n_succeeded or not n_left or len(infeasible) < n:
+        return None
+    first = infeasible[:n]
+    reason = first[0][1]
+    if any(r != reason for _, r in first):
+        return None
+    fix = f" {NONFINITE_FIX}" if reason.startswith("The objective metric ") and "non-finite" in reason else ""
+    ids = ", ".join(t for t, _ in first)
+    return (f"The first {n} trials were infeasible for the same reason and none succeeded, so the job "
+            f"stopped (maxFailedTrialCount unset; {KEEP_GOING}). Trials {ids}: {reason}{fix}")
 
 
 def trial_outcome(

@@ -42,6 +42,7 @@ def finished_trial(
     stop_detail: str = "",
     predicted: tuple[float, float] | None = None,
     stopped_by_job: str | None = None,
+    custom_job: bool = False,
 ) -> FinishedTrial:
     """Decide the outcome of a trial that ended (pure).
 
@@ -56,6 +57,8 @@ def finished_trial(
             last measurement of a trial it stopped.
         stopped_by_job: the job failed while the trial ran and stopped it: INFEASIBLE with this
             reason (unless it failed itself), not counted as a failed trial, not run again.
+        custom_job: a CustomJob's one trial: it succeeds by its replicas' exit, with or without a metric
+            (its Optuna value 0.0 is no result, never shown).
     """
     ms = list(measurements)
     if predicted is not None and ms:
@@ -66,6 +69,8 @@ def finished_trial(
     state, reason, values, final = exits.trial_outcome(ms, study.metrics, best=study.selects_best,
                                                         failure=failure or stopped_by_job,
                                                         reported_tags=reported_tags)
+    if custom_job and not (failure or stopped_by_job):
+        state, reason, values, final = TrialState.SUCCEEDED, None, [0.0], None
     attrs: dict[str, Any] = {"state": TrialState(state).value, "end_time": end_time,
                              "measurements": [measurement_to_dict(m) for m in ms]}
     if final is not None:

@@ -68,10 +68,12 @@ def top_trials(rest: Mapping[str, Any], metric_ids: Sequence[str], maximize: Seq
     return f"Pareto-optimal trials ({', '.join(metric_ids)})", front[:n]
 
 
-def table(rest: Mapping[str, Any], trials: Sequence[Mapping[str, Any]],
-          metric_ids: Sequence[str]) -> tuple[list[str], list[list[str]]]:
-    """``describe.rows`` for a subset of trials, without the stopped-early and reason columns when empty."""
-    header, body = describe.rows({**rest, "trials": list(trials)}, metric_ids, local=local_view(rest))
+def table(rest: Mapping[str, Any], trials: Sequence[Mapping[str, Any]], metric_ids: Sequence[str], *,
+          reason_chars: int | None = None) -> tuple[list[str], list[list[str]]]:
+    """``describe.rows`` for a subset of trials, without the stopped-early and reason columns when empty;
+    the reasons whole (the page wraps them) or cut at a word to ``reason_chars`` (a terminal)."""
+    header, body = describe.rows({**rest, "trials": list(trials)}, metric_ids, local=local_view(rest),
+                                 reason_chars=reason_chars)
     for column in ("reason", "stopped early"):
         i = header.index(column)
         if all(not row[i] for row in body):
@@ -96,7 +98,10 @@ def counts(rest: Mapping[str, Any]) -> dict[str, int]:
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:75em;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:.9em}
 td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:top}
-th{background:#f2f2f2}.note{color:#555}.bad{color:#b00}
+th{background:#f2f2f2}.note{color:#555}.bad{color:#b00}td{overflow-wrap:break-word}
+td:last-child{overflow-wrap:anywhere}.failures td:last-child{white-space:nowrap}
+td pre{white-space:pre-wrap;margin:.3em 0 0;font-size:.9em;color:#444}.failures td:nth-child(2){min-width:30em}
+.failures td:nth-child(3){overflow-wrap:anywhere}
 dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}dt{font-weight:bold}"""
 
 
@@ -157,19 +162,32 @@ def render_html(*, job_id: str, rest: Mapping[str, Any], metric_ids: Sequence[st
         parts.append(f"<p class='note'><b>{e(name)}</b>: skipped, {e(why)}.</p>")
     parts.append(_failures_html(rest))
     parts.append(_stopped_html(rest))
-    parts.append("<h2>All trials</h2>" + _table_html(*describe.rows(rest, metric_ids, local=local_view(rest))))
+    parts.append("<h2>All trials</h2>" + _table_html(*describe.rows(rest, metric_ids, local=local_view(rest),
+                                                                    reason_chars=None)))
     parts.append("</body></html>\n")
     return "".join(parts)
 
 
 def _failures_html(rest: Mapping[str, Any]) -> str:
+    """Per failed or infeasible trial: what went wrong (the exception and the traceback's last lines,
+    when the trainer raised), Vertex's own reason, and the replica exits."""
     bad = [t for t in rest.get("trials", []) if t["state"] == TrialState.INFEASIBLE]
     if not bad:
         return "<h2>Failures</h2><p>No trial failed or was infeasible.</p>"
     local = rest.get("trialsLocal", {})
-    body = [[t["id"], t.get("infeasibleReason", ""), attempts_text(local.get(t["id"], {}).get("attempts"))]
-            for t in bad]
-    return "<h2>Failures and infeasible trials</h2>" + _table_html(["trial", "reason", "replica exits"], body)
+    rows = []
+    for t in bad:
+        mine = local.get(t["id"], {})
+        detail = [str(line) for line in mine.get("error_detail") or []]
+        vertex = str(t.get("infeasibleReason", ""))
+        tail = "\n".join(_text(line) for line in detail[1:])  # the traceback's last lines
+        what = (f"<b>{_text(detail[0])}</b>" + (f"<pre>{tail}</pre>" if tail else "")) if detail else _text(vertex)
+        rows.append(f"<tr data-trial='{_text(t['id'])}'><td>{_text(t['id'])}</td><td>{what}</td>"
+                    f"<td>{_text(vertex) if detail else '<i class=note>the same</i>'}</td>"
+                    f"<td>{_text(attempts_text(mine.get('attempts')))}</td></tr>")
+    head = "".join(f"<th>{h}</th>" for h in ("trial", "what went wrong", "Vertex's reason (infeasibleReason)",
+                                             "replica exits"))
+    return f"<h2>Failures and infeasible trials</h2><table class='failures'><tr>{head}</tr>{''.join(rows)}</table>"
 
 
 def attempts_text(attempts: Any) -> str:
@@ -286,6 +304,6 @@ def write_report(h: Any, *, out_dir: str | None = None, plots: bool = True) -> R
     index = os.path.join(out_dir, INDEX_FILE)
     images = tuple(os.path.join(out_dir, os.path.basename(f.png_path)) for f in drawn)
     title, top = top_trials(rest, metric_ids, maximize)
-    header, body = table(rest, top, metric_ids)
+    header, body = table(rest, top, metric_ids, reason_chars=describe.REASON_CHARS)  # printed in a terminal
     return Report(index_html=index, note=note, images=images, skipped=tuple(skipped),
                   top_title=title, top_header=tuple(header), top_rows=tuple(tuple(r) for r in body))

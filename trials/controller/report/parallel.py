@@ -2,8 +2,9 @@
 
 Pure axis logic (``Axis``: where a value sits, which tick labels fit without overlapping) and one
 drawing function. A conditional parameter a trial did not have sits in a separate "inactive" slot
-below its axis, never as "None"; lines are coloured so the best results are dark and drawn on top;
-stopped-early trials are grey and dashed, as their value is not a result.
+below its axis, never as "None"; lines are coloured by the metric's value (a linear colour bar with
+value ticks), the better the darker, and the best are drawn on top; stopped-early trials are grey and
+dashed, as their value is not a result.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trials.controller.report.data import PlotTrial, Value
+from trials.controller.report.scale import nice_limits
 from trials.controller.report.svg import trial_line
 from trials.records import TrialState
 
@@ -42,6 +44,7 @@ class Axis:
     low: float = 0.0
     high: float = 1.0
     categories: tuple[str, ...] = ()
+    step: float = 0.0  # a linear axis' tick step (0: about 5 round ticks between its ends)
 
     def position(self, value: Value | None) -> float | None:
         """Where ``value`` sits, 0 (bottom) to 1 (top); None when absent or not on this axis."""
@@ -75,6 +78,9 @@ class Axis:
             values = [self.low, self.high]
             lo, hi = math.floor(math.log10(self.low)), math.ceil(math.log10(self.high))
             values += [10.0 ** k for k in range(lo, hi + 1) if self.low < 10.0 ** k < self.high]
+        elif self.step:
+            n = round((self.high - self.low) / self.step)
+            values = [self.low, self.high, *(round(self.low + i * self.step, 12) for i in range(1, n))]
         else:
             values = [self.low, self.high, *nice_ticks(self.low, self.high)]
         out: list[tuple[float, str]] = []
@@ -125,9 +131,9 @@ def metric_axis(name: str, trials: Sequence[PlotTrial]) -> Axis:
     values = [t.values[0] for t in trials if t.result and t.values[0] is not None]
     if not values:
         return Axis(name=name, kind="linear")
-    low, high = min(values), max(values)
-    pad = (high - low) * 0.02 or abs(low) * 0.05 or 1.0
-    return Axis(name=name, kind="linear", low=low - pad, high=high + pad)
+    low, high, step = nice_limits(min(values), max(values))  # round ends, a little past the results
+    low, high = math.floor(low / step + 1e-9) * step, math.ceil(high / step - 1e-9) * step  # ends on ticks
+    return Axis(name=name, kind="linear", low=round(low, 12), high=round(high, 12), step=step)
 
 
 def draw_parallel(ax: Any, trials: Sequence[PlotTrial], axes: Sequence[Axis], *,
@@ -141,6 +147,11 @@ def draw_parallel(ax: Any, trials: Sequence[PlotTrial], axes: Sequence[Axis], *,
     results = sorted((t for t in shown if t.result), key=lambda t: (t.values[0] or 0.0) * (1 if maximize else -1))
     base = mpl.colormaps["YlOrRd"]
     cmap = mpl.colors.ListedColormap(base([0.2 + 0.8 * i / 255 for i in range(256)]))
+    if not maximize:  # the better, the darker: low values dark
+        cmap = cmap.reversed()
+    values = [t.values[0] or 0.0 for t in results]
+    low, high = min(values, default=0.0), max(values, default=1.0)
+    norm = mpl.colors.Normalize(low, high) if high > low else mpl.colors.Normalize(low - 0.5, high + 0.5)
     xs = list(range(len(axes)))
 
     def ys(t: PlotTrial) -> list[float]:
@@ -155,7 +166,7 @@ def draw_parallel(ax: Any, trials: Sequence[PlotTrial], axes: Sequence[Axis], *,
     n = len(results)
     for rank, t in enumerate(results):  # worst first: the best end up on top, darkest
         best = rank == n - 1
-        trial_line(ax, t.trial_id, xs, ys(t), color=cmap(rank / (n - 1) if n > 1 else 1.0),
+        trial_line(ax, t.trial_id, xs, ys(t), color=cmap(norm(t.values[0] or 0.0)),
                    linewidth=3.0 if best else 1.4, alpha=1.0 if best else 0.85, zorder=2 + rank)
     inactive = set()
     for i, a in enumerate(axes):
@@ -178,12 +189,9 @@ def draw_parallel(ax: Any, trials: Sequence[PlotTrial], axes: Sequence[Axis], *,
     for side in ("left", "right", "top"):
         ax.spines[side].set_visible(False)
     ax.grid(False)
-    if n:  # colour by rank, so the best stand out however close the values; ticks show the values
-        bar = ax.figure.colorbar(mpl.cm.ScalarMappable(cmap=cmap), ax=ax, pad=0.02)
-        picks = sorted({0, (n - 1) // 2, n - 1})
-        bar.set_ticks([i / (n - 1) if n > 1 else 1.0 for i in picks],
-                      labels=[short(results[i].values[0]) for i in picks])
-        bar.set_label(f"{metric}, colour by rank ({'higher' if maximize else 'lower'} is better)")
+    if n:  # colour by value: the bar's ticks are values, evenly spaced as on any axis
+        bar = ax.figure.colorbar(mpl.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, pad=0.02)
+        bar.set_label(f"{metric} ({'higher' if maximize else 'lower'} is better: darker)")
     if len(shown) > len(results):
         ax.legend(handles=[Line2D([], [], color=STOPPED_COLOR, linestyle="--",
                                   label="stopped early (not a result)")],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import Any
 
 from trials.controller.report.data import PlotTrial, best_so_far, best_trial, pareto_ids
 from trials.controller.report.parallel import Axis, draw_parallel
+from trials.controller.report.scale import integer_limits, nice_limits, with_strip
 from trials.controller.report.svg import trial_line
 from trials.records import TrialState
 
@@ -23,6 +25,8 @@ RESULT_COLOR = "#1f77b4"
 BEST_COLOR = "#d62728"
 STOPPED_COLOR = "#8c8c8c"
 FAILED_COLOR = "#b00000"
+FAILED_STRIP = 0.1  # of the history's height: the strip at its bottom where failed trials are marked
+MIN_IMPORTANCE_TRIALS = 20  # fewer completed trials: the importances are a rough estimate, and say so
 PLOT_STEMS = ("optimization_history", "intermediate_values", "parallel_coordinate", "param_importances",
               "pareto_front")
 Importances = Callable[[], tuple[Mapping[str, float], str]]  # (values, caveat for the caption)
@@ -40,10 +44,25 @@ class Skip(Exception):
     """A plot that does not apply to this job; the message says why."""
 
 
-def _integer_x(ax: Any) -> None:
+def _integer_x(ax: Any, values: Sequence[int]) -> None:
+    """Whole-number ticks; limits half a unit (or more) past the ends, so no mark sits on the frame."""
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if values:
+        ax.set_xlim(*integer_limits(min(values), max(values)))
+
+
+def _round_axis(axis: Any, limits: tuple[float, float, float]) -> None:
+    """Limits on round values with ticks every step (``scale.nice_limits``) on a matplotlib axis."""
+    from matplotlib.ticker import MultipleLocator
+
+    low, high, step = limits
+    axis.set_major_locator(MultipleLocator(step))
+    if axis.axis_name == "y":
+        axis.axes.set_ylim(low, high)
+    else:
+        axis.axes.set_xlim(low, high)
 
 
 def _goal(metric: str, maximize: bool) -> str:
@@ -65,7 +84,10 @@ def legend_below(ax: Any, **kw: Any) -> None:
 
 
 def history(ax: Any, trials: Sequence[PlotTrial], metric: str, maximize: bool, index: int = 0) -> None:
-    """Final value per trial id; stopped-early trials hollow, failed ones as ticks at the bottom."""
+    """Final value per trial id; stopped-early trials hollow, failed ones as crosses in a strip at
+    the bottom (inside the frame: they have no value); the best so far runs to the last trial."""
+    from matplotlib.patches import Rectangle
+
     done = [t for t in trials if t.result]
     stopped = [t for t in trials if t.state == TrialState.SUCCEEDED and t.stopped and t.values
                and t.values[index] is not None]
@@ -75,24 +97,70 @@ def history(ax: Any, trials: Sequence[PlotTrial], metric: str, maximize: bool, i
     points(ax, stopped, lambda t: t.trial_id, lambda t: t.values[index], "o", mfc="none",
            color=STOPPED_COLOR, label="stopped early (value when stopped, not a result)")
     line = best_so_far(trials, maximize=maximize, index=index)
-    if line:
+    last = max(t.trial_id for t in trials)
+    if line:  # the best so far holds until the last trial, whatever the trials after it did
+        line = [*line, (last, line[-1][1])] if line[-1][0] < last else line
         ax.step([i for i, _ in line], [v for _, v in line], where="post", color=BEST_COLOR,
-                alpha=0.8, label="best so far")
-    points(ax, failed, lambda t: t.trial_id, lambda t: 0.0, "x", color=FAILED_COLOR,
-           transform=ax.get_xaxis_transform(), clip_on=False, markersize=8,
-           label="failed or infeasible (no value)")
+                alpha=0.8, label="best so far", gid="best-so-far")
+    values = [v for t in done + stopped if (v := t.values[index]) is not None]
+    if values:
+        low, high = min(values), max(values)
+        high += 0.05 * (high - low)  # room above the best for its label
+        _round_axis(ax.yaxis, with_strip(low, high, strip=FAILED_STRIP * 1.5) if failed else nice_limits(low, high))
+    if failed and values:  # no value tick in the strip: it says "failed" there instead
+        bottom, top = ax.get_ylim()
+        strip_top = bottom + FAILED_STRIP * (top - bottom)
+        ticks = [y for y in ax.get_yticks() if strip_top < y <= top]
+        ax.set_yticks([bottom + FAILED_STRIP / 2 * (top - bottom), *ticks],
+                      ["failed", *(ax.yaxis.get_major_formatter().format_ticks(ticks))])
+        ax.get_yticklabels()[0].set_color(FAILED_COLOR)
+    if failed:  # a shaded strip at the bottom, inside the frame, the crosses in its middle
+        ax.add_patch(Rectangle((0, 0), 1, FAILED_STRIP, transform=ax.transAxes, color="#fbeaea", zorder=0,
+                               linewidth=0, gid="failed-strip"))
+        points(ax, failed, lambda t: t.trial_id, lambda t: FAILED_STRIP / 2, "x", color=FAILED_COLOR,
+               transform=ax.get_xaxis_transform(), markersize=8, markeredgewidth=1.6,
+               label="failed or infeasible (no value)")
     best = best_trial(trials, maximize=maximize) if index == 0 else None
     if best is not None:
         ax.annotate(f"best: trial {best.trial_id}", (best.trial_id, best.values[0]),
                     xytext=(6, 6), textcoords="offset points", fontsize=9, color=BEST_COLOR)
-    _integer_x(ax)
+    _integer_x(ax, [t.trial_id for t in trials])
     ax.set_xlabel("trial id")
     ax.set_ylabel(_goal(metric, maximize))
     legend_below(ax)
 
 
+def overlapping(ends: Sequence[tuple[int, float]], tolerance: float) -> list[tuple[int, float, int]]:
+    """(step, top value, count) for each group of ends at one step whose marks overlap (values within
+    ``tolerance`` of the next): where marks cover each other, the plot says how many there are."""
+    by_step: dict[int, list[float]] = {}
+    for step, value in ends:
+        by_step.setdefault(step, []).append(value)
+    out = []
+    for step, values in sorted(by_step.items()):
+        group: list[float] = []
+        for v in sorted(values) + [math.inf]:
+            if group and v - group[-1] > tolerance:
+                if len(group) > 1:
+                    out.append((step, group[-1], len(group)))
+                group = []
+            group.append(v)
+    return out
+
+
+def _ends_counted(ax: Any, ends: Sequence[tuple[int, float]], what: str, color: str) -> None:
+    """"N stopped" beside each pile of overlapping end marks (after the axes' limits are set)."""
+    bottom, top = ax.get_ylim()
+    for step, value, n in overlapping(ends, 0.025 * (top - bottom)):
+        ax.annotate(f"{n} {what}", (step, value), xytext=(7, 5), textcoords="offset points", fontsize=8,
+                    color=color, zorder=5, bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none",
+                                                 "alpha": 0.85})
+
+
 def curves(ax: Any, trials: Sequence[PlotTrial], metric: str, maximize: bool) -> None:
-    """The primary metric per step: colour by trial id (a colour bar, not a legend entry per trial)."""
+    """The primary metric per step: colour by trial id (a colour bar, not a legend entry per trial).
+    How a curve ends shows how its trial ended: solid, it ran to its end; dashed to a hollow circle,
+    it was stopped early there; dotted to a red cross, it failed there; faint, it is still running."""
     import matplotlib as mpl
     from matplotlib.lines import Line2D
 
@@ -103,31 +171,53 @@ def curves(ax: Any, trials: Sequence[PlotTrial], metric: str, maximize: bool) ->
     norm = mpl.colors.Normalize(min(ids), max(ids) if max(ids) > min(ids) else min(ids) + 1)
     cmap = mpl.colormaps["viridis"]
     best = best_trial(trials, maximize=maximize)
-    ends = []  # where the stopped trials stopped: one artist for all their marks
+    stops: list[tuple[int, float]] = []  # where the stopped and the failed trials ended: one artist for each kind
+    fails: list[tuple[int, float]] = []
+    running = False
     for t in drawn:
         steps, values = [s for s, _ in t.curve], [v for _, v in t.curve]
         is_best = best is not None and t.trial_id == best.trial_id
-        trial_line(ax, t.trial_id, steps, values, color=cmap(norm(t.trial_id)), linestyle="--" if t.stopped else "-",
-                   linewidth=2.8 if is_best else 1.2, alpha=1.0 if is_best else 0.8,
-                   zorder=3 if is_best else 2, marker="o" if len(steps) == 1 else None)
+        failed = t.state == TrialState.INFEASIBLE
+        live = t.state not in (TrialState.SUCCEEDED, TrialState.INFEASIBLE)
+        running = running or live
+        style = "--" if t.stopped else ":" if failed else "-"
+        single = len(steps) == 1 and not (t.stopped or failed)  # a lone point needs a mark to show
+        trial_line(ax, t.trial_id, steps, values, color=cmap(norm(t.trial_id)), linestyle=style,
+                   linewidth=2.8 if is_best else 1.6 if failed else 1.2,
+                   alpha=1.0 if is_best else 0.45 if live else 0.8,
+                   zorder=3 if is_best else 2, marker="o" if single else None)
         if t.stopped:
-            ends.append((steps[-1], values[-1]))
+            stops.append((steps[-1], values[-1]))
+        elif failed:
+            fails.append((steps[-1], values[-1]))
         if is_best:
             ax.annotate(f"best: trial {t.trial_id}", (steps[-1], values[-1]), xytext=(6, 0),
                         textcoords="offset points", fontsize=9, va="center")
-    if ends:
-        ax.plot([s for s, _ in ends], [v for _, v in ends], marker="X", markersize=8, color=BEST_COLOR,
-                linestyle="none", zorder=4)
-    ax.autoscale_view()
+    stop_mark: dict[str, Any] = {"marker": "o", "markersize": 7, "markerfacecolor": "none",
+                                 "markeredgecolor": "#444444", "markeredgewidth": 1.3}
+    fail_mark: dict[str, Any] = {"marker": "x", "markersize": 8, "markeredgecolor": FAILED_COLOR,
+                                 "markeredgewidth": 2.0}
+    for ends, mark, gid in ((stops, stop_mark, "stopped-ends"), (fails, fail_mark, "failed-ends")):
+        if ends:
+            ax.plot([s for s, _ in ends], [v for _, v in ends], linestyle="none", zorder=4, gid=gid, **mark)
+    all_values = [v for t in drawn for _, v in t.curve]
+    _round_axis(ax.yaxis, nice_limits(min(all_values), max(all_values)))
+    _ends_counted(ax, stops, "stopped", "#444444")
+    _ends_counted(ax, fails, "failed", FAILED_COLOR)
+    _integer_x(ax, [s for t in drawn for s, _ in t.curve])
     bar = ax.figure.colorbar(mpl.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, pad=0.02)
     bar.set_label("trial id")
     bar.ax.yaxis.set_major_locator(mpl.ticker.MaxNLocator(integer=True))
     handles = [Line2D([], [], color="#444444", label="ran to its end")]
-    if any(t.stopped for t in drawn):
-        handles.append(Line2D([], [], color="#444444", linestyle="--", marker="X", markeredgecolor=BEST_COLOR,
-                              markerfacecolor=BEST_COLOR, label="stopped early (X: where)"))
+    if stops:
+        handles.append(Line2D([], [], color="#444444", linestyle="--", label="stopped early (○: where)",
+                              **stop_mark))
+    if fails:
+        handles.append(Line2D([], [], color="#444444", linestyle=":", linewidth=1.6,
+                              label="failed (×: its last report)", **fail_mark))
+    if running:
+        handles.append(Line2D([], [], color="#444444", alpha=0.45, label="still running"))
     legend_below(ax, handles=handles)
-    _integer_x(ax)
     ax.set_xlabel("step")
     ax.set_ylabel(_goal(metric, maximize))
 
@@ -140,7 +230,16 @@ def importances_bar(ax: Any, values: Mapping[str, float], metric: str) -> None:
     for i, (_, v) in enumerate(items):
         ax.text(v, i, f" {v:.2f}", va="center", fontsize=9)
     ax.set_xlabel(f"importance for {metric} (Optuna's fANOVA over the completed trials)")
-    ax.set_xlim(0, max(1e-9, max(v for _, v in items)) * 1.15)
+    _, high, step = nice_limits(0.0, max(1e-9, max(v for _, v in items)) * 1.12, pad=0.0)  # room for the labels
+    _round_axis(ax.xaxis, (0.0, high, step))
+
+
+def few_trials_caveat(n_done: int) -> str:
+    """The warning an importance plot over fewer than ``MIN_IMPORTANCE_TRIALS`` trials carries."""
+    if n_done >= MIN_IMPORTANCE_TRIALS:
+        return ""
+    return (f"only {n_done} completed trials (fewer than {MIN_IMPORTANCE_TRIALS}): "
+            f"a rough estimate that may change with more trials")
 
 
 def pareto(ax: Any, trials: Sequence[PlotTrial], metric_ids: Sequence[str], maximize: Sequence[bool]) -> None:
@@ -162,6 +261,11 @@ def pareto(ax: Any, trials: Sequence[PlotTrial], metric_ids: Sequence[str], maxi
         for t in best:
             ax.annotate(str(t.trial_id), (t.values[0], t.values[1]), xytext=(5, 5),
                         textcoords="offset points", fontsize=9, color=BEST_COLOR)
+    shown = done + stopped
+    if shown:
+        for i, axis in enumerate((ax.xaxis, ax.yaxis)):
+            values = [t.values[i] or 0.0 for t in shown]
+            _round_axis(axis, nice_limits(min(values), max(values)))
     ax.set_xlabel(_goal(metric_ids[0], maximize[0]))
     ax.set_ylabel(_goal(metric_ids[1], maximize[1]))
     legend_below(ax)
@@ -186,6 +290,7 @@ def _plots(trials: Sequence[PlotTrial], metric_ids: Sequence[str], maximize: Seq
     n_done = sum(1 for t in trials if t.result)
     n_stopped = sum(1 for t in trials if t.stopped)
     n_failed = sum(1 for t in trials if t.state == TrialState.INFEASIBLE)
+    n_failed_curves = sum(1 for t in trials if t.state == TrialState.INFEASIBLE and t.curve)
     stopped = (f" Hollow markers: the {n_stopped} trial{'s' if n_stopped != 1 else ''} stopped early, "
                f"at the value where {'they were' if n_stopped != 1 else 'it was'} stopped (not a result)."
                if n_stopped else "")
@@ -200,30 +305,40 @@ def _plots(trials: Sequence[PlotTrial], metric_ids: Sequence[str], maximize: Seq
         except (ValueError, RuntimeError) as err:  # Optuna's "cannot evaluate this study" errors
             raise Skip(f"Optuna could not compute them: {err}") from err
         importances_bar(ax, values, primary)
+        few = few_trials_caveat(n_done)
+        if few:  # beside the bars, not only in the caption
+            ax.text(0.5, -0.13, few[0].upper() + few[1:], transform=ax.transAxes, ha="center", va="top",
+                    fontsize=10, color=FAILED_COLOR, style="italic", gid="importance-caveat",
+                    bbox={"boxstyle": "round,pad=0.3", "fc": "#fff4f4", "ec": FAILED_COLOR, "lw": 0.8})
         return (f"Parameter importances for {primary}" + (" (primary metric)" if multi else ""),
                 "How much of the variation of the result each parameter explains (sums to 1), over the "
                 "trials that ran to their end; a conditional parameter that some trials lack is left out."
-                + caveat)
+                + (f" Caution: {few}." if few else "") + caveat)
 
     def hist(ax: Any) -> tuple[str, str]:
         history(ax, trials, primary, mx)
-        failed = f" Crosses on the axis: {n_failed} failed or infeasible trials." if n_failed else ""
+        failed = (f" Crosses in the shaded strip at the bottom: the {n_failed} failed or infeasible "
+                  f"trial{'s' if n_failed != 1 else ''} (no value)." if n_failed else "")
         return (f"Optimization history: {primary}",
-                f"Each trial's final {primary} by trial id; the red line is the best result so far."
+                f"Each trial's final {primary} by trial id; the red line is the best result so far, up "
+                f"to the last trial."
                 + stopped + failed)
 
     def curve(ax: Any) -> tuple[str, str]:
         curves(ax, trials, primary, mx)
         return (f"Learning curves: {primary} per step",
                 f"Every reported {primary}, one line per trial, coloured by trial id."
-                + (" Dashed lines ending in a red X: trials stopped early, where they stopped."
-                   if n_stopped else ""))
+                + (" Dashed lines ending in a circle: trials stopped early, where they stopped."
+                   if n_stopped else "")
+                + (" Dotted lines ending in a red cross: trials that failed, at their last report."
+                   if n_failed_curves else ""))
 
     def parallel(ax: Any) -> tuple[str, str]:
         draw_parallel(ax, trials, axes, metric=primary, maximize=mx)
         return (f"Parallel coordinates (colour: {primary})",
-                "One line per trial through its parameter values; the darker, the better its rank; the "
-                "best is thickest. 'inactive': a conditional parameter the trial did not have."
+                f"One line per trial through its parameter values, coloured by its {primary} (the colour "
+                "bar's scale): the darker, the better; the best is thickest. 'inactive': a conditional "
+                "parameter the trial did not have."
                 + (" Grey dashed: stopped early." if n_stopped else ""))
 
     def front(ax: Any) -> tuple[str, str]:

@@ -51,13 +51,14 @@ class TrialPaths:
     tensorboard_dir: str | None
 
 
-def trial_paths(job_dir: str, base_output: str | None, trial_id: str) -> TrialPaths:
+def trial_paths(job_dir: str, base_output: str | None, trial_id: str, *, custom_job: bool = False) -> TrialPaths:
     """``base_output`` is a local directory or a ``gs://`` URI (kept as a URI, as Vertex does), or
-    None: the job has no base output directory."""
+    None: the job has no base output directory. A CustomJob's outputs are the base's own ``model/``,
+    ``checkpoints/`` and ``logs/`` (a tuning job's trial gets a folder of its id under the base)."""
     if base_output is None:
         return TrialPaths(trial_dir=os.path.join(job_dir, trial_id), base_dir=None, model_dir=None,
                           checkpoint_dir=None, tensorboard_dir=None)
-    base = base_output.rstrip("/") + "/" + trial_id + "/"
+    base = base_output.rstrip("/") + "/" + ("" if custom_job else trial_id + "/")
     return TrialPaths(
         trial_dir=os.path.join(job_dir, trial_id),
         base_dir=base,
@@ -109,10 +110,14 @@ def image_command(pool: WorkerPoolSpec,
     return None, command
 
 
-def base_command(pool: WorkerPoolSpec, local_command: Sequence[str] | None) -> list[str]:
-    """The command a replica runs before its args: local override, container command, or python -m."""
+def base_command(pool: WorkerPoolSpec, local_command: Sequence[str] | None, *,
+                 as_written: bool = False) -> list[str]:
+    """The command a replica runs before its args: local override, container command, or python -m.
+
+    ``as_written``: ``python`` left as the spec or the command after ``--`` says (to show it to a user,
+    who runs it in their own environment), not this interpreter's path."""
     if local_command:
-        return _python(list(local_command))
+        return _python(list(local_command), as_written)
     if pool.container is not None:
         if not pool.container.command:
             raise ConfigError(
@@ -120,15 +125,22 @@ def base_command(pool: WorkerPoolSpec, local_command: Sequence[str] | None) -> l
                 f"image's ENTRYPOINT is unknown: give the command after --, e.g. "
                 f"trials sweep SPEC -- python train.py"
             )
-        return _python(list(pool.container.command))
+        return _python(list(pool.container.command), as_written)
     if pool.python_package is not None:
-        return [sys.executable, "-m", pool.python_package.python_module]
+        return ["python3" if as_written else sys.executable, "-m", pool.python_package.python_module]
     raise ConfigError("a worker pool has neither containerSpec nor pythonPackageSpec")
 
 
-def _python(argv: list[str]) -> list[str]:
+def replica_argv(pool: WorkerPoolSpec, local_command: Sequence[str] | None, flags: Sequence[str], *,
+                 as_written: bool = False) -> list[str]:
+    """A host replica's whole argv, in Vertex's order: its command, the pool's args, then the trial's
+    parameter ``flags`` (:func:`trial_flags`); ``as_written`` as in :func:`base_command`."""
+    return [*base_command(pool, local_command, as_written=as_written), *pool.args, *flags]
+
+
+def _python(argv: list[str], as_written: bool = False) -> list[str]:
     # `python` in a spec means the trainer's interpreter: locally, the controller's own.
-    if argv and argv[0] in PYTHON_NAMES:
+    if argv and argv[0] in PYTHON_NAMES and not as_written:
         return [sys.executable, *argv[1:]]
     return argv
 
@@ -234,7 +246,7 @@ def build_replicas(
         env.update(service)
         env.update(expand_env(pool.env, {**base_env, **service}))
         image, command = image_command(pool, local_command)
-        argv = [] if in_image else [*base_command(pool, local_command), *pool.args, *flags]
+        argv = [] if in_image else replica_argv(pool, local_command, flags)
         out.append(ReplicaLaunch(
             name=name, pool=i, index=j, argv=tuple(argv), env=env, metric_file=metric_file,
             is_primary=(rank == 0), image=image, command=command, args=(*pool.args, *flags),
