@@ -6,7 +6,9 @@ records, ~16 journal records per trial), with fsync skipped while building. Each
 in a fresh process, interleaved, median of a few: ``describe``, ``best``, ``list``, ``resume`` of
 the finished job (its decision: nothing to run) and ``report`` with plots of the 1,000-trial job.
 Baselines in the same run: ``python -c "import trials"`` (process start) and the old path, Optuna's
-full replay of the journal (``JournalStorage`` opened and every trial read once).
+full replay of the journal (``JournalStorage`` opened and every trial read once); with
+``TRIALS_BENCH_BASELINE=/path/to/another/checkout`` the same commands from that checkout too,
+interleaved (``TRIALS_BENCH_BASELINE=/work/main python -m benchmarks read``).
 
 Goals (issue 27, goal 4): describe/best/list/resume of the 10,000-trial job < 0.5 s wall; report of
 the 1,000-trial job with plots < 5 s.
@@ -164,15 +166,30 @@ def commands(root: str, big: str, small: str, out_dir: str, *, n_big: int = 10_0
     ]
 
 
-def time_once(argv: list[str], env: dict[str, str]) -> float:
+def time_once(argv: list[str], env: dict[str, str], cwd: str | None = None) -> float:
+    """One run's wall time; ``cwd``: a folder without a ``trials`` package (``python -m`` puts the
+    working folder first on the path: run from a checkout, its code would be the one timed)."""
     t = time.perf_counter()
-    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, cwd=cwd)
     return time.perf_counter() - t
 
 
+def command_env(repo: str, pycache: str) -> dict[str, str]:
+    """The commands' environment: ``repo`` on the path, and its bytecode written and reused (in
+    ``pycache``) as an installed package has it, whatever this shell says (a
+    ``PYTHONDONTWRITEBYTECODE`` compiled every module in every timed run)."""
+    env = dict(os.environ, PYTHONPATH=repo, PYTHONPYCACHEPREFIX=pycache)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
 def run(*, quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
+    """Time the commands; with ``TRIALS_BENCH_BASELINE`` (another checkout, e.g. main's) each also
+    runs from that checkout on its own copy of the jobs (the snapshot formats may differ),
+    interleaved with this one's, and the table gives the ratio."""
     n_big, n_small = (500, 100) if quick else (10_000, 1_000)
     repeats = 2 if quick else 5
+    baseline = os.environ.get("TRIALS_BENCH_BASELINE") or None
     workdir = tempfile.mkdtemp(prefix="bench-read-")
     try:
         root = os.path.join(workdir, "jobs")
@@ -180,34 +197,52 @@ def run(*, quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
         build_job(root, "big", n_big, n_running=0, n_waiting=0, requeued=False)  # resume: nothing to run
         build_job(root, "small", n_small, n_metrics=1, seed=1, n_running=0, n_waiting=0)
         built_s = time.perf_counter() - t
-        cmds = commands(root, "big", "small", os.path.join(workdir, "report"), n_big=n_big, n_small=n_small)
-        env = dict(os.environ, PYTHONPATH=report.REPO)
-        for _, argv, _ in cmds:  # once untimed: snapshots and caches as after any earlier command
-            time_once(argv, env)
-        times: dict[str, list[float]] = {label: [] for label, _, _ in cmds}
+        runs = [("", root, command_env(report.REPO, os.path.join(workdir, "pycache")))]
+        if baseline:
+            shutil.copytree(root, os.path.join(workdir, "base-jobs"), symlinks=True)
+            runs.append(("baseline ", os.path.join(workdir, "base-jobs"),
+                         command_env(baseline, os.path.join(workdir, "base-pycache"))))
+        cmds = {who: commands(jobs, "big", "small", os.path.join(workdir, who + "report"), n_big=n_big,
+                              n_small=n_small) for who, jobs, _ in runs}
+        for _ in range(2):  # twice untimed: bytecode, snapshots and caches as after any earlier command
+            for who, _, env in runs:
+                for _, argv, _ in cmds[who]:
+                    time_once(argv, env, workdir)
+        times: dict[str, list[float]] = {who + label: [] for who, _, _ in runs for label, _, _ in cmds[who]}
         for _ in range(repeats):
-            for label, argv, _ in cmds:
-                times[label].append(time_once(argv, env))
+            for i in range(len(cmds[""])):
+                for who, _, env in runs:
+                    label, argv, _ = cmds[who][i]
+                    times[who + label].append(time_once(argv, env, workdir))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    base = statistics.median(times[cmds[0][0]])
-    old = statistics.median(times[cmds[1][0]])
+    labels = [(label, goal) for label, _, goal in cmds[""]]
+    base = statistics.median(times[labels[0][0]])
+    old = statistics.median(times[labels[1][0]])
     rows, results, goals = [], {}, {}
-    for label, _, goal in cmds:
+    for label, goal in labels:
         med = statistics.median(times[label])
         ok = med <= goal if goal is not None and not quick else None
         results[label] = {"median_s": med, "min_s": min(times[label]), "x_import_trials": med / base,
                           "x_old_replay": med / old, "goal_s": goal, "goal": ok}
         if goal is not None and not quick:
             goals[f"{label} < {goal:g} s"] = ok
-        rows.append([label, med * 1000, min(times[label]) * 1000, med / base, med / old,
-                     "" if ok is None else report.verdict(ok)])
+        row = [label, med * 1000, min(times[label]) * 1000, med / base, med / old]
+        if baseline:
+            then = statistics.median(times["baseline " + label])
+            results[label].update(baseline_median_s=then, x_baseline=med / then)
+            row += [then * 1000, med / then]
+        rows.append([*row, "" if ok is None else report.verdict(ok)])
+    load = os.getloadavg()
     data = {"quick": quick, "repeats": repeats, "n_trials": [n_big, n_small], "build_s": built_s,
-            "commands": results, "goals": goals}
+            "baseline": baseline, "load_avg": load, "commands": results, "goals": goals}
     path = report.write_result(PART, data, out_dir=out_dir)
+    header = ["command", "median ms", "min ms", "x import trials", "x old replay"]
+    if baseline:
+        header += ["baseline ms", "x baseline"]
     print(report.table(f"Reading a job: {n_big:,} and {n_small:,} trials, median of {repeats} interleaved runs "
-                       f"(built in {built_s:.0f} s)",
-                       ["command", "median ms", "min ms", "x import trials", "x old replay", "goal"], rows))
+                       f"(built in {built_s:.0f} s; load average at the end {load[0]:.1f})"
+                       + (f"; baseline: {baseline}" if baseline else ""), [*header, "goal"], rows))
     print(f"results: {path}")
     return data
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from trials import protocol
 from trials.errors import ConfigError
 from trials.printable import printable
+from trials.records import JobState
 
 if TYPE_CHECKING:
     from typing import Any
@@ -25,22 +26,23 @@ def _cmd_describe(args: argparse.Namespace) -> int:
     from trials.controller.jobs import describe
     from trials.controller.jobs import view as job_view
 
-    h = job_view.read_job(args.job, root=args.root, storage=args.storage)
+    # a table or CSV counts each trial's steps and shows no attempt: slim finished trials will do
+    h = job_view.read_job(args.job, root=args.root, storage=args.storage,
+                          whole=args.format not in ("table", "csv"))
     if args.format == "local-json":  # attempts, exit statuses, stop reasons, folders, workers
         print(json.dumps(job_view.describe_local(h), indent=2))
         return 0
-    rest = job_view.describe(h, steps=args.format == "json")
     if args.format == "json":  # exactly the v1 HyperparameterTuningJob
-        print(json.dumps(rest, indent=2))
+        print(json.dumps(job_view.describe(h), indent=2))
         return 0
-    header, body = describe.rows(rest, h.job.study.reported_metric_ids, local=job_view.describe_local(h)["trials"],
-                                 exact=args.format == "csv")
+    header, body = job_view.table(h, exact=args.format == "csv")
     if args.format == "csv":
         sys.stdout.write(describe.format_csv(header, body))
         return 0
-    print(f"job {h.job_id}  {rest['state']}  {len(rest['trials'])} trials  folder {h.job_dir}")
-    if rest.get("error"):
-        print(f"error: {printable(str(rest['error'].get('message')))}")
+    meta = h.store.meta()  # (what the REST job says of it: its state, its error)
+    print(f"job {h.job_id}  {meta.get('state') or JobState.QUEUED}  {len(body)} trials  folder {h.job_dir}")
+    if meta.get("error"):
+        print(f"error: {printable(str(meta['error'].get('message')))}")
     if h.store.get_meta("study_stopped"):
         print(printable(str(h.store.get_meta("study_stopped"))))
     print(describe.format_table(header, body))
@@ -66,7 +68,7 @@ def _cmd_best(args: argparse.Namespace) -> int:
     from trials.controller.jobs import view as job_view
     from trials.protocol import format_flag
 
-    h = job_view.read_job(args.job, root=args.root, storage=args.storage)
+    h = job_view.read_job(args.job, root=args.root, storage=args.storage, whole=False)
     get = job_view.params_of(h)
     meta = h.store.meta()
     metric_ids = h.job.study.metric_ids

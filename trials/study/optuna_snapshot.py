@@ -27,7 +27,7 @@ from optuna.storages.journal._storage import JournalStorageReplayResult
 from trials.study import replay
 
 SUFFIX = ".optuna"
-FORMAT = 1
+FORMAT = 2  # 2: the prefix named by its CRC-32 (replay.prefix_hash)
 _ALLOWED = {("builtins", "set"), ("builtins", "frozenset"), ("datetime", "datetime"), ("datetime", "timezone"),
             ("datetime", "timedelta"), ("copyreg", "_reconstructor"), ("builtins", "object")}
 
@@ -61,7 +61,7 @@ class SnapshotBackend(JournalFileBackend, BaseJournalSnapshot):
                     return None
                 n_bytes, n_records = int(header["n_bytes"]), int(header["n_records"])
                 if (os.stat(self._file_path).st_size < n_bytes
-                        or replay.prefix_hash(self._file_path, n_bytes) != header["sha1"]):
+                        or replay.prefix_hash(self._file_path, n_bytes) != header["digest"]):
                     return None  # the journal was rewritten (or truncated) since
                 body = f.read()
         except Exception:  # noqa: BLE001 - missing, torn, foreign or unreadable: replay from the start
@@ -106,7 +106,7 @@ def write_snapshot(storage: JournalStorage, backend: SnapshotBackend) -> None:
     try:
         with open(tmp, "wb") as f:
             pickle.dump({"format": FORMAT, "n_bytes": n_bytes, "n_records": n_records,
-                         "sha1": replay.prefix_hash(backend._file_path, n_bytes)}, f)
+                         "digest": replay.prefix_hash(backend._file_path, n_bytes)}, f)
             pickle.dump(result, f, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(tmp, path)
     except OSError:

@@ -113,6 +113,75 @@ def test_list_reads_the_same_from_the_snapshot_header_as_from_the_journal(tmp_pa
     assert [line.split()[0] for line in first.splitlines()[1:]] == ["a", "b"]
 
 
+def _odd_trials() -> list:
+    """Trials a table must show as the REST job does: a NaN, a missing and a text metric, an error
+    detail, steps only in the intermediate values, a queued trial with an old run, one never run."""
+    from trials.study.replay import StoredState, StoredTrial
+
+    def trial(number: int, stored: StoredState, **attrs) -> StoredTrial:
+        return StoredTrial(storage_id=number, study_id=0, number=number, state=stored,
+                           params={"learning_rate": 0.01 * (number + 1), "layers": number % 3 + 1},
+                           values=[0.5] if stored == StoredState.COMPLETE else None, user_attrs=attrs,
+                           intermediate_values={1: 0.25, 2: 0.5} if number == 3 else {})
+
+    final = {"step": 2, "elapsed_s": 1.5, "metrics": {"accuracy": float("nan"), "other": 3}}
+    return [
+        trial(0, StoredState.COMPLETE, state="SUCCEEDED", final_measurement=final, measurements=[{}, {}],
+              start_time="t0", end_time="t1"),
+        trial(1, StoredState.COMPLETE, state="SUCCEEDED", final_measurement={"step": 1, "metrics": {"accuracy": "x"}},
+              stopped_early=True, stop_reason="below the median", start_time="t0"),
+        trial(2, StoredState.FAIL, state="INFEASIBLE", start_time="t0", error_detail=["ValueError: boom", "tb"],
+              infeasible_reason="The replica workerpool0-0 exited with a non-zero status of 1. Termination "
+                                "reason: Error."),
+        trial(3, StoredState.RUNNING, state="ACTIVE", start_time="t0"),
+        trial(4, StoredState.WAITING, state="REQUESTED", requeued=True, measurements=[{}], stopped_early=True),
+        trial(5, StoredState.WAITING, state="REQUESTED"),
+        trial(6, StoredState.COMPLETE, state="SUCCEEDED", final_measurement={"step": 1, "metrics": {}},
+              stop_reason="r" * 100, start_time="t0"),
+    ]
+
+
+def test_the_table_made_from_the_trials_is_the_table_of_the_rest_job(tmp_path):
+    from benchmarks.read_scale import build_job
+    from trials.controller.jobs import view
+
+    build_job(str(tmp_path), "job", 30, n_metrics=2, n_running=2, n_waiting=2)
+    h = view.read_job("job", root=str(tmp_path), storage=None)
+    metric_ids = h.job.study.reported_metric_ids
+    get = view.params_of(h)
+    for trials in (h.store.frozen_trials(), _odd_trials()):
+        rest = describe.job_to_rest("job", {}, trials, get, metric_ids, steps=False)
+        for exact in (False, True):
+            assert describe.table(trials, get, metric_ids, exact=exact) == describe.rows(
+                rest, metric_ids, local=describe.local_details(trials), exact=exact)
+
+
+def test_describe_and_best_read_the_same_from_a_slim_snapshot_as_from_the_journal(tmp_path, capsys, monkeypatch):
+    """The tables read the snapshot's slim trials and its tail: the same lines as a whole replay."""
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    from benchmarks.read_scale import build_job
+    from trials.study import replay
+
+    root = str(tmp_path)
+    build_job(root, "job", 30, n_metrics=2, n_running=2, n_waiting=2)
+    journal = os.path.join(root, "job", "journal.log")
+    monkeypatch.setattr(replay, "SNAPSHOT_AFTER_RECORDS", 1)
+    replay.read_journal(journal)  # the snapshot, then a record after it
+    JournalStorage(JournalFileBackend(journal)).set_study_user_attr(0, "trials:state", "JOB_STATE_CANCELLED")
+    monkeypatch.setattr(replay, "SNAPSHOT_AFTER_RECORDS", 10**9)
+    assert not replay.read_journal(journal, whole=False).whole
+    commands = [("describe", "job", "--root", root), ("describe", "job", "--root", root, "--format", "csv"),
+                ("best", "job", "--root", root), ("best", "job", "--root", root, "--format", "json"),
+                ("list", "--root", root)]
+    slim = [_run(capsys, *c) for c in commands]
+    real = replay.read_journal
+    monkeypatch.setattr(replay, "read_journal", lambda path, **kw: real(path, **{**kw, "snapshot": False}))
+    assert [_run(capsys, *c) for c in commands] == slim
+    assert "JOB_STATE_CANCELLED" in slim[0][1] and "JOB_STATE_CANCELLED" in slim[4][1] and slim[2][0] == 0
+
+
 def test_table_cuts_a_long_reason_at_a_word_with_an_ellipsis_and_csv_keeps_it_whole(tmp_path, capsys):
     stop = ("best value 0.640208 is below 0.730045: at step 2, each of the 2 completed trials (of 6) that "
             "ended in the top quarter had reached 0.730045 or better")

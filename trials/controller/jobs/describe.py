@@ -155,26 +155,75 @@ def rows(rest: Mapping[str, Any], metric_ids: Sequence[str], *,
     """
     local = local or {}
     fmt = format_value if exact else display
-    param_ids: list[str] = []
-    for t in rest.get("trials", []):
+    trials = rest.get("trials", [])
+    seen: dict[str, None] = {}  # (a dict: ordered, and a set's speed: 10,000 trials' parameters)
+    for t in trials:
         for p in t.get("parameters", []):
-            if p["parameterId"] not in param_ids:
-                param_ids.append(p["parameterId"])
+            seen.setdefault(p["parameterId"])
+    param_ids = list(seen)
     header = ["trial", "state", *metric_ids, *param_ids, "steps", "stopped early", "reason"]
-    body = []
-    for t in rest.get("trials", []):
-        final = {m["metricId"]: m["value"] for m in t.get("finalMeasurement", {}).get("metrics", [])}
+    body: list[list[str]] = []
+    append = body.append
+    for t in trials:
+        final_m = t.get("finalMeasurement")
+        final = {m["metricId"]: m["value"] for m in final_m.get("metrics", [])} if final_m else {}
         params = {p["parameterId"]: p["value"] for p in t.get("parameters", [])}
         mine = local.get(t["id"], {})
         reason = str(t.get("infeasibleReason") or mine.get("stop_reason") or "")
         if mine.get("error_detail"):  # Vertex's text says only "Error": the exception says why
             reason = f"{_exit_words(reason)}{mine['error_detail'][0]}"
-        body.append([
-            t["id"], t["state"], *[_cell(final.get(m), fmt) for m in metric_ids],
-            *[_cell(params.get(p), fmt) for p in param_ids], str(len(t.get("measurements", []))),
+        append([
+            t["id"], t["state"], *["" if (v := final.get(m)) is None else fmt(v) for m in metric_ids],
+            *["" if (v := params.get(p)) is None else fmt(v) for p in param_ids],
+            str(len(t.get("measurements", []))),
             "yes" if mine.get("stopped_early") else "",
             reason if exact or reason_chars is None else cut_words(reason, reason_chars),
         ])
+    return header, body
+
+
+def table(trials: Sequence[Any], params_of: Callable[[Any], Mapping[str, Any]], metric_ids: Sequence[str], *,
+          exact: bool = False, reason_chars: int | None = REASON_CHARS) -> tuple[list[str], list[list[str]]]:
+    """``rows`` of the job's shown trials, straight from the trials: what
+    ``rows(job_to_rest(..., steps=False), metric_ids, local=local_details(trials), exact=exact,
+    reason_chars=reason_chars)`` gives, without making the REST job and the local details first
+    (most of a 10,000-trial describe)."""
+    fmt = format_value if exact else display
+    seen: dict[str, None] = {}
+    cells = []
+    for t in trials:
+        if not shown(t):
+            continue
+        a = t.user_attrs
+        state = trial_state(t)
+        params = params_of(t)
+        for k in params:
+            seen.setdefault(k)
+        final: Mapping[str, Any] = {}
+        n_steps = 0
+        infeasible = None
+        if state != TrialState.REQUESTED:  # (trial_to_rest: a queued trial shows nothing of an old run)
+            measurements = a.get("measurements")
+            if measurements is None and (t.intermediate_values or a.get(LIVE_METRICS_ATTR)):
+                measurements = stored_measurements(t.intermediate_values, a, metric_ids[0])
+            n_steps = len(measurements) if measurements else 0
+            fm = a.get("final_measurement")
+            if fm and state == TrialState.SUCCEEDED:
+                final = fm.get("metrics", {})
+            if state == TrialState.INFEASIBLE:
+                infeasible = a.get("infeasible_reason")
+        reason = str(infeasible or a.get("stop_reason") or "")
+        detail = a.get("error_detail")
+        if detail:  # Vertex's text says only "Error": the exception says why
+            reason = f"{_exit_words(reason)}{detail[0]}"
+        cells.append((t, state, params, final, n_steps, reason, bool(a.get("stopped_early"))))
+    param_ids = list(seen)
+    header = ["trial", "state", *metric_ids, *param_ids, "steps", "stopped early", "reason"]
+    body = [[
+        str(t.number + 1), state, *["" if (v := _num(final.get(m))) is None else fmt(v) for m in metric_ids],
+        *["" if (v := params.get(p)) is None else fmt(v) for p in param_ids], str(n_steps),
+        "yes" if stopped else "", reason if exact or reason_chars is None else cut_words(reason, reason_chars),
+    ] for t, state, params, final, n_steps, reason, stopped in cells]
     return header, body
 
 
@@ -199,10 +248,6 @@ def _exit_words(reason: str) -> str:
     return "exit " + reason.split(marker, 1)[1].split(".", 1)[0] + ": "
 
 
-def _cell(v: Any, fmt: Callable[[Any], str]) -> str:
-    return "" if v is None else fmt(v)
-
-
 def display(v: Any, digits: int = 6) -> str:
     """A number rounded for reading (``digits`` significant digits, integers whole); text as is."""
     if isinstance(v, float) and math.isfinite(v) and not (v.is_integer() and abs(v) < 2**53):
@@ -211,16 +256,19 @@ def display(v: Any, digits: int = 6) -> str:
 
 
 def format_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
-    header = [printable(str(c)) for c in header]  # a trainer's reason or tag: never raw to a terminal
-    body = [[printable(str(c)) for c in row] for row in body]
-    if body:
-        widths = [max(len(c) for c in col) for col in zip(header, *body, strict=False)]
-    else:
-        widths = [len(h) for h in header]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths, strict=False)).rstrip()]
-    for row in body:
-        lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)).rstrip())
-    return "\n".join(lines)
+    header = _printable_row(header)  # a trainer's reason or tag: never raw to a terminal
+    body = [_printable_row(row) for row in body]
+    widths = ([max(map(len, col)) for col in zip(header, *body, strict=False)] if body
+              else [len(h) for h in header])
+    n = len(widths)
+    line = "  ".join(f"{{:<{w}}}" if w else "{}" for w in widths).format  # each cell left-justified to w
+    return "\n".join(line(*row[:n]).rstrip() if len(row) >= n else
+                     "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip()
+                     for row in (header, *body))
+
+
+def _printable_row(row: Sequence[Any]) -> list[str]:
+    return [c if type(c) is str and c.isprintable() else printable(str(c)) for c in row]
 
 
 def format_csv(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:

@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from trials.controller.jobs import registry
 from trials.controller.jobs.describe import job_to_rest, shown
+from trials.controller.jobs.describe import table as trials_table
 from trials.controller.policy.ranking import best_of, pareto_front
 from trials.errors import JobNotFoundError
 from trials.spec import JobSpec
 from trials.storage_url import JOURNAL_FILE, is_journal_url, journal_path
 from trials.study import replay
-from trials.study.names import ATTR_PREFIX, values_from_optuna
+from trials.study.names import ATTR_PREFIX, values_reader
 from trials.timefmt import rfc3339
 
 if TYPE_CHECKING:
@@ -60,10 +61,10 @@ def _summaries(r: replay.Replay) -> dict[str, Any]:
             for s in r.studies.values()}
 
 
-def _replayed(path: str, job_id: str) -> _Attrs | None:
+def _replayed(path: str, job_id: str, whole: bool) -> _Attrs | None:
     """The job in a journal replayed without Optuna; None when only Optuna reads it exactly."""
     try:
-        r = replay.read_journal(path, summarize=_summaries)
+        r = replay.read_journal(path, summarize=_summaries, whole=whole)
     except (replay.Unsupported, OSError):  # Optuna reads it, or names what is wrong, as it always did
         return None
     study_id = r.study_id(job_id)
@@ -88,11 +89,14 @@ class JobView:
     job: JobSpec
 
 
-def read_job(job_id: str, *, root: str, storage: str | None) -> JobView:
+def read_job(job_id: str, *, root: str, storage: str | None, whole: bool = True) -> JobView:
     """A job to show: a journal is replayed without Optuna (from its snapshot), any other storage
-    is read once; the same checks and errors as ``registry.open_job``."""
+    is read once; the same checks and errors as ``registry.open_job``.
+
+    ``whole=False`` for a table (``describe``'s table and CSV, ``best``): a journal's finished trials
+    may come slim (``replay.read_journal``: their steps counted, not read; no attempts)."""
     url = registry.job_url(job_id, root=root, storage=storage)
-    store = _replayed(journal_path(url), job_id) if is_journal_url(url) else None
+    store = _replayed(journal_path(url), job_id, whole) if is_journal_url(url) else None
     if store is None:
         from trials.study.storage import open_storage
         from trials.study.store import JobStore
@@ -156,7 +160,7 @@ def _listed(root: str, job_id: str) -> tuple[dict[str, Any], int]:
     except (replay.Unsupported, OSError):
         summary = None
     if summary is None:  # not a job of this journal (read_job says so) or only Optuna reads it
-        h = read_job(job_id, root=root, storage=None)
+        h = read_job(job_id, root=root, storage=None, whole=False)
         return h.store.meta(), sum(map(shown, h.store.frozen_trials()))
     meta = registry.checked_meta(_Attrs(summary["attrs"], []).meta(), job_id, url)
     return meta, int(summary["n_shown"])
@@ -167,10 +171,10 @@ Job = JobView | registry.JobHandle
 
 # --- describe -------------------------------------------------------------------------------------
 def params_of(h: Job) -> Callable[[Any], dict[str, Value]]:
-    study = h.job.study
+    read = values_reader(h.job.study)
 
     def get(t: Any) -> dict[str, Value]:
-        return values_from_optuna(study, t.params)
+        return read(t.params)
 
     return get
 
@@ -181,6 +185,12 @@ def describe(h: Job, *, steps: bool = True) -> dict[str, Any]:
     meta["update_time"] = rfc3339(time.time())
     return job_to_rest(h.job_id, meta, h.store.frozen_trials(), params_of(h),
                        h.job.study.reported_metric_ids, steps=steps)
+
+
+def table(h: Job, *, exact: bool = False) -> tuple[list[str], list[list[str]]]:
+    """``describe``'s table (or CSV with ``exact``) of the job's shown trials: ``describe.rows`` of
+    its REST job and local details, made straight from the trials."""
+    return trials_table(h.store.frozen_trials(), params_of(h), h.job.study.reported_metric_ids, exact=exact)
 
 
 def describe_local(h: Job) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from trials.records import TrialState
 
 REPORT_DIR = "report"
 INDEX_FILE = "index.html"
+IMPORTANCES_CACHE = "importances.cache.json"  # in the job folder: the last importances, named by their inputs
 TOP_N = 10
 
 
@@ -216,7 +217,8 @@ def _draw(h: Any, trials: Sequence[PlotTrial], metric_ids: Sequence[str], maximi
 
     def importances() -> tuple[dict[str, float], str]:
         values, n_used, n_complete = param_importances(h.store.frozen_trials(), directions=maximize,
-                                                       leave_out=stopped)
+                                                       leave_out=stopped,
+                                                       cache_path=os.path.join(h.job_dir, IMPORTANCES_CACHE))
         return values, importance_caveat(n_used, n_complete)
 
     axes = param_axes(h.job.study.all_parameters(), trials)

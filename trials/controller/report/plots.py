@@ -386,6 +386,7 @@ def draw_plots(trials: Sequence[PlotTrial], *, metric_ids: Sequence[str], maximi
             ax.set_title(heading)
             path = os.path.join(out_dir, stem + ".png")
             fig.savefig(path, dpi=100)
+            fig.set_layout_engine("none")  # laid out once (measuring every label): the SVG keeps the PNG's layout
             svg = io.StringIO()
             fig.savefig(svg, format="svg")
             plt.close(fig)
