@@ -70,3 +70,20 @@ def test_escaped_descendants_are_killed_named_and_reaped_and_nothing_else_is(tmp
     assert got["zombies"] == [], "the killed descendants were not reaped"
     assert got["bystander"] is None and got["helper"] is None, "a Popen child of the controller was touched"
     assert got["bystander_reaped_by_popen"] == -9  # its exit status was Popen's to collect, intact
+
+
+def test_a_process_read_mid_execve_is_read_again_before_it_counts_as_nobodys(monkeypatch) -> None:
+    """Its environment reads empty while its execve replaces its memory: a trainer's escaped child caught
+    there was missed (its leftovers went unkilled under load). It is read again; an env -i one stays
+    nobody's."""
+    from trials.controller.process import orphans
+
+    tree = orphans.OrphanTree({"TRIALS_TRIAL_DIR": "/t/1", "TRIALS_REPLICA": "workerpool0-0", "TRIALS_ATTEMPT": "0"})
+    reads = iter([set(), set(), {b"TRIALS_TRIAL_DIR=/t/1", b"TRIALS_REPLICA=workerpool0-0", b"TRIALS_ATTEMPT=0",
+                                 b"PATH=/bin"}])
+    monkeypatch.setattr(orphans, "_environ", lambda pid: next(reads))
+    monkeypatch.setattr(orphans, "_EXEC_RETRY_S", 0.0)
+    alive = orphans._Stat(state="S", ppid=os.getpid(), pgid=1, start_time=1)
+    assert tree._ours(4242, alive)
+    monkeypatch.setattr(orphans, "_environ", lambda pid: set())
+    assert not tree._ours(4243, alive)

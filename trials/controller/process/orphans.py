@@ -61,10 +61,17 @@ def _table() -> dict[int, _Stat]:
     return table
 
 
+# A process read in the middle of its execve has no environment to read for a moment: a trainer's escaped
+# child that was just exec'ing `sleep` when its trainer exited went unnoticed (seen under load), so an
+# empty one is read again a few times before the process counts as nobody's.
+_EXEC_RETRIES = 5
+_EXEC_RETRY_S = 0.01
+
+
 def _environ(pid: int) -> set[bytes]:
     try:
         with open(f"{_PROC}/{pid}/environ", "rb") as f:
-            return set(f.read().split(b"\0"))
+            return set(f.read().split(b"\0")) - {b""}
     except OSError:
         return set()
 
@@ -113,7 +120,15 @@ class OrphanTree:
             return False
         if self._seen.get(pid) == st.start_time:
             return True
-        return not _dead(st) and self.marks <= _environ(pid)
+        if _dead(st):
+            return False
+        env = _environ(pid)
+        for _ in range(_EXEC_RETRIES):  # empty: mid-execve (its memory being replaced), or an env -i process
+            if env:
+                break
+            time.sleep(_EXEC_RETRY_S)
+            env = _environ(pid)
+        return self.marks <= env
 
     def _scan(self) -> tuple[list[int], dict[int, _Stat]]:
         """The tree's processes (zombies included), and the table they were found in."""
