@@ -100,20 +100,25 @@ def trials_cmd(*argv: str) -> list[str]:
 
 
 # --- throughput ------------------------------------------------------------------------------------
+
+def run_workers(workdir: str, url: str, job_id: str, n_workers: int) -> None:
+    """``n_workers`` ``trials worker`` processes on the job until they all end (any failure raises)."""
+    procs = [subprocess.Popen(trials_cmd("worker", job_id, "--storage", url, "--parallel-trial-count", "1",
+                                         "--root", os.path.join(workdir, "jobs"), "--quiet"),
+                              cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for _ in range(n_workers)]
+    for p in procs:
+        _out, err = p.communicate(timeout=600)
+        if p.returncode != 0:
+            raise RuntimeError(f"worker exited {p.returncode}: {err.strip()[-500:]}")
+
 def throughput(url: str, n_workers: int, n_trials: int, work_ms: float) -> float:
     with tempfile.TemporaryDirectory(prefix="scale-out-") as workdir:
         job_id = f"bench-{uuid.uuid4().hex[:10]}"
         times = os.path.join(workdir, "times.txt")
         create(workdir, url, job_id, spec_dict(n_trials, n_workers, work_ms, times))
         t0 = time.monotonic()
-        procs = [subprocess.Popen(trials_cmd("worker", job_id, "--storage", url, "--parallel-trial-count", "1",
-                                             "--root", os.path.join(workdir, "jobs"), "--quiet"),
-                                  cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-                 for _ in range(n_workers)]
-        for p in procs:
-            _out, err = p.communicate(timeout=600)
-            if p.returncode != 0:
-                raise RuntimeError(f"worker exited {p.returncode}: {err.strip()[-500:]}")
+        run_workers(workdir, url, job_id, n_workers)
         wall = time.monotonic() - t0
         with open(times, encoding="utf-8") as f:
             done = len(f.read().splitlines())
@@ -287,14 +292,7 @@ def sleeping_workers(url: str, n_workers: int, n_trials: int, sleep_ms: float) -
         times = os.path.join(workdir, "times.txt")
         h = create(workdir, url, job_id, spec_dict(n_trials, n_workers, 0, times, sleep_ms=sleep_ms))
         launched = time.time()
-        procs = [subprocess.Popen(trials_cmd("worker", job_id, "--storage", url, "--parallel-trial-count", "1",
-                                             "--root", os.path.join(workdir, "jobs"), "--quiet"),
-                                  cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-                 for _ in range(n_workers)]
-        for p in procs:
-            _out, err = p.communicate(timeout=600)
-            if p.returncode != 0:
-                raise RuntimeError(f"worker exited {p.returncode}: {err.strip()[-500:]}")
+        run_workers(workdir, url, job_id, n_workers)
         with open(times, encoding="utf-8") as f:
             rows = [line.split() for line in f.read().splitlines()]
         worker_of = {str(n + 1): a["worker"] for n, a in h.store.trial_attrs("worker").items()}

@@ -260,7 +260,8 @@ def test_an_ordinary_user_runs_the_job_in_rootless_podman(tmp_path_factory, cont
     from containerkit import HERE
 
     if os.geteuid() != 0:
-        pytest.skip("the rootless test switches to an ordinary user: it runs as root")
+        pytest.skip("the rootless test switches to an ordinary user, which only root can do; this run is not "
+                    "root (its own sweeps already run unprivileged)")
     try:
         user = pwd.getpwnam(ROOTLESS_USER)
     except KeyError:

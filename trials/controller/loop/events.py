@@ -12,8 +12,9 @@ Modelled on honcho's ``printer.Message`` and syne-tune's ``trial_status``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -195,3 +196,31 @@ class JobWarning(Event):
 ALL_EVENTS: tuple[type[Event], ...] = (
     JobRunning, JobCancelling, JobLeft, JobDone, TrialsAdded, TrialStarted, TrialStopping, TrialRequeued,
     TrialDone, TrialProgress, ReplicaRestart, InjectedRestart, JobNote, JobWarning)
+
+
+class HeldEvents:
+    """An ``Emit`` that can hold its events for a block and pass them on, in order, at its end."""
+
+    def __init__(self, emit: Emit):
+        self._emit = emit
+        self._held: list[Event] | None = None
+
+    def __call__(self, event: Event) -> None:
+        if self._held is not None:
+            self._held.append(event)
+        else:
+            self._emit(event)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Events emitted inside reach the listener after the block (also when it raises)."""
+        if self._held is not None:  # nested: the outer block passes them on
+            yield
+            return
+        self._held = []
+        try:
+            yield
+        finally:
+            held, self._held = self._held, None
+            for event in held:
+                self._emit(event)

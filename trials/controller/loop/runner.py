@@ -75,6 +75,11 @@ class JobRunner:
         self.store = store
         self.job = job
         self.opt = options
+        # events of a pass whose writes are batched reach the listeners once the batch is written: on a
+        # database its writes are not visible before its commit (a listener reading the trial, as
+        # `trials.tune` does, read it RUNNING)
+        self._events = events.HeldEvents(emit)
+        emit = self._events
         self.emit = emit
         self.clock: Clock = clock or SystemClock()
         self.state = LoopState(store, job, options, emit=emit, clock=self.clock)
@@ -286,7 +291,7 @@ class JobRunner:
             return
         # A replica exited: its last steps and, when the trial ends with it, the trial's record reach
         # the journal in one write and one fsync (each was its own, on the way to the next trial).
-        with self.store.batch():
+        with self._events.held(), self.store.batch():
             self._pass_on(run, now, exits)
 
     def _pass_on(self, run: RunningTrial, now: float, exits: dict[str, int]) -> None:
