@@ -159,3 +159,16 @@ def test_a_huge_request_is_refused_unread_with_one_error(api: NoControllers) -> 
         server.shutdown()
         server.server_close()
     assert getattr(api, "started", []) == []
+
+
+def test_a_failed_controllers_last_line_is_read_safely(tmp_path: Path) -> None:
+    """What a job FAILED by its controller's exit says: the log's last line, escaped; a link planted
+    there is not followed."""
+    api = NoControllers(root=str(tmp_path / "jobs"))
+    folder = tmp_path / "jobs" / "7"
+    folder.mkdir(parents=True)
+    (folder / "serve-controller.log").write_text("starting\ntrials: error: --runtime podman: not installed\x1b[2J\n\n")
+    assert api._log_tail("7") == "trials: error: --runtime podman: not installed\\x1b[2J"
+    (folder / "serve-controller.log").unlink()
+    (folder / "serve-controller.log").symlink_to("/etc/passwd")
+    assert api._log_tail("7") == "(no output)"

@@ -355,15 +355,10 @@ class Api:
 
     def _log_tail(self, job_id: str) -> str:
         from trials.controller.jobs import registry
+        from trials.controller.trial.files import tail_lines
 
         path = os.path.join(registry.job_dir_of(self.root, job_id), CONTROLLER_LOG)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            with os.fdopen(fd, "rb") as f:
-                f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
-                lines = [line for line in f.read().decode("utf-8", "replace").splitlines() if line.strip()]
-        except OSError:
-            return "(no output)"
+        lines = [line for line in tail_lines(path, n=20, max_bytes=4096) if line.strip()]
         return printable(lines[-1])[:500] if lines else "(no output)"
 
     def resume_jobs(self) -> list[str]:
