@@ -75,7 +75,7 @@ class MiniCluster:
         ctld_port, *node_ports = _free_ports(1 + len(self.nodes))
         node_lines = [
             f"NodeName={name} NodeHostname={self.host} NodeAddr=127.0.0.1 Port={port} CPUs=1 RealMemory=2000 "
-            f"Gres=gpu:1 State=UNKNOWN" for name, port in zip(self.nodes, node_ports)]
+            f"Gres=gpu:1 State=UNKNOWN" for name, port in zip(self.nodes, node_ports, strict=False)]
         self.conf.write_text("\n".join([
             "ClusterName=trials-test",
             f"SlurmctldHost={self.host}(127.0.0.1)",

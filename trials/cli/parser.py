@@ -60,8 +60,13 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="database jobs: a trial whose worker missed heartbeats this long is re-run (default 30)")
     p.add_argument("--runtime", metavar="NAME",
                    help="where replicas run: host (processes, the default), podman or docker (each replica a "
-                        "container of its pool's image, as on Vertex), container (podman where both exist); "
-                        "kept by the job")
+                        "container of its pool's image, as on Vertex), container (podman where both exist), "
+                        "slurm (each trial attempt a Slurm job); kept by the job")
+    p.add_argument("--partition", metavar="NAME", help="with --runtime slurm: the partition (default: the "
+                   "cluster's); kept by the job")
+    p.add_argument("--slurm-arg", action="append", default=[], metavar="OPTION",
+                   help="with --runtime slurm: one more sbatch option for every trial, e.g. --qos=high "
+                        "(repeatable, kept by the job)")
     p.add_argument("--image", action="append", default=[], metavar="URI=LOCAL",
                    help="with a container runtime: run the local image LOCAL where the spec names URI "
                         "(the exported job keeps URI); repeatable, kept by the job")

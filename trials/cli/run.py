@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 from typing import TYPE_CHECKING
 
 from trials import protocol
@@ -60,7 +61,8 @@ def _sweep(args: argparse.Namespace, endpoint: Warm | None) -> int:
     from trials.controller.trial.view import check_command
 
     runtime, images = _runtime(job, args, stored=None)  # a missing runtime or image: before a job folder
-    if runtime == "host":  # in an image, a pool without a command runs the image's ENTRYPOINT
+    slurm = _slurm_options(args, None, runtime, folders=[args.root, args.gcs_root or args.root, os.getcwd()])
+    if runtime in ("host", "slurm"):  # in an image, a pool without a command runs the image's ENTRYPOINT
         check_command(job, command, args.spec)  # before a job folder and id are used up
     if not args.no_trainer_check and runtime == "host":
         from trials.controller.trial import preflight
@@ -70,7 +72,7 @@ def _sweep(args: argparse.Namespace, endpoint: Warm | None) -> int:
             line = preflight.check_trainer(argv, args.spec, required=False)
             if line.startswith("note:") and not args.quiet:
                 print(line)
-    plan = _device_plan(job, args)  # before creating the job: a spec this machine cannot run
+    plan = _device_plan(job, args, runtime)  # before creating the job: a spec this machine cannot run
     h = registry.create_job(
         job, root=args.root, job_id=args.job_id, spec_path=args.spec, storage=args.storage,
         base_output_dir=args.base_output_dir, project_number=args.project_number,
@@ -78,7 +80,7 @@ def _sweep(args: argparse.Namespace, endpoint: Warm | None) -> int:
         pass_env=args.pass_env, sampler=args.sampler,
     )
     if runtime != "host":
-        h.store.set_meta(runtime=runtime, images=images)
+        h.store.set_meta(runtime=runtime, images=images, **({"slurm": slurm} if slurm is not None else {}))
     return _run_and_report(h, args, resume=False, plan=plan, endpoint=endpoint)
 
 
@@ -88,6 +90,13 @@ def _runtime(job: JobSpec, args: argparse.Namespace, *, stored: Any,
     image exists locally) before anything is written."""
     name = stored if isinstance(stored, str) else "host"
     images = dict(stored_images) if isinstance(stored_images, dict) else {}
+    if args.runtime == "slurm" or (not args.runtime and name == "slurm"):
+        if args.image:
+            raise ConfigError("--image: a local image stands in for a spec's only with a container runtime "
+                              "(--runtime podman or docker), got --runtime slurm")
+        return "slurm", {}
+    if getattr(args, "partition", None) or getattr(args, "slurm_arg", None):
+        raise ConfigError(f"--partition and --slurm-arg need --runtime slurm, got runtime {args.runtime or name!r}")
     if args.runtime or args.image or name != "host":  # (a host job's start-up needs no container module)
         from trials.controller.container import runtime as container_runtime
 
@@ -103,6 +112,34 @@ def _runtime(job: JobSpec, args: argparse.Namespace, *, stored: Any,
 
     check_images(container_runtime.find(name), job, images)
     return name, images
+
+
+def _slurm_options(args: argparse.Namespace, stored: Any, runtime: str, *,
+                   folders: list[str]) -> dict[str, Any] | None:
+    """``--partition`` and ``--slurm-arg`` (else the job's own), checked, and the shared-folder check on a
+    node (before anything is written); None for another runtime."""
+    if runtime != "slurm":
+        return None
+    from trials.controller.slurm import commands, preflight
+    from trials.controller.slurm.backend import package_root
+    from trials.controller.slurm.script import check_slurm_arg
+
+    have = dict(stored) if isinstance(stored, dict) else {}
+    partition = args.partition or have.get("partition")
+    extra = list(have.get("args") or [])
+    if args.slurm_arg:
+        extra = []
+        for arg in args.slurm_arg:
+            try:
+                extra.append(check_slurm_arg(arg))
+            except ValueError as err:
+                raise ConfigError(f"--slurm-arg: {err}") from None
+    slurm = commands.Slurm()
+    warning = preflight.check_shared(slurm, [f for f in folders if f], package_root=package_root(),
+                                     partition=partition, extra=extra)
+    if warning and not args.quiet:
+        print(f"trials: warning: {warning}")
+    return {"partition": partition, "args": extra}
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
@@ -123,10 +160,14 @@ def _cmd_resume(args: argparse.Namespace) -> int:
         job_run.set_command(h, args.local_command)
     meta = h.store.meta()
     runtime, images = _runtime(h.job, args, stored=meta.get("runtime"), stored_images=meta.get("images"))
-    if runtime == "host":
+    if runtime in ("host", "slurm"):
         job_run.check_runnable(h)
+    slurm = _slurm_options(args, meta.get("slurm"), runtime,
+                           folders=[h.job_dir, meta.get("gcs_root") or h.job_dir, meta.get("cwd") or h.job_dir])
     if (args.runtime or args.image) and (runtime, images) != (meta.get("runtime") or "host", meta.get("images") or {}):
         h.store.set_meta(runtime=runtime, images=images)  # kept by the job from now on
+    if slurm is not None and slurm != meta.get("slurm"):
+        h.store.set_meta(slurm=slurm)
     added, holder = 0, None
     if args.max_trial_count is not None or counts:
         added, holder = job_admin.change(h, max_trial_count=args.max_trial_count, counts=counts)
@@ -200,8 +241,9 @@ def _with_overrides(job: JobSpec, args: argparse.Namespace) -> JobSpec:
     return job
 
 
-def _device_plan(job: JobSpec, args: argparse.Namespace) -> DevicePlan:
-    """Check the worker options (before a sweep creates its job) and plan the GPUs."""
+def _device_plan(job: JobSpec, args: argparse.Namespace, runtime: str = "host") -> DevicePlan:
+    """Check the worker options (before a sweep creates its job) and plan the GPUs (under Slurm, the
+    cluster assigns them: this host hands out none)."""
     from trials.controller.trial import devices
 
     if args.stale_after is not None:
@@ -210,6 +252,11 @@ def _device_plan(job: JobSpec, args: argparse.Namespace) -> DevicePlan:
         if not args.stale_after >= MIN_STALE_AFTER_S:
             raise ConfigError(f"--stale-after must be >= {MIN_STALE_AFTER_S:g} seconds (the job's lease "
                               f"timeout; workers heartbeat 6 times within it), got {args.stale_after}")
+    if runtime == "slurm":
+        if args.gpus is not None:
+            raise ConfigError("--gpus: under --runtime slurm the cluster assigns each trial its GPUs "
+                              "(machineSpec.acceleratorCount), got --gpus " + repr(args.gpus))
+        return devices.DevicePlan()
     return devices.plan(job, gpus=args.gpus, ignore_accelerators=args.ignore_accelerators)
 
 
@@ -231,7 +278,7 @@ def _run_held(h: JobHandle, args: argparse.Namespace, signals: Any, *, resume: b
     from trials.controller.loop.events import JobWarning
     from trials.storage_url import redact
 
-    plan = plan or _device_plan(h.job, args)
+    plan = plan or _device_plan(h.job, args, args.runtime or h.store.get_meta("runtime") or "host")
     runtime, images = None, None
     if join and (args.runtime or args.image):  # this worker's own runtime (the job's is the default)
         runtime, images = _runtime(h.job, args, stored=h.store.get_meta("runtime"),

@@ -81,6 +81,7 @@ class FakeReplica:
     oom_killed: bool = False
     leftovers: list[str] = field(default_factory=list)
     upper_dir: str | None = None
+    placement: dict = field(default_factory=dict)
     signals: list[int] = field(default_factory=list)
     reports: list[str] = field(default_factory=list)
     n_polls: int = 0

@@ -86,6 +86,7 @@ class ReplicaHandle(Protocol):
             when the backend cannot tell (the loop then takes the moment it saw the exit).
         leftovers: ``"pid (name)"`` of what it left running after it exited (killed by the backend).
         upper_dir: where its writes to the launch folder went (a private copy-on-write view), or None.
+        placement: where it ran, for the trial's attempts (``slurmJobId``, ``node``); {} on this host.
     """
 
     name: str
@@ -94,6 +95,7 @@ class ReplicaHandle(Protocol):
     exited_mono: float | None
     leftovers: list[str]
     upper_dir: str | None
+    placement: dict[str, Any]
 
     def poll(self) -> int | None:
         """The Vertex-style exit status once it exited (the code, or 128 + the signal), else None."""

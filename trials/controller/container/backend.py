@@ -63,6 +63,7 @@ class ContainerReplica:
         self.stop_requested_at: float | None = None
         self.leftovers: list[str] = []
         self.upper_dir: str | None = None
+        self.placement: dict[str, Any] = {}
         self.exited_mono: float | None = None
         self._status: int | None = None
         self._last_kill: float | None = None
@@ -325,7 +326,7 @@ def remove_left_containers(runtime: rt.Runtime, job_dir: str, *, keep: str | Non
             continue
         if only is not None and owner != only:
             continue
-        if only is None and (owner == keep or _controller_alive(owner)):
+        if only is None and (owner == keep or controller_alive(owner)):
             continue
         names.append(name)
     if names:
@@ -333,7 +334,7 @@ def remove_left_containers(runtime: rt.Runtime, job_dir: str, *, keep: str | Non
     return names
 
 
-def _controller_alive(owner: str) -> bool:
+def controller_alive(owner: str) -> bool:
     """Whether the controller ``host:pid:start_time`` still runs (another host's: assumed so)."""
     host, _, rest = owner.partition(":")
     pid_text, _, start = rest.partition(":")

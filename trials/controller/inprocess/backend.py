@@ -29,6 +29,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from typing import Any
 
 from trials import files, protocol
 from trials.controller.backend.protocol import ReplicaStart
@@ -80,6 +81,7 @@ class InProcessReplica:
         self.exited_mono: float | None = None
         self.leftovers: list[str] = []
         self.upper_dir: str | None = None
+        self.placement: dict[str, Any] = {}
         self.outcome: TrialOutcome | None = None
         self._call = call
         self._clock = clock

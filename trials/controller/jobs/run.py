@@ -64,6 +64,7 @@ def run_options(h: JobHandle, *, echo: bool, grace_period_s: float | None, memor
     return LoopOptions(
         runtime=runtime or meta.get("runtime") or "host",
         images={**(meta.get("images") or {}), **(images or {})},
+        slurm=dict(meta.get("slurm") or {}),
         job_dir=h.job_dir, base_output=meta.get("base_output"), gcs_root=meta["gcs_root"],
         project_number=meta["project_number"], cwd=meta["cwd"],
         local_command=tuple(meta["local_command"]) if meta.get("local_command") else None,
@@ -139,7 +140,16 @@ def run_job(h: JobHandle, options: LoopOptions, *, emit: events.Emit = events.ig
 
     try:
         backend: ReplicaBackend
-        if options.runtime == "host":
+        if options.runtime == "slurm":
+            if endpoint is not None:
+                endpoint.close()  # nodes cannot reach a local endpoint
+            from trials.controller.slurm.backend import SlurmBackend
+
+            backend = SlurmBackend(job_dir=options.job_dir, accelerators=accelerators(h.job),
+                                   partition=options.slurm.get("partition"), extra=options.slurm.get("args", ()),
+                                   timeout_s=h.job.trial_job.scheduling.timeout_s if h.job.trial_job else None,
+                                   grace_s=options.grace_period_s)
+        elif options.runtime == "host":
             backend = HostBackend(launch_dir=options.cwd, job_dir=options.job_dir, gcs_root=options.gcs_root,
                                   pass_env=options.pass_env, warm_endpoint=endpoint)
         else:
@@ -160,6 +170,14 @@ def run_job(h: JobHandle, options: LoopOptions, *, emit: events.Emit = events.ig
         if locker and not ended:
             _settle_cancel(h)
             locker.release()
+
+
+def accelerators(job: Any) -> dict[str, int]:
+    """GPUs per replica name, from each pool's ``machineSpec.acceleratorCount``."""
+    if job.trial_job is None:
+        return {}
+    return {protocol.replica_name(i, j): int(pool.machine_spec.accelerator_count or 0)
+            for i, j, pool in job.trial_job.replicas()}
 
 
 def _settle_cancel(h: JobHandle) -> None:

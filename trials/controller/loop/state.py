@@ -44,6 +44,7 @@ class LoopOptions:
     join: bool = False  # a `trials worker`: Ctrl-C / SIGTERM leaves the job instead of cancelling it
     runtime: str = "host"  # host processes, or a container runtime (podman, docker): replicas run in their images
     images: dict[str, str] = field(default_factory=dict)  # --image URI=LOCAL: a local image for a spec's URI
+    slurm: dict[str, Any] = field(default_factory=dict)  # --runtime slurm: {"partition": P, "args": [...]}
     devices: DevicePlan | None = None  # GPUs handed to replicas (None: CUDA_VISIBLE_DEVICES untouched)
     pass_env: tuple[str, ...] = ()  # withheld host variables passed to replicas anyway (--pass-env)
     suggest_ahead: bool = True  # a model-based sampler suggests while trials run (trials.study.ahead)

@@ -54,6 +54,7 @@ class TrialSupervisor:
     def on_exit(self, run: RunningTrial, name: str, status: int, now: float) -> None:
         r = run.replicas[name]
         entry = run.record_exit(name, status, oom_killed=r.oom_killed, mono=self._exit_mono(r))
+        entry.update(r.placement)  # where it ran (a Slurm job and node), for describe's local view
         r.close()
         lau = run.launch_of(name)
         decision = decide_exit(

@@ -85,6 +85,7 @@ class Replica:
         self._alive = alive
         self.tree = tree  # every descendant, also those that left the group with setsid()
         self.upper_dir: str | None = None  # sandboxed: where its writes to the launch folder are
+        self.placement: dict[str, Any] = {}  # on this host
         self.leftovers: list[str] = []  # "pid (name)" of descendants killed after the leader exited
 
     def __repr__(self) -> str:

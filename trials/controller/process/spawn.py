@@ -100,7 +100,7 @@ def start_replica(
         raise ConfigError(f"replica {name}: memory limit must be > 0 MB, got {memory_limit_mb}")
     if not os.path.isdir(cwd):
         raise ConfigError(f"replica {name}: working directory {cwd!r} does not exist")
-    program = _resolve(name, argv[0], cwd, env)
+    program = resolve_program(name, argv[0], cwd, env)
     try:
         wrapper = shim.shim_path()
     except shim.ShimUnavailable:
@@ -193,7 +193,7 @@ def _open_log(path: str) -> int:
         return files.open_append(path)
 
 
-def _resolve(name: str, program: str, cwd: str, env: Mapping[str, str]) -> str:
+def resolve_program(name: str, program: str, cwd: str, env: Mapping[str, str]) -> str:
     """``program`` as the shim will exec it; the same errors Popen gave for a missing command."""
     if "/" in program:
         found: str | None = program if os.path.isabs(program) else os.path.join(cwd, program)

@@ -49,7 +49,7 @@ def sample_view(job: JobSpec, *, local_command: Sequence[str] | None, pass_env: 
     assert job.trial_job is not None
     base_output = job.trial_job.base_output_directory  # None: no AIP_* (as on Vertex)
     paths = launch.trial_paths(JOB_DIR, base_output, "1")
-    in_image = runtime != "host"
+    in_image = runtime in protocol.IMAGE_RUNTIMES
     base_env = {} if in_image else launch.clean_base_env(environ, pass_env)
     n = len(job.trial_job.replicas()) if job.trial_job else 1
     primary = launch.build_replicas(

@@ -1,0 +1,427 @@
+"""The Slurm backend: each trial attempt one Slurm job, each replica one of its tasks.
+
+The loop starts a trial's replicas one by one (``start``); the backend holds them until all the trial's
+replicas that are starting now are there, then submits them as one job: one worker pool as ``--ntasks``,
+several as a heterogeneous job (one component per pool), ``machineSpec.acceleratorCount`` as
+``--gpus-per-task``, ``--memory-limit`` as memory per task, ``scheduling.timeout`` as ``--time`` (past the
+controller's own stop), ``--partition`` and ``--slurm-arg`` in every component, ``--no-requeue`` (a lost
+node is a worker restart the loop decides, resubmitted, never Slurm's requeue hold) and ``--export=NONE``
+(nothing of the controller's environment reaches a node: no database credentials).
+
+A replica's exit is what its entry wrote (:mod:`entry`), or, when the job ended without one (a node lost,
+the job cancelled outside), the job's Slurm state: lost or preempted is a SIGKILL we did not send (137:
+the worker restarts within its budget). Stopping: while others of the job run, the entry forwards a
+signal file to its trainer; when the whole job stops, ``scancel --signal=TERM``, then after the grace
+``scancel --signal=KILL`` and ``scancel``. Each job is named after the job folder and the trial and
+carries its controller in its comment; a new controller cancels (and waits out) the jobs of a dead one
+before it starts any trial, so a trial never runs twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import hashlib
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import trials
+from trials import files, protocol
+from trials.controller.backend.protocol import BackendError, ReplicaStart
+from trials.controller.container.backend import controller_alive, replica_count
+from trials.controller.process.echo import Echo
+from trials.controller.process.groups import process_start_time
+from trials.controller.process.spawn import resolve_program
+from trials.controller.slurm import commands
+from trials.controller.slurm import launchfile as lf
+from trials.controller.slurm import script as sc
+from trials.errors import ConfigError
+from trials.printable import printable
+
+STATE_EVERY_S = 1.0  # squeue at most this often for all the jobs of the backend
+ENDED_GRACE_S = 3.0  # a job ended without its entry's exit file: wait this long for it (a shared folder's lag)
+KILL_EVERY_S = 1.0
+LEFT_JOBS_WAIT_S = 90.0  # how long a new controller waits for a dead one's jobs to end after scancel
+RENDEZVOUS_WAIT_S = 600.0  # how long an entry waits for the other replicas of its job to start
+LAZY_SUBMIT_TRIES = 3
+
+
+def job_tag(job_dir: str) -> str:
+    return hashlib.sha256(os.path.abspath(job_dir).encode()).hexdigest()[:10]
+
+
+class _Submission:
+    """One Slurm job: the replicas it runs, in task order."""
+
+    def __init__(self, sub_id: str, job_id: str, replicas: list[SlurmReplica]):
+        self.sub_id = sub_id
+        self.job_id = job_id
+        self.replicas = replicas
+        self.cancelled = False
+        self.signals = 0
+
+
+class SlurmReplica:
+    """One replica attempt: a task of a Slurm job (submitted with the trial's other starting replicas)."""
+
+    def __init__(self, backend: SlurmBackend, request: ReplicaStart, *, gpus: int, port: int):
+        self.backend = backend
+        self.request = request
+        self.name = request.name
+        self.trial_id = request.env.get(protocol.ENV_TRIAL_ID, "x")
+        self.gpus = gpus
+        self.port = port
+        self.argv = list(request.argv)
+        self.oom_killed = False
+        self.stop_requested_at: float | None = None
+        self.exited_mono: float | None = None
+        self.leftovers: list[str] = []
+        self.upper_dir: str | None = None
+        self.placement: dict[str, Any] = {}
+        self.submission: _Submission | None = None
+        self._status: int | None = None
+        self._ended_seen: float | None = None
+        self._killed = False
+        self._last_kill: float | None = None
+        self._submit_failures = 0
+        self._echoes: list[Echo] = []
+        if request.echo is not None:
+            for path in (request.stdout_path, request.stderr_path):
+                try:
+                    offset = os.path.getsize(path)
+                except OSError:
+                    offset = 0
+                    with contextlib.suppress(OSError):
+                        files.append_bytes(path, b"")
+                echo = Echo(path, offset, f"[{request.label}] ", request.echo)
+                echo.start()
+                self._echoes.append(echo)
+
+    # ---------------------------------------------------------------- status
+    def poll(self) -> int | None:
+        if self._status is not None:
+            return self._status
+        if self.submission is None:
+            self._submit_lazily()
+            if self.submission is None:
+                return self._status
+        sub = self.submission
+        note = lf.read_exit(lf.exit_path(self.backend.sub_dir(sub.sub_id), self.name))
+        if note is not None:
+            return self._finish(note.status, wall=note.wall, node=note.node, oom=note.oom,
+                                leftovers=note.leftovers)
+        state, nodes = self.backend.state_of(sub.job_id)
+        if nodes:
+            self.placement["nodes"] = nodes
+        if state not in commands.ENDED and state != "GONE":
+            return None
+        now = time.monotonic()
+        if self._ended_seen is None:
+            self._ended_seen = now
+        if now - self._ended_seen < ENDED_GRACE_S:
+            return None  # the exit file may lag behind the job's end on a shared folder
+        return self._finish(self._lost_status(state, sub), wall=None, node="", oom=state == "OUT_OF_MEMORY",
+                            leftovers=(), state=state)
+
+    def _lost_status(self, state: str, sub: _Submission) -> int:
+        """The status of a replica whose job ended without its entry's word."""
+        if state in commands.LOST or self._killed or state in ("OUT_OF_MEMORY", "GONE"):
+            return 128 + signal.SIGKILL  # a lost node or a kill: as a VM that vanished
+        if state in ("CANCELLED", "TIMEOUT", "DEADLINE"):
+            return 128 + signal.SIGTERM  # Slurm's own stop: SIGTERM first
+        self._note(f"Slurm job {sub.job_id} ended {state} and the replica's entry wrote no exit; Slurm's "
+                   f"log of the job: {self.backend.sub_dir(sub.sub_id)}/slurm-{sub.job_id}.out")
+        return 1
+
+    def _finish(self, status: int, *, wall: float | None, node: str, oom: bool,
+                leftovers: Sequence[str], state: str = "") -> int:
+        self._status = status
+        now_mono, now_wall = time.monotonic(), time.time()
+        self.exited_mono = now_mono - max(0.0, now_wall - wall) if wall is not None else now_mono
+        self.oom_killed = oom and not self._killed or state == "OUT_OF_MEMORY"
+        self.leftovers = [printable(x) for x in leftovers]
+        if node:
+            self.placement["node"] = printable(node)
+        if state:
+            self.placement["slurmState"] = state
+        return status
+
+    def _note(self, text: str) -> None:
+        """A line of the controller's in the replica's stderr log (read into the trial's failure)."""
+        with contextlib.suppress(OSError):
+            files.append_bytes(self.request.stderr_path, f"trials: {text}\n".encode("utf-8", "replace"))
+
+    def _submit_lazily(self) -> None:
+        try:
+            self.backend.submit_pending(self.trial_id)
+        except BackendError as err:
+            self._submit_failures += 1
+            if self._submit_failures >= LAZY_SUBMIT_TRIES:
+                for r in self.backend.drop_pending(self.trial_id):
+                    r._note(f"the replica could not be submitted to Slurm: {err}")
+                    r._finish(1, wall=None, node="", oom=False, leftovers=())
+
+    # ---------------------------------------------------------------- stopping
+    def begin_stop(self, now: float) -> float:
+        if self.stop_requested_at is not None:
+            return self.stop_requested_at
+        self.stop_requested_at = now
+        if self.submission is None and self._status is None:
+            self.backend.drop_pending(self.trial_id, only=self)  # never submitted: nothing ran
+            self._finish(128 + signal.SIGTERM, wall=None, node="", oom=False, leftovers=())
+        elif self.poll() is None:
+            self.send_signal_group(signal.SIGTERM)
+        return now
+
+    def advance_stop(self, now: float, grace_s: float) -> bool:
+        started = self.begin_stop(now)
+        if self.poll() is not None:
+            return True
+        if now - started >= grace_s and (self._last_kill is None or now - self._last_kill >= KILL_EVERY_S):
+            self._last_kill = now
+            self.send_signal_group(signal.SIGKILL)
+        return False
+
+    def send_signal_group(self, sig: int) -> None:
+        if self._status is not None or self.submission is None:
+            return
+        self._killed = self._killed or sig == signal.SIGKILL
+        with contextlib.suppress(BackendError):  # Slurm too slow to answer: the next stop step again
+            self.backend.signal(self.submission, self, sig)
+
+    # ---------------------------------------------------------------- records
+    def record(self) -> dict[str, Any] | None:
+        rec: dict[str, Any] = {"name": self.name, "runtime": "slurm"}
+        if self.submission is not None:
+            rec.update(slurm_job=self.submission.job_id, submission=self.submission.sub_id)
+        return rec
+
+    def close(self) -> None:
+        for echo in self._echoes:
+            echo.finishing.set()
+        for echo in self._echoes:
+            echo.join(5.0)
+        self._echoes = []
+
+
+class SlurmBackend:
+    """Replicas of one job as tasks of Slurm jobs.
+
+    Args:
+        job_dir: the job's folder (on the cluster's shared path; its ``slurm/`` folder holds the launch
+            and exit files).
+        accelerators: GPUs per replica name (``machineSpec.acceleratorCount``; absent: none).
+        partition: ``--partition``; ``extra``: more sbatch options for every component (``--slurm-arg``).
+        timeout_s, grace_s: the trial's ``scheduling.timeout`` and the stop grace (``--time`` is past both).
+        environ: the controller's environment (Slurm's commands run in it; nodes never get it).
+    """
+
+    def __init__(self, *, job_dir: str, accelerators: Mapping[str, int] | None = None, partition: str | None = None,
+                 extra: Sequence[str] = (), timeout_s: float | None = None, grace_s: float = 10.0,
+                 environ: Mapping[str, str] | None = None, slurm: commands.Slurm | None = None):
+        self.job_dir = os.path.abspath(job_dir)
+        self.accelerators = dict(accelerators or {})
+        self.partition = partition
+        self.extra = tuple(extra)
+        self.time_limit_min = sc.time_limit_minutes(timeout_s, grace_s)
+        self.environ = dict(os.environ if environ is None else environ)
+        self.slurm = slurm or commands.Slurm(self.environ)
+        self.tag = job_tag(self.job_dir)
+        self.me = f"{socket.gethostname()}:{os.getpid()}:{process_start_time(os.getpid()) or 0}"
+        self._pending: dict[str, list[SlurmReplica]] = {}
+        self._by_trial: dict[str, list[SlurmReplica]] = {}
+        self._subs: dict[str, _Submission] = {}
+        self._states: dict[str, tuple[str, str]] = {}
+        self._states_at = -1e9
+        self._n = 0
+
+    def sub_dir(self, sub_id: str) -> str:
+        return lf.submission_dir(self.job_dir, sub_id)
+
+    def job_name(self, trial_id: str) -> str:
+        return f"trials-{self.tag}-{trial_id}"
+
+    # ---------------------------------------------------------------- the seam
+    def open(self, say: Callable[[str], None]) -> None:
+        os.makedirs(lf.slurm_dir(self.job_dir), exist_ok=True)
+        left = self.left_jobs()
+        if left:
+            for job_id in left:
+                self.slurm.cancel(job_id)
+            self._wait_gone(left)
+            say(f"cancelled {len(left)} Slurm job(s) an earlier controller of this job left: "
+                f"{', '.join(left[:5])}")
+
+    def start(self, request: ReplicaStart) -> SlurmReplica:
+        argv = list(request.argv)
+        if not argv:
+            raise ConfigError(f"replica {request.name}: no command to run (a pool without one runs its image's "
+                              f"ENTRYPOINT: --runtime podman or docker)")
+        argv[0] = resolve_program(request.name, argv[0], request.cwd, request.env)  # ConfigError as on the host
+        port = _port_of(request)
+        replica = SlurmReplica(self, request, gpus=self.accelerators.get(request.name, 0), port=port)
+        replica.argv = argv
+        trial = replica.trial_id
+        pending = self._pending.setdefault(trial, [])
+        pending[:] = [r for r in pending if r.name != request.name]  # a retried start replaces its failure
+        pending.append(replica)
+        running = [r for r in self._by_trial.get(trial, ())
+                   if r.submission is not None and r._status is None and r.stop_requested_at is None
+                   and r.name not in {p.name for p in pending}]
+        if len(pending) + len(running) >= replica_count(request.env):
+            try:
+                self.submit_pending(trial)
+            except BackendError:
+                pending.remove(replica)
+                replica.close()
+                raise
+        return replica
+
+    def check_memory(self) -> None:
+        """Each entry enforces its replica's limit on its node (its exit says so)."""
+
+    def close(self) -> None:
+        for sub in self._subs.values():
+            if any(r._status is None for r in sub.replicas) and not sub.cancelled:
+                with contextlib.suppress(BackendError):
+                    self.slurm.cancel(sub.job_id)
+        self._pending.clear()
+
+    # ---------------------------------------------------------------- submissions
+    def submit_pending(self, trial_id: str) -> None:
+        """Submit the trial's held replicas as one Slurm job (nothing held: nothing done)."""
+        pending = self._pending.get(trial_id)
+        if not pending:
+            return
+        self._n += 1
+        attempt = max(int(r.request.env.get(protocol.ENV_ATTEMPT, "0") or 0) for r in pending)
+        sub_id = f"t{trial_id}-a{attempt}-{os.getpid()}-{self._n}-{int(time.time() * 1000) % 10**9}"
+        sub_dir = self.sub_dir(sub_id)
+        os.makedirs(sub_dir, exist_ok=True)
+        order = sorted(pending, key=lambda r: _rank(r.name))
+        rdv = lf.rendezvous_dir(self.job_dir, trial_id)
+        os.makedirs(rdv, exist_ok=True)
+        ranks = _ranks(order[0].request.env) or [r.name for r in order]
+        launch = lf.launch_record(
+            submission=sub_id, trial_id=trial_id, trial_dir=order[0].request.trial_dir, rendezvous=rdv,
+            ranks=ranks, wait_s=RENDEZVOUS_WAIT_S,
+            replicas=[{"name": r.name, "argv": r.argv, "env": dict(r.request.env),
+                       "cwd": r.request.cwd, "stdout": r.request.stdout_path, "stderr": r.request.stderr_path,
+                       "exit": lf.exit_path(sub_dir, r.name), "signal": lf.signal_path(sub_dir, r.name),
+                       "port": r.port, "gpus": r.gpus, "memory_limit_mb": r.request.memory_limit_mb}
+                      for r in order])
+        launch_file = os.path.join(sub_dir, "launch.json")
+        lf.write_json(launch_file, launch)
+        mem = order[0].request.memory_limit_mb
+        submission = sc.Submission(
+            job_name=self.job_name(trial_id), comment=f"trials:{self.me}", output=os.path.join(sub_dir, "slurm-%j.out"),
+            components=sc.components([_rank(r.name)[0] for r in order], [r.gpus for r in order], mem),
+            launch_file=launch_file, python=sys.executable, package_root=package_root(),
+            srun=self.slurm.paths["srun"], partition=self.partition, time_limit_min=self.time_limit_min,
+            extra=self.extra)
+        job_id = self.slurm.submit(sc.batch_script(submission), ["--chdir", sub_dir])
+        sub = _Submission(sub_id, job_id, order)
+        self._subs[job_id] = sub
+        del self._pending[trial_id]
+        mine = self._by_trial.setdefault(trial_id, [])
+        mine[:] = [r for r in mine if r._status is None and r.name not in {o.name for o in order}] + order
+        for r in order:
+            r.submission = sub
+            r.placement["slurmJobId"] = job_id
+
+    def drop_pending(self, trial_id: str, only: SlurmReplica | None = None) -> list[SlurmReplica]:
+        """Forget held replicas (all of the trial's, or ``only``); returns those dropped."""
+        pending = self._pending.get(trial_id, [])
+        dropped = [r for r in pending if only is None or r is only]
+        pending[:] = [r for r in pending if r not in dropped]
+        if not pending:
+            self._pending.pop(trial_id, None)
+        return dropped
+
+    def signal(self, sub: _Submission, replica: SlurmReplica, sig: int) -> None:
+        """Signal one replica: through the job (``scancel``) when every replica of it that runs is being
+        stopped, else through the replica's signal file (its entry forwards it)."""
+        kill = sig == signal.SIGKILL
+        whole = all(r._status is not None or r.stop_requested_at is not None for r in sub.replicas)
+        if whole:
+            self.slurm.cancel(sub.job_id, "KILL" if kill else "TERM")
+            if kill:
+                self.slurm.cancel(sub.job_id)
+                sub.cancelled = True
+            self._states_at = -1e9  # read its state again at the next poll
+            return
+        sub.signals += 1
+        files.write_atomic(lf.signal_path(self.sub_dir(sub.sub_id), replica.name),
+                           f"{sub.signals} {'KILL' if kill else 'TERM'}".encode("ascii"))
+
+    def state_of(self, job_id: str) -> tuple[str, str]:
+        """A job's Slurm state and nodes (``GONE``: Slurm no longer knows it), read for all jobs at once."""
+        now = time.monotonic()
+        if now - self._states_at >= STATE_EVERY_S:
+            live = [j for j, s in self._subs.items() if any(r._status is None for r in s.replicas)]
+            self._states = commands.job_state(self.slurm.jobs(live)) if live else {}
+            self._states_at = now
+        return self._states.get(job_id, ("GONE", ""))
+
+    def left_jobs(self) -> list[str]:
+        """This job's Slurm jobs that a controller that is gone left queued or running."""
+        rows = self.slurm.jobs(user=getpass.getuser())
+        out = []
+        for row in rows:
+            if not row.name.startswith(f"trials-{self.tag}-") or row.state in commands.ENDED:
+                continue
+            owner = row.comment.removeprefix("trials:")
+            if owner != self.me and not controller_alive(owner) and row.job_id not in out:
+                out.append(row.job_id)
+        return out
+
+    def _wait_gone(self, job_ids: Sequence[str]) -> None:
+        deadline = time.monotonic() + LEFT_JOBS_WAIT_S
+        while time.monotonic() < deadline:
+            states = commands.job_state(self.slurm.jobs(job_ids))
+            if all(states.get(j, ("GONE", ""))[0] in commands.ENDED | {"GONE"} for j in job_ids):
+                return
+            time.sleep(0.5)
+        raise BackendError(f"Slurm job(s) {', '.join(job_ids)} an earlier controller left did not end "
+                           f"{LEFT_JOBS_WAIT_S:g}s after scancel; cancel them (scancel) and resume")
+
+
+def _rank(name: str) -> tuple[int, int]:
+    """``workerpool1-0`` -> (1, 0): the order of replicas in the trial's CLUSTER_SPEC."""
+    head, _, index = name.rpartition("-")
+    pool = head.removeprefix("workerpool")
+    return (int(pool) if pool.isdigit() else 99, int(index) if index.isdigit() else 0)
+
+
+def _ranks(env: Mapping[str, str]) -> list[str]:
+    """The trial's replica names in rank order, from its CLUSTER_SPEC."""
+    try:
+        cluster = json.loads(env.get(protocol.ENV_CLUSTER_SPEC, "{}")).get("cluster", {})
+        names = [protocol.replica_name(int(role[len("workerpool"):]), j)
+                 for role, entries in cluster.items() if role.startswith("workerpool")
+                 for j in range(len(entries))]
+    except (ValueError, AttributeError, TypeError):
+        return []
+    return sorted(names, key=_rank)
+
+
+def _port_of(request: ReplicaStart) -> int:
+    """The port the launcher picked for the replica (in its CLUSTER_SPEC), else Vertex's 2222."""
+    try:
+        cluster = json.loads(request.env.get(protocol.ENV_CLUSTER_SPEC, "{}"))
+        task = cluster["task"]
+        address = cluster["cluster"][task["type"]][int(task["index"])]
+        return int(str(address).rsplit(":", 1)[1])
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return protocol.REPLICA_PORT
+
+
+def package_root() -> str:
+    """The folder holding the ``trials`` package (first on the entry's sys.path on the nodes)."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(trials.__file__)))

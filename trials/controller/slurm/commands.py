@@ -1,0 +1,135 @@
+"""The Slurm commands the controller runs: ``sbatch``, ``squeue``, ``scancel``, ``srun`` (preflight).
+
+Each is a short subprocess with a timeout; a failure is one line (the command's last line of stderr), a
+:class:`trials.controller.backend.protocol.BackendError` where the loop retries it as Vertex retries an
+internal error. Which cluster: the controller's own environment (``SLURM_CONF``, the user's defaults).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from trials.controller.backend.protocol import BackendError
+from trials.errors import ConfigError
+from trials.printable import printable
+
+PROGRAMS = ("sbatch", "squeue", "scancel", "srun")
+CALL_TIMEOUT_S = 30.0
+# Slurm's job states that end a job (squeue --states=all lists them while the controller keeps the job)
+ENDED = frozenset({"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
+                   "PREEMPTED", "REVOKED", "SPECIAL_EXIT", "TIMEOUT"})
+LOST = frozenset({"BOOT_FAIL", "NODE_FAIL", "PREEMPTED", "REVOKED"})  # not the trainer's doing: a worker restart
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    """One component of a Slurm job as ``squeue`` lists it."""
+
+    job_id: str  # the job's (a heterogeneous job's leader) id
+    name: str
+    comment: str
+    state: str
+    nodes: str
+    reason: str
+
+
+class Slurm:
+    """The cluster's command line, found on ``PATH`` (``environ``: the controller's environment)."""
+
+    def __init__(self, environ: Mapping[str, str] | None = None):
+        self.environ = dict(os.environ if environ is None else environ)
+        path = self.environ.get("PATH", os.defpath)
+        found = {p: shutil.which(p, path=path) for p in PROGRAMS}
+        missing = [p for p, at in found.items() if at is None]
+        if missing:
+            raise ConfigError(f"--runtime slurm: {', '.join(missing)} not found on PATH (Slurm's client "
+                              f"commands, e.g. apt-get install slurm-client; SLURM_CONF names the cluster)")
+        self.paths: dict[str, str] = {p: at for p, at in found.items() if at is not None}
+
+    def call(self, program: str, *args: str, timeout: float = CALL_TIMEOUT_S,
+             stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+        try:
+            return subprocess.run([self.paths[program], *args], input=stdin, capture_output=True,
+                                  env=self.environ, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired as err:
+            raise BackendError(f"{program} did not answer in {timeout:g}s") from err
+        except OSError as err:
+            raise BackendError(f"{program} could not be run: {err.strerror or err}") from err
+
+    def submit(self, script: str, args: Sequence[str] = ()) -> str:
+        """``sbatch --parsable`` of a script read from stdin; the job id."""
+        done = self.call("sbatch", "--parsable", *args, stdin=script.encode("utf-8"))
+        if done.returncode != 0:
+            raise BackendError(f"sbatch failed: {last_line(done.stderr)}")
+        job_id = done.stdout.decode("ascii", "replace").strip().split(";")[0]
+        if not job_id.isdigit():
+            raise BackendError(f"sbatch printed no job id: {printable(job_id[:200])!r}")
+        return job_id
+
+    def jobs(self, job_ids: Iterable[str] = (), *, user: str | None = None) -> list[JobRow]:
+        """``squeue`` rows (ended jobs too, while Slurm keeps them): of ``job_ids``, or all of ``user``'s."""
+        args = ["-h", "--states=all", "-o", "%i|%j|%k|%T|%N|%r"]
+        ids = sorted(set(job_ids), key=int)
+        if ids:
+            args += ["-j", ",".join(ids)]
+        elif user:
+            args += ["-u", user]
+        done = self.call("squeue", *args)
+        if done.returncode != 0:
+            text = last_line(done.stderr)
+            if "invalid job id" in text.lower():
+                return []  # every one of them is gone from Slurm's memory
+            raise BackendError(f"squeue failed: {text}")
+        return parse_squeue(done.stdout.decode("utf-8", "replace"))
+
+    def cancel(self, job_id: str, sig: str | None = None) -> None:
+        """``scancel`` the job (``sig``: only send that signal to its steps); a gone job is fine."""
+        args = [f"--signal={sig}"] if sig else []
+        done = self.call("scancel", *args, job_id)
+        if done.returncode != 0 and "invalid job id" not in last_line(done.stderr).lower() \
+                and "already completing" not in last_line(done.stderr).lower():
+            raise BackendError(f"scancel {job_id} failed: {last_line(done.stderr)}")
+
+
+def parse_squeue(text: str) -> list[JobRow]:
+    """``%i|%j|%k|%T|%N|%r`` lines; a heterogeneous job's components (``12+0``, ``12+1``) by its id 12."""
+    rows = []
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) != 6:
+            continue
+        job, name, comment, state, nodes, reason = parts
+        job_id = job.split("+", 1)[0]
+        if not job_id.isdigit():
+            continue  # an array task (12_3) or garbage: never ours
+        rows.append(JobRow(job_id=job_id, name=name, comment=comment, state=state.split()[0] if state else "",
+                           nodes=nodes, reason=reason))
+    return rows
+
+
+def job_state(rows: Iterable[JobRow]) -> dict[str, tuple[str, str]]:
+    """Per job id: its state (one still running component keeps it running; else the worst end) and
+    its nodes."""
+    out: dict[str, tuple[str, str]] = {}
+    for row in rows:
+        state, nodes = out.get(row.job_id, ("", ""))
+        merged = row.state if not state else _merge(state, row.state)
+        out[row.job_id] = (merged, ",".join(n for n in (nodes, row.nodes) if n))
+    return out
+
+
+def _merge(a: str, b: str) -> str:
+    if a not in ENDED:
+        return a
+    if b not in ENDED:
+        return b
+    return a if a in LOST or b == "COMPLETED" else b
+
+
+def last_line(data: bytes) -> str:
+    lines = [line for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
+    return printable(lines[-1].strip()[:300]) if lines else "no message"
