@@ -90,6 +90,7 @@ class SlurmReplica:
         self._killed = False
         self._last_kill: float | None = None
         self._submit_failures = 0
+        self._nodes = ""  # the job's nodes as squeue last said
         self._echoes: list[Echo] = []
         if request.echo is not None:
             for path in (request.stdout_path, request.stderr_path):
@@ -117,8 +118,7 @@ class SlurmReplica:
             return self._finish(note.status, wall=note.wall, node=note.node, oom=note.oom,
                                 leftovers=note.leftovers)
         state, nodes = self.backend.state_of(sub.job_id)
-        if nodes:
-            self.placement["nodes"] = nodes
+        self._nodes = nodes or self._nodes
         if state not in commands.ENDED and state != "GONE":
             return None
         now = time.monotonic()
@@ -146,8 +146,8 @@ class SlurmReplica:
         self.exited_mono = now_mono - max(0.0, now_wall - wall) if wall is not None else now_mono
         self.oom_killed = oom and not self._killed or state == "OUT_OF_MEMORY"
         self.leftovers = [printable(x) for x in leftovers]
-        if node:
-            self.placement["node"] = printable(node)
+        if node or self._nodes:
+            self.placement["node"] = printable(node or self._nodes)
         if state:
             self.placement["slurmState"] = state
         return status
