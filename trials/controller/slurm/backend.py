@@ -346,10 +346,14 @@ class SlurmBackend:
 
     def signal(self, sub: _Submission, replica: SlurmReplica, sig: int) -> None:
         """Signal one replica: through the job (``scancel``) when every replica of it that runs is being
-        stopped, else through the replica's signal file (its entry forwards it)."""
+        stopped (a cancel, an early stop, a timeout), else through the replica's signal file (its entry
+        forwards it): one replica of several, or the others after the primary succeeded."""
         kill = sig == signal.SIGKILL
         whole = all(r._status is not None or r.stop_requested_at is not None for r in sub.replicas)
-        if whole:
+        # the primary succeeded and the others are told to end: through their entries, so a job whose
+        # replicas all end by themselves meanwhile stays COMPLETED in Slurm's records (a SIGKILL still scancels)
+        teardown = any(r._status == 0 for r in sub.replicas)
+        if whole and (kill or not teardown):
             self.slurm.cancel(sub.job_id, "KILL" if kill else "TERM")
             if kill:
                 self.slurm.cancel(sub.job_id)

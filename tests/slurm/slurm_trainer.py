@@ -1,0 +1,91 @@
+"""The Slurm tests' trainer: argparse + hypertune, as Vertex users write one.
+
+Each run appends ``start``/``end`` lines (pid, node, times) to ``$TRIALS_TRIAL_DIR/runs-<replica>.log`` and
+writes what it got (its cluster variables, GPUs, host) to ``got-<replica>-<attempt>.json``. With
+``--connect``, the primary listens on its CLUSTER_SPEC address and the other replicas connect to it and
+send their names, so a trial succeeds only when its replicas reached each other.
+"""
+
+import argparse
+import json
+import os
+import signal
+import socket
+import sys
+import time
+
+import hypertune
+
+p = argparse.ArgumentParser()
+p.add_argument("--x", type=float, default=0.5)
+p.add_argument("--steps", type=int, default=3)
+p.add_argument("--sleep", type=float, default=0.1)
+p.add_argument("--connect", action="store_true")
+p.add_argument("--resume", action="store_true", help="start from the last step a previous attempt reached")
+a = p.parse_args()
+
+trial_dir = os.environ["TRIALS_TRIAL_DIR"]
+replica = os.environ.get("TRIALS_REPLICA", "workerpool0-0")
+attempt = os.environ.get("TRIALS_ATTEMPT", "0")
+node = os.environ.get("SLURMD_NODENAME", "?")
+log = os.path.join(trial_dir, f"runs-{replica}.log")
+
+
+def note(what: str) -> None:
+    with open(log, "a") as f:
+        f.write(f"{what} {os.getpid()} {node} {time.time():.3f} {attempt}\n")
+
+
+def on_term(signum, frame):
+    note("term")
+    sys.exit(143)
+
+
+signal.signal(signal.SIGTERM, on_term)
+note("start")
+cluster = json.loads(os.environ.get("CLUSTER_SPEC", "{}"))
+with open(os.path.join(trial_dir, f"got-{replica}-{attempt}.json"), "w") as f:
+    json.dump({"cluster": cluster, "tf_config": json.loads(os.environ.get("TF_CONFIG", "{}")),
+               "master": [os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")],
+               "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "node": node, "host": socket.gethostname(),
+               "slurm_job": os.environ.get("SLURM_JOB_ID"), "has_db": "TRIALS_TEST_SECRET" in os.environ}, f)
+
+primary = replica == "workerpool0-0"
+if a.connect:
+    chief = cluster["cluster"]["workerpool0"][0]
+    host, port = chief.rsplit(":", 1)
+    peers = sum(len(v) for v in cluster["cluster"].values()) - 1
+    if primary:
+        server = socket.create_server(("0.0.0.0", int(port)))
+        server.settimeout(60)
+        names = []
+        for _ in range(peers):
+            conn, _addr = server.accept()
+            names.append(conn.recv(100).decode())
+            conn.close()
+        with open(os.path.join(trial_dir, "peers.json"), "w") as f:
+            json.dump(sorted(names), f)
+    else:
+        for _ in range(600):
+            try:
+                with socket.create_connection((host, int(port)), timeout=2) as s:
+                    s.sendall(replica.encode())
+                break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            sys.exit(5)
+
+first = 0
+done_file = os.path.join(trial_dir, f"step-{replica}")
+if a.resume and os.path.exists(done_file):
+    first = int(open(done_file).read() or 0)
+ht = hypertune.HyperTune()
+for step in range(first, a.steps):
+    time.sleep(a.sleep)
+    if primary:
+        ht.report_hyperparameter_tuning_metric(hyperparameter_metric_tag="score", metric_value=a.x,
+                                               global_step=step + 1)
+    with open(done_file, "w") as f:
+        f.write(str(step + 1))
+note("end")
