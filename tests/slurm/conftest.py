@@ -2,11 +2,10 @@
 where Slurm is not installed (``TRIALS_REQUIRE_SLURM=1``, set by ``.ci/run`` once it installed it, makes
 that a failure); marks the tests ``slurm``."""
 
-import os
 from pathlib import Path
 
 import pytest
-from slurmkit import MiniCluster, missing
+from slurmkit import MiniCluster, need_slurm
 
 
 def pytest_collection_modifyitems(items):
@@ -14,14 +13,6 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if here in Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.slurm)
-
-
-def need_slurm() -> None:
-    why = missing()
-    if why is not None:
-        if os.environ.get("TRIALS_REQUIRE_SLURM") == "1":
-            pytest.fail(f"TRIALS_REQUIRE_SLURM=1 but {why}")
-        pytest.skip(why)
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ import subprocess
 import time
 from pathlib import Path
 
+_NODE_MARK = "TRIALS_TEST_SLURM_NODE"  # in each slurmd's environment: its cluster folder and node name
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scancel", "scontrol")
 
 
@@ -32,6 +33,17 @@ def missing() -> str | None:
         if not os.path.exists(device):
             return f"{device} (the fake GPU's device file) does not exist"
     return None
+
+
+def need_slurm() -> None:
+    """Skip the test where a cluster cannot start (fail instead under ``TRIALS_REQUIRE_SLURM=1``)."""
+    import pytest
+
+    why = missing()
+    if why is not None:
+        if os.environ.get("TRIALS_REQUIRE_SLURM") == "1":
+            pytest.fail(f"TRIALS_REQUIRE_SLURM=1 but {why}")
+        pytest.skip(why)
 
 
 def _free_ports(n: int) -> list[int]:
@@ -53,11 +65,12 @@ def _sbin(program: str) -> str:
 class MiniCluster:
     """Two nodes (n1, n2) with one fake GPU each, in partition ``debug``."""
 
-    def __init__(self, root: Path, *, nodes: int = 2, private: tuple[str, ...] = ()):
+    def __init__(self, root: Path, *, nodes: int = 2, private: tuple[str, ...] = (), slurmd_timeout_s: int = 20):
         """``private``: folders each node sees as an empty folder of its own (a tmpfs in the node's own mount
         namespace): paths that are not shared with the controller's host."""
         self.root = Path(root)
         self.private = tuple(private)
+        self.slurmd_timeout_s = slurmd_timeout_s  # a node silent this long is DOWN (its jobs NODE_FAIL)
         self.nodes = [f"n{k + 1}" for k in range(nodes)]
         self.host = socket.gethostname()
         self.conf = self.root / "slurm.conf"
@@ -102,7 +115,7 @@ class MiniCluster:
             "AccountingStorageType=accounting_storage/none",
             "MpiDefault=none",
             f"SlurmctldPort={ctld_port}",
-            "SlurmdTimeout=20",
+            f"SlurmdTimeout={self.slurmd_timeout_s}",
             "KillWait=5",
             "MinJobAge=600",
             *node_lines,
@@ -135,11 +148,12 @@ class MiniCluster:
             mounts = " && ".join(f"mount -t tmpfs tmpfs {shlex.quote(d)}" for d in self.private)
             argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
                     f"{mounts} && exec {shlex.join(argv)}"]
-        self._spawn(f"slurmd-{name}", argv)
+        self._spawn(f"slurmd-{name}", argv, node=name)
 
-    def _spawn(self, key: str, argv: list[str]) -> None:
+    def _spawn(self, key: str, argv: list[str], node: str | None = None) -> None:
         log = open(self.root / "log" / f"{key}.out", "ab")  # noqa: SIM115 (the daemon's own)
-        self.procs[key] = subprocess.Popen(argv, stdout=log, stderr=log, env=self.env, start_new_session=True)
+        env = {**self.env, **({_NODE_MARK: f"{self.root}:{node}"} if node else {})}  # its step daemons inherit it
+        self.procs[key] = subprocess.Popen(argv, stdout=log, stderr=log, env=env, start_new_session=True)
         log.close()
 
     def run(self, *args: str, check: bool = True, timeout: float = 30) -> str:
@@ -181,8 +195,7 @@ class MiniCluster:
         killed = [proc.pid]
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        spool = str(self.root / "spool" / name)
-        for pid in _stepds_of(spool):
+        for pid in _of_node(self, name):
             killed += _kill_tree(pid)
         return killed
 
@@ -201,9 +214,9 @@ class MiniCluster:
                 with _suppress():
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-        spool = str(self.root / "spool")
-        for pid in _stepds_of(spool):
-            _kill_tree(pid)
+        for name in self.nodes:
+            for pid in _of_node(self, name):
+                _kill_tree(pid)
         self.procs.clear()
 
 
@@ -215,20 +228,20 @@ class _suppress:
         return exc[0] is not None and issubclass(exc[0], ProcessLookupError | PermissionError)  # type: ignore[arg-type]
 
 
-def _stepds_of(spool: str) -> list[int]:
-    """The slurmstepd processes whose working folder is under ``spool`` (a node's own)."""
+def _of_node(cluster: MiniCluster, name: str) -> list[int]:
+    """The processes of node ``name`` of ``cluster``: its step daemons (they inherit slurmd's mark) and its
+    tasks (their ``SLURMD_NODENAME`` and ``SLURM_CONF``)."""
+    mark = f"{_NODE_MARK}={cluster.root}:{name}".encode()
+    task = {f"SLURMD_NODENAME={name}".encode(), f"SLURM_CONF={cluster.conf}".encode()}
     pids = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+        if not entry.isdigit() or int(entry) == os.getpid():
             continue
         try:
-            comm = Path(f"/proc/{entry}/comm").read_text().strip()
-            if comm != "slurmstepd":
-                continue
-            cwd = os.readlink(f"/proc/{entry}/cwd")
+            env = set(Path(f"/proc/{entry}/environ").read_bytes().split(b"\0"))
         except OSError:
             continue
-        if cwd.startswith(spool):
+        if mark in env or task <= env:
             pids.append(int(entry))
     return pids
 
