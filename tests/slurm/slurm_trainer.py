@@ -79,7 +79,8 @@ if a.connect:
 first = 0
 done_file = os.path.join(trial_dir, f"step-{replica}")
 if a.resume and os.path.exists(done_file):
-    first = int(open(done_file).read() or 0)
+    with open(done_file) as f:
+        first = int(f.read() or 0)
 ht = hypertune.HyperTune()
 for step in range(first, a.steps):
     time.sleep(a.sleep)

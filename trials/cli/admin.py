@@ -15,10 +15,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from trials.spec.text import summary
 
     job = load_spec(args.spec)
-    runtime = container_runtime.choose(args.runtime) if args.runtime else "host"
+    runtime = "slurm" if args.runtime == "slurm" else container_runtime.choose(args.runtime) if args.runtime else "host"
     images = container_runtime.parse_image_map(args.image)
     print(summary(job))
-    if runtime == "host":
+    if runtime in ("host", "slurm"):
         try:
             trial_view.check_command(job, args.local_command, args.spec)
         except ConfigError as err:  # valid for Vertex; `trials sweep` refuses it without `-- COMMAND`
@@ -52,6 +52,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
         raise ConfigError(f"--time-limit must be > 0 seconds, got {args.time_limit}")
     from trials.controller.container import runtime as container_runtime
 
+    if args.runtime == "slurm":
+        raise ConfigError("--runtime slurm: trials check runs its probes on this host (or in containers: --runtime "
+                          "podman); a Slurm job's trials run with trials sweep SPEC --runtime slurm")
     runtime = container_runtime.choose(args.runtime) if args.runtime else "host"
     images = container_runtime.parse_image_map(args.image)
     if runtime != "host":

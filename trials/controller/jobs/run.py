@@ -144,8 +144,10 @@ def run_job(h: JobHandle, options: LoopOptions, *, emit: events.Emit = events.ig
             if endpoint is not None:
                 endpoint.close()  # nodes cannot reach a local endpoint
             from trials.controller.slurm.backend import SlurmBackend
+            from trials.storage_url import redact
 
-            backend = SlurmBackend(job_dir=options.job_dir, accelerators=accelerators(h.job),
+            backend = SlurmBackend(job_dir=options.job_dir, job_key=f"{redact(h.storage_url)}|{h.job_id}",
+                                   accelerators=accelerators(h.job),
                                    partition=options.slurm.get("partition"), extra=options.slurm.get("args", ()),
                                    timeout_s=h.job.trial_job.scheduling.timeout_s if h.job.trial_job else None,
                                    grace_s=options.grace_period_s)

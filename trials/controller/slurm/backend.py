@@ -216,13 +216,17 @@ class SlurmBackend:
     Args:
         job_dir: the job's folder (on the cluster's shared path; its ``slurm/`` folder holds the launch
             and exit files).
+        job_key: what names the job across hosts (its storage and id): the Slurm jobs' names carry its hash,
+            so a worker that takes over a trial finds the copy another host's dead worker left (default:
+            the job folder).
         accelerators: GPUs per replica name (``machineSpec.acceleratorCount``; absent: none).
         partition: ``--partition``; ``extra``: more sbatch options for every component (``--slurm-arg``).
         timeout_s, grace_s: the trial's ``scheduling.timeout`` and the stop grace (``--time`` is past both).
         environ: the controller's environment (Slurm's commands run in it; nodes never get it).
     """
 
-    def __init__(self, *, job_dir: str, accelerators: Mapping[str, int] | None = None, partition: str | None = None,
+    def __init__(self, *, job_dir: str, job_key: str | None = None, accelerators: Mapping[str, int] | None = None,
+                 partition: str | None = None,
                  extra: Sequence[str] = (), timeout_s: float | None = None, grace_s: float = 10.0,
                  environ: Mapping[str, str] | None = None, slurm: commands.Slurm | None = None):
         self.job_dir = os.path.abspath(job_dir)
@@ -232,7 +236,8 @@ class SlurmBackend:
         self.time_limit_min = sc.time_limit_minutes(timeout_s, grace_s)
         self.environ = dict(os.environ if environ is None else environ)
         self.slurm = slurm or commands.Slurm(self.environ)
-        self.tag = job_tag(self.job_dir)
+        self.tag = job_tag(job_key or self.job_dir)
+        self._checked: set[str] = set()  # trials whose earlier copies (another controller's) were looked for
         self.me = f"{socket.gethostname()}:{os.getpid()}:{process_start_time(os.getpid()) or 0}"
         self._pending: dict[str, list[SlurmReplica]] = {}
         self._by_trial: dict[str, list[SlurmReplica]] = {}
@@ -299,6 +304,9 @@ class SlurmBackend:
         pending = self._pending.get(trial_id)
         if not pending:
             return
+        if trial_id not in self._checked:
+            self._cancel_other_copies(trial_id)
+            self._checked.add(trial_id)
         self._n += 1
         attempt = max(int(r.request.env.get(protocol.ENV_ATTEMPT, "0") or 0) for r in pending)
         sub_id = f"t{trial_id}-a{attempt}-{os.getpid()}-{self._n}-{int(time.time() * 1000) % 10**9}"
@@ -384,6 +392,18 @@ class SlurmBackend:
             if owner != self.me and not controller_alive(owner) and row.job_id not in out:
                 out.append(row.job_id)
         return out
+
+    def _cancel_other_copies(self, trial_id: str) -> None:
+        """Before this controller's first submission of a trial: a copy another controller left queued or
+        running (a dead worker whose trial this one took over, on any host) is cancelled and waited out."""
+        name = self.job_name(trial_id)
+        rows = [r for r in self.slurm.jobs(user=getpass.getuser(), name=name)
+                if r.name == name and r.state not in commands.ENDED and r.comment != f"trials:{self.me}"]
+        others = list(dict.fromkeys(r.job_id for r in rows))
+        for job_id in others:
+            self.slurm.cancel(job_id)
+        if others:
+            self._wait_gone(others)
 
     def _wait_gone(self, job_ids: Sequence[str]) -> None:
         deadline = time.monotonic() + LEFT_JOBS_WAIT_S

@@ -70,14 +70,17 @@ class Slurm:
             raise BackendError(f"sbatch printed no job id: {printable(job_id[:200])!r}")
         return job_id
 
-    def jobs(self, job_ids: Iterable[str] = (), *, user: str | None = None) -> list[JobRow]:
-        """``squeue`` rows (ended jobs too, while Slurm keeps them): of ``job_ids``, or all of ``user``'s."""
+    def jobs(self, job_ids: Iterable[str] = (), *, user: str | None = None, name: str | None = None) -> list[JobRow]:
+        """``squeue`` rows (ended jobs too, while Slurm keeps them): of ``job_ids``, or all of ``user``'s
+        (``name``: only those so named)."""
         args = ["-h", "--states=all", "-o", "%i|%j|%k|%T|%N|%r"]
         ids = sorted(set(job_ids), key=int)
         if ids:
             args += ["-j", ",".join(ids)]
         elif user:
             args += ["-u", user]
+        if name and not ids:
+            args += ["-n", name]
         done = self.call("squeue", *args)
         if done.returncode != 0:
             text = last_line(done.stderr)
