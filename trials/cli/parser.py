@@ -53,7 +53,9 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep-going", action="store_true",
                    help="run every trial even when the first 3 are infeasible for the same reason (kept by the job)")
     p.add_argument("--json-logs", action="store_true", help="one JSON object per event")
-    p.add_argument("--gpus", metavar="IDS", help="GPUs to hand out, e.g. 0,1,2 (default: nvidia-smi -L)")
+    p.add_argument("--gpus", metavar="IDS",
+                   help="GPUs to hand out, e.g. 0,1,2 (default: CUDA_VISIBLE_DEVICES when set, as a scheduler "
+                        "sets it for its allocation, else nvidia-smi -L)")
     p.add_argument("--ignore-accelerators", action="store_true",
                    help="run a spec that asks for accelerators on CPU (CUDA_VISIBLE_DEVICES='')")
     p.add_argument("--stale-after", type=float, metavar="SECONDS",

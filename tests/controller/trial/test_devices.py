@@ -1,6 +1,7 @@
 """The GPU allocator and device plan, with fake device lists; the CLI's no-GPU and CPU paths."""
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -12,6 +13,7 @@ from trials.controller.trial import devices
 from trials.controller.trial.devices import (
     DeviceAllocator,
     DevicePlan,
+    parse_cuda_visible_devices,
     parse_gpus_flag,
     parse_nvidia_smi,
     plan,
@@ -112,7 +114,7 @@ def test_allocator_random_sequences_keep_devices_exclusive():
 def test_plan_no_gpu_machine_says_so_in_one_line():
     job = job_with((1, 1), (2, 1))
     with pytest.raises(ConfigError) as err:
-        plan(job, gpus=None, ignore_accelerators=False, detect=lambda: ())
+        plan(job, gpus=None, ignore_accelerators=False, detect=lambda: (), environ={})
     msg = str(err.value)
     assert "\n" not in msg and "3 accelerator(s) per trial" in msg and "no GPU" in msg
     assert "--ignore-accelerators" in msg and "nvidia-smi" in msg
@@ -129,10 +131,66 @@ def test_plan_counts_per_replica_and_cpu_fallback():
     p = plan(job, gpus="0,1,2,3,4", ignore_accelerators=False)
     assert p == DevicePlan(devices=("0", "1", "2", "3", "4"), counts=(2, 1, 1), hide=False)
     assert p.per_trial == 4
-    cpu = plan(job, gpus=None, ignore_accelerators=True, detect=lambda: ())
+    cpu = plan(job, gpus=None, ignore_accelerators=True, detect=lambda: (), environ={})
     assert cpu.hide and cpu.devices is None and cpu.per_trial == 0
-    none = plan(job_with((1, 0)), gpus=None, ignore_accelerators=False, detect=lambda: pytest.fail("no detect"))
+    none = plan(job_with((1, 0)), gpus=None, ignore_accelerators=False, detect=lambda: pytest.fail("no detect"),
+                environ={"CUDA_VISIBLE_DEVICES": "0"})
     assert none.devices is None
+
+
+def test_parse_cuda_visible_devices():
+    assert parse_cuda_visible_devices("0,2") == ("0", "2")
+    assert parse_cuda_visible_devices(" 3 , GPU-aaaa,MIG-bbbb ") == ("3", "GPU-aaaa", "MIG-bbbb")
+    assert parse_cuda_visible_devices("") == ()
+    assert parse_cuda_visible_devices("-1") == ()  # CUDA's own "no GPU"
+    assert parse_cuda_visible_devices("1,-1,2") == ("1",)  # CUDA ignores what follows an invalid index
+    assert parse_cuda_visible_devices("NoDevFiles") == ()  # Slurm: a GPU gres without device files
+    with pytest.raises(ConfigError, match="CUDA_VISIBLE_DEVICES must list each device once"):
+        parse_cuda_visible_devices("1,1")
+
+
+def never():
+    pytest.fail("nvidia-smi asked although CUDA_VISIBLE_DEVICES is set")
+
+
+def test_plan_hands_out_the_allocation_cuda_visible_devices_names():
+    job = job_with((1, 1), (1, 1))
+    got = plan(job, gpus=None, ignore_accelerators=False, detect=never, environ={"CUDA_VISIBLE_DEVICES": "2,5,6"})
+    assert got == DevicePlan(devices=("2", "5", "6"), counts=(1, 1), hide=False)
+    alloc = DeviceAllocator(got.devices)
+    assert alloc.allocate("1", got.counts) == (("2",), ("5",))
+    assert alloc.allocate("2", got.counts) is None  # one id left: the next trial waits
+
+
+def test_plan_gpus_flag_comes_before_the_allocation():
+    got = plan(job_with((1, 1)), gpus="7", ignore_accelerators=False, detect=never,
+               environ={"CUDA_VISIBLE_DEVICES": "0,1"})
+    assert got.devices == ("7",)
+
+
+def test_plan_without_cuda_visible_devices_asks_nvidia_smi():
+    got = plan(job_with((1, 1)), gpus=None, ignore_accelerators=False, detect=lambda: ("0", "1"),
+               environ={"PATH": "/bin"})
+    assert got.devices == ("0", "1")
+
+
+@pytest.mark.parametrize(("value", "have"), [("", "no GPU"), ("-1", "no GPU"), ("4", r"1 GPU\(s\) \(4\)")])
+def test_plan_too_small_allocation_names_cuda_visible_devices(value, have):
+    with pytest.raises(ConfigError) as err:
+        plan(job_with((2, 1)), gpus=None, ignore_accelerators=False, detect=lambda: ("0", "1", "2"),
+             environ={"CUDA_VISIBLE_DEVICES": value})
+    msg = str(err.value)
+    assert "\n" not in msg and "2 accelerator(s) per trial" in msg
+    import re
+
+    assert re.search(f"this worker's allocation has {have} from CUDA_VISIBLE_DEVICES;", msg), msg
+    assert err.value.exit_code == 2
+
+
+def test_ignore_accelerators_hides_an_allocation_too():
+    got = plan(job_with((1, 1)), gpus=None, ignore_accelerators=True, detect=never,
+               environ={"CUDA_VISIBLE_DEVICES": "0"})
+    assert got.hide and replica_env(None, hide=got.hide) == {"CUDA_VISIBLE_DEVICES": ""}
 
 
 def test_replica_env():
@@ -162,17 +220,19 @@ def gpu_spec(tmp_path, *, accelerators, parallel, points=4):
     return spec, events
 
 
-def sweep(tmp_path, *argv):
+def sweep(tmp_path, *argv, env=None):
     # From a folder of its own: the trainers' events file is outside their (copy-on-write) launch folder.
     launch = tmp_path / "launch"
     launch.mkdir(exist_ok=True)
     return subprocess.run([sys.executable, "-m", "trials", "sweep", *argv], cwd=launch,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60,
+                          env=None if env is None else {**os.environ, **env})
 
 
 @pytest.mark.integration
 def test_cli_without_gpus_exits_2_in_one_line_before_creating_the_job(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi on PATH
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)  # nor an allocation
     spec, _ = gpu_spec(tmp_path, accelerators=1, parallel=2)
     run = sweep(tmp_path, str(spec), "--job-id", "g")
     assert run.returncode == 2, run
@@ -196,6 +256,38 @@ def test_cli_gpus_are_exclusive_and_trials_wait_for_them(tmp_path):
             overlap = a is not b and a["start"]["t"] < b["end"]["t"] and b["start"]["t"] < a["end"]["t"]
             assert not (overlap and a["start"]["gpus"] == b["start"]["gpus"])
     assert "at most 2 in parallel" in run.stdout  # parallelTrialCount 3, but two devices
+
+
+@pytest.mark.integration
+def test_cli_hands_out_the_workers_cuda_visible_devices_and_env_json_shows_them(tmp_path):
+    spec, events = gpu_spec(tmp_path, accelerators=1, parallel=2)
+    run = sweep(tmp_path, str(spec), "--job-id", "a", env={"CUDA_VISIBLE_DEVICES": "3,6"})
+    assert run.returncode == 0, run.stdout + run.stderr
+    starts = [json.loads(line) for line in events.read_text().splitlines() if '"start"' in line]
+    assert len(starts) == 4 and {s["gpus"] for s in starts} <= {"3", "6"}
+    for trial in range(1, 5):
+        env = json.loads((tmp_path / "launch" / "trials-jobs" / "a" / str(trial) / "env.json").read_text())
+        got = env["workerpool0-0"]["CUDA_VISIBLE_DEVICES"]
+        assert got == next(s["gpus"] for s in starts if s["trial"] == str(trial))
+
+
+@pytest.mark.integration
+def test_cli_env_json_shows_a_replica_device_equal_to_the_workers_own(tmp_path):
+    spec, events = gpu_spec(tmp_path, accelerators=1, parallel=1, points=1)
+    run = sweep(tmp_path, str(spec), "--job-id", "b", env={"CUDA_VISIBLE_DEVICES": "3"})  # one GPU, as Slurm gives
+    assert run.returncode == 0, run.stdout + run.stderr
+    env = json.loads((tmp_path / "launch" / "trials-jobs" / "b" / "1" / "env.json").read_text())
+    assert env["workerpool0-0"]["CUDA_VISIBLE_DEVICES"] == "3"
+
+
+@pytest.mark.integration
+def test_cli_an_empty_allocation_exits_2_naming_cuda_visible_devices(tmp_path):
+    spec, _ = gpu_spec(tmp_path, accelerators=1, parallel=1)
+    run = sweep(tmp_path, str(spec), "--job-id", "e", env={"CUDA_VISIBLE_DEVICES": ""})
+    assert run.returncode == 2, run
+    assert run.stderr.strip().splitlines() == [run.stderr.strip()]
+    assert "no GPU from CUDA_VISIBLE_DEVICES" in run.stderr and "Traceback" not in run.stderr
+    assert not (tmp_path / "launch" / "trials-jobs" / "e").exists()
 
 
 @pytest.mark.integration

@@ -16,7 +16,7 @@ from trials.controller.process.groups import reap_leftovers
 from trials.controller.process.replica import free_port
 from trials.controller.trial import files as trial_files
 from trials.controller.trial import launch
-from trials.controller.trial.devices import DeviceAllocator, DevicePlan, replica_env
+from trials.controller.trial.devices import ENV_CUDA_VISIBLE_DEVICES, DeviceAllocator, DevicePlan, replica_env
 from trials.controller.trial.metrics_reader import TrialMetricsReader
 from trials.errors import ConfigError
 from trials.spec import JobSpec
@@ -112,8 +112,19 @@ class TrialLauncher:
             run.reader.on_restart()
         trial_files.write_args(paths.trial_dir, claimed.trial_id, claimed.params,
                                {lau.name: lau.argv for lau in launches})
-        trial_files.write_env(paths.trial_dir, {lau.name: lau.env for lau in launches}, self.environ)
+        # a replica's devices are written even when the worker's own allocation has the same ids (Slurm's)
+        envs = {lau.name: {**lau.env, **self._device_env(run, lau)} for lau in launches}
+        trial_files.write_env(paths.trial_dir, envs, self.environ,
+                              keep=(ENV_CUDA_VISIBLE_DEVICES,) if self.opt.devices is not None else ())
         return run
+
+    def _device_env(self, run: RunningTrial, lau: launch.ReplicaLaunch) -> dict[str, str]:
+        """``CUDA_VISIBLE_DEVICES`` of a replica whose worker manages devices (else nothing)."""
+        plan: DevicePlan | None = self.opt.devices
+        if plan is None:
+            return {}
+        group = run.devices[run.launches.index(lau)] if run.devices is not None else None
+        return replica_env(group, hide=plan.hide)
 
     def start(self, run: RunningTrial, lau: launch.ReplicaLaunch, *, attempt: int, echo: TextIO | None) -> None:
         """Start (or restart) one replica and list it in ``pids.json``.
@@ -124,11 +135,8 @@ class TrialLauncher:
         """
         env = dict(lau.env)
         env[protocol.ENV_ATTEMPT] = str(attempt)
-        plan: DevicePlan | None = self.opt.devices
-        group: tuple[str, ...] | None = None
-        if plan is not None:
-            group = run.devices[run.launches.index(lau)] if run.devices is not None else None
-            env.update(replica_env(group, hide=plan.hide))
+        env.update(self._device_env(run, lau))
+        group = run.devices[run.launches.index(lau)] if run.devices is not None else None
         request = ReplicaStart(
             argv=tuple(lau.argv), env=env, cwd=self.opt.cwd, name=lau.name,
             label=f"{run.trial_id}/{lau.name}" if echo else lau.name, trial_dir=run.paths.trial_dir,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -57,6 +59,22 @@ def parse_nvidia_smi(text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def parse_cuda_visible_devices(text: str) -> tuple[str, ...]:
+    """The ids a scheduler's ``CUDA_VISIBLE_DEVICES`` allocates: "0,2" -> ("0", "2"); empty: no GPU.
+
+    As CUDA reads it, a negative index ends the list (``-1`` hides every GPU); Slurm's ``NoDevFiles``
+    (a GPU allocation without device files) gives no id either.
+    """
+    ids: list[str] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part or part == "NoDevFiles" or re.fullmatch(r"-[0-9]+", part):
+            break
+        ids.append(part)
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"{ENV_CUDA_VISIBLE_DEVICES} must list each device once, got {text!r}")
+    return tuple(ids)
+
+
 def detect_gpus(run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run) -> tuple[str, ...]:
     """The GPUs ``nvidia-smi -L`` lists; none when it is missing or fails."""
     try:
@@ -67,8 +85,13 @@ def detect_gpus(run: Callable[..., subprocess.CompletedProcess[str]] = subproces
 
 
 def plan(job: JobSpec, *, gpus: str | None, ignore_accelerators: bool,
-         detect: Callable[[], tuple[str, ...]] = detect_gpus) -> DevicePlan:
+         detect: Callable[[], tuple[str, ...]] = detect_gpus,
+         environ: Mapping[str, str] | None = None) -> DevicePlan:
     """Check that a trial of ``job`` can run here and say which devices the worker hands out.
+
+    The devices come from ``--gpus``, else from this process's ``CUDA_VISIBLE_DEVICES`` when it is set
+    (a scheduler's allocation: Slurm's ``--gres=gpu:K``/``--gpus`` sets it for the job's tasks), else
+    from ``nvidia-smi -L``.
 
     Raises:
         ConfigError: the spec asks for more accelerators per trial than this machine has
@@ -80,13 +103,19 @@ def plan(job: JobSpec, *, gpus: str | None, ignore_accelerators: bool,
     need = sum(counts)
     if need == 0:
         return DevicePlan(counts=counts)
-    source = "--gpus" if gpus is not None else "nvidia-smi -L"
-    devices = parse_gpus_flag(gpus) if gpus is not None else detect()
+    allocated = (os.environ if environ is None else environ).get(ENV_CUDA_VISIBLE_DEVICES)
+    if gpus is not None:
+        source, devices = "--gpus", parse_gpus_flag(gpus)
+    elif allocated is not None:
+        source, devices = ENV_CUDA_VISIBLE_DEVICES, parse_cuda_visible_devices(allocated)
+    else:
+        source, devices = "nvidia-smi -L", detect()
     if need > len(devices):
         have = f"{len(devices)} GPU(s) ({', '.join(devices)})" if devices else "no GPU"
+        where = "this machine has" if source != ENV_CUDA_VISIBLE_DEVICES else "this worker's allocation has"
         raise ConfigError(
             f"the spec asks for {need} accelerator(s) per trial (machineSpec.acceleratorCount "
-            f"per replica: {', '.join(map(str, counts))}) but this machine has {have} from "
+            f"per replica: {', '.join(map(str, counts))}) but {where} {have} from "
             f"{source}; list GPUs with --gpus 0,1 or run on CPU with --ignore-accelerators"
         )
     return DevicePlan(devices=devices, counts=counts)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from trials import files, protocol
@@ -34,10 +34,12 @@ def write_args(trial_dir: str, trial_id: str, params: Mapping[str, Any],
     })
 
 
-def write_env(trial_dir: str, envs: Mapping[str, Mapping[str, str]], host: Mapping[str, str]) -> None:
-    """``env.json``: what each replica's environment sets or changes compared to ``host``."""
+def write_env(trial_dir: str, envs: Mapping[str, Mapping[str, str]], host: Mapping[str, str],
+              keep: Collection[str] = ()) -> None:
+    """``env.json``: what each replica's environment sets or changes compared to ``host``, and the
+    variables in ``keep`` it has whatever the host's are (its devices)."""
     write_json(os.path.join(trial_dir, protocol.ENV_FILE), {
-        name: {k: v for k, v in env.items() if host.get(k) != v} for name, env in envs.items()
+        name: {k: v for k, v in env.items() if host.get(k) != v or k in keep} for name, env in envs.items()
     })
 
 
