@@ -22,6 +22,7 @@ p.add_argument("--steps", type=int, default=3)
 p.add_argument("--sleep", type=float, default=0.1)
 p.add_argument("--connect", action="store_true")
 p.add_argument("--resume", action="store_true", help="start from the last step a previous attempt reached")
+p.add_argument("--ignore-term", action="store_true", help="note SIGTERM and go on (only SIGKILL ends it)")
 a = p.parse_args()
 
 trial_dir = os.environ["TRIALS_TRIAL_DIR"]
@@ -38,7 +39,8 @@ def note(what: str) -> None:
 
 def on_term(signum, frame):
     note("term")
-    sys.exit(143)
+    if not a.ignore_term:
+        sys.exit(143)
 
 
 signal.signal(signal.SIGTERM, on_term)

@@ -15,7 +15,7 @@ TRAINER = str(Path(__file__).resolve().parent / "slurm_trainer.py")
 
 
 def spec(tmp_path: Path, *, pools=({"replicas": 1},), trials=1, parallel=1, args=(), stopping=None,
-         grid=None, goal="MAXIMIZE", name="spec.json") -> Path:
+         grid=None, goal="MAXIMIZE", timeout=None, name="spec.json") -> Path:
     worker_pools = []
     for pool in pools:
         machine = {"machineType": "n1-standard-4"}
@@ -32,7 +32,8 @@ def spec(tmp_path: Path, *, pools=({"replicas": 1},), trials=1, parallel=1, args
     if stopping:
         study.update(stopping)
     body = {"studySpec": study, "maxTrialCount": trials, "parallelTrialCount": parallel,
-            "trialJobSpec": {"workerPoolSpecs": worker_pools}}
+            "trialJobSpec": {"workerPoolSpecs": worker_pools,
+                             **({"scheduling": {"timeout": timeout}} if timeout else {})}}
     path = tmp_path / name
     path.write_text(json.dumps(body))
     return path

@@ -105,3 +105,19 @@ def test_a_controller_killed_and_resumed_cancels_what_it_left_and_never_runs_a_t
     assert [e[0] for e in events] == ["start", "term", "start", "end"]
     assert float(events[1][3]) <= float(events[2][3])  # the first copy had stopped before the second began
 
+
+
+def test_a_trial_over_its_timeout_that_ignores_sigterm_is_killed_through_slurm_after_the_grace(tmp_path, slurm_env):
+    path = spec(tmp_path, args=("--steps=600", "--sleep=0.1", "--ignore-term"), timeout="3s")
+    run = trials_cli("sweep", str(path), "--root", str(tmp_path / "jobs"), "--job-id", "to", "--runtime", "slurm",
+                     "--grace-period", "1", cwd=tmp_path, env=slurm_env)
+    trial = tmp_path / "jobs" / "to" / "1"
+    assert [r[0] for r in runs(trial)] == ["start", "term"], run.stdout + run.stderr  # TERM, then only KILL ended it
+    job = describe(tmp_path, slurm_env, "to")
+    assert "maximum running time of 3s" in job["trials"][0]["infeasibleReason"]
+    attempt = describe(tmp_path, slurm_env, "to", "local-json")["trials"]["1"]["attempts"][0]
+    assert attempt["exitStatus"] == 137
+    pid = int(runs(trial)[0][1])
+    assert not os.path.exists(f"/proc/{pid}") or Path(f"/proc/{pid}/stat").read_text().split()[2] in "ZX"
+    # its entry carried out the SIGKILL (the job then ends FAILED with 137), or Slurm's cancel did
+    assert squeue_ids(slurm_env, attempt["slurmJobId"])[0].split("|")[1] in ("FAILED", "CANCELLED")

@@ -39,7 +39,8 @@ def libc_prctl() -> Any:
     return fn
 
 
-def _die_with_parent(parent_pid: int, prctl: Any) -> Callable[[], None]:
+def die_with_parent(parent_pid: int, prctl: Any) -> Callable[[], None]:
+    """A ``preexec_fn``: the child gets SIGKILL when ``parent_pid`` (its parent) dies."""
     kill = int(signal.SIGKILL)
 
     def setup() -> None:
@@ -132,7 +133,7 @@ def start_replica(
                 start_new_session=True,
                 close_fds=True,
                 pass_fds=() if errors_w < 0 else (errors_w,),
-                preexec_fn=None if prctl is None else _die_with_parent(os.getpid(), prctl),
+                preexec_fn=None if prctl is None else die_with_parent(os.getpid(), prctl),
             )
         except OSError as err:
             raise ConfigError(_launch_error(name, argv[0], cwd, env, err)) from err

@@ -10,9 +10,12 @@ node is a worker restart the loop decides, resubmitted, never Slurm's requeue ho
 
 A replica's exit is what its entry wrote (:mod:`entry`), or, when the job ended without one (a node lost,
 the job cancelled outside), the job's Slurm state: lost or preempted is a SIGKILL we did not send (137:
-the worker restarts within its budget). Stopping: while others of the job run, the entry forwards a
-signal file to its trainer; when the whole job stops, ``scancel --signal=TERM``, then after the grace
-``scancel --signal=KILL`` and ``scancel``. Each job is named after the job folder and the trial and
+the worker restarts within its budget). Stopping: when the whole job stops (a cancel, an early stop, a
+timeout), ``scancel --signal=TERM`` (each entry forwards it to its trainer's process group); one replica
+of several, or the others after the primary succeeded, through its entry's signal file. After the grace,
+SIGKILL through the entries' signal files (Slurm's own kill of a step takes the entry first and would
+orphan the trainer), and ``scancel --signal=KILL`` plus ``scancel`` when the entries have not acted within
+``ENTRY_KILL_S`` (a hung node). Each job is named after the job folder and the trial and
 carries its controller in its comment; a new controller cancels (and waits out) the jobs of a dead one
 before it starts any trial, so a trial never runs twice.
 """
@@ -47,6 +50,7 @@ from trials.printable import printable
 STATE_EVERY_S = 1.0  # squeue at most this often for all the jobs of the backend
 ENDED_GRACE_S = 3.0  # a job ended without its entry's exit file: wait this long for it (a shared folder's lag)
 KILL_EVERY_S = 1.0
+ENTRY_KILL_S = 5.0  # a SIGKILL the entries did not carry out in this long: scancel the job
 LEFT_JOBS_WAIT_S = 90.0  # how long a new controller waits for a dead one's jobs to end after scancel
 RENDEZVOUS_WAIT_S = 600.0  # how long an entry waits for the other replicas of its job to start
 LAZY_SUBMIT_TRIES = 3
@@ -65,6 +69,7 @@ class _Submission:
         self.replicas = replicas
         self.cancelled = False
         self.signals = 0
+        self.first_kill = 0.0
 
 
 class SlurmReplica:
@@ -361,13 +366,20 @@ class SlurmBackend:
         # the primary succeeded and the others are told to end: through their entries, so a job whose
         # replicas all end by themselves meanwhile stays COMPLETED in Slurm's records (a SIGKILL still scancels)
         teardown = any(r._status == 0 for r in sub.replicas)
-        if whole and (kill or not teardown):
-            self.slurm.cancel(sub.job_id, "KILL" if kill else "TERM")
-            if kill:
-                self.slurm.cancel(sub.job_id)
-                sub.cancelled = True
+        if whole and not kill and not teardown:
+            self.slurm.cancel(sub.job_id, "TERM")  # every task's entry forwards it to its trainer's group
             self._states_at = -1e9  # read its state again at the next poll
             return
+        if kill:
+            now = time.monotonic()
+            sub.first_kill = sub.first_kill or now
+            if whole and now - sub.first_kill >= ENTRY_KILL_S and not sub.cancelled:
+                # the entries did not act on their KILL (a hung node): Slurm's own kill, then the job's end
+                self.slurm.cancel(sub.job_id, "KILL")
+                self.slurm.cancel(sub.job_id)
+                sub.cancelled = True
+                self._states_at = -1e9
+                return
         sub.signals += 1
         files.write_atomic(lf.signal_path(self.sub_dir(sub.sub_id), replica.name),
                            f"{sub.signals} {'KILL' if kill else 'TERM'}".encode("ascii"))

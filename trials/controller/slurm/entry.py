@@ -5,8 +5,9 @@ entry writes where it listens (the node's host name and the replica's port), wai
 the submission wrote its own, builds CLUSTER_SPEC, TF_CONFIG and MASTER_ADDR/MASTER_PORT from those real
 addresses, and runs the trainer with the launch file's environment (nothing of the node's but Slurm's own
 ``SLURM_*`` variables and the GPUs Slurm assigned: ``CUDA_VISIBLE_DEVICES``, or none), its folder and its
-log files, in a process group of its own. It forwards SIGTERM (``scancel``, Slurm's time limit, a node
-shutdown) and the controller's per-replica signals to that group, kills it over its memory limit, kills
+log files, in a process group of its own, dying with the entry. Slurm's own signals (``scancel``, its time
+limit) reach every process of the step, the trainer's too; the controller's per-replica signals come
+through a signal file, which the entry forwards to the trainer's group. It kills it over its memory limit, kills
 what the trainer left running when it exits, and writes the exit (Vertex-style status) for the controller,
 then exits with the same status.
 
@@ -26,6 +27,7 @@ from typing import Any
 
 from trials import files
 from trials.controller.process.groups import group_members, group_rss_bytes, kill_group
+from trials.controller.process.spawn import die_with_parent, libc_prctl
 from trials.controller.slurm import launchfile as lf
 from trials.printable import printable
 
@@ -82,7 +84,10 @@ def gather_addresses(launch: Mapping[str, Any], me: str, host: str, port: int, *
 
 
 class _Forward:
-    """SIGTERM/SIGINT/SIGHUP to the entry: forwarded to the trainer's group by the main loop."""
+    """SIGTERM/SIGINT/SIGHUP to the entry: noted, not forwarded. Slurm signals every process of the step
+    (``scancel --signal``, a time limit, a cancel), the trainer's included, so it gets one SIGTERM, as on
+    Vertex; the entry stays to write its exit. (A handler, not SIG_IGN: an ignored signal would stay
+    ignored in the trainer across exec.)"""
 
     def __init__(self) -> None:
         self.pending: list[int] = []
@@ -149,8 +154,11 @@ def run(launch: Mapping[str, Any], rank: int, own: Mapping[str, str]) -> int:
         env = node_env(lf.with_addresses(rep["env"], addresses), own, gpus=int(rep.get("gpus", 0)))
         argv = [str(a) for a in rep["argv"]]
         try:
+            prctl = libc_prctl()  # the trainer dies with its entry (Slurm's own kill of the step takes the
+            # entry first, and an orphaned trainer would leave the step's process tree)
             proc = subprocess.Popen(argv, env=env, cwd=str(rep["cwd"]), stdin=subprocess.DEVNULL,
-                                    stdout=stdout_fd, stderr=stderr_fd, start_new_session=True)
+                                    stdout=stdout_fd, stderr=stderr_fd, start_new_session=True,
+                                    preexec_fn=die_with_parent(os.getpid(), prctl) if prctl else None)
         except OSError as err:
             _say(stderr_fd, f"command {argv[0]!r} could not be executed on node {node}: {err.strerror or err}")
             status = 127 if isinstance(err, FileNotFoundError) else 126
@@ -181,9 +189,6 @@ def _supervise(proc: subprocess.Popen[bytes], rep: Mapping[str, Any], signal_fil
     seen_signal = ""
     next_signal = next_memory = 0.0
     while proc.poll() is None:
-        while forward.pending:  # SIGINT and SIGHUP too: the trainer gets Vertex's SIGTERM
-            forward.pending.pop(0)
-            kill_group(pgid, signal.SIGTERM)
         now = time.monotonic()
         if now >= next_signal:
             next_signal = now + SIGNAL_POLL_S
