@@ -280,9 +280,14 @@ def _run_held(h: JobHandle, args: argparse.Namespace, signals: Any, *, resume: b
 
     plan = plan or _device_plan(h.job, args, args.runtime or h.store.get_meta("runtime") or "host")
     runtime, images = None, None
-    if join and (args.runtime or args.image):  # this worker's own runtime (the job's is the default)
+    slurm = None
+    if join and (args.runtime or args.image or args.partition or args.slurm_arg):  # this worker's own runtime
         runtime, images = _runtime(h.job, args, stored=h.store.get_meta("runtime"),
                                    stored_images=h.store.get_meta("images"))
+    if join and (runtime or h.store.get_meta("runtime")) == "slurm":  # (the job's is the default)
+        slurm = _slurm_options(args, h.store.get_meta("slurm"), "slurm",
+                               folders=[h.job_dir, h.store.get_meta("gcs_root") or h.job_dir,
+                                        h.store.get_meta("cwd") or h.job_dir])
     if args.keep_going and not h.store.get_meta("keep_going"):
         h.store.set_meta(keep_going=True)  # kept by the job, as its other run settings are
     progress = _progress(h, args)
@@ -292,6 +297,7 @@ def _run_held(h: JobHandle, args: argparse.Namespace, signals: Any, *, resume: b
         h, echo=args.echo, grace_period_s=args.grace_period, memory_limit_mb=args.memory_limit,
         inject_restarts=args.inject_restarts, slots=getattr(args, "slots", None), seed=args.seed,
         devices=plan, shared=shared, join=join, pass_env=args.pass_env, runtime=runtime, images=images,
+        slurm=slurm,
     )
     if not args.quiet and not args.json_logs:
         who = f"worker {shared.me} joined " if join and shared is not None else ""

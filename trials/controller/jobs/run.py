@@ -56,7 +56,8 @@ def run_options(h: JobHandle, *, echo: bool, grace_period_s: float | None, memor
                 inject_restarts: float | None, slots: int | None, seed: int | None,
                 devices: Any = None, shared: Any = None, join: bool = False,
                 pass_env: Sequence[str] = (), runtime: str | None = None,
-                images: Mapping[str, str] | None = None, keep_going: bool = False) -> LoopOptions:
+                images: Mapping[str, str] | None = None, keep_going: bool = False,
+                slurm: Mapping[str, Any] | None = None) -> LoopOptions:
     """The loop's options from the job's stored settings and this run's (``runtime``, ``images``:
     this run's choice, else the job's)."""
     meta = h.store.meta()
@@ -64,7 +65,7 @@ def run_options(h: JobHandle, *, echo: bool, grace_period_s: float | None, memor
     return LoopOptions(
         runtime=runtime or meta.get("runtime") or "host",
         images={**(meta.get("images") or {}), **(images or {})},
-        slurm=dict(meta.get("slurm") or {}),
+        slurm=dict(slurm if slurm is not None else meta.get("slurm") or {}),
         job_dir=h.job_dir, base_output=meta.get("base_output"), gcs_root=meta["gcs_root"],
         project_number=meta["project_number"], cwd=meta["cwd"],
         local_command=tuple(meta["local_command"]) if meta.get("local_command") else None,

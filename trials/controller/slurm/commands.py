@@ -17,7 +17,7 @@ from trials.controller.backend.protocol import BackendError
 from trials.errors import ConfigError
 from trials.printable import printable
 
-PROGRAMS = ("sbatch", "squeue", "scancel", "srun")
+PROGRAMS = ("sbatch", "squeue", "scancel", "srun", "scontrol")
 CALL_TIMEOUT_S = 30.0
 # Slurm's job states that end a job (squeue --states=all lists them while the controller keeps the job)
 ENDED = frozenset({"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
@@ -49,6 +49,21 @@ class Slurm:
             raise ConfigError(f"--runtime slurm: {', '.join(missing)} not found on PATH (Slurm's client "
                               f"commands, e.g. apt-get install slurm-client; SLURM_CONF names the cluster)")
         self.paths: dict[str, str] = {p: at for p, at in found.items() if at is not None}
+        conf = self.environ.get("SLURM_CONF")
+        if conf and not os.path.isfile(conf):  # Slurm's commands would retry reading it for 60 s
+            raise ConfigError(f"--runtime slurm: SLURM_CONF names {printable(conf)!r}, which is not a file "
+                              f"(the cluster's slurm.conf)")
+
+    def ping(self) -> None:
+        """Raise ConfigError (one line) unless the cluster's controller answers."""
+        try:
+            done = self.call("scontrol", "ping", timeout=20)
+        except BackendError as err:
+            raise ConfigError(f"--runtime slurm: the Slurm controller did not answer: {err}") from None
+        text = done.stdout.decode("utf-8", "replace")
+        if done.returncode != 0 or "UP" not in text:
+            said = last_line(done.stderr) if done.stderr.strip() else printable(text.strip()[:200])
+            raise ConfigError(f"--runtime slurm: the Slurm controller is not up ({said})")
 
     def call(self, program: str, *args: str, timeout: float = CALL_TIMEOUT_S,
              stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:

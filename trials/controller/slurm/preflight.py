@@ -53,6 +53,7 @@ def check_shared(slurm: commands.Slurm, folders: Sequence[str], *, package_root:
         ConfigError: a folder is not shared, or the node cannot run the controller's Python or import
             this package (one line).
     """
+    slurm.ping()
     written: list[str] = []
     args: list[str] = []
     try:
@@ -93,5 +94,8 @@ def _problem(out: list[str], done: subprocess.CompletedProcess[bytes]) -> str:
         why = printable(" ".join(out[1:])[:200])
         return (f"--runtime slurm: a node's {sys.executable} cannot import trials ({why}): install trials "
                 f"where the nodes run the same Python, or run the controller from a shared venv")
-    return (f"--runtime slurm: the check on a node failed: {commands.last_line(done.stderr)} (the nodes run "
-            f"{sys.executable}: it must exist there, e.g. a venv on the shared folder)")
+    said = commands.last_line(done.stderr)
+    if "execve" in said or "No such file" in said:
+        return (f"--runtime slurm: a node cannot run {sys.executable} ({said}): the nodes run the controller's "
+                f"Python, so it must exist there (e.g. a venv on the shared folder)")
+    return f"--runtime slurm: the check on a node failed: {said}"
