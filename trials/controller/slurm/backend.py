@@ -389,7 +389,11 @@ class SlurmBackend:
         now = time.monotonic()
         if now - self._states_at >= STATE_EVERY_S:
             live = [j for j, s in self._subs.items() if any(r._status is None for r in s.replicas)]
-            self._states = commands.job_state(self.slurm.jobs(live)) if live else {}
+            try:
+                self._states = commands.job_state(self.slurm.jobs(live)) if live else {}
+            except BackendError:  # slurmctld restarting or too busy: what it said last, asked again soon
+                self._states_at = now
+                return self._states.get(job_id, ("UNKNOWN", ""))
             self._states_at = now
         return self._states.get(job_id, ("GONE", ""))
 
