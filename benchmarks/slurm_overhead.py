@@ -158,7 +158,7 @@ def run_sweep(sizes: Sizes, env: dict[str, str]) -> dict[str, Any]:
         with open(stamps_path, encoding="utf-8") as f:
             stamps = json.load(f)
         return {"wall_s": wall, "trainer_s": [e - s for s, e in times.values()],
-                **startup_parts(stamps, spawned)}
+                **startup_parts(stamps, spawned), **co._sweep_latencies(os.path.join(workdir, "jobs"), "bench", times)}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -209,6 +209,8 @@ def summarize(raw: dict[str, list[dict[str, Any]]], sizes: Sizes) -> dict[str, A
         "ratio_srun": sweep / srun, "ratio_srun_steady": steady / srun,
         "startup_s": startup, "startup_parts_s": parts,
         "trainer_s": {m: report.median(t for r in raw[m] for t in r["trainer_s"]) for m in raw},
+        "latency_s": {k: report.median(t for r in raw["sweep"] for t in r.get(k, []))
+                      for k in ("child_start_s", "exit_to_finalized_s")},
     }
     out["goals"] = {
         f"sweep wall per trial <= {GOAL_RATIO}x sbatch --wait (start-up included)": out["ratio"] <= GOAL_RATIO,
@@ -236,6 +238,12 @@ def render(summary: dict[str, Any], sizes: Sizes) -> str:
     parts += [[labels[k], v * 1000] for k, v in summary["startup_parts_s"].items()]
     parts += [[f"trainer process, {m} (median)", v * 1000] for m, v in summary["trainer_s"].items()]
     text += "\n" + report.table("The sweep's start-up and parts (median ms)", ["part", "ms"], parts)
+    lat = summary.get("latency_s", {})
+    names = {"child_start_s": "trial launched -> its trainer's first line (sbatch, job start, entry)",
+             "exit_to_finalized_s": "trainer's end -> trial recorded (exit file seen)"}
+    if lat:
+        text += "\n" + report.table("Per trial, from the journal (median ms)", ["part", "ms"],
+                                     [[names[k], v * 1000] for k, v in lat.items()])
     return text
 
 
