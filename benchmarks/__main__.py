@@ -20,6 +20,7 @@ PARTS = {
     "container": "benchmarks.container_start",
     "read": "benchmarks.read_scale",
     "suggest": "benchmarks.suggest_ahead",
+    "slurm": "benchmarks.slurm_overhead",
 }
 
 

@@ -250,3 +250,38 @@ def test_suggest_summary_ratios_and_goals() -> None:
                             "controller RSS <= 80 MiB": True}
     text = sa.render(summary, [{"n": 10, "median_s": 0.12, "min_s": 0.1}], sa.QUICK)
     assert "| inline" in text and "0.47 %" in text and "| 10 " in text
+
+
+def test_slurm_summary_ratios_and_goals() -> None:
+    from benchmarks import slurm_overhead as so
+
+    sizes = so.Sizes(n_trials=10, epochs=1, work_ms=1.0, repeats=1)
+    sweep = {"wall_s": 12.0, "startup_s": 1.5, "trainer_s": [0.3], "interpreter_s": 0.1, "import_cli_s": 0.05,
+             "shared_check_s": 0.2, "first_sbatch_s": 0.01, "controller_cpu_s": 1.0}
+    raw = {"baseline": [{"wall_s": 10.0, "trainer_s": [0.3]}], "baseline_srun": [{"wall_s": 8.0, "trainer_s": [0.3]}],
+           "sweep": [sweep]}
+    s = so.summarize(raw, sizes)
+    assert s["ratio"] == pytest.approx(1.2) and s["ratio_steady"] == pytest.approx(1.05)
+    assert s["baseline_s_per_trial"] == pytest.approx(1.0) and s["startup_s"] == 1.5
+    assert s["ratio_srun"] == pytest.approx(1.5) and s["ratio_srun_steady"] == pytest.approx(10.5 / 8)
+    assert list(s["goals"].values()) == [False, True]
+    assert "| trials sweep --runtime slurm" in so.render(s, sizes)
+
+
+@pytest.mark.integration
+@pytest.mark.slurm
+@pytest.mark.long
+def test_slurm_part_runs_baseline_and_sweep_on_a_real_cluster(tmp_path) -> None:
+    import os
+
+    from benchmarks import slurm_overhead as so
+
+    why = so.missing()
+    if why is not None:
+        if os.environ.get("TRIALS_REQUIRE_SLURM") == "1":
+            pytest.fail(f"TRIALS_REQUIRE_SLURM=1 but {why}")
+        pytest.skip(why)
+    out = so.run(out_dir=str(tmp_path), sizes=so.Sizes(n_trials=2, epochs=1, work_ms=1.0, repeats=1))
+    assert out["summary"]["ratio"] > 0 and out["summary"]["startup_s"] > 0
+    assert {len(runs) for runs in out["raw"].values()} == {1}
+    assert json.loads((tmp_path / "slurm.json").read_text())["part"] == "slurm"

@@ -1,0 +1,358 @@
+"""trials/controller/slurm/backend.py replayed against a fake ``commands.Slurm`` (scripted squeue rows,
+recorded sbatch scripts and scancel calls): one job per trial attempt, restarts, stops, lost jobs, a
+dead controller's jobs, sbatch failures. Real files in tmp_path; no cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trials import protocol
+from trials.controller.backend.protocol import BackendError, ReplicaStart
+from trials.controller.slurm import backend as sb
+from trials.controller.slurm import launchfile as lf
+from trials.controller.slurm.commands import JobRow
+
+TWO = ("workerpool0-0", "workerpool1-0")
+
+
+class FakeSlurm:
+    """What the backend asks of ``commands.Slurm``, scripted."""
+
+    def __init__(self) -> None:
+        self.paths = {"sbatch": "/usr/bin/sbatch", "squeue": "/usr/bin/squeue", "scancel": "/usr/bin/scancel",
+                      "srun": "/usr/bin/srun"}
+        self.scripts: list[str] = []
+        self.submit_args: list[list[str]] = []
+        self.next_id = 100
+        self.rows: list[JobRow] = []
+        self.cancels: list[tuple[str, str | None]] = []
+        self.fail_submit: str | None = None
+        self.queries: list[tuple[list[str], str | None]] = []
+
+    def submit(self, script: str, args=()) -> str:
+        if self.fail_submit:
+            raise BackendError(f"sbatch failed: {self.fail_submit}")
+        self.scripts.append(script)
+        self.submit_args.append(list(args))
+        self.next_id += 1
+        return str(self.next_id)
+
+    def jobs(self, job_ids=(), *, user=None):
+        ids = set(job_ids)
+        self.queries.append((sorted(ids), user))
+        return [r for r in self.rows if not ids or r.job_id in ids]
+
+    def cancel(self, job_id: str, sig: str | None = None) -> None:
+        self.cancels.append((job_id, sig))
+
+    def running(self, job_id: str, *, components: int = 1, state: str = "RUNNING", name: str = "x",
+                comment: str = "") -> None:
+        self.rows = [r for r in self.rows if r.job_id != job_id]
+        self.rows += [JobRow(job_id=job_id, name=name, comment=comment, state=state, nodes=f"n{k + 1}", reason="None")
+                      for k in range(components)]
+
+
+@pytest.fixture
+def slurm(monkeypatch) -> FakeSlurm:
+    monkeypatch.setattr(sb, "STATE_EVERY_S", 0.0)  # squeue at every poll: the scripted rows are read at once
+    return FakeSlurm()
+
+
+def _cluster_spec(names, me) -> str:
+    cluster: dict[str, list[str]] = {}
+    for k, name in enumerate(names):
+        pool = name.split("-")[0]
+        cluster.setdefault(pool, []).append(f"127.0.0.1:{2222 + k}")
+    pool, _, index = me.rpartition("-")
+    return json.dumps({"cluster": cluster, "task": {"type": pool, "index": int(index)}})
+
+
+def _request(tmp_path: Path, name: str, *, trial: str = "1", names=TWO, attempt: int = 0,
+             memory_limit_mb: int | None = None) -> ReplicaStart:
+    trial_dir = tmp_path / "job" / trial
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    env = {protocol.ENV_TRIAL_ID: trial, protocol.ENV_ATTEMPT: str(attempt), "PATH": os.environ["PATH"],
+           protocol.ENV_CLUSTER_SPEC: _cluster_spec(names, name)}
+    return ReplicaStart(argv=(sys.executable, "train.py"), env=env, cwd=str(tmp_path), name=name, label=name,
+                        trial_dir=str(trial_dir), stdout_path=str(trial_dir / f"{name}.out"),
+                        stderr_path=str(trial_dir / f"{name}.err"), memory_limit_mb=memory_limit_mb)
+
+
+def _backend(tmp_path: Path, slurm: FakeSlurm, **kw) -> sb.SlurmBackend:
+    backend = sb.SlurmBackend(job_dir=str(tmp_path / "job"), slurm=slurm, **kw)  # type: ignore[arg-type]
+    backend.open(lambda line: None)
+    return backend
+
+
+def _launch_of(replica) -> dict:
+    return json.loads(Path(replica.backend.sub_dir(replica.submission.sub_id), "launch.json").read_text())
+
+
+def _write_exit(replica, status: int, **fields) -> None:
+    lf.write_json(lf.exit_path(replica.backend.sub_dir(replica.submission.sub_id), replica.name),
+                  {"status": status, "oom": False, "wall": fields.pop("wall", 1.0), "node": "n2", "leftovers": [],
+                   **fields})
+
+
+def test_two_replicas_are_held_until_both_started_then_submitted_once_as_one_het_job(tmp_path, slurm):
+    backend = _backend(tmp_path, slurm, partition="debug", extra=("--qos=high",))
+    chief = backend.start(_request(tmp_path, "workerpool0-0", memory_limit_mb=300))
+    assert slurm.scripts == [] and chief.submission is None
+    worker = backend.start(_request(tmp_path, "workerpool1-0", memory_limit_mb=300))
+    assert len(slurm.scripts) == 1
+    script = slurm.scripts[0]
+    assert script.count("#SBATCH hetjob") == 1 and "--het-group=0,1" in script
+    assert script.count("#SBATCH --partition=debug") == 2 and script.count("#SBATCH --qos=high") == 2
+    assert script.count("#SBATCH --mem-per-cpu=300M") == 2
+    assert f"#SBATCH --job-name=trials-{sb.job_tag(str(tmp_path / 'job'))}-1" in script
+    assert f"#SBATCH --comment=trials:{backend.me}" in script
+    assert "exec /usr/bin/srun " in script
+    assert chief.submission is worker.submission and chief.placement["slurmJobId"] == "101"
+    assert slurm.submit_args[0] == ["--chdir", backend.sub_dir(chief.submission.sub_id)]
+    launch = _launch_of(chief)
+    assert [r["name"] for r in launch["replicas"]] == list(TWO) and launch["ranks"] == list(TWO)
+    assert [r["port"] for r in launch["replicas"]] == [2222, 2223]
+    assert launch["replicas"][0]["argv"] == [sys.executable, "train.py"]
+    # running: no exit yet; the chief's exit file ends the chief only
+    slurm.running("101", components=2)
+    assert chief.poll() is None and worker.poll() is None
+    _write_exit(chief, 0, wall=1234.5, node="n1")
+    assert chief.poll() == 0 and worker.poll() is None
+    assert chief.placement["node"] == "n1" and chief.exited_mono is not None
+    assert worker.record() == {"name": "workerpool1-0", "runtime": "slurm", "slurm_job": "101",
+                               "submission": worker.submission.sub_id}
+
+
+def test_a_one_replica_trial_is_submitted_at_its_start(tmp_path, slurm):
+    backend = _backend(tmp_path, slurm)
+    r = backend.start(_request(tmp_path, "workerpool0-0", names=("workerpool0-0",)))
+    assert len(slurm.scripts) == 1 and "hetjob" not in slurm.scripts[0] and "--het-group" not in slurm.scripts[0]
+    assert "#SBATCH --ntasks=1" in slurm.scripts[0] and r.submission is not None
+
+
+def test_a_restart_of_one_replica_while_the_other_runs_is_submitted_alone(tmp_path, slurm):
+    backend = _backend(tmp_path, slurm)
+    chief = backend.start(_request(tmp_path, "workerpool0-0"))
+    worker = backend.start(_request(tmp_path, "workerpool1-0"))
+    slurm.running("101", components=2)
+    _write_exit(worker, 1)
+    assert worker.poll() == 1 and chief.poll() is None
+    again = backend.start(_request(tmp_path, "workerpool1-0", attempt=1))
+    assert len(slurm.scripts) == 2 and again.submission is not None and again.submission is not chief.submission
+    second = slurm.scripts[1]
+    assert "hetjob" not in second and "--het-group" not in second and "#SBATCH --ntasks=1" in second
+    launch = _launch_of(again)
+    assert [r["name"] for r in launch["replicas"]] == ["workerpool1-0"] and launch["ranks"] == list(TWO)
+    assert "-a1-" in again.submission.sub_id
+    assert chief.poll() is None  # the chief's job runs on
+
+
+def test_begin_stop_of_every_replica_cancels_the_job_with_term_then_kill_after_the_grace(tmp_path, slurm):
+    backend = _backend(tmp_path, slurm)
+    chief = backend.start(_request(tmp_path, "workerpool0-0"))
+    worker = backend.start(_request(tmp_path, "workerpool1-0"))
+    slurm.running("101", components=2)
+    for r in (chief, worker):
+        assert r.begin_stop(50.0) == 50.0
+    assert slurm.cancels == [("101", "TERM")]
+    assert chief.begin_stop(51.0) == 50.0 and slurm.cancels == [("101", "TERM")]  # once
+    assert chief.advance_stop(52.0, 10.0) is False and slurm.cancels == [("101", "TERM")]  # within the grace
+    assert chief.advance_stop(60.0, 10.0) is False
+    assert slurm.cancels == [("101", "TERM"), ("101", "KILL"), ("101", None)]
+    slurm.running("101", components=2, state="CANCELLED")
+    for r in (chief, worker):
+        _write_exit(r, 137)
+        assert r.advance_stop(61.0, 10.0) is True and r.poll() == 137
+        assert r.oom_killed is False
+
+
+def test_begin_stop_of_one_replica_while_another_runs_writes_its_signal_file(tmp_path, slurm):
+    backend = _backend(tmp_path, slurm)
+    chief = backend.start(_request(tmp_path, "workerpool0-0"))
+    worker = backend.start(_request(tmp_path, "workerpool1-0"))
+    slurm.running("101", components=2)
+    worker.begin_stop(10.0)
+    sub_dir = backend.sub_dir(worker.submission.sub_id)
+    assert Path(lf.signal_path(sub_dir, "workerpool1-0")).read_text() == "1 TERM"
+    assert not os.path.exists(lf.signal_path(sub_dir, "workerpool0-0")) and slurm.cancels == []
+    worker.advance_stop(30.0, 5.0)
+    assert Path(lf.signal_path(sub_dir, "workerpool1-0")).read_text() == "2 KILL" and slurm.cancels == []
+    assert chief.poll() is None
+
+
+def test_a_job_gone_from_squeue_without_an_exit_file_is_137_after_the_grace(tmp_path, slurm, monkeypatch):
+    monkeypatch.setattr(sb, "ENDED_GRACE_S", 0.3)
+    backend = _backend(tmp_path, slurm)
+    r = backend.start(_request(tmp_path, "workerpool0-0", names=("workerpool0-0",)))
+    slurm.running("101")
+    assert r.poll() is None
+    slurm.rows = []  # Slurm forgot it (a lost node, MinJobAge, scancel from outside)
+    assert r.poll() is None  # the exit file may lag on a shared folder
+    import time
+
+    end = time.monotonic() + 10
+    while r.poll() is None and time.monotonic() < end:
+        time.sleep(0.05)
+    assert r.poll() == 137 and r.placement["slurmState"] == "GONE"
+
+
+@pytest.mark.parametrize(("state", "status"), [("NODE_FAIL", 137), ("PREEMPTED", 137), ("OUT_OF_MEMORY", 137),
+                                               ("TIMEOUT", 143), ("CANCELLED", 143), ("FAILED", 1)])
+def test_a_job_ended_without_an_exit_file_gets_a_status_from_its_slurm_state(tmp_path, slurm, monkeypatch,
+                                                                             state, status):
+    monkeypatch.setattr(sb, "ENDED_GRACE_S", 0.0)
+    backend = _backend(tmp_path, slurm)
+    r = backend.start(_request(tmp_path, "workerpool0-0", names=("workerpool0-0",)))
+    slurm.running("101", state=state)
+    assert r.poll() == status and r.placement["slurmState"] == state
+    assert r.oom_killed is (state == "OUT_OF_MEMORY")
+    log = Path(r.request.stderr_path).read_text() if os.path.exists(r.request.stderr_path) else ""
+    assert ("wrote no exit" in log) == (status == 1)
+
+
+def test_an_exit_file_that_arrives_within_the_grace_wins_over_the_slurm_state(tmp_path, slurm, monkeypatch):
+    monkeypatch.setattr(sb, "ENDED_GRACE_S", 60.0)
+    backend = _backend(tmp_path, slurm)
+    r = backend.start(_request(tmp_path, "workerpool0-0", names=("workerpool0-0",)))
+    slurm.running("101", state="COMPLETED")
+    assert r.poll() is None
+    _write_exit(r, 0)
+    assert r.poll() == 0 and "slurmState" not in r.placement
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_open_cancels_a_dead_controllers_jobs_and_not_a_live_ones(tmp_path, slurm, monkeypatch):
+    import socket
+
+    from trials.controller.process.groups import process_start_time
+
+    tag = sb.job_tag(str(tmp_path / "job"))
+    host = socket.gethostname()
+    dead = f"trials:{host}:{_dead_pid()}:12345"
+    live = f"trials:{host}:{os.getppid()}:{process_start_time(os.getppid())}"
+    slurm.running("7", name=f"trials-{tag}-1", comment=dead)
+    slurm.running("8", name=f"trials-{tag}-2", comment=live)
+    slurm.running("9", name="trials-othertag-3", comment=dead)  # another job's
+    slurm.running("10", name=f"trials-{tag}-4", comment=dead, state="COMPLETED")  # ended already
+    said: list[str] = []
+
+    def gone_after_cancel(job_ids=(), *, user=None):
+        ids = set(job_ids)
+        if ids and ("7", None) in slurm.cancels:
+            return [r for r in slurm.rows if r.job_id in ids and r.job_id != "7"]
+        return [r for r in slurm.rows if not ids or r.job_id in ids]
+
+    monkeypatch.setattr(slurm, "jobs", gone_after_cancel)
+    backend = sb.SlurmBackend(job_dir=str(tmp_path / "job"), slurm=slurm)  # type: ignore[arg-type]
+    backend.open(said.append)
+    assert slurm.cancels == [("7", None)]
+    assert len(said) == 1 and "cancelled 1 Slurm job(s)" in said[0] and "7" in said[0]
+
+
+def test_open_with_nothing_left_says_nothing(tmp_path, slurm):
+    said: list[str] = []
+    sb.SlurmBackend(job_dir=str(tmp_path / "job"), slurm=slurm).open(said.append)  # type: ignore[arg-type]
+    assert said == [] and slurm.cancels == [] and slurm.queries[0][1]  # asked for the user's jobs
+
+
+def test_an_sbatch_failure_raises_backend_error_from_start(tmp_path, slurm):
+    backend = _backend(tmp_path, slurm)
+    slurm.fail_submit = "Invalid partition name specified"
+    with pytest.raises(BackendError, match="Invalid partition"):
+        backend.start(_request(tmp_path, "workerpool0-0", names=("workerpool0-0",)))
+    slurm.fail_submit = None  # the loop retries the attempt: a new start submits it
+    r = backend.start(_request(tmp_path, "workerpool0-0", names=("workerpool0-0",)))
+    assert r.submission is not None and len(slurm.scripts) == 1
+
+
+def test_a_missing_program_is_a_config_error_before_any_submission(tmp_path, slurm):
+    from trials.errors import ConfigError
+
+    backend = _backend(tmp_path, slurm)
+    request = _request(tmp_path, "workerpool0-0", names=("workerpool0-0",))
+    bad = ReplicaStart(**{**{f: getattr(request, f) for f in request.__dataclass_fields__},
+                          "argv": ("/no/such/python", "train.py")})
+    with pytest.raises(ConfigError):
+        backend.start(bad)
+    assert slurm.scripts == []
+
+
+def test_close_cancels_what_still_runs(tmp_path, slurm):
+    backend = _backend(tmp_path, slurm)
+    r = backend.start(_request(tmp_path, "workerpool0-0", names=("workerpool0-0",)))
+    done = backend.start(_request(tmp_path, "workerpool0-0", trial="2", names=("workerpool0-0",)))
+    slurm.running("101")
+    slurm.running("102")
+    _write_exit(done, 0)
+    assert done.poll() == 0 and r.poll() is None
+    backend.close()
+    assert slurm.cancels == [("101", None)]
+
+
+def test_a_stop_of_a_replica_never_submitted_is_sigterm_and_nothing_is_submitted(tmp_path, slurm):
+    backend = _backend(tmp_path, slurm)
+    chief = backend.start(_request(tmp_path, "workerpool0-0"))
+    chief.begin_stop(5.0)
+    assert chief.poll() == 128 + signal.SIGTERM and slurm.scripts == [] and slurm.cancels == []
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "a whole-job stop is scancel --signal=TERM: Slurm signals every process of the step (proctrack) and the "
+    "entry forwards its own SIGTERM too, so the trainer gets SIGTERM twice (measured on the test cluster); "
+    "the first replica of a stop pass gets a third from its signal file. Vertex sends one. Fix: TERM always "
+    "through the replicas' signal files, scancel only for KILL"))
+def test_stopping_every_replica_of_a_job_sends_each_trainer_one_term_through_its_signal_file(tmp_path, slurm):
+    backend = _backend(tmp_path, slurm)
+    chief = backend.start(_request(tmp_path, "workerpool0-0"))
+    worker = backend.start(_request(tmp_path, "workerpool1-0"))
+    slurm.running("101", components=2)
+    for r in (chief, worker):  # the supervisor's begin_stop: every live replica, one after the other
+        r.begin_stop(50.0)
+    sub_dir = backend.sub_dir(chief.submission.sub_id)
+    assert ("101", "TERM") not in slurm.cancels
+    for name in TWO:
+        assert Path(lf.signal_path(sub_dir, name)).read_text().split()[1] == "TERM"
+    chief.advance_stop(60.0, 10.0)  # after the grace: the whole job is killed through Slurm
+    assert ("101", "KILL") in slurm.cancels
+
+
+@pytest.mark.xfail(strict=True, raises=BackendError, reason=(
+    "poll() lets squeue's BackendError out (state_of calls slurm.jobs unguarded): a busy slurmctld "
+    "('squeue did not answer in 30s', 'Socket timed out') ends the controller from inside the job loop, "
+    "whose handles never raise from poll. Fix: state_of keeps the last states (the job as it was) when squeue "
+    "fails, and asks again after STATE_EVERY_S"))
+def test_a_squeue_failure_while_polling_reads_as_still_running(tmp_path, slurm, monkeypatch):
+    backend = _backend(tmp_path, slurm)
+    r = backend.start(_request(tmp_path, "workerpool0-0", names=("workerpool0-0",)))
+    slurm.running("101")
+    assert r.poll() is None
+
+    def busy(job_ids=(), *, user=None):
+        raise BackendError("squeue did not answer in 30s")
+
+    monkeypatch.setattr(slurm, "jobs", busy)
+    assert r.poll() is None
+    assert r.begin_stop(5.0) == 5.0  # a stop during the outage goes on too
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "launch.json holds each replica's whole environment (tokens, database passwords the trainer is given) and "
+    "is written 0644 on the cluster's shared folder, readable by every user there; the host backend never "
+    "writes it down. Fix: write the launch file 0600 (files.write_atomic(..., mode=0o600))"))
+def test_the_launch_file_is_readable_by_its_owner_only(tmp_path, slurm):
+    backend = _backend(tmp_path, slurm)
+    r = backend.start(_request(tmp_path, "workerpool0-0", names=("workerpool0-0",)))
+    path = Path(backend.sub_dir(r.submission.sub_id), "launch.json")
+    assert path.stat().st_mode & 0o077 == 0, oct(path.stat().st_mode)
