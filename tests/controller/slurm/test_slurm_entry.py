@@ -224,11 +224,19 @@ def test_a_signal_file_term_reaches_the_trainers_process_group(tmp_path):
     assert note["status"] == 75 and note["oom"] is False and note["leftovers"] == []
 
 
-def test_a_sigterm_to_the_entry_is_forwarded_to_the_trainer(tmp_path):
+def test_a_sigterm_to_the_entry_alone_is_not_sent_again_and_the_entry_outlives_it_to_write_the_exit(tmp_path):
+    """Slurm's signals (scancel --signal, its time limit, a cancel) reach every process of the step: the
+    trainer gets its one SIGTERM from Slurm, so the entry does not send it a second; it stays to write the
+    exit."""
     path, rep = _launch(tmp_path, """
         import os, signal, sys, time
+        terms = []
         def on_term(*a):
-            sys.exit(75)
+            terms.append(1)
+            open(os.path.join(os.environ["MARKS"], "term-%d" % len(terms)), "w").close()
+            if len(terms) == 1:
+                time.sleep(0.5)  # a second SIGTERM, if any, would arrive meanwhile
+                sys.exit(75)
         signal.signal(signal.SIGTERM, on_term)
         open(os.path.join(os.environ["MARKS"], "ready"), "w").close()
         time.sleep(60)
@@ -236,12 +244,28 @@ def test_a_sigterm_to_the_entry_is_forwarded_to_the_trainer(tmp_path):
     proc = _start(path)
     try:
         _wait_for(tmp_path / "ready")
-        proc.send_signal(signal.SIGTERM)  # scancel --signal=TERM, Slurm's time limit
+        proc.send_signal(signal.SIGTERM)  # the entry's share of Slurm's signal to the step
+        time.sleep(0.5)
+        assert proc.poll() is None and not (tmp_path / "term-1").exists()  # not forwarded, not dead
+        os.killpg(int(_pid_of_trainer(tmp_path)), signal.SIGTERM)  # the trainer's share
         proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 75 and _exit_file(rep)["status"] == 75
+    assert (tmp_path / "term-1").exists() and not (tmp_path / "term-2").exists()
+
+
+def _pid_of_trainer(tmp_path) -> str:
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                env = Path(f"/proc/{pid}/environ").read_bytes()
+            except OSError:
+                continue
+            if f"MARKS={tmp_path}".encode() in env.split(b"\0") and os.getpgid(int(pid)) == int(pid):
+                return pid
+    raise AssertionError("the trainer is not running")
 
 
 def test_a_memory_limit_exceeded_is_an_oom_kill(tmp_path):

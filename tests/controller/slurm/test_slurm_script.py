@@ -47,7 +47,7 @@ def test_one_pool_is_one_component_with_ntasks_and_no_het_group():
     assert text.startswith("#!/bin/sh\n") and text.endswith("\n")
     directives = _directives(text)
     assert "hetjob" not in directives and "--ntasks=3" in directives
-    assert "--no-requeue" in directives and "--export=NONE" in directives
+    assert "--no-requeue" in directives and "--export=ALL" in directives
     assert "--job-name=trials-abc-3" in directives and "--comment=trials:host:12:34" in directives
     assert not any(d.startswith(("--gpus", "--mem", "--partition", "--time")) for d in directives)
     argv = _exec_argv(text)
@@ -71,7 +71,7 @@ def test_several_pools_are_het_components_run_by_one_srun_over_every_group():
             assert want in part, (k, want, part)
         assert ("--gpus-per-task=2" in part) == (k == 0)
     # the job-wide options come once, before the first component
-    assert directives.count("--no-requeue") == 1 and directives.count("--export=NONE") == 1
+    assert directives.count("--no-requeue") == 1 and directives.count("--export=ALL") == 1
     assert directives.index("--no-requeue") < directives.index("--ntasks=1")
     assert "--het-group=0,1,2" in _exec_argv(text)
 

@@ -65,7 +65,8 @@ def run_options(h: JobHandle, *, echo: bool, grace_period_s: float | None, memor
     return LoopOptions(
         runtime=runtime or meta.get("runtime") or "host",
         images={**(meta.get("images") or {}), **(images or {})},
-        slurm=dict(slurm if slurm is not None else meta.get("slurm") or {}),
+        slurm_partition=(slurm if slurm is not None else meta.get("slurm") or {}).get("partition"),
+        slurm_args=tuple((slurm if slurm is not None else meta.get("slurm") or {}).get("args") or ()),
         job_dir=h.job_dir, base_output=meta.get("base_output"), gcs_root=meta["gcs_root"],
         project_number=meta["project_number"], cwd=meta["cwd"],
         local_command=tuple(meta["local_command"]) if meta.get("local_command") else None,
@@ -149,7 +150,7 @@ def run_job(h: JobHandle, options: LoopOptions, *, emit: events.Emit = events.ig
 
             backend = SlurmBackend(job_dir=options.job_dir, job_key=f"{redact(h.storage_url)}|{h.job_id}",
                                    accelerators=accelerators(h.job),
-                                   partition=options.slurm.get("partition"), extra=options.slurm.get("args", ()),
+                                   partition=options.slurm_partition, extra=options.slurm_args,
                                    timeout_s=h.job.trial_job.scheduling.timeout_s if h.job.trial_job else None,
                                    grace_s=options.grace_period_s)
         elif options.runtime == "host":

@@ -44,7 +44,8 @@ class LoopOptions:
     join: bool = False  # a `trials worker`: Ctrl-C / SIGTERM leaves the job instead of cancelling it
     runtime: str = "host"  # host processes, or a container runtime (podman, docker): replicas run in their images
     images: dict[str, str] = field(default_factory=dict)  # --image URI=LOCAL: a local image for a spec's URI
-    slurm: dict[str, Any] = field(default_factory=dict)  # --runtime slurm: {"partition": P, "args": [...]}
+    slurm_partition: str | None = None  # --runtime slurm: --partition
+    slurm_args: tuple[str, ...] = ()  # --runtime slurm: --slurm-arg (sbatch options for every trial)
     devices: DevicePlan | None = None  # GPUs handed to replicas (None: CUDA_VISIBLE_DEVICES untouched)
     pass_env: tuple[str, ...] = ()  # withheld host variables passed to replicas anyway (--pass-env)
     suggest_ahead: bool = True  # a model-based sampler suggests while trials run (trials.study.ahead)

@@ -5,19 +5,21 @@ replicas that are starting now are there, then submits them as one job: one work
 several as a heterogeneous job (one component per pool), ``machineSpec.acceleratorCount`` as
 ``--gpus-per-task``, ``--memory-limit`` as memory per task, ``scheduling.timeout`` as ``--time`` (past the
 controller's own stop), ``--partition`` and ``--slurm-arg`` in every component, ``--no-requeue`` (a lost
-node is a worker restart the loop decides, resubmitted, never Slurm's requeue hold) and ``--export=NONE``
-(nothing of the controller's environment reaches a node: no database credentials).
+node is a worker restart the loop decides, resubmitted, never Slurm's requeue hold), and only Slurm's own
+variables in the job's environment (``commands.job_env``: nothing else of the controller's reaches a
+node, no database credentials).
 
 A replica's exit is what its entry wrote (:mod:`entry`), or, when the job ended without one (a node lost,
 the job cancelled outside), the job's Slurm state: lost or preempted is a SIGKILL we did not send (137:
-the worker restarts within its budget). Stopping: when the whole job stops (a cancel, an early stop, a
-timeout), ``scancel --signal=TERM`` (each entry forwards it to its trainer's process group); one replica
-of several, or the others after the primary succeeded, through its entry's signal file. After the grace,
-SIGKILL through the entries' signal files (Slurm's own kill of a step takes the entry first and would
-orphan the trainer), and ``scancel --signal=KILL`` plus ``scancel`` when the entries have not acted within
-``ENTRY_KILL_S`` (a hung node). Each job is named after the job folder and the trial and
-carries its controller in its comment; a new controller cancels (and waits out) the jobs of a dead one
-before it starts any trial, so a trial never runs twice.
+the worker restarts within its budget). Stopping (a cancel, an early stop, a timeout, a restart): SIGTERM
+through each replica's signal file, which its entry sends to the trainer's process group (one SIGTERM, as
+on Vertex; ``scancel --signal`` reaches every process of the step and cannot address one replica), SIGKILL
+the same way after the grace (Slurm's own kill of a step takes the entry first and would orphan the
+trainer); a job still queued is ``scancel``-ed, and so is one whose entries have not carried out a SIGKILL
+within ``ENTRY_KILL_S`` (a hung node: ``scancel --signal=KILL``, then ``scancel``). Each job is named after
+the job (its storage and id) and the trial and carries its controller in its comment; a new controller
+cancels (and waits out) the jobs of a dead one before it starts any trial, and another controller's copy
+of a trial before its first submission of it, so a trial never runs twice.
 """
 
 from __future__ import annotations
@@ -330,7 +332,7 @@ class SlurmBackend:
                        "port": r.port, "gpus": r.gpus, "memory_limit_mb": r.request.memory_limit_mb}
                       for r in order])
         launch_file = os.path.join(sub_dir, "launch.json")
-        lf.write_json(launch_file, launch)
+        lf.write_json(launch_file, launch, mode=0o600)  # every replica's environment: the user's only
         mem = order[0].request.memory_limit_mb
         submission = sc.Submission(
             job_name=self.job_name(trial_id), comment=f"trials:{self.me}", output=os.path.join(sub_dir, "slurm-%j.out"),
@@ -358,23 +360,21 @@ class SlurmBackend:
         return dropped
 
     def signal(self, sub: _Submission, replica: SlurmReplica, sig: int) -> None:
-        """Signal one replica: through the job (``scancel``) when every replica of it that runs is being
-        stopped (a cancel, an early stop, a timeout), else through the replica's signal file (its entry
-        forwards it): one replica of several, or the others after the primary succeeded."""
+        """Signal one replica through its entry's signal file (the entry sends it to its trainer's process
+        group: one SIGTERM, as on Vertex; ``scancel --signal`` would reach every process of the step and
+        cannot address one replica of several). A job still queued is cancelled (``scancel``); a SIGKILL
+        the entries have not carried out within ``ENTRY_KILL_S`` (a hung node) is Slurm's own."""
         kill = sig == signal.SIGKILL
         whole = all(r._status is not None or r.stop_requested_at is not None for r in sub.replicas)
-        # the primary succeeded and the others are told to end: through their entries, so a job whose
-        # replicas all end by themselves meanwhile stays COMPLETED in Slurm's records (a SIGKILL still scancels)
-        teardown = any(r._status == 0 for r in sub.replicas)
-        if whole and not kill and not teardown:
-            self.slurm.cancel(sub.job_id, "TERM")  # every task's entry forwards it to its trainer's group
+        if whole and not sub.cancelled and self.state_of(sub.job_id)[0] in commands.QUEUED:
+            self.slurm.cancel(sub.job_id)  # nothing ran yet: it never will
+            sub.cancelled = True
             self._states_at = -1e9  # read its state again at the next poll
             return
-        if kill:
+        if kill and whole and not sub.cancelled:
             now = time.monotonic()
             sub.first_kill = sub.first_kill or now
-            if whole and now - sub.first_kill >= ENTRY_KILL_S and not sub.cancelled:
-                # the entries did not act on their KILL (a hung node): Slurm's own kill, then the job's end
+            if now - sub.first_kill >= ENTRY_KILL_S:
                 self.slurm.cancel(sub.job_id, "KILL")
                 self.slurm.cancel(sub.job_id)
                 sub.cancelled = True

@@ -22,6 +22,7 @@ CALL_TIMEOUT_S = 30.0
 # Slurm's job states that end a job (squeue --states=all lists them while the controller keeps the job)
 ENDED = frozenset({"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
                    "PREEMPTED", "REVOKED", "SPECIAL_EXIT", "TIMEOUT"})
+QUEUED = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "RESV_DEL_HOLD", "SUSPENDED"})
 LOST = frozenset({"BOOT_FAIL", "NODE_FAIL", "PREEMPTED", "REVOKED"})  # not the trainer's doing: a worker restart
 
 
@@ -65,11 +66,13 @@ class Slurm:
             said = last_line(done.stderr) if done.stderr.strip() else printable(text.strip()[:200])
             raise ConfigError(f"--runtime slurm: the Slurm controller is not up ({said})")
 
-    def call(self, program: str, *args: str, timeout: float = CALL_TIMEOUT_S,
-             stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    def call(self, program: str, *args: str, timeout: float = CALL_TIMEOUT_S, stdin: bytes | None = None,
+             scrubbed: bool = False) -> subprocess.CompletedProcess[bytes]:
+        """Run one command (``scrubbed``: in :func:`job_env`, for what starts a job)."""
+        env = job_env(self.environ) if scrubbed else self.environ
         try:
             return subprocess.run([self.paths[program], *args], input=stdin, capture_output=True,
-                                  env=self.environ, timeout=timeout, check=False)
+                                  env=env, timeout=timeout, check=False)
         except subprocess.TimeoutExpired as err:
             raise BackendError(f"{program} did not answer in {timeout:g}s") from err
         except OSError as err:
@@ -77,7 +80,7 @@ class Slurm:
 
     def submit(self, script: str, args: Sequence[str] = ()) -> str:
         """``sbatch --parsable`` of a script read from stdin; the job id."""
-        done = self.call("sbatch", "--parsable", *args, stdin=script.encode("utf-8"))
+        done = self.call("sbatch", "--parsable", *args, stdin=script.encode("utf-8"), scrubbed=True)
         if done.returncode != 0:
             raise BackendError(f"sbatch failed: {last_line(done.stderr)}")
         job_id = done.stdout.decode("ascii", "replace").strip().split(";")[0]
@@ -111,6 +114,18 @@ class Slurm:
         if done.returncode != 0 and "invalid job id" not in last_line(done.stderr).lower() \
                 and "already completing" not in last_line(done.stderr).lower():
             raise BackendError(f"scancel {job_id} failed: {last_line(done.stderr)}")
+
+
+JOB_ENV_NAMES = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ")
+
+
+def job_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment a job is submitted in (and, by ``--export=ALL``, runs in): Slurm's own settings
+    (``SLURM_*``, ``SBATCH_*``, ``SRUN_*``: the cluster, the user's defaults) and a few basics, nothing else
+    of the controller's (no database URL or password reaches a node). ``--export=NONE`` would do the same
+    but makes slurmd build a login environment: 0.85 s more for every job's start, measured here."""
+    return {k: v for k, v in environ.items()
+            if k in JOB_ENV_NAMES or k.startswith(("SLURM_", "SBATCH_", "SRUN_"))}
 
 
 def parse_squeue(text: str) -> list[JobRow]:

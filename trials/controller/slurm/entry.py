@@ -153,6 +153,9 @@ def run(launch: Mapping[str, Any], rank: int, own: Mapping[str, str]) -> int:
             return EXIT_SETUP
         env = node_env(lf.with_addresses(rep["env"], addresses), own, gpus=int(rep.get("gpus", 0)))
         argv = [str(a) for a in rep["argv"]]
+        if _read_signal(signal_file):  # stopped while it started: the trainer never runs
+            status = 128 + (signal.SIGKILL if _read_signal(signal_file).endswith("KILL") else signal.SIGTERM)
+            return status
         try:
             prctl = libc_prctl()  # the trainer dies with its entry (Slurm's own kill of the step takes the
             # entry first, and an orphaned trainer would leave the step's process tree)

@@ -83,8 +83,8 @@ def read_json(path: str, max_bytes: int = MAX_SMALL_BYTES) -> Any:
         return None
 
 
-def write_json(path: str, data: Any) -> None:
-    files.write_atomic(path, json.dumps(data, separators=(",", ":")).encode("utf-8"))
+def write_json(path: str, data: Any, *, mode: int = 0o644) -> None:
+    files.write_atomic(path, json.dumps(data, separators=(",", ":")).encode("utf-8"), mode=mode)
 
 
 def read_exit(path: str) -> ExitNote | None:

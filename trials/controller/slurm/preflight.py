@@ -64,12 +64,13 @@ def check_shared(slurm: commands.Slurm, folders: Sequence[str], *, package_root:
             files.write_atomic(path, nonce.encode("ascii"))
             written.append(path)
             args += [path, nonce]
-        srun = ["-N1", "-n1", "--export=NONE", "--job-name=trials-preflight", "--quiet"]
+        srun = ["-N1", "-n1", "--export=ALL", "--job-name=trials-preflight", "--quiet"]
         if partition:
             srun.append(f"--partition={partition}")
         srun += list(extra)
         try:
-            done = slurm.call("srun", *srun, sys.executable, "-c", _CHECK, package_root, *args, timeout=timeout_s)
+            done = slurm.call("srun", *srun, sys.executable, "-c", _CHECK, package_root, *args, timeout=timeout_s,
+                              scrubbed=True)
         except BackendError:
             return (f"--runtime slurm: the shared-folder check did not run within {timeout_s:g}s (the cluster may "
                     f"be busy); the trials' folders are assumed shared with the nodes")

@@ -65,7 +65,7 @@ def time_limit_minutes(timeout_s: float | None, grace_s: float) -> int | None:
 def batch_script(sub: Submission) -> str:
     """The ``#!/bin/sh`` script ``sbatch`` reads from stdin."""
     lines = ["#!/bin/sh", f"#SBATCH --job-name={sub.job_name}", f"#SBATCH --comment={sub.comment}",
-             f"#SBATCH --output={sub.output}", "#SBATCH --no-requeue", "#SBATCH --export=NONE",
+             f"#SBATCH --output={sub.output}", "#SBATCH --no-requeue", "#SBATCH --export=ALL",
              "#SBATCH --open-mode=append"]
     for k, comp in enumerate(sub.components):
         if k:
