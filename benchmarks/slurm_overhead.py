@@ -4,9 +4,10 @@ A real two-node test cluster (``tests/slurm/slurmkit.py``: one CPU per node) in 
 one run, interleaved:
 
 - baseline: the N trials of ``trainers/argparse_tiny.py`` (argparse + hypertune, a few 50 ms epochs),
-  each its own ``sbatch --wait`` job whose script runs the trainer as one ``srun`` step (what a user
-  writes without us), two at a time (one per node); ``sbatch --wait`` polls the job's state with a
-  growing sleep (2 s, then longer), which this baseline pays as a user of it does;
+  each its own ``sbatch`` job whose script runs the trainer and then writes its exit status to a file
+  (what a user writes without us, Slurm's defaults), its end seen by that file polled every 20 ms (not
+  ``sbatch --wait``, whose own poll of the job's state sleeps 2 s and more: that would time Slurm's
+  client, not the job), two at a time (one per node);
 - a stricter one: each trial a blocking ``srun python train.py`` (its own allocation and one step,
   back as soon as the step ended: no polling), two at a time;
 - sweep: ``trials sweep SPEC --runtime slurm -- python argparse_tiny.py`` of the same N trials with
@@ -66,19 +67,28 @@ def _params(i: int) -> tuple[float, float]:
     return ((i * 0.37) % 1.0, (i * 0.61) % 1.0)
 
 
+POLL_S = 0.02  # the baseline lanes' look at a trial's done file
+
+
 def baseline_script(sizes: Sizes, i: int, workdir: str, srun: str, times_path: str) -> str:
-    """The batch script of trial ``i`` as a user writes it: the trainer as one ``srun`` step (``--export=ALL``:
-    under ``sbatch --export=NONE`` a step gets none of the script's variables otherwise)."""
+    """The batch script of trial ``i`` as a user writes it (Slurm's defaults: the submitter's environment):
+    the trainer, then its exit status into ``done-<i>`` (the lane's sign that the trial ended)."""
     import shlex
 
     x, y = _params(i)
     env = {"CLOUD_ML_TRIAL_ID": str(i + 1), "CLOUD_ML_HP_METRIC_FILE": os.path.join(workdir, f"{i + 1}.metrics"),
-           "BENCH_TIMES": times_path, "PATH": os.environ.get("PATH", os.defpath)}
+           "BENCH_TIMES": times_path}
+    del srun
     return "\n".join([
         "#!/bin/sh", f"#SBATCH --job-name=bench-baseline-{i + 1}", "#SBATCH --ntasks=1",
-        f"#SBATCH --output={os.path.join(workdir, 'slurm-%j.out')}", "#SBATCH --export=NONE",
+        f"#SBATCH --output={os.path.join(workdir, 'slurm-%j.out')}",
         *(f"export {k}={shlex.quote(v)}" for k, v in env.items()),
-        "exec " + shlex.join([srun, "--export=ALL", *trainer_argv(sizes), f"--x={x!r}", f"--y={y!r}"]), ""])
+        shlex.join([*trainer_argv(sizes), f"--x={x!r}", f"--y={y!r}"]),
+        f"echo $? > {shlex.quote(done_path(workdir, i))}", ""])
+
+
+def done_path(workdir: str, i: int) -> str:
+    return os.path.join(workdir, f"done-{i + 1}")
 
 
 def srun_argv(sizes: Sizes, i: int, srun: str) -> list[str]:
@@ -88,8 +98,10 @@ def srun_argv(sizes: Sizes, i: int, srun: str) -> list[str]:
 
 
 def run_baseline(sizes: Sizes, env: dict[str, str], *, how: str = "sbatch") -> dict[str, Any]:
-    """The N trials as ``sbatch --wait`` jobs (``how="srun"``: blocking ``srun`` commands), SLOTS lanes each
-    submitting its next one when the last ended."""
+    """The N trials as ``sbatch`` jobs whose end each lane sees by their ``done`` file, polled every
+    ``POLL_S`` (``sbatch --wait`` polls the job's state every 2 s and more: it would time Slurm's client, not
+    the job), or (``how="srun"``) as blocking ``srun`` commands; SLOTS lanes each submitting its next
+    trial when its last ended."""
     workdir = tempfile.mkdtemp(prefix="bench-slurm-base-")
     times_path = os.path.join(workdir, "times.txt")
     srun = shutil.which("srun", path=env.get("PATH")) or "srun"
@@ -109,8 +121,14 @@ def run_baseline(sizes: Sizes, env: dict[str, str], *, how: str = "sbatch") -> d
                 done = subprocess.run(srun_argv(sizes, i, srun), env=trial_env, capture_output=True, check=False,
                                       cwd=workdir)
             else:
-                done = subprocess.run(["sbatch", "--wait", "--parsable"], env=env, capture_output=True, check=False,
+                done = subprocess.run(["sbatch", "--parsable"], env=env, capture_output=True, check=False,
                                       input=baseline_script(sizes, i, workdir, srun, times_path).encode())
+                end = time.monotonic() + 600
+                while done.returncode == 0 and not os.path.exists(done_path(workdir, i)):
+                    if time.monotonic() > end:
+                        failures.append(f"trial {i + 1}: no end in 600 s")
+                        break
+                    time.sleep(POLL_S)
             if done.returncode != 0:
                 failures.append(done.stderr.decode(errors="replace")[-500:])
 
@@ -213,8 +231,8 @@ def summarize(raw: dict[str, list[dict[str, Any]]], sizes: Sizes) -> dict[str, A
                       for k in ("child_start_s", "exit_to_finalized_s")},
     }
     out["goals"] = {
-        f"sweep wall per trial <= {GOAL_RATIO}x sbatch --wait (start-up included)": out["ratio"] <= GOAL_RATIO,
-        f"sweep wall per trial <= {GOAL_RATIO}x sbatch --wait (start-up excluded)": out["ratio_steady"] <= GOAL_RATIO,
+        f"sweep wall per trial <= {GOAL_RATIO}x sbatch (start-up included)": out["ratio"] <= GOAL_RATIO,
+        f"sweep wall per trial <= {GOAL_RATIO}x sbatch (start-up excluded)": out["ratio_steady"] <= GOAL_RATIO,
     }
     return out
 
@@ -223,13 +241,13 @@ def render(summary: dict[str, Any], sizes: Sizes) -> str:
     title = (f"Slurm: {sizes.n_trials} trials x {sizes.epochs} epochs x {sizes.work_ms:g} ms, 2 at a time on "
              f"2 nodes (median of {sizes.repeats})")
     base, srun = summary["baseline_s_per_trial"], summary.get("baseline_srun_s_per_trial", float("nan"))
-    rows = [["baseline: sbatch --wait per trial (srun step)", base * 1000, 1.0, base / srun, ""],
+    rows = [["baseline: sbatch per trial, its end polled every 20 ms", base * 1000, 1.0, base / srun, ""],
             ["stricter: a blocking srun per trial", srun * 1000, srun / base, 1.0, ""],
             ["trials sweep --runtime slurm", summary["sweep_s_per_trial"] * 1000, summary["ratio"],
              summary["ratio_srun"], report.verdict(summary["ratio"] <= GOAL_RATIO)],
             ["  less its start-up", summary["sweep_steady_s_per_trial"] * 1000, summary["ratio_steady"],
              summary["ratio_srun_steady"], report.verdict(summary["ratio_steady"] <= GOAL_RATIO)]]
-    text = report.table(title, ["mode", "wall ms per trial", "x sbatch --wait", "x srun", f"goal <= {GOAL_RATIO}"],
+    text = report.table(title, ["mode", "wall ms per trial", "x sbatch", "x srun", f"goal <= {GOAL_RATIO}"],
                         rows)
     labels = {"interpreter_s": "interpreter start", "import_cli_s": "import the CLI",
               "shared_check_s": "shared-folder check (srun on a node)",

@@ -57,6 +57,16 @@ def test_one_pool_is_one_component_with_ntasks_and_no_het_group():
     assert sc.ENTRY_MODULE in argv[5] and "'/src/trials'" in argv[5]
 
 
+def test_one_replica_is_the_batch_step_itself_without_an_srun_step():
+    text = sc.batch_script(_sub([sc.Component(ntasks=1, gpus_per_task=1)]))
+    assert "--gpus-per-task=1" in _directives(text)
+    lines = text.rstrip("\n").splitlines()
+    assert lines[-3:-1] == ["SLURM_PROCID=0", "export SLURM_PROCID"]  # task 0 of the launch file
+    argv = _exec_argv(text)
+    assert argv[:2] == ["/venv/bin/python", "-c"] and "/usr/bin/srun" not in argv
+    assert argv[-1] == "/shared/job/slurm/s/launch.json"
+
+
 def test_several_pools_are_het_components_run_by_one_srun_over_every_group():
     comps = [sc.Component(ntasks=1, gpus_per_task=2, mem_per_task_mb=512), sc.Component(ntasks=2, mem_per_task_mb=512),
              sc.Component(ntasks=1, mem_per_task_mb=512)]
@@ -86,9 +96,9 @@ def test_paths_with_spaces_and_quotes_are_one_word_each():
     text = sc.batch_script(_sub([sc.Component(ntasks=1)], launch_file=odd, python="/my venv/bin/python",
                                 package_root="/src dir/it's"))
     argv = _exec_argv(text)
-    assert argv[-1] == odd and argv[3] == "/my venv/bin/python"
+    assert argv[-1] == odd and argv[0] == "/my venv/bin/python"  # one replica: the batch step runs its entry
     # the package root reaches sys.path exactly: a Python literal inside the -c code
-    inserts = [node for node in ast.walk(ast.parse(argv[5])) if isinstance(node, ast.Call)
+    inserts = [node for node in ast.walk(ast.parse(argv[2])) if isinstance(node, ast.Call)
                and isinstance(node.func, ast.Attribute) and node.func.attr == "insert"]
     assert [ast.literal_eval(call.args[1]) for call in inserts] == ["/src dir/it's"]
 

@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 from trials import protocol
 from trials.controller.process import tree as tree_mod
-from trials.controller.process.spawn import libc_prctl
+from trials.controller.process.deathsig import libc_prctl
 
 _PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 _PROC = "/proc"

@@ -2,54 +2,21 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
-import signal
 import subprocess
-import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from trials import files
 from trials.controller.backend.protocol import BackendError
 from trials.controller.process import exit_times, shim
+from trials.controller.process.deathsig import die_with_parent, libc_prctl
 from trials.controller.process.echo import Echo
 from trials.controller.process.groups import process_start_time
 from trials.controller.process.replica import Replica
 from trials.controller.process.tree import ProcessTree
 from trials.errors import ConfigError
-
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-@functools.cache
-def libc_prctl() -> Any:
-    """libc's prctl(2) through ctypes (cached), or None off Linux or without ctypes."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-
-        fn = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-def die_with_parent(parent_pid: int, prctl: Any) -> Callable[[], None]:
-    """A ``preexec_fn``: the child gets SIGKILL when ``parent_pid`` (its parent) dies."""
-    kill = int(signal.SIGKILL)
-
-    def setup() -> None:
-        # Runs in the child between fork and exec: no imports, no locks, no allocation worth naming.
-        prctl(_PR_SET_PDEATHSIG, kill, 0, 0, 0)
-        if os.getppid() != parent_pid:  # the controller died before prctl took effect
-            os.kill(os.getpid(), kill)
-
-    return setup
 
 
 def start_replica(

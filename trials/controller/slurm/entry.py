@@ -26,8 +26,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from trials import files
+from trials.controller.process.deathsig import die_with_parent, libc_prctl
 from trials.controller.process.groups import group_members, group_rss_bytes, kill_group
-from trials.controller.process.spawn import die_with_parent, libc_prctl
 from trials.controller.slurm import launchfile as lf
 from trials.printable import printable
 
