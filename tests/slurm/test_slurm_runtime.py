@@ -121,3 +121,20 @@ def test_a_trial_over_its_timeout_that_ignores_sigterm_is_killed_through_slurm_a
     assert not os.path.exists(f"/proc/{pid}") or Path(f"/proc/{pid}/stat").read_text().split()[2] in "ZX"
     # its entry carried out the SIGKILL (the job then ends FAILED with 137), or Slurm's cancel did
     assert squeue_ids(slurm_env, attempt["slurmJobId"])[0].split("|")[1] in ("FAILED", "CANCELLED")
+
+
+def test_cancel_of_a_job_whose_controller_died_cancels_its_slurm_jobs(tmp_path, slurm_env):
+    path = spec(tmp_path, args=("--steps=600", "--sleep=0.1"))
+    proc = start_sweep(str(path), "--root", str(tmp_path / "jobs"), "--job-id", "dc", "--runtime", "slurm",
+                       cwd=tmp_path, env=slurm_env)
+    trial = tmp_path / "jobs" / "dc" / "1"
+    wait_for(lambda: (trial / "step-workerpool0-0").exists(), 60, "a first step", proc)
+    proc.kill()  # SIGKILL: nobody stops its Slurm job now …
+    proc.wait()
+    cancel = trials_cli("cancel", "dc", "--root", str(tmp_path / "jobs"), cwd=tmp_path, env=slurm_env)
+    assert cancel.returncode == 0, cancel.stdout + cancel.stderr
+    assert describe(tmp_path, slurm_env, "dc")["state"] == "JOB_STATE_CANCELLED"
+    wait_for(lambda: [r[0] for r in runs(trial)] == ["start", "term"], 30, "the trainer's SIGTERM")  # … but cancel
+    pid = int(runs(trial)[0][1])
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}") or Path(f"/proc/{pid}/stat").read_text().split()[2] in "ZX",
+             30, "the trainer's end")

@@ -181,11 +181,26 @@ def repair_job(root: str, job_id: str) -> tuple[int, list[str], str | None]:
 
 def _requeue_orphans(h: JobHandle) -> None:
     """Trials a dead controller left RUNNING: kill their leftover replicas, queue them again (as the
-    controller does on cancel: same id and parameters on resume)."""
+    controller does on cancel: same id and parameters on resume); under Slurm, its trials' jobs are
+    cancelled (scancel)."""
     reap_job_leftovers(h)
+    if h.store.get_meta("runtime") == "slurm":
+        from trials.controller.backend.protocol import BackendError
+        from trials.controller.slurm.backend import cancel_left_jobs
+        from trials.errors import ConfigError
+
+        with contextlib.suppress(BackendError, ConfigError):  # no Slurm here: a resume cancels them
+            cancel_left_jobs(job_dir=h.job_dir, job_key=slurm_job_key(h))
     for t in h.store.running_trials():
         h.store.set_trial_attrs(t._trial_id, state=TrialState.REQUESTED.value, end_time=None)
         h.store.requeue(t._trial_id)
+
+
+def slurm_job_key(h: JobHandle) -> str:
+    """What names a job's Slurm jobs on every host (:class:`SlurmBackend`'s ``job_key``)."""
+    from trials.storage_url import redact
+
+    return f"{redact(h.storage_url)}|{h.job_id}"
 
 
 def running_controller(h: JobHandle) -> int | None:

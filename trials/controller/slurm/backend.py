@@ -432,6 +432,16 @@ class SlurmBackend:
                            f"{LEFT_JOBS_WAIT_S:g}s after scancel; cancel them (scancel) and resume")
 
 
+def cancel_left_jobs(*, job_dir: str, job_key: str) -> list[str]:
+    """``scancel`` the Slurm jobs of a job whose controllers are gone (``trials cancel`` of a job whose
+    controller died); returns their ids. Not waited for: the next controller waits them out."""
+    backend = SlurmBackend(job_dir=job_dir, job_key=job_key)
+    left = backend.left_jobs()
+    for job_id in left:
+        backend.slurm.cancel(job_id)
+    return left
+
+
 def _rank(name: str) -> tuple[int, int]:
     """``workerpool1-0`` -> (1, 0): the order of replicas in the trial's CLUSTER_SPEC."""
     head, _, index = name.rpartition("-")
