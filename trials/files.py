@@ -97,6 +97,18 @@ def open_append(path: str | os.PathLike[str], *, mode: int = 0o644) -> int:
     return open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
 
 
+def open_log(path: str | os.PathLike[str]) -> int:
+    """Append to a replica's log; a symlink, FIFO or device a trainer planted there is replaced (the
+    trainer's own entry: its earlier output is what it replaced), a directory refused."""
+    try:
+        return open_append(path)
+    except NotRegularFileError:
+        if os.path.isdir(path) and not os.path.islink(path):
+            raise
+        os.unlink(path)
+        return open_append(path)
+
+
 def write_atomic(path: str | os.PathLike[str], data: bytes, *, fsync: bool = False, mode: int = 0o644) -> None:
     """Replace ``path`` with ``data`` all at once: readers see the old or the new file, never a part.
 

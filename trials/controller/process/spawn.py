@@ -86,7 +86,7 @@ def start_replica(
     try:
         for path in paths:  # an unwritable log is an OSError, not a ConfigError
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            logs[path] = _open_log(path)
+            logs[path] = files.open_log(path)
         offsets = {path: os.fstat(fd).st_size for path, fd in logs.items()}
         prctl = libc_prctl() if wrapper is None else None
         try:
@@ -148,17 +148,6 @@ def _raise_shim_error(proc: Any, fd: int, name: str, program: str, cwd: str,
         errno_ = int(code) if code.isdigit() else 0
         raise ConfigError(_launch_error(name, program, cwd, env, OSError(errno_, os.strerror(errno_))))
     raise BackendError(f"replica {name}: the sandbox could not be set up: {message}")
-
-
-def _open_log(path: str) -> int:
-    """Append to a replica log; a symlink, FIFO or device a trainer planted there is replaced."""
-    try:
-        return files.open_append(path)
-    except files.NotRegularFileError:
-        if os.path.isdir(path) and not os.path.islink(path):
-            raise
-        os.unlink(path)  # the trainer's own entry: its earlier output is what it replaced
-        return files.open_append(path)
 
 
 def resolve_program(name: str, program: str, cwd: str, env: Mapping[str, str]) -> str:

@@ -108,16 +108,6 @@ def _say(stderr_fd: int | None, text: str) -> None:
     sys.stderr.flush()
 
 
-def _open_log(path: str) -> int:
-    try:
-        return files.open_append(path)
-    except files.NotRegularFileError:
-        if os.path.isdir(path) and not os.path.islink(path):
-            raise
-        os.unlink(path)  # a link or FIFO the trainer planted: replaced, never followed
-        return files.open_append(path)
-
-
 def _leftovers(pgid: int) -> list[str]:
     return [f"{pid} ({_comm(pid)})" for pid, _stat in group_members([pgid]).get(pgid, [])]
 
@@ -144,7 +134,7 @@ def run(launch: Mapping[str, Any], rank: int, own: Mapping[str, str]) -> int:
     stdout_fd = stderr_fd = None
     status, oom, left = EXIT_SETUP, False, list[str]()
     try:
-        stdout_fd, stderr_fd = _open_log(str(rep["stdout"])), _open_log(str(rep["stderr"]))
+        stdout_fd, stderr_fd = files.open_log(str(rep["stdout"])), files.open_log(str(rep["stderr"]))
         addresses = gather_addresses(launch, name, socket.gethostname(), int(rep["port"]))
         missing = [n for n in (str(r["name"]) for r in replicas) if n not in addresses]
         if missing:
