@@ -280,8 +280,7 @@ def test_a_memory_limit_exceeded_is_an_oom_kill(tmp_path):
     code, _ = _run(path)
     assert code == 137
     note = _exit_file(rep)
-    assert note["status"] == 137 and note["oom"] is True
-    assert (tmp_path / "allocated").exists()
+    assert note["status"] == 137 and note["oom"] is True  # (killed once over 50 MB: maybe before "allocated")
 
 
 def test_a_background_child_left_behind_is_listed_and_killed(tmp_path):
