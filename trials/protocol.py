@@ -45,6 +45,9 @@ ENV_SANDBOX = "TRIALS_SANDBOX"  # "off": replicas run as plain children, without
 ENV_OUTAGE_TIMEOUT = "TRIALS_OUTAGE_TIMEOUT"  # seconds a database outage may last before a worker gives up
 ENV_CGROUP = "TRIALS_CGROUP"  # "off": no cgroup per replica; orphans are found through the subreaper instead
 ENV_OUTPUT_ROOT = "TRIALS_OUTPUT_ROOT"  # outside a tuning job: where local runs write (default ./trials-output)
+# "off": `trials resume` of a job with nothing to run opens it with Optuna and runs its loop (cli.run._resume_ended)
+ENV_RESUME_FAST = "TRIALS_RESUME_FAST"
+OFF_VALUES = ("off", "0", "no", "false")  # what turns one of the variables above off
 # Tests only: a path; a worker's first claim whose commit succeeds creates it and then fails as if the
 # connection had dropped before the answer came (the commit reached the server, the client never knew)
 ENV_TEST_LOSE_CLAIM_ANSWER = "TRIALS_TEST_LOSE_CLAIM_ANSWER"

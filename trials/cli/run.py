@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # each command imports what it needs when it runs
     from trials.cli.progress import Progress
     from trials.controller.gcs.emulator import Warm
     from trials.controller.jobs.registry import JobHandle
+    from trials.controller.jobs.view import Job
     from trials.controller.loop.runner import JobRunner
     from trials.controller.trial.devices import DevicePlan
     from trials.spec import JobSpec
@@ -143,6 +144,9 @@ def _slurm_options(args: argparse.Namespace, stored: Any, runtime: str, *,
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
+    ended = _resume_ended(args)
+    if ended is not None:
+        return ended
     from trials.controller.jobs import admin as job_admin
     from trials.controller.jobs import registry
     from trials.controller.jobs import run as job_run
@@ -181,6 +185,52 @@ def _cmd_resume(args: argparse.Namespace) -> int:
             return protocol.EXIT_OK
         print(f"job {h.job_id}: added {added} trials")
     return _run_and_report(h, args, resume=True)
+
+
+# what ``trials resume`` may be given and still take the fast path: each changes nothing of the job
+# and nothing the command prints for a job with nothing to run (any other option given: the slow path)
+_FAST_RESUME_ARGS = frozenset({"command", "handler", "job", "root", "storage", "quiet", "json_logs", "echo",
+                               "debug"})
+
+
+def _resume_ended(args: argparse.Namespace) -> int | None:
+    """``trials resume`` of a job that has nothing to run, answered without Optuna and without writing
+    anything; None: run the slow path (open the job with Optuna, run the job loop), which stays the
+    one source of truth.
+
+    Taken only when no option but ``--root``, ``--storage`` (a journal), ``--quiet``, ``--json-logs``,
+    ``--echo`` and ``--debug`` was given: never with ``--max-trial-count``, ``--max-failed-trial-count``,
+    ``--parallel-trial-count``, a command after ``--``, ``--runtime``, ``--image``, ``--partition``,
+    ``--slurm-arg``, ``--keep-going`` (what the slow path writes), nor ``--seed``, ``--gpus``,
+    ``--ignore-accelerators``, ``--stale-after``, ``--grace-period``, ``--memory-limit``,
+    ``--inject-restarts``, ``--pass-env`` (what it checks or prints); and only for a job
+    ``jobs.ended.read_ended`` recognises (a journal job already ended SUCCEEDED with every trial
+    ended, nothing in doubt). It prints what the slow path prints for such a job, through the same
+    functions: the job's line and its outputs line, the loop's ``job_done`` event (``--json-logs``),
+    the summary "no trial ran this time" and its best trials. Not printed: the warnings of the
+    replica backend's start (the sandbox off, no Cloud Storage endpoint), which no run opens here.
+    ``TRIALS_RESUME_FAST=0`` turns it off.
+    """
+    if os.environ.get(protocol.ENV_RESUME_FAST, "").strip().lower() in protocol.OFF_VALUES:
+        return None
+    if any(not (value is None or value is False or value == []) for name, value in vars(args).items()
+           if name not in _FAST_RESUME_ARGS):
+        return None
+    from trials.controller.jobs.ended import read_ended
+
+    h = read_ended(args.job, root=args.root, storage=args.storage)
+    if h is None:
+        return None
+    from trials.controller.loop.events import JobDone
+
+    n_trials = len(h.store.frozen_trials())
+    if not args.quiet and not args.json_logs:
+        print(_job_line(h, n_trials))
+        print(_outputs_line(h))
+    progress = _progress(h, args, n_trials)
+    progress(JobDone(state=JobState.SUCCEEDED, error=None))  # the loop's last event for such a job
+    progress.close()
+    return _summary(h, args, max_parallel=0)
 
 
 _REST_NAMES = {"max_failed_trial_count": "maxFailedTrialCount", "parallel_trial_count": "parallelTrialCount"}
@@ -290,7 +340,7 @@ def _run_held(h: JobHandle, args: argparse.Namespace, signals: Any, *, resume: b
                                         h.store.get_meta("cwd") or h.job_dir])
     if args.keep_going and not h.store.get_meta("keep_going"):
         h.store.set_meta(keep_going=True)  # kept by the job, as its other run settings are
-    progress = _progress(h, args)
+    progress = _progress(h, args, h.store.n_trials())
     shared = job_run.shared_job(h, stale_after_s=args.stale_after,
                                 notify=lambda line: progress(JobWarning(message=line)), signals=signals)
     options = job_run.run_options(
@@ -301,9 +351,7 @@ def _run_held(h: JobHandle, args: argparse.Namespace, signals: Any, *, resume: b
     )
     if not args.quiet and not args.json_logs:
         who = f"worker {shared.me} joined " if join and shared is not None else ""
-        print(f"{who}job {h.job_id}: {h.store.n_trials()} trials, "
-              f"{h.job.parallel_trial_count} in parallel, sampler {h.store.get_meta('sampler')}; "
-              f"folder {h.job_dir}")
+        print(who + _job_line(h, h.store.n_trials()))
         print(_outputs_line(h))
         if shared is not None and not join:
             print(f"more workers join with: trials worker {h.job_id} --storage {redact(h.storage_url)}")
@@ -316,10 +364,15 @@ def _run_held(h: JobHandle, args: argparse.Namespace, signals: Any, *, resume: b
         print(f"worker {shared.me} left job {h.job_id} after starting {runner.state.n_started} trials; "
               f"its running trials went back to the queue")
         return protocol.EXIT_INTERRUPTED
-    return _summary(h, runner, args)
+    return _summary(h, args, max_parallel=runner.state.max_parallel, chaos=_chaos_line(runner))
 
 
-def _outputs_line(h: JobHandle) -> str:
+def _job_line(h: Job, n_trials: int) -> str:
+    return (f"job {h.job_id}: {n_trials} trials, {h.job.parallel_trial_count} in parallel, "
+            f"sampler {h.store.get_meta('sampler')}; folder {h.job_dir}")
+
+
+def _outputs_line(h: Job) -> str:
     """Where the trials' AIP_* folders are, or that there are none (the job has no base, as on Vertex)."""
     base = h.job.trial_job.base_output_directory if h.job.trial_job else None
     if base is None:
@@ -333,16 +386,32 @@ def _outputs_line(h: JobHandle) -> str:
     return line
 
 
-def _progress(h: JobHandle, args: argparse.Namespace) -> Progress:
+def _progress(h: Job, args: argparse.Namespace, n_trials: int) -> Progress:
     from trials.cli.progress import TRIAL_LINES, Progress
 
     mode = "quiet" if args.quiet else ("json" if args.json_logs else None)
-    return Progress(total=h.store.n_trials(), metric_ids=h.job.study.metric_ids,
+    return Progress(total=n_trials, metric_ids=h.job.study.metric_ids,
                     maximize=h.job.study.metrics[0].maximize, mode=mode,
                     trial_lines=0 if args.echo else TRIAL_LINES)  # echoed lines would break a redrawn view
 
 
-def _summary(h: JobHandle, runner: JobRunner, args: argparse.Namespace) -> int:
+def _chaos_line(runner: JobRunner) -> str | None:
+    """Chaos mode's verdict on the run's measurements (None: no chaos)."""
+    if runner.opt.inject_restarts <= 0:
+        return None
+    problems = []
+    if runner.state.conflicts_total:
+        problems.append(f"{runner.state.conflicts_total} steps reported twice with different values")
+    if runner.state.lost_steps_total:
+        problems.append(f"{runner.state.lost_steps_total} steps lost")
+    verdict = ("consistent: no step lost or reported twice with different values"
+               if not problems else "INCONSISTENT: " + ", ".join(problems))
+    return f"chaos: {runner.injected_total} restarts injected; measurements {verdict}"
+
+
+def _summary(h: Job, args: argparse.Namespace, *, max_parallel: int, chaos: str | None = None) -> int:
+    """Print the job's summary (as its run left it: ``max_parallel`` trials at most ran at once here,
+    0 for none; ``chaos``: chaos mode's line); returns the command's exit code."""
     from trials.controller.jobs import view as job_view
     from trials.protocol import format_flag
 
@@ -371,19 +440,11 @@ def _summary(h: JobHandle, runner: JobRunner, args: argparse.Namespace) -> int:
                      for t in job_view.best_trials(h)],
         }, default=str))
         return code
-    most = runner.state.max_parallel
-    ran = f"; at most {most} in parallel" if most else "; no trial ran this time"
+    ran = f"; at most {max_parallel} in parallel" if max_parallel else "; no trial ran this time"
     print(f"job {h.job_id} {state}: {n_ok} succeeded ({n_early} stopped early), {n_bad} infeasible, "
           f"{len(trials) - n_ok - n_bad} not run{ran}")
-    if runner.opt.inject_restarts > 0:
-        problems = []
-        if runner.state.conflicts_total:
-            problems.append(f"{runner.state.conflicts_total} steps reported twice with different values")
-        if runner.state.lost_steps_total:
-            problems.append(f"{runner.state.lost_steps_total} steps lost")
-        verdict = ("consistent: no step lost or reported twice with different values"
-                   if not problems else "INCONSISTENT: " + ", ".join(problems))
-        print(f"chaos: {runner.injected_total} restarts injected; measurements {verdict}")
+    if chaos is not None:
+        print(chaos)
     if h.store.get_meta("study_stopped"):
         print(printable(str(h.store.get_meta("study_stopped"))))
     if error:

@@ -515,7 +515,8 @@ Summarize = Callable[["Replay"], dict[str, Any]]
 
 
 def read_journal(journal: str, *, snapshot: bool = True, summarize: Summarize | None = None,
-                 write_after: int | None = None, whole: bool = True) -> Replay:
+                 write_after: int | None = None, whole: bool = True, write: bool = True,
+                 stale_ok: bool = True) -> Replay:
     """The whole journal replayed: from its snapshot when that still holds, then its tail.
 
     Args:
@@ -530,9 +531,14 @@ def read_journal(journal: str, *, snapshot: bool = True, summarize: Summarize | 
             steps' contents, no attempts), read in a tenth of the time. A finished trial never
             changes (Optuna ignores any record about it), so what a slim trial holds is what the
             journal holds; trials the tail changes or adds are whole.
+        write: ``False``: never write the snapshot (a reader that must leave the job folder as it is).
+        stale_ok: ``False``: a snapshot that is there but not of this journal's current prefix (stale,
+            torn, foreign, unreadable) raises :class:`Unsupported` instead of being replayed around
+            (without any snapshot the journal is still replayed from its start).
 
     Raises:
-        Unsupported: the journal holds what only Optuna reads exactly (open it with Optuna).
+        Unsupported: the journal holds what only Optuna reads exactly (open it with Optuna); with
+            ``stale_ok=False``, its snapshot is not current.
         OSError: the journal cannot be read.
     """
     after = SNAPSHOT_AFTER_RECORDS if write_after is None else write_after
@@ -547,18 +553,23 @@ def read_journal(journal: str, *, snapshot: bool = True, summarize: Summarize | 
                     def needs_whole(n_bytes: int) -> bool:
                         nonlocal records, end
                         records, end = read_records(journal, n_bytes)
-                        return whole or len(records) >= after
+                        return whole or (write and len(records) >= after)
 
                     r = _read_snapshot(journal, f, needs_whole)
-            except Exception:  # noqa: BLE001 - missing, torn, foreign or unreadable: replay from the start
-                r = None
+                    stale = r is None
+            except FileNotFoundError:
+                r, stale = None, False  # (a journal that is gone fails its own read below)
+            except Exception:  # noqa: BLE001 - torn, foreign or unreadable: replay from the start
+                r, stale = None, True
+            if stale and not stale_ok:
+                raise Unsupported("the journal's snapshot is not of its current prefix (stale, torn or foreign)")
         if r is None:
             r = Replay()
             records, end = read_records(journal, 0)
         since = r.n_records
         r.apply(records)
         r.n_bytes = end
-        if snapshot and r.whole and r.n_records - since >= after:
+        if snapshot and write and r.whole and r.n_records - since >= after:
             write_snapshot(journal, r, summarize(r) if summarize is not None else None)
     return r
 

@@ -61,10 +61,18 @@ def _summaries(r: replay.Replay) -> dict[str, Any]:
             for s in r.studies.values()}
 
 
-def _replayed(path: str, job_id: str, whole: bool) -> _Attrs | None:
-    """The job in a journal replayed without Optuna; None when only Optuna reads it exactly."""
+def _replayed(path: str, job_id: str, whole: bool, *, exact: bool = False) -> _Attrs | None:
+    """The job in a journal replayed without Optuna; None when only Optuna reads it exactly.
+
+    ``exact``: nothing written, and None also when the snapshot is stale or torn, or the journal
+    does not end where the read ended (a torn last record, a record appended meanwhile, a writer's
+    lock file): see :func:`read_exact`."""
     try:
-        r = replay.read_journal(path, summarize=_summaries, whole=whole)
+        if exact and os.path.exists(path + ".lock"):
+            return None  # a write in progress, or a killed writer's lock (the next controller removes it)
+        r = replay.read_journal(path, summarize=_summaries, whole=whole, write=not exact, stale_ok=not exact)
+        if exact and os.path.getsize(path) != r.n_bytes:
+            return None
     except (replay.Unsupported, OSError):  # Optuna reads it, or names what is wrong, as it always did
         return None
     study_id = r.study_id(job_id)
@@ -102,6 +110,26 @@ def read_job(job_id: str, *, root: str, storage: str | None, whole: bool = True)
         from trials.study.store import JobStore
 
         store = _loaded(JobStore.open(open_storage(url), job_id, sampler=False))
+    meta = registry.checked_meta(store.meta(), job_id, url)
+    return JobView(job_id=job_id, job_dir=meta.get("job_dir") or registry.job_dir_of(root, job_id),
+                   storage_url=url, store=store, job=registry.spec_from_storage(meta))
+
+
+def read_exact(job_id: str, *, root: str, storage: str | None) -> JobView | None:
+    """A journal job read without Optuna and without writing anything, when nothing is in doubt: from
+    its snapshot when that is of the journal's current prefix (else, with no snapshot, from the
+    journal's start) and the journal's tail, the journal ending where the read ended; its finished
+    trials slim (``read_job(whole=False)``).
+
+    None when only the slow path can tell: a database, a snapshot that is there but stale, torn or
+    foreign, a torn last record or one appended while it was read, a journal writer's lock file, a
+    record the lean replay does not read. Raises as ``read_job`` does (no such job)."""
+    url = registry.job_url(job_id, root=root, storage=storage)
+    if not is_journal_url(url):
+        return None
+    store = _replayed(journal_path(url), job_id, False, exact=True)
+    if store is None:
+        return None
     meta = registry.checked_meta(store.meta(), job_id, url)
     return JobView(job_id=job_id, job_dir=meta.get("job_dir") or registry.job_dir_of(root, job_id),
                    storage_url=url, store=store, job=registry.spec_from_storage(meta))
