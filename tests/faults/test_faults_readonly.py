@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import pytest
 
@@ -28,11 +29,19 @@ def readonly_job(jobs):
 
 
 @pytest.mark.parametrize("argv", [["resume"], ["resume", "--max-trial-count", "3"], ["report"]],
-                         ids=["resume", "resume-extend", "report"])
+                         ids=["resume-slow-path", "resume-extend", "report"])
 def test_a_read_only_job_root_is_one_line_and_exit_2(jobs, readonly_job, argv: list[str]) -> None:
-    out = jobs.cli(argv[0], readonly_job, *argv[1:])
+    env = {**jobs.env(), "TRIALS_RESUME_FAST": "0"}  # a resume that writes (the fast path writes nothing)
+    out = subprocess.run([sys.executable, "-m", "trials", argv[0], readonly_job, *argv[1:]], cwd=jobs.root,
+                         env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2, out.stdout + out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "Read-only file system" in lines[0] and "internal error" not in lines[0], out.stderr
     assert "cannot write" in lines[0]
     assert jobs.describe(readonly_job)["state"] == "JOB_STATE_SUCCEEDED"  # reading still works
+
+
+def test_a_resume_with_nothing_to_run_answers_from_a_read_only_job_root_and_writes_nothing(jobs, readonly_job):
+    out = jobs.cli("resume", readonly_job)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "JOB_STATE_SUCCEEDED" in out.stdout and "no trial ran this time" in out.stdout and out.stderr == ""

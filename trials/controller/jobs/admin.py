@@ -186,21 +186,14 @@ def _requeue_orphans(h: JobHandle) -> None:
     reap_job_leftovers(h)
     if h.store.get_meta("runtime") == "slurm":
         from trials.controller.backend.protocol import BackendError
-        from trials.controller.slurm.backend import cancel_left_jobs
+        from trials.controller.slurm.backend import cancel_left_jobs, job_key
         from trials.errors import ConfigError
 
         with contextlib.suppress(BackendError, ConfigError):  # no Slurm here: a resume cancels them
-            cancel_left_jobs(job_dir=h.job_dir, job_key=slurm_job_key(h))
+            cancel_left_jobs(job_dir=h.job_dir, job_key=job_key(h.storage_url, h.job_id))
     for t in h.store.running_trials():
         h.store.set_trial_attrs(t._trial_id, state=TrialState.REQUESTED.value, end_time=None)
         h.store.requeue(t._trial_id)
-
-
-def slurm_job_key(h: JobHandle) -> str:
-    """What names a job's Slurm jobs on every host (:class:`SlurmBackend`'s ``job_key``)."""
-    from trials.storage_url import redact
-
-    return f"{redact(h.storage_url)}|{h.job_id}"
 
 
 def running_controller(h: JobHandle) -> int | None:

@@ -145,10 +145,9 @@ def run_job(h: JobHandle, options: LoopOptions, *, emit: events.Emit = events.ig
         if options.runtime == "slurm":
             if endpoint is not None:
                 endpoint.close()  # nodes cannot reach a local endpoint
-            from trials.controller.jobs.admin import slurm_job_key
-            from trials.controller.slurm.backend import SlurmBackend
+            from trials.controller.slurm.backend import SlurmBackend, job_key
 
-            backend = SlurmBackend(job_dir=options.job_dir, job_key=slurm_job_key(h),
+            backend = SlurmBackend(job_dir=options.job_dir, job_key=job_key(h.storage_url, h.job_id),
                                    accelerators=accelerators(h.job),
                                    partition=options.slurm_partition, extra=options.slurm_args,
                                    timeout_s=h.job.trial_job.scheduling.timeout_s if h.job.trial_job else None,

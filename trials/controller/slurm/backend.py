@@ -58,6 +58,13 @@ RENDEZVOUS_WAIT_S = 600.0  # how long an entry waits for the other replicas of i
 LAZY_SUBMIT_TRIES = 3
 
 
+def job_key(storage_url: str, job_id: str) -> str:
+    """What names a job's Slurm jobs on every host: its storage (password redacted) and id."""
+    from trials.storage_url import redact
+
+    return f"{redact(storage_url)}|{job_id}"
+
+
 def job_tag(job_dir: str) -> str:
     return hashlib.sha256(os.path.abspath(job_dir).encode()).hexdigest()[:10]
 
