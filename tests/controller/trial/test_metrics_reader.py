@@ -647,9 +647,8 @@ def test_poll_cost(paths, capsys):
         print(f"\npoll cost: unchanged {unchanged_us:.1f} us; full 100-line hypertune file with one "
               f"new report {one_new_us:.0f} us; first read of the 100-line file + 5-line jsonl "
               f"{first_read_us:.0f} us")
+    # the costs are printed, not asserted (a loaded machine moves them; the rule: no timing bounds in tests)
     assert steps_of(reader) == list(range(150)) and reader.missing_steps_warning is None
-    assert unchanged_us < 50
-    assert unchanged_us < one_new_us < first_read_us < 20_000
 
 
 # --- junk lines (issue 23 item 4) --------------------------------------------------------------------
