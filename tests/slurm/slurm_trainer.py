@@ -23,6 +23,8 @@ p.add_argument("--sleep", type=float, default=0.1)
 p.add_argument("--connect", action="store_true")
 p.add_argument("--resume", action="store_true", help="start from the last step a previous attempt reached")
 p.add_argument("--ignore-term", action="store_true", help="note SIGTERM and go on (only SIGKILL ends it)")
+p.add_argument("--slow-if", help="a file: when it exists at the start, each step takes 1 s (a copy that outlasts "
+                                 "whatever the test does next)")
 a = p.parse_args()
 
 trial_dir = os.environ["TRIALS_TRIAL_DIR"]
@@ -78,6 +80,8 @@ if a.connect:
         else:
             sys.exit(5)
 
+if a.slow_if and os.path.exists(a.slow_if):
+    a.sleep = 1.0
 first = 0
 done_file = os.path.join(trial_dir, f"step-{replica}")
 if a.resume and os.path.exists(done_file):

@@ -89,13 +89,16 @@ def test_an_early_stopped_trial_is_stopped_through_slurm(tmp_path, slurm_env):
 
 
 def test_a_controller_killed_and_resumed_cancels_what_it_left_and_never_runs_a_trial_twice(tmp_path, slurm_env):
-    path = spec(tmp_path, args=("--steps=40", "--sleep=0.1", "--resume"))
+    slow = tmp_path / "slow"
+    slow.touch()  # the first copy takes 1 s a step: it still runs when the resumed controller starts
+    path = spec(tmp_path, args=("--steps=40", "--sleep=0.1", "--resume", f"--slow-if={slow}"))
     proc = start_sweep(str(path), "--root", str(tmp_path / "jobs"), "--job-id", "kr", "--runtime", "slurm",
                        cwd=tmp_path, env=slurm_env)
     trial = tmp_path / "jobs" / "kr" / "1"
     wait_for(lambda: (trial / "step-workerpool0-0").exists(), 60, "a first step", proc)
     proc.kill()  # SIGKILL: the Slurm job and its trainer go on
     proc.wait()
+    slow.unlink()  # the second copy runs at full speed
     assert runs(trial)[-1][0] == "start"
     resumed = trials_cli("resume", "kr", "--root", str(tmp_path / "jobs"), cwd=tmp_path, env=slurm_env)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
