@@ -195,7 +195,7 @@ def run_mode(mode: str, sizes: Sizes, slots: int, *, profile: str | None = None,
     workdir = tempfile.mkdtemp(prefix=f"bench-{mode}-")
     times_path = os.path.join(workdir, "times.txt")
     stamps = os.path.join(workdir, "stamps.json")
-    env = dict(os.environ, BENCH_TIMES=times_path, PYTHONPATH=REPO)
+    env = report.installed_env(BENCH_TIMES=times_path)
     try:
         if mode == "sweep":
             spec = os.path.join(workdir, "spec.yaml")

@@ -80,7 +80,7 @@ def trainer_argv(sizes: co.Sizes, workload: str) -> list[str]:
 def run_mode(mode: str, sizes: co.Sizes, slots: int, workload: str = "cpu") -> dict[str, Any]:
     workdir = tempfile.mkdtemp(prefix=f"bench-suggest-{mode}-")
     times_path = os.path.join(workdir, "times.txt")
-    env = dict(os.environ, BENCH_TIMES=times_path, PYTHONPATH=REPO)
+    env = report.installed_env(BENCH_TIMES=times_path)
     env.pop("TRIALS_SUGGEST", None)
     try:
         launch = os.path.join(workdir, "launch")
