@@ -21,19 +21,18 @@ if TYPE_CHECKING:
 
 
 def _cmd_describe(args: argparse.Namespace) -> int:
-    import json
-
     from trials.controller.jobs import describe
     from trials.controller.jobs import view as job_view
+    from trials.jsontext import dumps_indented
 
     # a table or CSV counts each trial's steps and shows no attempt: slim finished trials will do
     h = job_view.read_job(args.job, root=args.root, storage=args.storage,
                           whole=args.format not in ("table", "csv"))
     if args.format == "local-json":  # attempts, exit statuses, stop reasons, folders, workers
-        print(json.dumps(job_view.describe_local(h), indent=2))
+        print(dumps_indented(job_view.describe_local(h)))
         return 0
     if args.format == "json":  # exactly the v1 HyperparameterTuningJob
-        print(json.dumps(job_view.describe(h), indent=2))
+        print(dumps_indented(job_view.describe(h)))
         return 0
     header, body = job_view.table(h, exact=args.format == "csv")
     if args.format == "csv":
