@@ -21,9 +21,9 @@ if TYPE_CHECKING:
 
 
 def _cmd_describe(args: argparse.Namespace) -> int:
+    from trials.cli.jsontext import dumps_indented
     from trials.controller.jobs import describe
     from trials.controller.jobs import view as job_view
-    from trials.jsontext import dumps_indented
 
     # a table or CSV counts each trial's steps and shows no attempt: slim finished trials will do
     h = job_view.read_job(args.job, root=args.root, storage=args.storage,
