@@ -14,26 +14,8 @@ import time
 import uuid
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[2]
 TRAINER = REPO / "tests" / "postgres" / "pg_trainer.py"  # checkpoints, logs start/end with CUDA_VISIBLE_DEVICES
-PG_URL = os.environ.get("TRIALS_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-
-
-@pytest.fixture
-def pg_url():
-    try:
-        import psycopg2
-    except ImportError:
-        pytest.skip("psycopg2 is not installed; pip install psycopg2-binary")
-    try:
-        psycopg2.connect(PG_URL.replace("postgresql+psycopg2://", "postgresql://"), connect_timeout=3).close()
-    except psycopg2.OperationalError:
-        from trials.storage_url import redact
-
-        pytest.skip(f"no PostgreSQL server answers at {redact(PG_URL)}; set TRIALS_TEST_POSTGRES_URL to one")
-    return PG_URL
 
 
 def write_spec(path, *, events, gate, points):
