@@ -71,7 +71,7 @@ def build_job(root: str, job_id: str, n_trials: int, *, n_metrics: int = 1, seed
     from trials.controller.jobs import registry
     from trials.controller.loop.record import active_attrs
     from trials.controller.policy.outcome import finished_trial, record_finished
-    from trials.records import LIVE_ELAPSED_ATTR, LIVE_METRICS_ATTR, Measurement, TrialState
+    from trials.records import LiveChunks, Measurement, TrialState
     from trials.spec.load import loads_spec
     from trials.timefmt import rfc3339
 
@@ -101,15 +101,16 @@ def build_job(root: str, job_id: str, n_trials: int, *, n_metrics: int = 1, seed
                 values = {"accuracy": acc, "latency_ms": 10 + 90 * rng.random()}
                 ms.append(Measurement(step=step, metrics={m: values[m] for m in metric_ids},
                                       elapsed_s=round(0.5 * step, 6)))
+            chunks, elapsed, live = LiveChunks(), {}, {}
             for chunk in (ms[:n_steps // 2], ms[n_steps // 2:]):  # the loop stores what each poll read
                 if chunk:
-                    live = {str(m.step): {k: v for k, v in m.metrics.items() if k != "accuracy"} for m in ms
-                            if m.step <= chunk[-1].step} if n_metrics > 1 else {}
-                    attrs: dict[str, Any] = {LIVE_ELAPSED_ATTR: {str(m.step): m.elapsed_s for m in ms
-                                                                 if m.step <= chunk[-1].step}}
-                    if live:
-                        attrs[LIVE_METRICS_ATTR] = live
-                    store.report_many(claimed.storage_id, [(m.step, m.metrics["accuracy"]) for m in chunk], attrs)
+                    for m in chunk:  # (as MetricsPolicy.report_new keeps them: in chunks of steps)
+                        elapsed[str(m.step)] = m.elapsed_s
+                        chunks.touch(str(m.step))
+                        if n_metrics > 1:
+                            live[str(m.step)] = {k: v for k, v in m.metrics.items() if k != "accuracy"}
+                    store.report_many(claimed.storage_id, [(m.step, m.metrics["accuracy"]) for m in chunk],
+                                      chunks.attrs(elapsed, live))
             wall += 5.0
             if running:
                 continue

@@ -189,3 +189,65 @@ def test_a_junk_line_between_two_reports_is_skipped_with_one_warning(jobs: Jobs,
     assert "trial 1" in warnings[0] and f"of {size} bytes" in warnings[0], warnings
     name = protocol.HYPERTUNE_FILE if kind == "hypertune" else protocol.METRICS_LOG
     assert name in warnings[0], warnings
+
+
+LONG_SPEC = """\
+metrics: {loss: minimize, acc: maximize}
+parameters:
+  x: {type: double, min: 0.0, max: 1.0}
+max_trial_count: 1
+parallel_trial_count: 1
+"""
+LONG_EPOCHS = 150  # more than two chunks of live steps (trials.records.LIVE_CHUNK_STEPS)
+
+
+def live_writes(job_dir: Path) -> list[dict]:
+    """Every live attribute a controller wrote to the journal (one dict a write: name -> steps)."""
+    out = []
+    for line in (job_dir / "journal.log").read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            op = json.loads(line)
+        except ValueError:
+            continue
+        attrs = op.get("user_attr") if isinstance(op, dict) else None
+        if isinstance(attrs, dict):
+            out.append({k: v for k, v in attrs.items() if k.startswith(("live_elapsed_s", "live_metrics"))})
+    return [w for w in out if w]
+
+
+def test_a_long_trial_of_two_metrics_resumed_mid_run_keeps_every_step_of_both_and_writes_each_step_a_few_times(
+        jobs: Jobs) -> None:
+    """A trial with more steps than two chunks of its live attributes, its controller SIGKILLed past
+    step 100 and resumed: every step of both metrics is recorded, and the journal holds each step's
+    live entries a bounded number of times (one attribute of every step, written again at each poll,
+    grew with the square of the steps)."""
+    job_id = jobs.job_id("long")
+    job_dir = jobs.job_dir(job_id)
+    spec = jobs.root / "long.yaml"
+    spec.write_text(LONG_SPEC)
+    proc = jobs.start("sweep", str(spec), "--job-id", job_id, "--grace-period", "0.3", "--quiet", "--",
+                      "python", TRAINER, f"--epochs={LONG_EPOCHS}", "--sleep=0.03", "--also=acc")
+    wait_for(proc, "step 100 in the journal",
+             lambda: next((n for n, steps in journal_steps(job_dir).items() if max(steps) >= 100), None))
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    proc = jobs.start("resume", job_id, "--grace-period", "0.3", "--quiet")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+
+    (trial,) = jobs.describe(job_id)["trials"]
+    assert trial["state"] == "SUCCEEDED", trial
+    x = next(p["value"] for p in trial["parameters"] if p["parameterId"] == "x")
+    got = [(int(m["stepCount"]), {v["metricId"]: v["value"] for v in m["metrics"]}) for m in trial["measurements"]]
+    assert [s for s, _ in got] == list(range(1, LONG_EPOCHS + 1))
+    for step, metrics in got:
+        assert metrics == {"loss": pytest.approx((x - 0.3) ** 2 + 1.0 / (step + 1)), "acc": step / 1000}, step
+    elapsed = [float(m["elapsedDuration"].rstrip("s")) for m in trial["measurements"]]
+    assert elapsed == sorted(elapsed)
+
+    writes = live_writes(job_dir)
+    names = {name for w in writes for name in w}
+    assert {"live_elapsed_s.0", "live_elapsed_s.1", "live_elapsed_s.2", "live_metrics.2"} <= names, names
+    assert not names & {"live_elapsed_s", "live_metrics"}  # no unchunked attribute
+    entries = sum(len(steps) for w in writes for steps in w.values())
+    assert entries <= 2 * LONG_EPOCHS * 64, entries  # each step in at most its chunk's writes (64 steps each)

@@ -27,7 +27,8 @@ def _slim_view(number, state, params, values, intermediate, attrs) -> tuple:
     steps = attrs.get("measurements")
     n_steps = len(steps) if isinstance(steps, list) else None
     if n_steps is not None:
-        attrs = {k: v for k, v in attrs.items() if k not in _STEPS}
+        attrs = {k: v for k, v in attrs.items()  # (the live ones also as chunks: live_elapsed_s.0, ...)
+                 if k not in _STEPS and not (k.rpartition(".")[0] in _STEPS and k.rpartition(".")[2].isdigit())}
         intermediate = {}
     attrs = {k: v for k, v in attrs.items() if k not in replay.SLIM_DROPPED}
     if isinstance(attrs.get("error_detail"), list):

@@ -37,7 +37,7 @@ from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from trials.records import LIVE_ELAPSED_ATTR, LIVE_METRICS_ATTR
+from trials.records import is_live_attr
 
 SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOT_FORMAT = 3  # 2: a header (prefix, summaries) before the body; 3: a lean part, then the whole
@@ -375,7 +375,6 @@ def _whole(t: StoredTrial) -> tuple[Any, ...]:
 
 # what a slim trial leaves out of its attributes: the bulk of a finished trial, read by no table
 SLIM_DROPPED = frozenset({"attempts", "previous_measurements"})
-_STEPS_ATTRS = frozenset({"measurements", LIVE_ELAPSED_ATTR, LIVE_METRICS_ATTR})
 
 
 def _slim(t: StoredTrial) -> tuple[Any, ...]:
@@ -387,7 +386,8 @@ def _slim(t: StoredTrial) -> tuple[Any, ...]:
     steps = a.get("measurements")
     ivs: list[Any] | None = None
     if isinstance(steps, list):
-        attrs = {sys.intern(k): v for k, v in a.items() if k not in SLIM_DROPPED and k not in _STEPS_ATTRS}
+        attrs = {sys.intern(k): v for k, v in a.items()
+                 if k not in SLIM_DROPPED and k != "measurements" and not is_live_attr(k)}
         attrs["measurements"] = [None] * len(steps)
     else:  # (the steps are counted from the intermediate values: kept)
         attrs = {sys.intern(k): v for k, v in a.items() if k not in SLIM_DROPPED}

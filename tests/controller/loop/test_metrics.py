@@ -94,3 +94,72 @@ def test_first_start_is_the_stored_start_when_it_is_earlier():
     assert first_start(rfc3339(300.0), 200.0) == 200.0  # a clock that went back: now
     assert first_start(None, 200.0) == 200.0
     assert first_start("yesterday", 200.0) == 200.0
+
+
+# --- a running trial's live attributes, kept in chunks of steps -----------------------------------
+def test_a_live_attribute_is_its_unchunked_form_and_its_chunks_merged_later_chunks_winning():
+    from trials.records import live_attr
+
+    attrs = {"live_elapsed_s": {"1": 0.1, "2": 0.2}, "live_elapsed_s.1": {"3": 0.3, "2": 9.0},
+             "live_elapsed_s.0": {"2": 0.25}, "live_elapsed_s.x": {"4": 1.0}, "live_elapsed_s.2": [1],
+             "live_elapsed_sx.0": {"5": 1.0}}
+    assert live_attr(attrs, "live_elapsed_s") == {"1": 0.1, "2": 9.0, "3": 0.3}
+    assert live_attr({}, "live_metrics") == {}
+    got = stored_measurements({1: 0.5, 3: 0.7}, {"live_elapsed_s.0": {"1": 0.1}, "live_metrics.0": {"3": {"acc": 0.9}}},
+                              "loss")
+    assert [(m.step, m.metrics, m.elapsed_s) for m in got] == [(1, {"loss": 0.5}, 0.1),
+                                                               (3, {"loss": 0.7, "acc": 0.9}, None)]
+
+
+def test_each_poll_writes_only_the_chunks_it_changed_so_the_journal_grows_linearly():
+    from trials.records import LIVE_CHUNK_STEPS, LiveChunks, live_attr
+
+    chunks, elapsed, stored, written = LiveChunks(), {}, {}, 0
+    n = 5 * LIVE_CHUNK_STEPS + 7
+    for step in range(1, n + 1):  # one new step a poll: the worst case of the old whole attribute
+        elapsed[str(step)] = step / 10
+        chunks.touch(str(step))
+        attrs = chunks.attrs(elapsed, {})
+        assert list(attrs) == [f"live_elapsed_s.{(step - 1) // LIVE_CHUNK_STEPS}"]
+        written += sum(len(v) for v in attrs.values())
+        stored.update(attrs)  # what the storage holds: each attribute's last write
+    assert written <= n * LIVE_CHUNK_STEPS  # linear (the whole attribute each poll: n (n + 1) / 2 = 55,278 here)
+    assert live_attr(stored, "live_elapsed_s") == elapsed
+    assert chunks.attrs(elapsed, {}) == {}  # nothing changed since
+
+
+def test_a_step_changed_later_rewrites_its_own_chunk_and_metrics_share_the_step_s_chunk():
+    from trials.records import LIVE_CHUNK_STEPS, LiveChunks
+
+    chunks, elapsed, live = LiveChunks(), {}, {}
+    for step in range(1, LIVE_CHUNK_STEPS + 3):
+        elapsed[str(step)] = float(step)
+        chunks.touch(str(step))
+    chunks.attrs(elapsed, live)
+    live["2"] = {"acc": 0.5}  # step 2's other metrics changed (a later report wins)
+    chunks.touch("2")
+    first = {str(s): float(s) for s in range(1, LIVE_CHUNK_STEPS + 1)}
+    assert chunks.attrs(elapsed, live) == {"live_elapsed_s.0": first, "live_metrics.0": {"2": {"acc": 0.5}}}
+
+
+def test_a_resumed_trial_goes_on_after_its_last_chunk_and_rechunks_only_what_it_writes_again():
+    from trials.records import LIVE_CHUNK_STEPS, LiveChunks, live_attr
+
+    stored = {"live_elapsed_s": {"1": 0.1, "2": 0.2},  # an older journal's unchunked attribute
+              "live_elapsed_s.0": {"3": 0.3}, "live_elapsed_s.1": {"4": 0.4, "5": 0.5},
+              "live_metrics.1": {"5": {"acc": 1.0}}}
+    chunks = LiveChunks.from_attrs(stored)
+    elapsed = live_attr(stored, "live_elapsed_s")
+    live = live_attr(stored, "live_metrics")
+    elapsed["6"] = 0.6
+    chunks.touch("6")  # a new step: the last chunk has room
+    elapsed["1"] = 0.15
+    chunks.touch("1")  # a step only in the unchunked attribute, changed: it joins the current chunk
+    got = chunks.attrs(elapsed, live)
+    assert got == {"live_elapsed_s.1": {"4": 0.4, "5": 0.5, "6": 0.6, "1": 0.15}, "live_metrics.1": {"5": {"acc": 1.0}}}
+    assert live_attr({**stored, **got}, "live_elapsed_s") == {"1": 0.15, "2": 0.2, "3": 0.3, "4": 0.4, "5": 0.5,
+                                                             "6": 0.6}
+    full = LiveChunks.from_attrs({f"live_elapsed_s.{i}": {str(i * 1000 + j): 0.0 for j in range(LIVE_CHUNK_STEPS)}
+                                  for i in range(2)})
+    full.touch("new")
+    assert full.steps_in[2] == ["new"]  # the last chunk was full: a new one

@@ -11,7 +11,7 @@ from typing import Any
 from trials import protocol
 from trials.printable import printable
 from trials.protocol import format_value
-from trials.records import LIVE_METRICS_ATTR, JobState, TrialState, measurement_to_dict, stored_measurements
+from trials.records import LIVE_METRICS_ATTR, JobState, TrialState, live_attr, measurement_to_dict, stored_measurements
 from trials.timefmt import duration
 
 STATE_NAMES = {s.value for s in TrialState}
@@ -76,7 +76,7 @@ def trial_to_rest(t: Any, params: Mapping[str, Any], metric_ids: Sequence[str], 
     measurements = attrs.get("measurements")
     if state == TrialState.REQUESTED:  # waiting to run (again): no start time, no measurements of an old run
         return out
-    if measurements is None and (t.intermediate_values or attrs.get(LIVE_METRICS_ATTR)):
+    if measurements is None and (t.intermediate_values or live_attr(attrs, LIVE_METRICS_ATTR)):
         measurements = [measurement_to_dict(m) for m in
                         stored_measurements(t.intermediate_values, attrs, metric_ids[0])]
     if attrs.get("final_measurement") and state == TrialState.SUCCEEDED:
@@ -204,7 +204,7 @@ def table(trials: Sequence[Any], params_of: Callable[[Any], Mapping[str, Any]], 
         infeasible = None
         if state != TrialState.REQUESTED:  # (trial_to_rest: a queued trial shows nothing of an old run)
             measurements = a.get("measurements")
-            if measurements is None and (t.intermediate_values or a.get(LIVE_METRICS_ATTR)):
+            if measurements is None and (t.intermediate_values or live_attr(a, LIVE_METRICS_ATTR)):
                 measurements = stored_measurements(t.intermediate_values, a, metric_ids[0])
             n_steps = len(measurements) if measurements else 0
             fm = a.get("final_measurement")

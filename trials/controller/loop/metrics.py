@@ -4,7 +4,6 @@ early-stopping rule's verdict on each trial's curve against the completed trials
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from trials.controller.loop import events
 from trials.controller.loop.running import RunningTrial
@@ -12,7 +11,9 @@ from trials.controller.policy import stopping
 from trials.records import (
     LIVE_ELAPSED_ATTR,
     LIVE_METRICS_ATTR,
+    LiveChunks,
     Measurement,
+    live_attr,
     live_metrics,
     measurement_from_dict,
     same_value,
@@ -70,8 +71,10 @@ class TrialMetrics:
         run.reader.start_time = started  # elapsed times count from the trial's start, as stored
         run.reader.seed(stored)
         run.stored = {m.step: dict(m.metrics) for m in stored}
-        run.live_elapsed = {str(k): v for k, v in (attrs.get(LIVE_ELAPSED_ATTR) or {}).items()}
-        run.live_metrics = {str(k): dict(v) for k, v in (attrs.get(LIVE_METRICS_ATTR) or {}).items()}
+        run.live_elapsed = {str(k): v for k, v in live_attr(attrs, LIVE_ELAPSED_ATTR).items()}
+        run.live_metrics = {str(k): dict(v) for k, v in live_attr(attrs, LIVE_METRICS_ATTR).items()
+                            if isinstance(v, dict)}
+        run.live_chunks = LiveChunks.from_attrs(attrs)
 
     def report_new(self, run: RunningTrial) -> bool:
         """Store the steps read since the last call, and those whose values changed (a later report
@@ -82,20 +85,18 @@ class TrialMetrics:
         new = steps_to_store(run.reader.measurements(), run.stored)
         if not new:
             return False
-        extra_changed = False
         for m in new:  # a running trial's measurements carry elapsedDuration in describe
             elapsed = m.elapsed_s if m.elapsed_s is not None else (
                 m.timestamp - run.start_wall if m.timestamp else None)
             if elapsed is not None and str(m.step) not in run.live_elapsed:
                 run.live_elapsed[str(m.step)] = round(max(0.0, elapsed), 6)
+                run.live_chunks.touch(str(m.step))
             extra = live_metrics(m.metrics, primary)
             if extra or str(m.step) in run.live_metrics:
                 run.live_metrics[str(m.step)] = extra
-                extra_changed = True
+                run.live_chunks.touch(str(m.step))
         items = [(m.step, m.metrics[primary]) for m in new if primary in m.metrics]
-        attrs: dict[str, Any] = {LIVE_ELAPSED_ATTR: dict(run.live_elapsed)} if run.live_elapsed else {}
-        if extra_changed:
-            attrs[LIVE_METRICS_ATTR] = dict(run.live_metrics)
+        attrs = run.live_chunks.attrs(run.live_elapsed, run.live_metrics)  # the chunks this poll changed
         self.store.report_many(run.claimed.storage_id, items, attrs or None)
         run.stored.update((m.step, dict(m.metrics)) for m in new)
         return True

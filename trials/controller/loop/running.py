@@ -18,7 +18,7 @@ from trials.controller.backend.protocol import ReplicaHandle
 from trials.controller.policy import exits
 from trials.controller.trial import launch
 from trials.controller.trial.metrics_reader import TrialMetricsReader
-from trials.records import StopReason
+from trials.records import LiveChunks, StopReason
 from trials.study.store import Claimed
 from trials.timefmt import rfc3339, wall_after
 
@@ -119,6 +119,7 @@ class RunningTrial:
     live_elapsed: dict[str, float] = field(default_factory=dict)  # step -> elapsed s, for describe
     # step -> the metrics its intermediate value cannot hold (other metrics, a non-finite primary)
     live_metrics: dict[str, dict[str, float | str]] = field(default_factory=dict)
+    live_chunks: LiveChunks = field(default_factory=LiveChunks)  # which attribute holds each step's entries
     warned_tags: bool = False
     injected: int = 0
     next_injection: float = math.inf
