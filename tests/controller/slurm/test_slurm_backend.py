@@ -361,3 +361,22 @@ def test_the_launch_file_is_readable_by_its_owner_only(tmp_path, slurm):
     r = backend.start(_request(tmp_path, "workerpool0-0", names=("workerpool0-0",)))
     path = Path(backend.sub_dir(r.submission.sub_id), "launch.json")
     assert path.stat().st_mode & 0o077 == 0, oct(path.stat().st_mode)
+
+
+def test_stopping_the_rest_of_a_job_started_since_its_last_state_read_signals_it_and_never_cancels_it(
+        tmp_path, slurm, monkeypatch):
+    """The state kept for the polls said PENDING; the job has started since (its chief even ended): the
+    rest is stopped through the entries, not scancel-ed as "still queued" (seen once in CI: a two-pool
+    trial SUCCEEDED, its Slurm job CANCELLED, its worker killed without its SIGTERM)."""
+    monkeypatch.setattr(sb, "STATE_EVERY_S", 3600.0)  # the kept state is never refreshed by the polls
+    backend = _backend(tmp_path, slurm)
+    chief = backend.start(_request(tmp_path, "workerpool0-0"))
+    worker = backend.start(_request(tmp_path, "workerpool1-0"))
+    slurm.running("101", components=2, state="PENDING")
+    assert chief.poll() is None and worker.poll() is None  # read PENDING, kept
+    slurm.running("101", components=2)  # it starts; the chief ends
+    _write_exit(chief, 0)
+    assert chief.poll() == 0
+    worker.begin_stop(10.0)
+    assert slurm.cancels == []
+    assert Path(lf.signal_path(backend.sub_dir(worker.submission.sub_id), "workerpool1-0")).read_text() == "1 TERM"

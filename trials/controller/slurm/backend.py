@@ -373,7 +373,9 @@ class SlurmBackend:
         the entries have not carried out within ``ENTRY_KILL_S`` (a hung node) is Slurm's own."""
         kill = sig == signal.SIGKILL
         whole = all(r._status is not None or r.stop_requested_at is not None for r in sub.replicas)
-        if whole and not sub.cancelled and self.state_of(sub.job_id)[0] in commands.QUEUED:
+        # (a state read now: the one kept for the polls may be from before the job started, and a
+        # running job cancelled as "queued" kills its replicas without their SIGTERM and grace)
+        if whole and not sub.cancelled and self.state_of(sub.job_id, fresh=True)[0] in commands.QUEUED:
             self.slurm.cancel(sub.job_id)  # nothing ran yet: it never will
             sub.cancelled = True
             self._states_at = -1e9  # read its state again at the next poll
@@ -391,10 +393,11 @@ class SlurmBackend:
         files.write_atomic(lf.signal_path(self.sub_dir(sub.sub_id), replica.name),
                            f"{sub.signals} {'KILL' if kill else 'TERM'}".encode("ascii"))
 
-    def state_of(self, job_id: str) -> tuple[str, str]:
-        """A job's Slurm state and nodes (``GONE``: Slurm no longer knows it), read for all jobs at once."""
+    def state_of(self, job_id: str, *, fresh: bool = False) -> tuple[str, str]:
+        """A job's Slurm state and nodes (``GONE``: Slurm no longer knows it), read for all jobs at once
+        (at most every ``STATE_EVERY_S``; ``fresh``: now)."""
         now = time.monotonic()
-        if now - self._states_at >= STATE_EVERY_S:
+        if fresh or now - self._states_at >= STATE_EVERY_S:
             live = [j for j, s in self._subs.items() if any(r._status is None for r in s.replicas)]
             try:
                 self._states = commands.job_state(self.slurm.jobs(live)) if live else {}
