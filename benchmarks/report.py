@@ -27,9 +27,14 @@ def installed_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ, PYTHONPATH=REPO, **extra)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.pop("PYTHONPYCACHEPREFIX", None)
-    subprocess.run([PYTHON, "-m", "compileall", "-q", os.path.join(REPO, "trials"), os.path.join(REPO, "benchmarks")],
-                   env=env, check=False, stdout=subprocess.DEVNULL)
+    if not _compiled:  # once a process: the modes' runs all share it
+        subprocess.run([PYTHON, "-m", "compileall", "-q", os.path.join(REPO, "trials"),
+                        os.path.join(REPO, "benchmarks")], env=env, check=False, stdout=subprocess.DEVNULL)
+        _compiled.append(True)
     return env
+
+
+_compiled: list[bool] = []
 
 
 def machine() -> dict[str, Any]:
