@@ -70,7 +70,7 @@ def test_half_log_keeps_the_better_half_and_compresses_the_worse_one_smoothly():
     assert sq.half_log(np.array([2.0, 2.0, 2.0]))[1] is None
 
 
-@pytest.mark.skipif(not gp_available(), reason="GPSampler needs torch and scipy")
+@pytest.mark.skipif(not gp_available("gp"), reason="GPSampler needs torch and scipy")
 def test_evidence_choice_warps_a_heavy_tailed_objective_and_not_a_smooth_one():
     import optuna
 

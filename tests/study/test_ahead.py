@@ -17,7 +17,7 @@ from trials.study.samplers import gp_available
 from trials.study.storage import open_storage
 from trials.study.store import JobStore
 
-pytestmark = pytest.mark.skipif(not gp_available(), reason="the GP sampler needs torch and scipy")
+pytestmark = pytest.mark.skipif(not gp_available(), reason="the GP sampler needs scipy")
 
 SPEC = """\
 metrics: {loss: minimize}

@@ -142,7 +142,7 @@ def test_sampler_rule():
 
 @pytest.mark.parametrize("gp", [True, False])
 def test_default_rule_for_a_flat_space(monkeypatch, gp):
-    monkeypatch.setattr(samplers, "gp_available", lambda: gp)
+    monkeypatch.setattr(samplers, "gp_available", lambda name="gp-warped": gp)
     x = ParameterSpec(parameter_id="x", type=ParameterType.DOUBLE, min_value=0, max_value=1)
     flat = StudySpec(metrics=(MetricSpec(metric_id="a"),), parameters=(x,))
     assert samplers.choose_sampler_name(flat, n_trials=300) == ("gp-warped" if gp else "tpe")
@@ -151,12 +151,16 @@ def test_default_rule_for_a_flat_space(monkeypatch, gp):
     assert samplers.choose_sampler_name(two, n_trials=5) == "tpe"
 
 
-def test_gp_needs_torch_and_scipy(monkeypatch):
+@pytest.mark.parametrize("missing", ["scipy", "torch"])
+def test_the_warped_gp_needs_scipy_and_optunas_gp_torch_too(monkeypatch, missing):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda m: None if m == "scipy" else real(m))
-    assert not samplers.gp_available()  # GPSampler imports scipy lazily: it would fail mid-job
+    monkeypatch.setattr(importlib.util, "find_spec", lambda m: None if m == missing else real(m))
+    # both import scipy lazily: without it they would fail mid-job
+    assert samplers.gp_available("gp-warped") is (missing == "torch")
+    assert samplers.gp_available() is (missing == "torch")
+    assert not samplers.gp_available("gp")
 
 
 def test_one_id_under_two_parents_gets_two_optuna_names(tmp_path):

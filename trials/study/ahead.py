@@ -56,7 +56,7 @@ AHEAD_SAMPLERS: Mapping[str, int] = {"gp": 10, "gp-warped": 10, "vizier": 1}
 # slot's trial ran (trials of minutes: always; trials of a second: never, the slot would idle)
 FRESH_SHARE = 0.02
 # What the worker imports when it starts, not inside its first suggestion (torch: seconds)
-WARM_UP: Mapping[str, tuple[str, ...]] = {"gp": ("torch", "scipy.optimize"), "gp-warped": ("torch", "scipy.optimize")}
+WARM_UP: Mapping[str, tuple[str, ...]] = {"gp": ("torch", "scipy.optimize"), "gp-warped": ("scipy.optimize",)}
 
 
 @dataclass(frozen=True, slots=True)

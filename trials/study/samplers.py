@@ -14,17 +14,19 @@ from trials.spec import Algorithm, StudySpec
 CHOICES = ("gp-warped", "gp", "tpe", "cmaes", "random", "vizier")
 
 
-def gp_available() -> bool:
-    """Whether GPSampler can run (it needs torch and scipy)."""
-    return all(importlib.util.find_spec(m) is not None for m in ("torch", "scipy"))
+def gp_available(name: str = "gp-warped") -> bool:
+    """Whether the GP sampler ``name`` can run: ``gp-warped`` (:mod:`trials.study.npgp`) needs scipy,
+    ``gp`` (Optuna's GPSampler) torch and scipy."""
+    needs = ("scipy",) if name == "gp-warped" else ("torch", "scipy")
+    return all(importlib.util.find_spec(m) is not None for m in needs)
 
 
 def choose_sampler_name(study: StudySpec, *, n_trials: int) -> str:
     """The documented rule for ALGORITHM_UNSPECIFIED.
 
-    ``gp-warped`` (Optuna's GPSampler fitted to Vizier-style warped values, :mod:`warped_gp`) when
-    torch and scipy are installed, the study has one metric, no conditional parameters and at most
-    300 trials (a GP's cost grows cubically with the trials); otherwise multivariate TPE (grouped for
+    ``gp-warped`` (Optuna's GPSampler's model and search fitted to Vizier-style warped values,
+    :mod:`warped_gp`, computed with NumPy and SciPy, :mod:`npgp`) when scipy is installed, the study
+    has one metric, no conditional parameters and at most 300 trials (a GP's cost grows cubically with the trials); otherwise multivariate TPE (grouped for
     conditional spaces, constant liar for parallel trials). Chosen on ``benchmarks/README.md`` part 3.
     """
     if study.algorithm is Algorithm.RANDOM_SEARCH:
@@ -44,9 +46,11 @@ def check_choice(name: str, study: StudySpec, *, source: str = "--sampler") -> s
     if study.algorithm is not Algorithm.ALGORITHM_UNSPECIFIED:
         raise ConfigError(f"{source} {name}: only for algorithm ALGORITHM_UNSPECIFIED, the spec's is "
                           f"{study.algorithm.name}")
-    if name in ("gp-warped", "gp") and not gp_available():
+    if name == "gp-warped" and not gp_available(name):
+        raise ConfigError(f"{source} {name}: needs scipy, which is not installed: pip install 'trials[gp]'")
+    if name == "gp" and not gp_available(name):
         raise ConfigError(f"{source} {name}: needs torch and scipy, which are not installed: "
-                          f"pip install 'trials[gp]'")
+                          f"pip install 'trials[gp]' torch")
     if name == "vizier":
         from trials.study import vizier
 

@@ -31,6 +31,8 @@ from optuna.distributions import BaseDistribution
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
 
+from trials.study.npgp import NumpyGPSampler
+
 LOG_OFFSET = 1.5  # Vizier's LogWarperComponent default
 
 
@@ -80,8 +82,9 @@ def warp(values: Sequence[float], *, maximize: bool, half_rank_warp: bool = True
     return np.asarray(sign * out, dtype=np.float64)
 
 
-class WarpedGPSampler(optuna.samplers.GPSampler):
-    """GPSampler whose GP sees warped values (one objective; otherwise plain GPSampler)."""
+class WarpedGPSampler(NumpyGPSampler):
+    """Optuna's GPSampler (as :mod:`trials.study.npgp` computes it, without torch) whose GP sees warped
+    values (one objective; otherwise plain GPSampler)."""
 
     def __init__(self, *, half_rank_warp: bool = True, log: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
