@@ -459,6 +459,39 @@ def _same_as_default(path: str, prob: str, sampler: str, seed: int, batch: int, 
     return None
 
 
+def vs_record(paths: Sequence[str], record: str) -> str:
+    """The default's runs in ``paths`` against the runs of record's default (``record``, a part-3 result), cell by
+    cell, each judged against the record's other samplers: to tell whether a change of the default's sampler moved
+    its search (the flat problems; the conditional one's default is TPE)."""
+    with open(record, encoding="utf-8") as f:
+        old = [r for r in json.load(f)["runs"] if r["problem"] != "conditional"]
+    new = [r for r in _load(paths) if r["sampler"] == "default"]
+    others = [r for r in old if r["sampler"] != "default"]
+    budgets = (40, 100)
+    s_new, s_old = summarize(new + others, budgets), summarize([r for r in old if r["sampler"] == "default"] + others,
+                                                               budgets)
+    rows, ratios = [], []
+    for key, c in s_new["cells"].items():
+        o = s_old["cells"].get(key)
+        if o is None:
+            continue
+        n_med, o_med = c["samplers"]["default"]["median"], o["samplers"]["default"]["median"]
+        ratios.append(n_med / o_med if o_med > 0 else 1.0)
+        rows.append([c["problem"], c["budget"], c["batch"], o_med, n_med, ratios[-1], c["best"],
+                     report.verdict(o["default_within_noise"]), report.verdict(c["default_within_noise"])])
+    seeds = sorted({r["seed"] for r in new})
+    text = report.table(f"The default: runs of record against these runs ({len(seeds)} seeds), median simple regret",
+                        ["problem", "trials", "batch", "record", "now", "now / record", "best now",
+                         "record within noise", "now within noise"], rows)
+    met_old = sum(r[7] == report.verdict(True) for r in rows)
+    met_new = sum(r[8] == report.verdict(True) for r in rows)
+    geo = math.exp(sum(math.log(max(x, 1e-300)) for x in ratios) / len(ratios)) if ratios else float("nan")
+    per = [report.median([r["suggest_s_per_trial"] for r in rs]) * 1000 for rs in
+           (new, [r for r in old if r["sampler"] == "default"])]
+    return (text + f"\ncells within seed noise of the best: record {met_old}, now {met_new} of {len(rows)}; "
+            f"geometric mean of now / record {geo:.2f}; per suggestion {per[0]:.1f} ms now, {per[1]:.1f} ms in the record\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.search_quality")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -472,7 +505,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     t = sub.add_parser("table", help="summarize JSON-line files")
     t.add_argument("files", nargs="+")
     t.add_argument("--budgets", default="40,100")
+    v = sub.add_parser("vs-record", help="the default's runs in these files against the runs of record's default")
+    v.add_argument("files", nargs="+")
+    v.add_argument("--record", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "search.json"))
     args = parser.parse_args(argv)
+    if args.cmd == "vs-record":
+        print(vs_record(args.files, args.record))
+        return 0
     if args.cmd == "table":
         budgets = [int(b) for b in args.budgets.split(",")]
         summary = summarize(_load(args.files), budgets)

@@ -26,8 +26,9 @@ def choose_sampler_name(study: StudySpec, *, n_trials: int) -> str:
 
     ``gp-warped`` (Optuna's GPSampler's model and search fitted to Vizier-style warped values,
     :mod:`warped_gp`, computed with NumPy and SciPy, :mod:`npgp`) when scipy is installed, the study
-    has one metric, no conditional parameters and at most 300 trials (a GP's cost grows cubically with the trials); otherwise multivariate TPE (grouped for
-    conditional spaces, constant liar for parallel trials). Chosen on ``benchmarks/README.md`` part 3.
+    has one metric, no conditional parameters and at most 300 trials (a GP's cost grows cubically with
+    the trials); otherwise multivariate TPE (grouped for conditional spaces, constant liar for parallel
+    trials). Chosen on ``benchmarks/README.md`` part 3.
     """
     if study.algorithm is Algorithm.RANDOM_SEARCH:
         return "random"
