@@ -489,7 +489,8 @@ def vs_record(paths: Sequence[str], record: str) -> str:
     per = [report.median([r["suggest_s_per_trial"] for r in rs]) * 1000 for rs in
            (new, [r for r in old if r["sampler"] == "default"])]
     return (text + f"\ncells within seed noise of the best: record {met_old}, now {met_new} of {len(rows)}; "
-            f"geometric mean of now / record {geo:.2f}; per suggestion {per[0]:.1f} ms now, {per[1]:.1f} ms in the record\n")
+            f"geometric mean of now / record {geo:.2f}; per suggestion {per[0]:.1f} ms now, "
+            f"{per[1]:.1f} ms in the record\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -507,7 +508,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     t.add_argument("--budgets", default="40,100")
     v = sub.add_parser("vs-record", help="the default's runs in these files against the runs of record's default")
     v.add_argument("files", nargs="+")
-    v.add_argument("--record", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "search.json"))
+    here = os.path.dirname(os.path.abspath(__file__))
+    v.add_argument("--record", default=os.path.join(here, "results", "search.json"))
     args = parser.parse_args(argv)
     if args.cmd == "vs-record":
         print(vs_record(args.files, args.record))

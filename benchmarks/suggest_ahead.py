@@ -266,8 +266,8 @@ def run(*, quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
     from trials.study.samplers import gp_available
 
     if not gp_available():
-        print("suggest: the GP needs torch and scipy (pip install 'trials[gp]'): part skipped")
-        return {"skipped": "no torch"}
+        print("suggest: the GP needs scipy (pip install 'trials[gp]'): part skipped")
+        return {"skipped": "no scipy"}
     sizes = QUICK if quick else FULL
     raw: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for workload in WORKLOADS:
