@@ -155,11 +155,12 @@ def job_summaries(session: Session, study_keys: Sequence[str], trial_keys: Seque
     A = models.StudyUserAttributeModel
     names = dict(session.execute(select(models.StudyModel.study_id, models.StudyModel.study_name)).all())
     attrs: dict[int, dict[str, Any]] = {sid: {} for sid in names}
-    for sid, key, value in session.execute(select(A.study_id, A.key, A.value_json).where(A.key.in_(list(study_keys)))):
+    study_rows: Any = session.execute(select(A.study_id, A.key, A.value_json).where(A.key.in_(list(study_keys))))
+    for sid, key, value in study_rows:
         attrs.setdefault(sid, {})[key] = json.loads(value)
     trials: dict[int, tuple[int, TrialState, dict[str, Any]]] = {}
-    rows = session.execute(select(T.trial_id, T.study_id, T.state, U.key, U.value_json)
-                           .outerjoin(U, (U.trial_id == T.trial_id) & U.key.in_(list(trial_keys))))
+    rows: Any = session.execute(select(T.trial_id, T.study_id, T.state, U.key, U.value_json)
+                                .outerjoin(U, (U.trial_id == T.trial_id) & U.key.in_(list(trial_keys))))
     for tid, sid, state, key, value in rows:
         entry = trials.setdefault(tid, (sid, state, {}))
         if key is not None:
