@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from benchmarks import report
+from trials.controller.jobs.rest_text import SUFFIX as REST_TEXT_SUFFIX
 from trials.controller.report.page import IMPORTANCES_CACHE
 
 PART = "read"
@@ -161,6 +162,8 @@ def commands(root: str, big: str, small: str, out_dir: str, *, n_big: int = 10_0
         (f"describe ({b})", [*trials, "describe", big, "--root", root], GOAL_READ_S),
         (f"describe --format json ({b})", [*trials, "describe", big, "--root", root, "--format", "json"],
          GOAL_READ_S),
+        (f"describe --format json, no trial's text kept yet ({b})",
+         [*trials, "describe", big, "--root", root, "--format", "json"], None),
         (f"best ({b})", [*trials, "best", big, "--root", root], GOAL_READ_S),
         (f"list ({b} + {s})", [*trials, "list", "--root", root], GOAL_READ_S),
         (f"resume, nothing to run ({b})", [*trials, "resume", big, "--root", root], GOAL_READ_S),
@@ -176,6 +179,10 @@ def first_of_results(label: str, root: str, small: str) -> None:
     if "the first of these results" in label:
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(root, small, IMPORTANCES_CACHE))
+    if "no trial's text kept yet" in label:  # (``describe --format json``: as before its first run)
+        for job in os.listdir(root):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(root, job, "journal.log" + REST_TEXT_SUFFIX))
 
 
 def time_once(argv: list[str], env: dict[str, str], cwd: str | None = None) -> float:
@@ -210,8 +217,10 @@ def run(*, quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
         build_job(root, "small", n_small, n_metrics=1, seed=1, n_running=0, n_waiting=0)
         built_s = time.perf_counter() - t
         runs = [("", root, command_env(report.REPO, os.path.join(workdir, "pycache")))]
-        if baseline:
-            shutil.copytree(root, os.path.join(workdir, "base-jobs"), symlinks=True)
+        if baseline:  # built again, not copied: a job records its folder (a copy's report would use the first's)
+            base_root = os.path.join(workdir, "base-jobs")
+            build_job(base_root, "big", n_big, n_running=0, n_waiting=0, requeued=False)
+            build_job(base_root, "small", n_small, n_metrics=1, seed=1, n_running=0, n_waiting=0)
             runs.append(("baseline ", os.path.join(workdir, "base-jobs"),
                          command_env(baseline, os.path.join(workdir, "base-pycache"))))
         cmds = {who: commands(jobs, "big", "small", os.path.join(workdir, who + "report"), n_big=n_big,

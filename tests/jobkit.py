@@ -16,14 +16,14 @@ parallel_trial_count: 1
 """
 
 
-def fake_job(tmp_path, text=SINGLE, *, outcomes):
+def fake_job(tmp_path, text=SINGLE, *, outcomes, storage=None):
     """A job in a real journal storage, finished without processes: one outcome per trial.
 
     outcome: ("ok", [values per step], stopped_early) | ("fail", reason) | None (never run), or
     ("fail", reason, [values per step before it failed], [exception line, traceback lines...]).
     """
     job = loads_spec(text, source="test.yaml")
-    h = registry.create_job(job, root=str(tmp_path / "jobs"), job_id="rep", spec_path=None, storage=None,
+    h = registry.create_job(job, root=str(tmp_path / "jobs"), job_id="rep", spec_path=None, storage=storage,
                               base_output_dir=None, project_number=None, local_command=["python", "x.py"],
                               seed=1)
     metric_ids = job.study.metric_ids
@@ -56,4 +56,4 @@ def fake_job(tmp_path, text=SINGLE, *, outcomes):
             h.store.set_trial_attrs(c.storage_id, **attrs)
             h.store.fail(c.number)
     h.store.set_meta(state="JOB_STATE_SUCCEEDED")
-    return registry.open_job("rep", root=str(tmp_path / "jobs"), storage=None)
+    return registry.open_job("rep", root=str(tmp_path / "jobs"), storage=storage)

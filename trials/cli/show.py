@@ -21,18 +21,18 @@ if TYPE_CHECKING:
 
 
 def _cmd_describe(args: argparse.Namespace) -> int:
-    from trials.cli.jsontext import dumps_indented
     from trials.controller.jobs import describe
     from trials.controller.jobs import view as job_view
+    from trials.jsontext import dumps_indented
 
+    if args.format == "json":  # exactly the v1 HyperparameterTuningJob
+        print(job_view.describe_text(args.job, root=args.root, storage=args.storage))
+        return 0
     # a table or CSV counts each trial's steps and shows no attempt: slim finished trials will do
     h = job_view.read_job(args.job, root=args.root, storage=args.storage,
                           whole=args.format not in ("table", "csv"))
     if args.format == "local-json":  # attempts, exit statuses, stop reasons, folders, workers
         print(dumps_indented(job_view.describe_local(h)))
-        return 0
-    if args.format == "json":  # exactly the v1 HyperparameterTuningJob
-        print(dumps_indented(job_view.describe(h)))
         return 0
     header, body = job_view.table(h, exact=args.format == "csv")
     if args.format == "csv":

@@ -78,6 +78,7 @@ class StoredTrial:
     system_attrs: dict[str, Any] = field(default_factory=dict)
     datetime_start: str | None = None
     datetime_complete: str | None = None
+    slim: bool = False  # read slim from the snapshot (``read_journal(whole=False)``): steps counted, not kept
 
     @property
     def _trial_id(self) -> int:  # FrozenTrial's name for the storage id
@@ -342,6 +343,9 @@ class _PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"a snapshot names {module}.{name}")
 
 
+PlainUnpickler = _PlainUnpickler  # (plain values only: for the other files kept beside the journal)
+
+
 def prefix_hash(path: str, n_bytes: int) -> str:
     """The CRC-32 of the journal's first ``n_bytes`` (with the length, what names the prefix a
     snapshot is of: a journal rewritten behind its back no longer matches). CRC-32, not a
@@ -438,7 +442,7 @@ def _load(header: dict[str, Any], d: dict[str, Any], whole: list[tuple[Any, ...]
         else:
             state, params, values, u, s, ivs = slim
             append(StoredTrial(i, sid, numbers[i], _STATES[state], params, {}, values,
-                               dict(ivs) if ivs else {}, u, s, None, None))
+                               dict(ivs) if ivs else {}, u, s, None, None, True))
     if finished is not None and next(finished, None) is not None:
         raise ValueError("a snapshot whose parts disagree")
     r.trials = trials

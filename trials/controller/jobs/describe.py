@@ -93,10 +93,12 @@ def trial_to_rest(t: Any, params: Mapping[str, Any], metric_ids: Sequence[str], 
 
 
 def job_to_rest(job_id: str, meta: Mapping[str, Any], trials: Sequence[Any],
-                params_of: Any, metric_ids: Sequence[str], *, steps: bool = True) -> dict[str, Any]:
+                params_of: Any, metric_ids: Sequence[str], *, steps: bool = True,
+                entry: Callable[[Any], Any] | None = None) -> dict[str, Any]:
     """The HyperparameterTuningJob resource, exactly (it parses strictly as the v1 type);
     ``params_of(trial) -> {parameterId: value}``. Local details are in ``local_details``;
-    ``steps=False``: measurements as stored, for ``rows`` (see ``trial_to_rest``)."""
+    ``steps=False``: measurements as stored, for ``rows`` (see ``trial_to_rest``); ``entry(trial)``:
+    what stands for each shown trial instead of its ``trial_to_rest`` (its text, already encoded)."""
     spec = dict(meta.get("spec") or {})
     project = meta.get("project_number") or protocol.DEFAULT_PROJECT_NUMBER
     parent = meta.get("api_parent") or f"projects/{project}/locations/local"  # (`trials serve` keeps its path's)
@@ -107,7 +109,10 @@ def job_to_rest(job_id: str, meta: Mapping[str, Any], trials: Sequence[Any],
         if key in spec:
             out[key] = spec[key]
     out["maxTrialCount"] = len(trials) if trials else spec.get("maxTrialCount", 1)
-    out["trials"] = [trial_to_rest(t, params_of(t), metric_ids, steps=steps) for t in trials if shown(t)]
+    if entry is None:
+        out["trials"] = [trial_to_rest(t, params_of(t), metric_ids, steps=steps) for t in trials if shown(t)]
+    else:
+        out["trials"] = [entry(t) for t in trials if shown(t)]
     out["state"] = meta.get("state") or JobState.QUEUED
     for key, name in (("create_time", "createTime"), ("start_time", "startTime"),
                       ("end_time", "endTime"), ("update_time", "updateTime")):

@@ -9,11 +9,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from trials.controller.jobs import registry
-from trials.controller.jobs.describe import job_to_rest, shown
+from trials.controller.jobs import registry, rest_text
+from trials.controller.jobs.describe import job_to_rest, shown, trial_to_rest
 from trials.controller.jobs.describe import table as trials_table
 from trials.controller.policy.ranking import best_of, pareto_front
 from trials.errors import JobNotFoundError
+from trials.jsontext import Encoded, dumps_indented
 from trials.spec import JobSpec
 from trials.storage_url import JOURNAL_FILE, is_journal_url, journal_path
 from trials.study import replay
@@ -37,9 +38,11 @@ class ReadStore(Protocol):
 class _Attrs:
     """The job's attributes and trials as read once: every later question is answered from them."""
 
-    def __init__(self, attrs: dict[str, Any], trials: list[Any]):
+    def __init__(self, attrs: dict[str, Any], trials: list[Any], *, journal: str | None = None, n_bytes: int = 0):
         self._meta = {k[len(ATTR_PREFIX):]: v for k, v in attrs.items() if k.startswith(ATTR_PREFIX)}
         self._trials = trials
+        self.journal = journal  # read from this journal without Optuna, its first ``n_bytes``
+        self.n_bytes = n_bytes
 
     def meta(self) -> dict[str, Any]:
         return dict(self._meta)
@@ -78,7 +81,7 @@ def _replayed(path: str, job_id: str, whole: bool, *, exact: bool = False) -> _A
     study_id = r.study_id(job_id)
     if study_id is None:
         raise JobNotFoundError.in_storage(job_id, (s.name for s in r.studies.values()))
-    return _Attrs(r.studies[study_id].user_attrs, r.study_trials_of(study_id))
+    return _Attrs(r.studies[study_id].user_attrs, r.study_trials_of(study_id), journal=path, n_bytes=r.n_bytes)
 
 
 def _loaded(store: JobStore) -> _Attrs:
@@ -213,6 +216,55 @@ def describe(h: Job, *, steps: bool = True) -> dict[str, Any]:
     meta["update_time"] = rfc3339(time.time())
     return job_to_rest(h.job_id, meta, h.store.frozen_trials(), params_of(h),
                        h.job.study.reported_metric_ids, steps=steps)
+
+
+def describe_text(job_id: str, *, root: str, storage: str | None) -> str:
+    """``describe --format json``: the job's REST resource as indented JSON (``describe``). A journal
+    job's finished trials are written from their kept text (``rest_text``): each is converted and
+    encoded once, the first time it is described finished; the journal is then read with those
+    trials slim (``read_job(whole=False)``)."""
+    url = registry.job_url(job_id, root=root, storage=storage)
+    cache = rest_text.load(journal_path(url)) if is_journal_url(url) else rest_text.Cache()
+    h = read_job(job_id, root=root, storage=storage, whole=job_id not in cache.jobs)  # (none kept: whole at once)
+    store = h.store
+    journal = store.journal if isinstance(store, _Attrs) else None
+    if journal is None or not isinstance(store, _Attrs):  # (a database: read whole)
+        return dumps_indented(describe(h))
+    digest = rest_text.spec_digest(store.get_meta("spec"), h.job.study.reported_metric_ids)
+    if any(t.slim and t.storage_id not in cache.texts(job_id, digest) for t in store.frozen_trials() if shown(t)):
+        h = read_job(job_id, root=root, storage=storage)  # a finished trial with no text yet: read whole
+        store = h.store
+        journal = store.journal if isinstance(store, _Attrs) else None
+        if journal is None or not isinstance(store, _Attrs):
+            return dumps_indented(describe(h))
+    return _described(h, store, journal, cache)
+
+
+def _described(h: Job, store: _Attrs, journal: str, cache: rest_text.Cache) -> str:
+    metric_ids = h.job.study.reported_metric_ids
+    meta = store.meta()
+    digest = rest_text.spec_digest(meta.get("spec"), metric_ids)
+    texts = cache.texts(h.job_id, digest)
+    params = params_of(h)
+    fresh: rest_text.Texts = {}
+
+    def entry(t: Any) -> Any:
+        finished = t.state.is_finished()
+        text = texts.get(t.storage_id) if finished else None
+        if text is None:
+            d = trial_to_rest(t, params(t), metric_ids)
+            if not finished:  # (it changes yet)
+                return d
+            text = fresh[t.storage_id] = dumps_indented(d, level=2)
+        return Encoded(text)
+
+    meta["update_time"] = rfc3339(time.time())
+    out = dumps_indented(job_to_rest(h.job_id, meta, store.frozen_trials(), params, metric_ids, entry=entry))
+    if fresh:  # (the other jobs' texts hold: the journal still starts with the prefix they are of)
+        jobs = dict(cache.jobs)
+        jobs[h.job_id] = (digest, {**texts, **fresh})
+        rest_text.save(journal, store.n_bytes, jobs)
+    return out
 
 
 def table(h: Job, *, exact: bool = False) -> tuple[list[str], list[list[str]]]:

@@ -6,6 +6,10 @@ up through every level; this appends to one list instead. Only the plain JSON ty
 here (``dict`` with ``str`` keys, ``list``, ``tuple``, ``str``, ``int``, ``float``, ``bool``,
 ``None``, exactly those types); any other object, key or a cycle: the stdlib encodes the whole
 (its text, or its error).
+
+An :class:`Encoded` value is text this writer made before (``dumps_indented(value, level=...)`` at
+the depth it is placed at) and is written as it is: ``describe --format json`` keeps each finished
+trial's text and does not encode it again.
 """
 
 from __future__ import annotations
@@ -14,6 +18,12 @@ import json
 from json.encoder import INFINITY
 from json.encoder import encode_basestring_ascii as _string
 from typing import Any
+
+
+class Encoded(str):
+    """JSON text already written by ``dumps_indented`` at the depth where it is placed: written as is."""
+
+    __slots__ = ()
 
 
 class _Unusual(Exception):
@@ -30,8 +40,10 @@ def _float(o: float) -> str:
     return float.__repr__(o)
 
 
-def dumps_indented(obj: Any) -> str:
-    """``json.dumps(obj, indent=2)``, character for character."""
+def dumps_indented(obj: Any, level: int = 0) -> str:
+    """``json.dumps(obj, indent=2)``, character for character; ``level``: as written nested that many
+    containers deep (its inner lines indented ``2 * level`` more, its first line not), the text an
+    :class:`Encoded` value at that depth holds."""
     out: list[str] = []
     put = out.append
 
@@ -39,6 +51,8 @@ def dumps_indented(obj: Any) -> str:
         t = type(o)
         if t is str:
             put(_string(o))
+        elif t is Encoded:
+            put(o)
         elif t is dict:
             if not o:
                 put("{}")
@@ -79,10 +93,27 @@ def dumps_indented(obj: Any) -> str:
             raise _Unusual
 
     try:
-        enc(obj, "\n")
+        enc(obj, "\n" + "  " * level)
     except (_Unusual, RecursionError):
-        return json.dumps(obj, indent=2)
+        if level:
+            raise ValueError("only plain JSON values are written nested") from None
+        try:
+            plain = _decoded(obj)
+        except RecursionError:  # a cycle: the stdlib names it
+            plain = obj
+        return json.dumps(plain, indent=2)
     return "".join(out)
 
 
-__all__ = ["dumps_indented"]
+def _decoded(o: Any) -> Any:
+    """``o`` with each :class:`Encoded` text parsed back (for the stdlib's encoder)."""
+    if type(o) is Encoded:
+        return json.loads(o)
+    if type(o) is dict:
+        return {k: _decoded(v) for k, v in o.items()}
+    if type(o) is list or type(o) is tuple:
+        return [_decoded(v) for v in o]
+    return o
+
+
+__all__ = ["Encoded", "dumps_indented"]

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trials.cli.jsontext import dumps_indented
+from trials.jsontext import Encoded, dumps_indented
 
 scalars = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True)
            | st.text())
@@ -52,3 +52,24 @@ def test_what_the_stdlib_refuses_is_refused_the_same_way():
         dumps_indented(cycle)
     with pytest.raises(TypeError, match="not JSON serializable"):
         dumps_indented({"a": object()})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(documents, max_size=4), st.lists(st.booleans(), max_size=4))
+def test_text_written_at_its_depth_is_placed_as_is(items, encode):
+    # describe --format json: each finished trial's text, written once at depth 2 ({"trials": [here]})
+    placed = [Encoded(dumps_indented(v, level=2)) if i < len(encode) and encode[i] else v
+              for i, v in enumerate(items)]
+    doc = {"name": "job", "trials": placed, "state": "JOB_STATE_SUCCEEDED"}
+    expected = json.dumps({"name": "job", "trials": items, "state": "JOB_STATE_SUCCEEDED"}, indent=2)
+    assert dumps_indented(doc) == expected
+
+
+def test_encoded_text_beside_what_only_the_stdlib_writes_is_parsed_back():
+    doc = {"trials": [Encoded(dumps_indented({"id": "1", "x": [1.5]}, level=2))], "odd": {1: "int key"}}
+    assert dumps_indented(doc) == json.dumps({"trials": [{"id": "1", "x": [1.5]}], "odd": {1: "int key"}}, indent=2)
+
+
+def test_only_plain_values_are_written_nested():
+    with pytest.raises(ValueError, match="plain JSON"):
+        dumps_indented({1: "int key"}, level=2)
