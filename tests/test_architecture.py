@@ -15,7 +15,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "trials"
 
 VOCABULARY = {f"trials.{m}" for m in (
-    "errors", "files", "hypertune_file", "printable", "protocol", "records", "storage_url", "timefmt")}
+    "errors", "files", "hypertune_file", "jsontext", "printable", "protocol", "records", "storage_url", "timefmt")}
 ENTRY = {"trials", "trials.__main__", "trials.cli", "trials.pytest_plugin"}
 # role -> the roles it may import (itself included); the arrows point one way
 ALLOWED = {
