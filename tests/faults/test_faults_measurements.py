@@ -244,7 +244,8 @@ def test_a_long_trial_of_two_metrics_resumed_mid_run_keeps_every_step_of_both_an
     grew with the square of the steps).
 
     "Every step" but those the kill itself lost (:func:`lost_at_kill`): asking for steps 1..150
-    whatever the trainer's file held failed CI once, its last checkpointed step in no record."""
+    whatever the trainer's file held failed CI once, its last checkpointed step in no record. When
+    the kill left the file empty, the trial's record says so (``metrics_warning``), and only then."""
     job_id = jobs.job_id("long")
     job_dir = jobs.job_dir(job_id)
     spec = jobs.root / "long.yaml"
@@ -256,6 +257,7 @@ def test_a_long_trial_of_two_metrics_resumed_mid_run_keeps_every_step_of_both_an
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     lost = lost_at_kill(job_dir, 0)
+    emptied = (job_dir / "1" / protocol.HYPERTUNE_FILE).stat().st_size == 0  # (the kill's usual cut)
     proc = jobs.start("resume", job_id, "--grace-period", "0.3", "--quiet")
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
@@ -265,6 +267,8 @@ def test_a_long_trial_of_two_metrics_resumed_mid_run_keeps_every_step_of_both_an
     x = next(p["value"] for p in trial["parameters"] if p["parameterId"] == "x")
     got = [(int(m["stepCount"]), {v["metricId"]: v["value"] for v in m["metrics"]}) for m in trial["measurements"]]
     assert [s for s, _ in got] == [s for s in range(1, LONG_EPOCHS + 1) if s not in lost], f"lost at the kill: {lost}"
+    warning = jobs.local(job_id)["1"].get("metrics_warning", "")
+    assert ("hypertune.metrics was empty after its process ended" in warning) == emptied, warning
     for step, metrics in got:
         assert metrics == {"loss": pytest.approx((x - 0.3) ** 2 + 1.0 / (step + 1)), "acc": step / 1000}, step
     elapsed = [float(m["elapsedDuration"].rstrip("s")) for m in trial["measurements"]]

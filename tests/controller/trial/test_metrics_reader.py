@@ -722,3 +722,77 @@ def test_a_file_larger_than_one_polls_read_is_read_on_by_the_next_polls(paths, m
     for _ in range(4):
         reader.poll()
     assert steps_of(reader) == [1, 2]
+
+
+# --- a rewrite its process's death cut short ---------------------------------------------------------
+def cut(path, n_lines):
+    """What a process killed in the middle of cloudml-hypertune's rewrite leaves: the file truncated,
+    then its first ``n_lines`` entries (the library writes its buffer out at line ends)."""
+    with open(path) as f:
+        lines = f.readlines()
+    with open(path, "w") as f:
+        f.writelines(lines[:n_lines])
+
+
+def test_an_empty_file_after_its_process_ended_is_a_cut_rewrite(paths):
+    fake, reader = FakeHypertune(paths[0]), make_reader(paths)
+    fake.report_steps(range(1, 11))
+    reader.poll()
+    fake.report_steps([11])
+    cut(paths[0], 0)
+    reader.poll()  # (its writer may still be writing: nothing said yet)
+    assert reader.missing_steps_warning is None
+    reader.poll(final=True)
+    assert steps_of(reader) == list(range(1, 11))
+    warning = reader.missing_steps_warning
+    assert warning is not None and f"{paths[0]} was empty after its process ended" in warning
+    assert "metrics.jsonl" in warning
+    reader.poll(final=True)
+    assert reader.missing_steps_warning == warning  # said once
+
+
+def test_fewer_entries_than_read_before_is_a_cut_rewrite_and_what_was_read_is_kept(paths):
+    fake, reader = FakeHypertune(paths[0]), make_reader(paths)
+    fake.report_steps(range(1, 61))  # 120 entries: the file keeps the last 100 (steps 11..60)
+    reader.poll()
+    fake.report_steps([61])
+    cut(paths[0], 74)
+    reader.poll(final=True)
+    assert steps_of(reader) == list(range(11, 61))
+    assert "held 74 of its 100 entries after its process ended" in reader.missing_steps_warning
+
+
+def test_a_whole_file_at_the_end_or_a_restarts_fresh_file_is_no_cut(paths):
+    fake, reader = FakeHypertune(paths[0]), make_reader(paths)
+    fake.report_steps(range(1, 31))
+    reader.poll()
+    cut(paths[0], 20)  # read in the middle of a rewrite while its process lives...
+    reader.poll()
+    fake.report_steps([31])  # ...which then ends whole
+    reader.poll(final=True)
+    assert reader.missing_steps_warning is None
+    reader.on_restart()  # a restarted process: its file starts again with fewer entries
+    fresh = FakeHypertune(paths[0], t0=T0 + 1000)
+    fresh.report_steps([32])
+    reader.poll(final=True)
+    assert steps_of(reader) == list(range(1, 33)) and reader.missing_steps_warning is None
+
+
+def test_a_resumed_reader_notes_the_empty_file_its_earlier_attempt_left(paths):
+    FakeHypertune(paths[0]).report_steps(range(1, 5))
+    cut(paths[0], 0)
+    reader = make_reader(paths)  # a new controller reads what its dead predecessor's trainer left
+    reader.poll(final=True)
+    reader.on_restart()
+    assert "was empty after its process ended" in reader.missing_steps_warning
+
+
+def test_no_cut_is_said_when_the_lossless_log_is_there(paths):
+    fake, reader = FakeHypertune(paths[0]), make_reader(paths)
+    with open(paths[1], "w") as f:
+        f.write(format_record(step=1, metrics={"acc": 0.5}, timestamp=T0))
+    fake.report_steps([1])
+    reader.poll()
+    cut(paths[0], 0)
+    reader.poll(final=True)
+    assert reader.missing_steps_warning is None

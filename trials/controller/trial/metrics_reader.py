@@ -79,6 +79,9 @@ class TrialMetricsReader:
         self._ht_exists = False
         self._ht_last_step: int | None = None  # newest step read in the current attempt
         self._gaps: list[tuple[int | None, int]] = []  # (last step read before, first step after)
+        self._ht_entries = 0  # the entries the file held at the last read kept, in the current attempt
+        self._ht_most = 0  # the most it held in the current attempt (a whole rewrite never holds fewer)
+        self._cut: list[str] = []  # rewrites their process's death cut short (read after it ended)
         # metrics.jsonl state
         self._jl_log = MeasurementLog()
         self._jl_seen: set[tuple[object, ...]] = set()
@@ -139,6 +142,8 @@ class TrialMetricsReader:
         """Why some steps may be missing (a file that is not a regular file was skipped, or the
         hypertune file's cap dropped them), or ``None``."""
         notes = [*self._skipped.values(), *self._junk_notes()]
+        if not self._jl_exists:  # (metrics.jsonl is lossless: a cut hypertune file loses nothing)
+            notes += self._cut
         gaps = self._gap_warning()
         if gaps:
             notes.append(gaps)
@@ -282,10 +287,14 @@ class TrialMetricsReader:
             return False
         sig = (st.st_ino, st.st_size, st.st_mtime_ns)
         if sig == self._ht_sig:
+            if final:
+                self._note_cut(st.st_size)
             return False  # unchanged: the common, cheap case
         racy = not final and time.time_ns() - st.st_mtime_ns < RACY_WINDOW_NS
         read = self._scan(self.hypertune_path, self._ht_tail, final=final,
                           use=lambda scan: self._add_hypertune(scan, settled=not racy))
+        if final:
+            self._note_cut(st.st_size)
         if read is None:
             return False
         scan, changed = read
@@ -332,6 +341,7 @@ class TrialMetricsReader:
             new_raws.append(raw)
             new.extend(lines)
         if not any_line and not scan.continued:
+            self._ht_entries = 0
             return False  # between truncation and the first write: 90 % of reads under load
         if not scan.continued and not settled and scan.at_eof and (scan.torn or not last_ok):
             return None  # (a read cut at MAX_SCAN_BYTES is not torn: the next poll reads on)
@@ -348,6 +358,8 @@ class TrialMetricsReader:
                     return None
                 self._start_attempt()  # a restart nobody told us about: a fresh file, not a loss
         self._ht_raw_seen.update(new_raws)  # only now: a read left for later must be parsed again
+        self._ht_entries = (self._ht_entries if scan.continued else 0) + n_records
+        self._ht_most = max(self._ht_most, self._ht_entries)  # (a read in the middle of a rewrite holds fewer)
         measurements: list[Measurement] = []
         changed = False
         for line in new:
@@ -371,6 +383,26 @@ class TrialMetricsReader:
         # attempt n -> n+1: the shrinking file is a new queue, not lost steps
         self._attempt += 1
         self._ht_last_step = None
+        self._ht_entries = self._ht_most = 0
+
+    def _note_cut(self, size: int) -> None:
+        """After the file's writer ended (a final read): cloudml-hypertune truncates its file and writes
+        every entry again at each report, and a whole rewrite never holds fewer entries than an earlier
+        one of the same process. An empty file, or fewer entries than read before, is a rewrite the
+        process's death cut short (seen when a controller was SIGKILLed and its trainers died with
+        it): the report being written, and any not read before, are gone."""
+        if size == 0:
+            what = "was empty"
+        elif self._ht_entries < self._ht_most:
+            what = f"held {self._ht_entries} of its {self._ht_most} entries"
+        else:
+            return
+        note = (f"{self.hypertune_path} {what} after its process ended, as when a process dies while "
+                f"cloudml-hypertune rewrites the file: the report being written, and any not read before, are lost; "
+                f"report through the trials runtime for a lossless {protocol.METRICS_LOG}")
+        self._ht_most = self._ht_entries  # (said once for this cut)
+        if note not in self._cut:
+            self._cut.append(note)
 
     @staticmethod
     def _key(line: HypertuneLine) -> tuple[object, ...]:
