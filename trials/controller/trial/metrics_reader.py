@@ -139,8 +139,8 @@ class TrialMetricsReader:
 
     @property
     def missing_steps_warning(self) -> str | None:
-        """Why some steps may be missing (a file that is not a regular file was skipped, or the
-        hypertune file's cap dropped them), or ``None``."""
+        """Why some steps may be missing (a file that is not a regular file was skipped, the
+        hypertune file's cap dropped them, or its process died in the middle of a rewrite), or ``None``."""
         notes = [*self._skipped.values(), *self._junk_notes()]
         if not self._jl_exists:  # (metrics.jsonl is lossless: a cut hypertune file loses nothing)
             notes += self._cut
