@@ -187,3 +187,29 @@ def test_prefix_hash_names_the_bytes_and_their_length(tmp_path):
     path.write_bytes(b"b" + b"a" * 2999)
     assert replay.prefix_hash(str(path), 3000) != before
     assert replay.prefix_hash(str(path), 5000).endswith(":3000")  # a shorter file: never its prefix's name
+
+
+def test_hashing_once_continues_a_prefix_and_never_outlives_a_change(tmp_path, monkeypatch):
+    path = tmp_path / "j"
+    path.write_bytes(bytes(range(256)) * 40)
+    plain = {n: replay.prefix_hash(str(path), n) for n in (0, 100, 5000, 10240, 20000)}
+    reads: list[int] = []
+    real_open = open
+
+    def counting_open(file, *args, **kwargs):
+        f = real_open(file, *args, **kwargs)
+        if str(file) == str(path):
+            real_seek = f.seek
+            f.seek = lambda pos, *a: (reads.append(pos), real_seek(pos, *a))[1]  # type: ignore[method-assign]
+        return f
+
+    with replay.hashing_once():
+        assert replay.prefix_hash(str(path), 5000) == plain[5000]
+        monkeypatch.setattr("builtins.open", counting_open)
+        assert {n: replay.prefix_hash(str(path), n) for n in (0, 100, 5000, 10240, 20000)} == plain
+        assert 5000 in reads  # (10240 and 20000 continued from 5000's hash)
+        monkeypatch.setattr("builtins.open", real_open)
+        path.write_bytes(b"x" + bytes(range(256)) * 40)  # longer: another file
+        assert replay.prefix_hash(str(path), 5000) != plain[5000]
+    assert replay._HASHED is None
+    assert replay.prefix_hash(str(path), 100) != plain[100]  # (outside: always read)

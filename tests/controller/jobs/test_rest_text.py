@@ -177,3 +177,10 @@ def test_a_database_job_is_described_whole(tmp_path, capsys):
     assert [t["state"] for t in out["trials"]] == ["SUCCEEDED", "INFEASIBLE"]
     assert [m["value"] for m in out["trials"][0]["measurements"][1]["metrics"]] == [0.5]
     assert not [p for p in tmp_path.rglob("*") if p.name.endswith(rest_text.SUFFIX)]
+
+
+@pytest.mark.parametrize("text, ok", [
+    ('{\n  "a": "b ~"\n}', True), ("", True), ("a\tb", False), ("a\rb", False), ("a\x7fb", False),
+    ("a\x00b", False), ("caf\u00e9", False), ("\u2028", False), ("a\x1b[2J", False)])
+def test_only_printable_ascii_and_newlines_pass(text: str, ok: bool) -> None:
+    assert rest_text._printable(text) is ok

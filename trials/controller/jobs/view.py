@@ -223,6 +223,11 @@ def describe_text(job_id: str, *, root: str, storage: str | None) -> str:
     job's finished trials are written from their kept text (``rest_text``): each is converted and
     encoded once, the first time it is described finished; the journal is then read with those
     trials slim (``read_job(whole=False)``)."""
+    with replay.hashing_once():  # (the kept texts and the snapshot name the same journal prefix: read once)
+        return _describe_text(job_id, root=root, storage=storage)
+
+
+def _describe_text(job_id: str, *, root: str, storage: str | None) -> str:
     url = registry.job_url(job_id, root=root, storage=storage)
     cache = rest_text.load(journal_path(url)) if is_journal_url(url) else rest_text.Cache()
     h = read_job(job_id, root=root, storage=storage, whole=job_id not in cache.jobs)  # (none kept: whole at once)
