@@ -81,7 +81,17 @@ def _texts(el: ET.Element) -> list[tuple[str, float, float]]:
 
 
 def _marks(el: ET.Element) -> list[tuple[float, float]]:
-    return [(float(u.get("x")), float(u.get("y"))) for u in el.iter(f"{{{NS['svg']}}}use")]
+    """Where the marks under ``el`` are: each ``<use>``'s place, or (a collection of a few marks, each
+    written out whole) each path's centre."""
+    uses = [(float(u.get("x")), float(u.get("y"))) for u in el.iter(f"{{{NS['svg']}}}use")]
+    if uses:
+        return uses
+    out = []
+    for path in el.iter(f"{{{NS['svg']}}}path"):
+        xs, ys = zip(*[(float(x), float(y)) for x, y in re.findall(r"([-\d.]+) ([-\d.]+)", path.get("d", ""))],
+                     strict=True)
+        out.append(((min(xs) + max(xs)) / 2, (min(ys) + max(ys)) / 2))
+    return out
 
 
 def test_a_failed_curve_is_dotted_to_a_cross_unlike_a_stopped_or_finished_one(page: str) -> None:

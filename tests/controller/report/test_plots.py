@@ -101,3 +101,46 @@ def test_two_metrics_get_a_pareto_front(tmp_path) -> None:
     svg = _plot(page, "pareto_front")
     assert "Pareto-optimal trial" in _texts(svg) and "stopped early (not a result)" in _texts(svg)
     assert "accuracy (higher is better)" in _texts(svg) and "size (lower is better)" in _texts(svg)
+
+
+def test_plots_drawn_in_two_processes_are_the_ones_drawn_in_one(tmp_path, monkeypatch) -> None:
+    """The learning curves and the importances are drawn in a forked child while the rest are drawn
+    here: the page and every PNG are byte for byte those of drawing all in one process; a child that
+    dies leaves its plots to this process."""
+    pytest.importorskip("matplotlib")
+    from trials.controller.report import plots
+
+    monkeypatch.setattr(plots, "_cpus", lambda: 2)
+    outcomes = [("ok", [0.5 + 0.02 * i + 0.01 * s for s in range(5)], False) for i in range(12)]
+    fake_job(tmp_path, CONDITIONAL, outcomes=outcomes)
+    out = {}
+    forks = []
+    real_fork = plots._fork_drawing
+    monkeypatch.setattr(plots, "_fork_drawing", lambda *a: forks.append(a) or real_fork(*a))
+    for name, parallel in (("two", True), ("one", False)):
+        monkeypatch.setattr(plots, "PARALLEL", parallel)
+        report = tmp_path / name
+        assert main(["report", "rep", "--root", str(tmp_path / "jobs"), "--out", str(report)]) == 0
+        out[name] = {p.name: p.read_bytes() for p in report.iterdir() if p.suffix in (".png", ".html")}
+    assert len(forks) == 1 and [stem for stem, _, _ in forks[0][0]] == list(plots.IN_CHILD)
+    assert "intermediate_values.png" in out["two"] and "param_importances.png" in out["two"]
+    assert out["two"] == out["one"]
+
+    monkeypatch.setattr(plots, "PARALLEL", True)
+    monkeypatch.setattr(plots, "_draw_one", _dies_in_child(plots._draw_one))
+    assert main(["report", "rep", "--root", str(tmp_path / "jobs"), "--out", str(tmp_path / "died")]) == 0
+    assert {p.name: p.read_bytes() for p in (tmp_path / "died").iterdir() if p.suffix in (".png", ".html")} \
+        == out["one"]
+
+
+def _dies_in_child(draw_one):
+    import os
+
+    parent = os.getpid()
+
+    def draw(*args, **kwargs):
+        if os.getpid() != parent:
+            os._exit(3)  # (the child, killed mid-plot)
+        return draw_one(*args, **kwargs)
+
+    return draw

@@ -16,7 +16,7 @@ from typing import Any
 
 from trials.controller.report.data import PlotTrial, Value
 from trials.controller.report.scale import nice_limits
-from trials.controller.report.svg import trial_line
+from trials.controller.report.svg import TrialLines
 from trials.records import TrialState
 
 INACTIVE_Y = -0.12
@@ -159,15 +159,18 @@ def draw_parallel(ax: Any, trials: Sequence[PlotTrial], axes: Sequence[Axis], *,
         out.append(axes[-1].position(t.values[0]) if t.result else None)
         return [INACTIVE_Y if y is None else y for y in out]
 
+    stopped = TrialLines()
     for t in shown:
         if not t.result:
-            trial_line(ax, t.trial_id, xs, ys(t), color=STOPPED_COLOR, linestyle="--", linewidth=0.9, alpha=0.7,
-                       zorder=1)
+            stopped.add(t.trial_id, xs, ys(t), color=STOPPED_COLOR, linestyle="--", linewidth=0.9, alpha=0.7)
+    stopped.draw(ax, zorder=1, gid="stopped-lines")
+    lines = TrialLines()
     n = len(results)
     for rank, t in enumerate(results):  # worst first: the best end up on top, darkest
         best = rank == n - 1
-        trial_line(ax, t.trial_id, xs, ys(t), color=cmap(norm(t.values[0] or 0.0)),
-                   linewidth=3.0 if best else 1.4, alpha=1.0 if best else 0.85, zorder=2 + rank)
+        lines.add(t.trial_id, xs, ys(t), color=cmap(norm(t.values[0] or 0.0)), linewidth=3.0 if best else 1.4,
+                  alpha=1.0 if best else 0.85)
+    lines.draw(ax, gid="result-lines")
     inactive = set()
     for i, a in enumerate(axes):
         ax.plot([i, i], [0, 1], color="#333333", linewidth=1.0, zorder=1000)

@@ -18,7 +18,7 @@ from typing import Any
 from trials.controller.report.data import PlotTrial, best_so_far, best_trial, pareto_ids
 from trials.controller.report.parallel import Axis, draw_parallel
 from trials.controller.report.scale import integer_limits, nice_limits, with_strip
-from trials.controller.report.svg import trial_line
+from trials.controller.report.svg import TrialLines, trial_marks
 from trials.records import TrialState
 
 RESULT_COLOR = "#1f77b4"
@@ -70,10 +70,13 @@ def _goal(metric: str, maximize: bool) -> str:
 
 
 def points(ax: Any, trials: Sequence[PlotTrial], x: Callable[[PlotTrial], Any], y: Callable[[PlotTrial], Any],
-           fmt: str, *, label: str, **style: Any) -> None:
-    """One marker per trial, each its own artist named ``trial-<id>`` (the page links them on hover)."""
-    for i, t in enumerate(trials):
-        trial_line(ax, t.trial_id, [x(t)], [y(t)], fmt, label=label if i == 0 else "_nolegend_", **style)
+           fmt: str, *, label: str, color: Any, mfc: str | None = None, markersize: float = 6.0,
+           markeredgewidth: float = 1.0, **style: Any) -> None:
+    """One mark per trial (``fmt`` ``"o"`` or ``"x"``; ``mfc="none"``: hollow), linked to its trial
+    for the page's hover (``svg.trial_marks``: one collection)."""
+    trial_marks(ax, [t.trial_id for t in trials], [x(t) for t in trials], [y(t) for t in trials], fmt,
+                color=color, hollow=mfc == "none", size=markersize, edge_width=markeredgewidth, label=label,
+                **style)
     ax.autoscale_view()
 
 
@@ -174,6 +177,8 @@ def curves(ax: Any, trials: Sequence[PlotTrial], metric: str, maximize: bool) ->
     stops: list[tuple[int, float]] = []  # where the stopped and the failed trials ended: one artist for each kind
     fails: list[tuple[int, float]] = []
     running = False
+    lines = TrialLines()
+    lone: list[tuple[int, int, float, Any, float]] = []  # (id, step, value, colour, alpha): a curve of one point
     for t in drawn:
         steps, values = [s for s, _ in t.curve], [v for _, v in t.curve]
         is_best = best is not None and t.trial_id == best.trial_id
@@ -181,11 +186,12 @@ def curves(ax: Any, trials: Sequence[PlotTrial], metric: str, maximize: bool) ->
         live = t.state not in (TrialState.SUCCEEDED, TrialState.INFEASIBLE)
         running = running or live
         style = "--" if t.stopped else ":" if failed else "-"
-        single = len(steps) == 1 and not (t.stopped or failed)  # a lone point needs a mark to show
-        trial_line(ax, t.trial_id, steps, values, color=cmap(norm(t.trial_id)), linestyle=style,
-                   linewidth=2.8 if is_best else 1.6 if failed else 1.2,
-                   alpha=1.0 if is_best else 0.45 if live else 0.8,
-                   zorder=3 if is_best else 2, marker="o" if single else None)
+        color, alpha = cmap(norm(t.trial_id)), 1.0 if is_best else 0.45 if live else 0.8
+        if len(steps) == 1 and not (t.stopped or failed):  # a lone point needs a mark to show
+            lone.append((t.trial_id, steps[0], values[0], color, alpha))
+        else:  # (the best on top of the others)
+            lines.add(t.trial_id, steps, values, color=color, linestyle=style,
+                      linewidth=2.8 if is_best else 1.6 if failed else 1.2, alpha=alpha, zorder=1 if is_best else 0)
         if t.stopped:
             stops.append((steps[-1], values[-1]))
         elif failed:
@@ -193,6 +199,10 @@ def curves(ax: Any, trials: Sequence[PlotTrial], metric: str, maximize: bool) ->
         if is_best:
             ax.annotate(f"best: trial {t.trial_id}", (steps[-1], values[-1]), xytext=(6, 0),
                         textcoords="offset points", fontsize=9, va="center")
+    lines.draw(ax, gid="curves")
+    if lone:
+        trial_marks(ax, [i for i, *_ in lone], [s for _, s, *_ in lone], [v for _, _, v, *_ in lone], "o",
+                    colors=[(*c[:3], a) for *_, c, a in lone], gid="single-step-curves")
     stop_mark: dict[str, Any] = {"marker": "o", "markersize": 7, "markerfacecolor": "none",
                                  "markeredgecolor": "#444444", "markeredgewidth": 1.3}
     fail_mark: dict[str, Any] = {"marker": "x", "markersize": 8, "markeredgecolor": FAILED_COLOR,
@@ -358,6 +368,13 @@ def _plots(trials: Sequence[PlotTrial], metric_ids: Sequence[str], maximize: Seq
     return out
 
 
+# Plots a second process draws, when the machine has a second CPU (about half a 1,000-trial report's
+# drawing: the learning curves' thousands of lines, and the importances, whose first computation
+# imports scikit-learn); the rest are drawn here meanwhile. False: all here, one after another.
+IN_CHILD = ("intermediate_values", "param_importances")
+PARALLEL = True
+
+
 def draw_plots(trials: Sequence[PlotTrial], *, metric_ids: Sequence[str], maximize: Sequence[bool],
                axes: Sequence[Axis], importances: Importances,
                out_dir: str) -> tuple[list[Figure], list[tuple[str, str]]]:
@@ -367,28 +384,99 @@ def draw_plots(trials: Sequence[PlotTrial], *, metric_ids: Sequence[str], maximi
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.pyplot  # noqa: F401 - (imported before a fork: the child does not import it again)
+
+    plots = _plots(trials, metric_ids, maximize, axes, importances)
+    import threading
+
+    forkable = PARALLEL and _cpus() > 1 and threading.active_count() == 1  # (a fork copies no other thread)
+    apart = [p for p in plots if p[0] in IN_CHILD] if forkable else []
+    child = _fork_drawing(apart, axes, out_dir) if apart else None
+    results = {stem: _draw_one(stem, title, draw, axes, out_dir) for stem, title, draw in plots
+               if (stem, title, draw) not in apart}
+    drawn = _child_results(child) if child is not None else None
+    for stem, title, draw in apart:  # (the child's, or drawn here if it failed: the same error, if any, raised here)
+        results[stem] = drawn[stem] if drawn is not None and stem in drawn else _draw_one(stem, title, draw, axes,
+                                                                                         out_dir)
+    done = [r for stem, _, _ in plots if isinstance(r := results[stem], Figure)]
+    skipped = [r for stem, _, _ in plots if isinstance(r := results[stem], tuple)]
+    return done, skipped
+
+
+def _draw_one(stem: str, title: str, draw: Draw, axes: Sequence[Axis], out_dir: str) -> Figure | tuple[str, str]:
+    """One plot: its PNG written, its SVG text kept; or (title, why it was skipped)."""
     import matplotlib.pyplot as plt
 
-    done, skipped = [], []
-    for stem, title, draw in _plots(trials, metric_ids, maximize, axes, importances):
-        # SVG text as text (smaller, searchable); ids salted per plot: several share one page
-        with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": stem}):
-            width = max(9.0, 1.4 * (len(axes) + 1)) if stem == "parallel_coordinate" else 9.0
-            fig, ax = plt.subplots(figsize=(width, 5.5), layout="constrained")
-            ax.grid(True, color="#e5e5e5")
-            ax.set_axisbelow(True)
-            try:
-                heading, caption = draw(ax)
-            except Skip as why:
-                skipped.append((title, str(why)))
-                plt.close(fig)
-                continue
-            ax.set_title(heading)
-            path = os.path.join(out_dir, stem + ".png")
-            fig.savefig(path, dpi=100)
-            fig.set_layout_engine("none")  # laid out once (measuring every label): the SVG keeps the PNG's layout
-            svg = io.StringIO()
-            fig.savefig(svg, format="svg")
+    # SVG text as text (smaller, searchable); ids salted per plot: several share one page
+    with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": stem}):
+        width = max(9.0, 1.4 * (len(axes) + 1)) if stem == "parallel_coordinate" else 9.0
+        fig, ax = plt.subplots(figsize=(width, 5.5), layout="constrained")
+        ax.grid(True, color="#e5e5e5")
+        ax.set_axisbelow(True)
+        try:
+            heading, caption = draw(ax)
+        except Skip as why:
             plt.close(fig)
-        done.append(Figure(stem=stem, title=title, png_path=path, svg=svg.getvalue(), caption=caption))
-    return done, skipped
+            return title, str(why)
+        ax.set_title(heading)
+        path = os.path.join(out_dir, stem + ".png")
+        fig.savefig(path, dpi=100)
+        fig.set_layout_engine("none")  # laid out once (measuring every label): the SVG keeps the PNG's layout
+        svg = io.StringIO()
+        fig.savefig(svg, format="svg", metadata={"Date": None})  # (the same plot, the same text)
+        plt.close(fig)
+    return Figure(stem=stem, title=title, png_path=path, svg=svg.getvalue(), caption=caption)
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _fork_drawing(plots: Sequence[tuple[str, str, Draw]], axes: Sequence[Axis], out_dir: str
+                  ) -> tuple[int, int] | None:
+    """Draw ``plots`` in a forked child (this process has matplotlib loaded and runs no thread of
+    ours): its (pid, read end of the pipe its pickled results come through), or None (not forked)."""
+    import pickle
+
+    try:
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+    except OSError:
+        return None
+    if pid:
+        os.close(write_fd)
+        return pid, read_fd
+    status = 1
+    try:  # the child: never returns into the caller
+        os.close(read_fd)
+        out: dict[str, Figure | tuple[str, str]] = {}
+        for stem, title, draw in plots:
+            try:
+                out[stem] = _draw_one(stem, title, draw, axes, out_dir)
+            except Exception:  # noqa: BLE001 - drawn again in the parent, which says why
+                continue
+        with os.fdopen(write_fd, "wb") as pipe:
+            pipe.write(pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL))
+        status = 0
+    finally:
+        os._exit(status)
+
+
+def _child_results(child: tuple[int, int]) -> dict[str, Figure | tuple[str, str]] | None:
+    """What the child drew (None if it failed: the parent draws its plots)."""
+    import pickle
+
+    pid, read_fd = child
+    with os.fdopen(read_fd, "rb") as pipe:
+        data = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    if status != 0 or not data:
+        return None
+    try:
+        out: dict[str, Figure | tuple[str, str]] = pickle.loads(data)
+    except Exception:  # noqa: BLE001 - a torn answer: drawn here instead
+        return None
+    return out
