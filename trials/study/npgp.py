@@ -287,7 +287,8 @@ class QLogEI:
         improvement = samples - self.threshold
         log_cand = np.log(np.maximum(improvement, _EPS))
         best = np.maximum(self.best_fantasy, log_cand)  # (B, Q)
-        lse = scipy.special.logsumexp(best, axis=1)
+        top = best.max(axis=1)  # (log-sum-exp in NumPy: scipy's, a Python wrapper, took 2-3 ms a call)
+        lse = top + np.log(np.exp(best - top[:, None]).sum(axis=1))
         value = lse - math.log(best.shape[1])
         if not grad:
             return value, np.empty((0,))
