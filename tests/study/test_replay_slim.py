@@ -213,3 +213,28 @@ def test_hashing_once_continues_a_prefix_and_never_outlives_a_change(tmp_path, m
         assert replay.prefix_hash(str(path), 5000) != plain[5000]
     assert replay._HASHED is None
     assert replay.prefix_hash(str(path), 100) != plain[100]  # (outside: always read)
+
+
+def test_an_unchanged_journal_is_not_hashed_again_and_any_rewrite_is_seen(tmp_path, monkeypatch):
+    path = tmp_path / "j"
+    path.write_bytes(b"a" * 5000)
+    digest, stat_key = replay.prefix_digest(str(path), 4000)
+    assert digest == replay.prefix_hash(str(path), 4000) and stat_key is not None
+    hashed: list[int] = []
+    real = replay.prefix_hash
+    monkeypatch.setattr(replay, "prefix_hash", lambda p, n: hashed.append(n) or real(p, n))
+    assert replay.prefix_holds(str(path), 4000, digest, stat_key) and hashed == []  # the same file, untouched
+    assert replay.prefix_holds(str(path), 4000, digest, None) and hashed == [4000]  # (no identity kept: hashed)
+    with open(path, "r+b") as f:  # in place, the same size, at once: its change time moves
+        f.write(b"b")
+    assert not replay.prefix_holds(str(path), 4000, digest, stat_key)
+    path.write_bytes(b"a" * 5000)  # the same bytes again: hashed, and they hold
+    assert replay.prefix_holds(str(path), 4000, digest, stat_key)
+    with open(path, "ab") as f:  # appended: the prefix holds, found by hashing
+        f.write(b"c")
+    hashed.clear()
+    assert replay.prefix_holds(str(path), 4000, digest, stat_key) and hashed == [4000]
+    (tmp_path / "k").write_bytes(b"b" + b"a" * 5000)
+    os.replace(tmp_path / "k", path)  # a new file in its place (``trials repair``)
+    assert not replay.prefix_holds(str(path), 4000, digest, stat_key)
+    assert not replay.prefix_holds(str(path), 6000, digest, stat_key)  # shorter than the prefix

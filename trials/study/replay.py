@@ -392,11 +392,39 @@ def prefix_hash(path: str, n_bytes: int) -> str:
     return f"crc32:{crc:08x}:{n_bytes - left}"
 
 
-def _header(r: Replay, digest: str, summaries: dict[str, Any] | None) -> dict[str, Any]:
-    """What a snapshot is of (the journal's prefix: its length, hash and record count), and the
-    caller's per-study summaries of it (a command that needs only those reads no further)."""
-    return {"format": SNAPSHOT_FORMAT, "n_bytes": r.n_bytes, "n_records": r.n_records, "digest": digest,
-            "summaries": summaries}
+def _stat_key(path: str) -> list[int]:
+    st = os.stat(path)
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def prefix_digest(path: str, n_bytes: int) -> tuple[str, list[int] | None]:
+    """``prefix_hash`` of the journal's first ``n_bytes``, and the journal's identity and times
+    while it was hashed (None if it changed meanwhile): what ``prefix_holds`` checks first."""
+    before = _stat_key(path)
+    digest = prefix_hash(path, n_bytes)
+    return digest, before if _stat_key(path) == before else None
+
+
+def prefix_holds(path: str, n_bytes: int, digest: Any, stat_key: Any = None) -> bool:
+    """Whether the journal still starts with the prefix ``prefix_digest`` named: at once when the
+    journal is the same file, of the same size and modification and change times as when it was
+    hashed (a finished job's: every command after the first), else by hashing it again (56 MB: ~0.1 s
+    here). A write to the file changes its change time, which no user can set (and, since Linux 6.13,
+    one after a stat is told from it); a rewrite through a new file (``trials repair``) changes its inode."""
+    now = _stat_key(path)
+    if now[2] < n_bytes:
+        return False  # (truncated)
+    if isinstance(stat_key, list) and stat_key == now:
+        return True
+    return bool(prefix_hash(path, n_bytes) == digest)
+
+
+def _header(r: Replay, digest: tuple[str, list[int] | None], summaries: dict[str, Any] | None) -> dict[str, Any]:
+    """What a snapshot is of (the journal's prefix: its length, hash and record count, the journal's
+    identity and times when it was hashed), and the caller's per-study summaries of it (a command
+    that needs only those reads no further)."""
+    return {"format": SNAPSHOT_FORMAT, "n_bytes": r.n_bytes, "n_records": r.n_records, "digest": digest[0],
+            "journal_stat": digest[1], "summaries": summaries}
 
 
 def _whole(t: StoredTrial) -> tuple[Any, ...]:
@@ -489,7 +517,7 @@ def _snapshot_header(journal: str, f: Any) -> dict[str, Any] | None:
     header = _PlainUnpickler(f).load()
     if not isinstance(header, dict) or header.get("format") != SNAPSHOT_FORMAT:
         return None
-    if os.stat(journal).st_size < header["n_bytes"] or prefix_hash(journal, header["n_bytes"]) != header["digest"]:
+    if not prefix_holds(journal, header["n_bytes"], header["digest"], header.get("journal_stat")):
         return None  # the journal was rewritten (or truncated) since
     return header
 
@@ -533,7 +561,7 @@ def write_snapshot(journal: str, r: Replay, summaries: dict[str, Any] | None = N
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         with open(tmp, "wb") as f:
-            pickle.dump(_header(r, prefix_hash(journal, r.n_bytes), summaries), f, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump(_header(r, prefix_digest(journal, r.n_bytes), summaries), f, protocol=pickle.HIGHEST_PROTOCOL)
             pickle.dump(_dump_lean(r), f, protocol=pickle.HIGHEST_PROTOCOL)
             pickle.dump(_dump_whole(r), f, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(tmp, path)

@@ -79,7 +79,7 @@ def load(journal: str) -> Cache:
                     and type(header.get("n_bytes")) is int and isinstance(header.get("digest"), str)):
                 return Cache()
             n_bytes = header["n_bytes"]
-            if os.stat(journal).st_size < n_bytes or replay.prefix_hash(journal, n_bytes) != header["digest"]:
+            if not replay.prefix_holds(journal, n_bytes, header["digest"], header.get("journal_stat")):
                 return Cache()  # the journal was rewritten since
             jobs = replay.PlainUnpickler(f).load()
     except Exception:  # noqa: BLE001 - torn, foreign or unreadable: as no cache
@@ -115,7 +115,8 @@ def save(journal: str, n_bytes: int, jobs: dict[str, tuple[str, Texts]]) -> None
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         with os.fdopen(fd, "wb") as f:
-            header = {"format": FORMAT, "n_bytes": n_bytes, "digest": replay.prefix_hash(journal, n_bytes)}
+            digest, journal_stat = replay.prefix_digest(journal, n_bytes)
+            header = {"format": FORMAT, "n_bytes": n_bytes, "digest": digest, "journal_stat": journal_stat}
             pickle.dump(header, f, protocol=pickle.HIGHEST_PROTOCOL)
             pickle.dump(jobs, f, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(tmp, path)
