@@ -24,9 +24,12 @@ import os, signal, sys
 from matplotlib.figure import Figure
 
 real = Figure.savefig
+main_pid = os.getpid()
 
 def savefig(self, fname, *args, **kwargs):
     real(self, fname, *args, **kwargs)
+    if os.environ.get("HOLD_IN_CHILD") and os.getpid() == main_pid:
+        return  # (held in the forked child that draws two of the plots, killed with the command)
     if str(fname).endswith(".png") and not os.path.exists(os.environ["HOLD_FILE"]):
         with open(os.environ["HOLD_FILE"], "w") as f:
             f.write(str(fname))
@@ -58,7 +61,8 @@ def leftovers(job_dir: Path) -> list[str]:
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 @pytest.mark.parametrize("earlier", [False, True], ids=["first-report", "over-an-earlier-report"])
-def test_a_report_killed_half_way_leaves_the_old_report_or_none(jobs, signum, earlier):
+@pytest.mark.parametrize("in_child", [False, True], ids=["", "held-in-the-drawing-child"])
+def test_a_report_killed_half_way_leaves_the_old_report_or_none(jobs, signum, earlier, in_child):
     job_id = jobs.job_id("report")
     out = jobs.sweep(jobs.spec(n=4), job_id, "--epochs=3", opts=["--quiet"])
     assert out.returncode == 0, out.stderr
@@ -72,7 +76,8 @@ def test_a_report_killed_half_way_leaves_the_old_report_or_none(jobs, signum, ea
     (jobs.root / "holding_report.py").write_text(HOLDING_REPORT)
     hold = jobs.root / "hold"
     proc = subprocess.Popen([sys.executable, str(jobs.root / "holding_report.py"), "report", job_id],
-                            cwd=jobs.root, env={**jobs.env(), "HOLD_FILE": str(hold)},
+                            cwd=jobs.root, env={**jobs.env(), "HOLD_FILE": str(hold),
+                                                **({"HOLD_IN_CHILD": "1"} if in_child else {})},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     jobs.started.append(proc)
     deadline = time.monotonic() + 120

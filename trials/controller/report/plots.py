@@ -437,10 +437,14 @@ def _cpus() -> int:
 
 def _fork_drawing(plots: Sequence[tuple[str, str, Draw]], axes: Sequence[Axis], out_dir: str
                   ) -> tuple[int, int] | None:
-    """Draw ``plots`` in a forked child (this process has matplotlib loaded and runs no thread of
-    ours): its (pid, read end of the pipe its pickled results come through), or None (not forked)."""
+    """Draw ``plots`` in a forked child (this process has matplotlib loaded and runs no other thread):
+    its (pid, read end of the pipe its pickled results come through), or None (not forked). The child
+    dies with this process (``PR_SET_PDEATHSIG``): a report killed half way leaves no drawing child."""
     import pickle
 
+    from trials.controller.process.deathsig import die_with_parent, libc_prctl
+
+    prctl, parent = libc_prctl(), os.getpid()
     try:
         read_fd, write_fd = os.pipe()
         pid = os.fork()
@@ -451,7 +455,12 @@ def _fork_drawing(plots: Sequence[tuple[str, str, Draw]], axes: Sequence[Axis], 
         return pid, read_fd
     status = 1
     try:  # the child: never returns into the caller
+        if prctl is not None:  # killed with the parent (whose caller may wait for our stderr to close)
+            die_with_parent(parent, prctl)()
         os.close(read_fd)
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)  # (what it prints is not the command's output; its warnings still reach stderr)
         out: dict[str, Figure | tuple[str, str]] = {}
         for stem, title, draw in plots:
             try:

@@ -1,5 +1,5 @@
 """Optuna's progress bar module, and the NumPy submodules SciPy's array-api-compat touches, are loaded when
-first used (``trials.study._LazyModules``): tqdm, importlib.metadata and asyncio were half of Optuna's import
+first used (``trials._LazyModules``): tqdm, importlib.metadata and asyncio were half of Optuna's import
 time in every command and worker; f2py, unittest and masked arrays ~40 % of scipy.linalg's in the GP worker."""
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ def test_numpy_submodules_scipy_touches_load_when_used() -> None:
 
 
 def test_the_finder_is_installed_once_and_ignores_other_modules() -> None:
-    import trials.study as study
+    import trials
 
-    finders = [f for f in sys.meta_path if isinstance(f, study._LazyModules)]
+    finders = [f for f in sys.meta_path if isinstance(f, trials._LazyModules)]
     assert len(finders) == 1
     assert finders[0].find_spec("optuna.samplers", None) is None
