@@ -144,3 +144,78 @@ def _dies_in_child(draw_one):
         return draw_one(*args, **kwargs)
 
     return draw
+
+
+def test_a_plot_that_fails_here_ends_the_drawing_child(tmp_path, monkeypatch) -> None:
+    pytest.importorskip("matplotlib")
+    import os
+
+    from trials.controller.report import plots
+
+    monkeypatch.setattr(plots, "_cpus", lambda: 2)
+    fake_job(tmp_path, CONDITIONAL, outcomes=[("ok", [0.5 + 0.02 * i], False) for i in range(6)])
+    children: list[int] = []
+    real_fork, real_draw = plots._fork_drawing, plots._draw_one
+    parent = os.getpid()
+
+    def fork(*args):
+        child = real_fork(*args)
+        children.append(child[0])
+        return child
+
+    def draw(stem, *args):
+        if os.getpid() == parent and stem == "optimization_history":
+            raise RuntimeError("a plot broke")
+        return real_draw(stem, *args)
+
+    monkeypatch.setattr(plots, "_fork_drawing", fork)
+    monkeypatch.setattr(plots, "_draw_one", draw)
+    with pytest.raises(RuntimeError, match="a plot broke"):
+        plots.draw_plots(_plot_trials(tmp_path), metric_ids=["accuracy"], maximize=[True], axes=[],
+                         importances=lambda: ({}, ""), out_dir=str(tmp_path))
+    assert len(children) == 1
+    with pytest.raises(ProcessLookupError):
+        os.kill(children[0], 0)  # killed and reaped, not left drawing
+
+
+def _plot_trials(tmp_path):
+    from trials.controller.jobs import view
+    from trials.controller.report.data import plot_trials
+
+    h = view.read_job("rep", root=str(tmp_path / "jobs"), storage=None)
+    return plot_trials(view.describe(h), view.describe_local(h)["trials"], list(h.job.study.metric_ids))
+
+
+@pytest.mark.parametrize("database", [False, True], ids=["journal", "sqlite"])
+def test_the_drawing_child_never_touches_the_jobs_storage(tmp_path, monkeypatch, database) -> None:
+    """A fork shares the parent's storage connection (a database's socket or file handle): the trials the
+    importances need are read before the fork, and the child draws from them alone."""
+    pytest.importorskip("matplotlib")
+    import os
+
+    from trials.controller.jobs import view
+    from trials.controller.report import plots
+
+    monkeypatch.setattr(plots, "_cpus", lambda: 2)
+    url = f"sqlite:///{tmp_path}/jobs.db" if database else None
+    fake_job(tmp_path, CONDITIONAL, outcomes=[("ok", [0.5 + 0.02 * i], False) for i in range(8)], storage=url)
+    readers = tmp_path / "readers"
+    real_read = view.read_job
+
+    def read_job(*args, **kwargs):
+        h = real_read(*args, **kwargs)
+        frozen = h.store.frozen_trials
+
+        def recorded(*a, **k):
+            with open(readers, "a") as f:
+                f.write(f"{os.getpid()}\n")
+            return frozen(*a, **k)
+
+        monkeypatch.setattr(h.store, "frozen_trials", recorded)
+        return h
+
+    monkeypatch.setattr(view, "read_job", read_job)
+    argv = ["report", "rep", "--root", str(tmp_path / "jobs"), "--out", str(tmp_path / "out")]
+    assert main(argv + (["--storage", url] if url else [])) == 0
+    assert set(readers.read_text().split()) == {str(os.getpid())}
+    assert (tmp_path / "out" / "param_importances.png").exists()  # (drawn: the child computed them)

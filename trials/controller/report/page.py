@@ -214,9 +214,12 @@ def _draw(h: Any, trials: Sequence[PlotTrial], metric_ids: Sequence[str], maximi
     from trials.study.importances import param_importances
 
     stopped = {t.trial_id - 1 for t in trials if t.stopped}  # Optuna numbers trials from 0
+    # read here, not in the importances: those may be computed in a forked child (``draw_plots``),
+    # which must not use this process's storage connection (a database's socket is shared by a fork)
+    frozen = h.store.frozen_trials()
 
     def importances() -> tuple[dict[str, float], str]:
-        values, n_used, n_complete = param_importances(h.store.frozen_trials(), directions=maximize,
+        values, n_used, n_complete = param_importances(frozen, directions=maximize,
                                                        leave_out=stopped,
                                                        cache_path=os.path.join(h.job_dir, IMPORTANCES_CACHE))
         return values, importance_caveat(n_used, n_complete)

@@ -7,6 +7,7 @@ only when a plot is drawn.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import io
 import math
@@ -381,19 +382,24 @@ def draw_plots(trials: Sequence[PlotTrial], *, metric_ids: Sequence[str], maximi
     """Write one PNG per plot into ``out_dir``: (figures drawn, [(title, reason skipped)])."""
     if not any(t.state == TrialState.SUCCEEDED for t in trials):
         return [], [("all plots", "no trial has succeeded yet: there is nothing to plot")]
+    import threading
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot  # noqa: F401 - (imported before a fork: the child does not import it again)
 
     plots = _plots(trials, metric_ids, maximize, axes, importances)
-    import threading
-
     forkable = PARALLEL and _cpus() > 1 and threading.active_count() == 1  # (a fork copies no other thread)
     apart = [p for p in plots if p[0] in IN_CHILD] if forkable else []
     child = _fork_drawing(apart, axes, out_dir) if apart else None
-    results = {stem: _draw_one(stem, title, draw, axes, out_dir) for stem, title, draw in plots
-               if (stem, title, draw) not in apart}
+    try:
+        results = {stem: _draw_one(stem, title, draw, axes, out_dir) for stem, title, draw in plots
+                   if (stem, title, draw) not in apart}
+    except BaseException:
+        if child is not None:  # (this report fails: its child's plots are not wanted)
+            _end_child(child)
+        raise
     drawn = _child_results(child) if child is not None else None
     for stem, title, draw in apart:  # (the child's, or drawn here if it failed: the same error, if any, raised here)
         results[stem] = drawn[stem] if drawn is not None and stem in drawn else _draw_one(stem, title, draw, axes,
@@ -472,6 +478,18 @@ def _fork_drawing(plots: Sequence[tuple[str, str, Draw]], axes: Sequence[Axis], 
         status = 0
     finally:
         os._exit(status)
+
+
+def _end_child(child: tuple[int, int]) -> None:
+    import signal
+
+    pid, read_fd = child
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        os.close(read_fd)
+    with contextlib.suppress(OSError):
+        os.waitpid(pid, 0)
 
 
 def _child_results(child: tuple[int, int]) -> dict[str, Figure | tuple[str, str]] | None:
