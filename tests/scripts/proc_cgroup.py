@@ -18,4 +18,4 @@ if what == "signal":
     os.kill(os.getpid(), getattr(signal, sys.argv[2]))
 if what == "trap":
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-time.sleep(30)
+time.sleep(60)
