@@ -86,7 +86,8 @@ def test_counts_and_attempts_text():
 def test_render_html_escapes_inlines_plots_and_says_when_nothing_completed():
     rest = {"state": "JOB_STATE_FAILED", "maxTrialCount": 2, "error": {"message": "2 trials failed <b>"},
             "trials": [_rest_trial(1, "INFEASIBLE", reason="exit <1> & died")]}
-    svg = "<?xml version='1.0'?>\n<svg xmlns='http://www.w3.org/2000/svg'><g id=\"trial-1\"><path/></g></svg>"
+    svg = ("<?xml version='1.0'?>\n<svg xmlns='http://www.w3.org/2000/svg'>"
+           "<a xlink:href=\"#trial-1\" target=\"_blank\"><path/></a></svg>")
     fig = report_plots.Figure(stem="optimization_history", title="History", png_path="/x.png", svg=svg,
                               caption="what <it> shows")
     page = report.render_html(job_id="j<1>", rest=rest, metric_ids=["loss"], maximize=[False], figures=[fig],

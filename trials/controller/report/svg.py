@@ -12,7 +12,6 @@ from typing import Any
 from trials.controller.jobs.describe import display
 from trials.controller.report.data import PlotTrial
 
-_TRIAL_GID = re.compile(r'<g id="trial-(\d+)"')
 # a trial's element of a collection: matplotlib writes each element's url as a link around it
 _TRIAL_LINK = re.compile(r'<a xlink:href="#trial-(\d+)"[^>]*>(.*?)</a>', re.S)
 LINE_ZORDER = 2  # Line2D's default: the trials' lines and marks sit where single lines did
@@ -105,11 +104,10 @@ g.addEventListener('mouseleave',function(){mark(id,false);box.style.display='non
 
 
 def inline_svg(svg: str) -> str:
-    """matplotlib's SVG document as a page element: no XML prolog, each trial's marks tagged (an
-    artist named ``trial-<id>``, or a collection's element linked to ``#trial-<id>``)."""
+    """matplotlib's SVG document as a page element: no XML prolog, each trial's marks tagged (a
+    collection's element linked to ``#trial-<id>``)."""
     start = svg.find("<svg")
-    svg = _TRIAL_GID.sub(r'<g class="trial" data-trial="\1"', svg[start:] if start >= 0 else svg)
-    return _TRIAL_LINK.sub(r'<g class="trial" data-trial="\1">\2</g>', svg)
+    return _TRIAL_LINK.sub(r'<g class="trial" data-trial="\1">\2</g>', svg[start:] if start >= 0 else svg)
 
 
 def trial_tips(trials: Sequence[PlotTrial], metric_ids: Sequence[str],
