@@ -63,12 +63,13 @@ def _peak_rss_mib(proc: subprocess.Popen[str]) -> tuple[float, str, str]:
     return peak, out, err
 
 
-def _waited(root: str, job_id: str) -> float:
+def _waited(root: str, job_id: str) -> dict[str, float]:
+    """The job's slot time waiting for suggestions, and the suggestion worker's suggestions and CPU."""
     from trials.study.storage import open_storage
     from trials.study.store import JobStore
 
     store = JobStore.open(open_storage(f"journal:{os.path.join(root, job_id, 'journal.log')}"), job_id)
-    return float(store.get_meta("suggest_wait_s") or 0.0)
+    return {key: float(store.get_meta(key) or 0.0) for key in ("suggest_wait_s", "suggestions", "suggest_cpu_s")}
 
 
 def trainer_argv(sizes: co.Sizes, workload: str) -> list[str]:
@@ -107,7 +108,7 @@ def run_mode(mode: str, sizes: co.Sizes, slots: int, workload: str = "cpu") -> d
             raise RuntimeError(f"{mode}: expected {sizes.n_trials} trial records, got {len(times)}")
         out: dict[str, Any] = {"wall_s": wall, "rss_mib": peak, "gaps_s": co._gaps(times)}
         if mode != "floor":
-            out["suggest_wait_s"] = _waited(root, "bench")
+            out.update(_waited(root, "bench"))
         return out
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -216,7 +217,9 @@ def summarize(raw: dict[str, dict[str, list[dict[str, Any]]]], sizes: co.Sizes) 
         for mode, runs in modes.items():
             row[mode] = {"wall_s": report.median(r["wall_s"] for r in runs),
                          "rss_mib": report.median(r["rss_mib"] for r in runs),
-                         "suggest_wait_s": report.median(r.get("suggest_wait_s", 0.0) for r in runs)}
+                         "suggest_wait_s": report.median(r.get("suggest_wait_s", 0.0) for r in runs),
+                         "suggestions": report.median(r.get("suggestions", 0.0) for r in runs),
+                         "suggest_cpu_s": report.median(r.get("suggest_cpu_s", 0.0) for r in runs)}
         slot_time = row["default"]["wall_s"] * int(slots.split()[-1])
         row["default_over_tpe"] = row["default"]["wall_s"] / row["tpe"]["wall_s"]
         row["inline_over_tpe"] = row["inline"]["wall_s"] / row["tpe"]["wall_s"]
@@ -235,11 +238,13 @@ def render(summary: dict[str, Any], cost: list[dict[str, Any]], sizes: co.Sizes)
         for mode in MODES:
             m = row[mode]
             rows.append([mode, slots, m["wall_s"], m["wall_s"] / row["tpe"]["wall_s"], m["rss_mib"],
-                         m["suggest_wait_s"] if mode != "floor" else ""])
+                         m["suggest_wait_s"] if mode != "floor" else "",
+                         (f"{m['suggestions']:g} / {m['suggest_cpu_s']:.2f} s" if m.get("suggestions") else "")])
     parts = [report.table(
         f"Suggestions ahead: {sizes.n_trials} trials x {sizes.epochs} epochs x {sizes.work_ms:g} ms CPU "
         f"(median of {sizes.repeats})",
-        ["mode", "epochs, slots", "wall s", "x tpe", "controller peak RSS MiB", "slot s waiting for suggestions"],
+        ["mode", "epochs, slots", "wall s", "x tpe", "controller peak RSS MiB", "slot s waiting for suggestions",
+         "worker: suggestions / CPU (imports and warm-up included)"],
         rows)]
     goals = [[slots, goal, report.verdict(ok)] for slots, row in summary.items() for goal, ok in row["goals"].items()]
     ratios = [[slots, row["default_over_tpe"], row["inline_over_tpe"], row["tpe_over_floor"],

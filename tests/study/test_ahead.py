@@ -82,6 +82,7 @@ def test_a_suggestion_is_the_models_made_apart_from_the_trials_as_they_were_aske
     assert -5.0 <= float(a.params["x"]) <= 10.0 and 0.0 <= float(a.params["y"]) <= 15.0
     assert a.params == b.params  # the same trials, the same seed: the same suggestion
     assert first.n_model == 1 and first.worker_seconds > 0
+    assert first.worker_cpu_s > first.worker_seconds / 10  # the worker's CPU, imports included, as it said
     assert first._proc is None  # closed
 
 
@@ -228,3 +229,42 @@ def test_with_two_slots_a_spare_is_made_with_the_next_one_pending(tmp_path: Path
         assert s.take() is first and s.take() is spare and s.take() is None
     finally:
         s.close()
+
+
+def test_the_mirror_study_is_the_one_create_new_trial_builds_and_leaves_the_mirror_as_it_was(monkeypatch) -> None:
+    import optuna
+    from optuna.distributions import FloatDistribution
+
+    from trials.study.samplers import make_sampler
+
+    study = loads_spec(SPEC, source="t.yaml").study
+    dist = {"x": FloatDistribution(-5.0, 10.0), "y": FloatDistribution(0.0, 15.0)}
+    points = [(-5.0 + 15 * ((i * 0.618) % 1), 15 * ((i * 0.382) % 1)) for i in range(13)]
+    mirror = {i + 3: optuna.trial.create_trial(params={"x": x, "y": y}, distributions=dist,
+                                               value=branin(x, y)) for i, (x, y) in enumerate(points[:12])}
+    mirror[20] = optuna.trial.create_trial(params=dict(zip("xy", points[12], strict=True)), distributions=dist,
+                                           state=optuna.trial.TrialState.RUNNING)
+    before = {n: (t.number, t._trial_id, dict(t.params), t.state) for n, t in mirror.items()}
+    built: list[optuna.storages.InMemoryStorage] = []
+    real_add = ahead._MirrorStorage.add_copy
+
+    def recording(self, study_id, template):  # type: ignore[no-untyped-def]
+        if not built or built[-1] is not self:
+            built.append(self)
+        real_add(self, study_id, template)
+
+    monkeypatch.setattr(ahead._MirrorStorage, "add_copy", recording)
+    fast = ahead._suggest_one(make_sampler("gp-warped", seed=3), [optuna.study.StudyDirection.MINIMIZE], study,
+                              mirror, [{"x": 1.0, "y": 2.0}])
+    monkeypatch.setattr(ahead._MirrorStorage, "add_copy",
+                        lambda self, sid, t: (built.append(self) if not built or built[-1] is not self else None,
+                                              self.create_new_trial(sid, template_trial=t)))
+    deep = ahead._suggest_one(make_sampler("gp-warped", seed=3), [optuna.study.StudyDirection.MINIMIZE], study,
+                              mirror, [{"x": 1.0, "y": 2.0}])
+    assert fast == deep and fast[0]  # the same study: the same suggestion
+    a, b = (s.get_all_trials(s.get_all_studies()[0]._study_id, deepcopy=False) for s in built)
+    assert [(t.number, t._trial_id, t.state, t.params, t.values) for t in a] == \
+        [(t.number, t._trial_id, t.state, t.params, t.values) for t in b]
+    assert a[0].number == 0 and len(a) == 15  # renumbered from 0: 13 mirrored, 1 pending, the one suggested
+    assert built[0].get_best_trial(0)._trial_id == built[1].get_best_trial(0)._trial_id
+    assert {n: (t.number, t._trial_id, dict(t.params), t.state) for n, t in mirror.items()} == before

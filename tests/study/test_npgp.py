@@ -191,3 +191,21 @@ def test_the_default_sampler_never_imports_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["['scipy.optimize']"]
+
+
+def test_halton_skips_no_digit_the_plain_digit_by_digit_sequence_has():
+    def reference(n, dim, rng):  # every digit of every index through its permutation, the zero ones too
+        out = np.empty((n, dim))
+        for d, p in enumerate(npgp._primes(dim)):
+            rest, value, unit = np.arange(n, dtype=np.int64), np.zeros(n), 1.0 / p
+            for _ in range(max(1, math.ceil(53 / math.log2(p)))):
+                value += rng.permutation(p)[rest % p] * unit
+                rest //= p
+                unit /= p
+            out[:, d] = value
+        return out
+
+    for n, dim in ((1, 1), (2048, 2), (128, 5), (3000, 12)):
+        for seed in (0, 1):
+            assert np.array_equal(npgp.halton(n, dim, np.random.RandomState(seed)),
+                                  reference(n, dim, np.random.RandomState(seed)))

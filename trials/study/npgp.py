@@ -11,7 +11,9 @@ out, and nothing but NumPy and SciPy (its ``optimize``, which brings ``linalg`` 
   noise, fitted by L-BFGS-B on the log marginal likelihood from the last fit's values (from the
   defaults when that fails, then the defaults as they are);
 - so is the acquisition: log EI without running trials; with them, q log EI (the running trials'
-  values drawn from the posterior at 128 quasi-random points, the candidate's conditioned on them);
+  values drawn from the posterior at 128 quasi-random points, the candidate's conditioned on them; the
+  log of the mean clamped improvement, which is Optuna's log-mean-exp of their logs without a log and an
+  exp per draw);
 - and the search: 2048 quasi-random points, the best of them and 9 more by roulette, plus the best
   trial, each improved by local search (L-BFGS-B on lengthscale-scaled continuous coordinates, batched
   with Optuna's greenlet L-BFGS-B; exhaustive or line search for each discrete parameter).
@@ -264,8 +266,8 @@ class QLogEI:
 
         self.A = scipy.linalg.cho_solve((self.chol_rr, True), (self.fantasy - post["mean"]).T)  # (r, Q)
         self.V_r = post["v"].T  # (n, r): K^-1 k(X, R)
-        self.log_fantasy = np.log(np.maximum(self.fantasy - threshold, _EPS))  # (Q, r)
-        self.best_fantasy = self.log_fantasy.max(axis=1)  # (Q,)
+        # the best improvement of the running trials in each draw (clamped at EPS, as Optuna's log is)
+        self.best_fantasy = np.maximum(self.fantasy - threshold, _EPS).max(axis=1)  # (Q,)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         return self.value_and_grad(x, grad=False)[0]
@@ -279,22 +281,21 @@ class QLogEI:
         k_xr, dk_xr = gp.kernel(x, self.running)  # (B, r)
         c = k_xr - post["k"] @ self.V_r  # posterior cross-covariance (B, r)
         cond_mean = post["mean"][:, None] + c @ self.A  # (B, Q)
-        vc = scipy.linalg.cho_solve((self.chol_rr, True), c.T).T  # (B, r)
+        vc = scipy.linalg.cho_solve((self.chol_rr, True), c.T, check_finite=False).T  # (B, r)
         raw_cv = post["var"] + _STABILIZING_NOISE - np.einsum("br,br->b", c, vc)
         cv = np.maximum(raw_cv, 0.0)
         sd = np.sqrt(cv)
         samples = cond_mean + sd[:, None] * self.z_x  # (B, Q)
         improvement = samples - self.threshold
-        log_cand = np.log(np.maximum(improvement, _EPS))
-        best = np.maximum(self.best_fantasy, log_cand)  # (B, Q)
-        top = best.max(axis=1)  # (log-sum-exp in NumPy: scipy's, a Python wrapper, took 2-3 ms a call)
-        lse = top + np.log(np.exp(best - top[:, None]).sum(axis=1))
-        value = lse - math.log(best.shape[1])
+        # Optuna's log-mean-exp of the log improvements (each clamped at log EPS) is the log of the mean of
+        # the improvements clamped at EPS: no log or exp over the (B, Q) draws (2048 x 128 of them a search)
+        best = np.maximum(self.best_fantasy, improvement)  # (B, Q), >= EPS
+        total = best.sum(axis=1)
+        value = np.log(total) - math.log(best.shape[1])
         if not grad:
             return value, np.empty((0,))
-        # d value / d samples[b, q]: softmax weight of draw q, where the candidate is the best and not clamped
-        cand = (log_cand > self.best_fantasy) & (improvement > _EPS)
-        w = np.where(cand, np.exp(best - lse[:, None]) / np.where(cand, improvement, 1.0), 0.0)  # (B, Q)
+        # d value / d samples[b, q] = 1 / total where the candidate's improvement is the draw's best (not clamped)
+        w = (improvement > self.best_fantasy) / total[:, None]  # (B, Q)
         # d c_j / d x for each running trial j: (B, r, D)
         n_run = self.running.shape[0]
         dc = np.empty((x.shape[0], n_run, x.shape[1]))
@@ -328,8 +329,13 @@ def halton(n: int, dim: int, rng: np.random.RandomState) -> np.ndarray:
     for d, p in enumerate(_primes(dim)):
         rest, value, unit = index.copy(), np.zeros(n), 1.0 / p
         for _ in range(max(1, math.ceil(53 / math.log2(p)))):
-            value += rng.permutation(p)[rest % p] * unit
-            rest //= p
+            if rest is None:  # every index's higher digits are 0: each point gets the same scrambled digit
+                value += rng.permutation(p)[0] * unit
+            else:
+                value += rng.permutation(p)[rest % p] * unit
+                rest //= p
+                if not rest.any():
+                    rest = None
             unit /= p
         out[:, d] = value
     return out

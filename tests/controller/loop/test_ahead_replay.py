@@ -57,6 +57,9 @@ class ScriptedSuggestions:
     def close(self) -> None:
         self.closed_at = self.clock.t - 1000.0
 
+    def stats(self) -> dict[str, float]:
+        return {"suggestions": float(len(self.asked)), "suggest_cpu_s": 0.25}
+
 
 def test_the_suggested_parameters_are_the_trials_and_each_is_asked_after_the_previous_launch(tmp_path: Path) -> None:
     box: dict[str, ScriptedSuggestions] = {}
@@ -73,6 +76,8 @@ def test_the_suggested_parameters_are_the_trials_and_each_is_asked_after_the_pre
     # the first at the job's start, each later one right after a launch: the running trials are pending
     asked = box["s"].asked
     assert asked[:3] == [(0.0, []), (0.0, [0]), (0.0, [0, 1])], asked
+    meta = run.runner.store  # the worker's counts, recorded with the job's end
+    assert (meta.get_meta("suggestions"), meta.get_meta("suggest_cpu_s")) == (len(asked), 0.25)
 
 
 def test_a_20_second_suggestion_holds_only_the_free_slot(tmp_path: Path) -> None:

@@ -140,6 +140,8 @@ class JobRunner:
                 with state_lock(self.opt.job_dir):  # a cancel or trials added: seen now, or after the end
                     if self.state.more_to_run():
                         continue  # trials were added while the last ones finished: run them too
+                    if self._ahead is not None:
+                        self.state.suggest_stats = self._ahead.stats()  # recorded with the job's end
                     state = self.state.finish_job()
                     if on_end is not None:
                         on_end()

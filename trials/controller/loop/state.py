@@ -90,6 +90,7 @@ class LoopState:
         self.infeasible: list[tuple[str, str]] = []  # (trial id, reason) infeasible without failing, by end
         self.max_parallel = 0
         self.suggest_wait_s = 0.0  # slot time spent waiting for a suggestion made ahead (trials.study.ahead)
+        self.suggest_stats: dict[str, float] = {}  # the suggestion worker's: suggestions made, its CPU
         self.conflicts_total = 0
         self.lost_steps_total = 0  # chaos mode: gaps in the step sequence of restarted trials
         self.warned_repeated_steps = False  # reports repeating a step: said once per job
@@ -342,7 +343,8 @@ class LoopState:
             state, error = JobState.CANCELLED, {"code": 1, "message": "The job was cancelled."}
         else:
             state, error = JobState.SUCCEEDED, None
-        waited = {"suggest_wait_s": round(self.suggest_wait_s, 3)} if self.suggest_wait_s else {}
+        waited: dict[str, Any] = {"suggest_wait_s": round(self.suggest_wait_s, 3)} if self.suggest_wait_s else {}
+        waited.update(self.suggest_stats)
         self.store.set_meta(state=state.value, end_time=rfc3339(self._end_wall()), error=error, controller=None,
                             **waited)
         self.emit(events.JobDone(state=state, error=error))
