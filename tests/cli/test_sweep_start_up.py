@@ -38,3 +38,47 @@ def test_a_journal_sweep_never_imports_the_database_layer_or_the_readers(tmp_pat
                           timeout=300, check=True)
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got == {"code": 0, "loaded": []}, done.stderr
+
+
+def test_a_default_sampler_sweep_starts_its_suggestion_process_before_it_loads_optuna(tmp_path):
+    (tmp_path / "train.py").write_text(TRAINER)
+    (tmp_path / "spec.yaml").write_text(SPEC.replace("max_trial_count: 2", "max_trial_count: 11"))
+    program = textwrap.dedent("""
+        import json, sys
+        from trials.cli import main
+        from trials.study import choice
+        seen, real = [], choice.warm
+        def warm(name):
+            seen.append([name, "optuna" in sys.modules])
+            real(name)
+        choice.warm = warm
+        taken, real_take = [], choice.take
+        choice.take = lambda name: taken.append(name) or real_take(name)
+        code = main(["sweep", "spec.yaml", "--root", "jobs", "--quiet", "--", sys.executable, "train.py"])
+        print(json.dumps({"code": code, "warmed": seen, "taken": taken, "left": choice._warm is not None}))
+    """)
+    done = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, check=True)
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got == {"code": 0, "warmed": [["gp-warped", False]], "taken": ["gp-warped"], "left": False}, done.stderr
+
+
+def test_which_sweeps_start_a_suggestion_process_ahead(monkeypatch):
+    import importlib
+
+    from trials.spec.load import loads_spec
+    from trials.study import choice
+
+    run = importlib.import_module("trials.cli.run")  # (trials.cli.run is also a function's name)
+    warmed: list[str] = []
+    monkeypatch.setattr(choice, "warm", warmed.append)
+    monkeypatch.delenv("TRIALS_SUGGEST", raising=False)
+    for trials, sampler in ((11, None), (10, None), (11, "tpe"), (11, "gp"), (2, "vizier"), (1, "vizier")):
+        spec = SPEC.replace("max_trial_count: 2", f"max_trial_count: {trials}")
+        run._warm_suggester(loads_spec(spec, source="s.yaml"), sampler)
+    grid = SPEC.replace("x: {type: double, min: 0, max: 1}", "x: {type: discrete, values: [1, 2, 3]}")
+    run._warm_suggester(loads_spec(grid + "algorithm: grid\n", source="s.yaml"), None)
+    assert warmed == ["gp-warped", "gp", "vizier"]  # past the random start-up only; never TPE's or a grid's
+    monkeypatch.setenv("TRIALS_SUGGEST", "inline")
+    run._warm_suggester(loads_spec(SPEC.replace("max_trial_count: 2", "max_trial_count: 50"), source="s.yaml"), None)
+    assert warmed == ["gp-warped", "gp", "vizier"]

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from trials.study import samplers
+from trials.study import choice, samplers
 
 SPEC = """\
 studySpec:
@@ -52,7 +52,7 @@ def test_a_bad_choice_is_one_line_and_leaves_nothing(job_files, argv, message):
 
 
 def test_a_missing_package_names_the_extra(job_files, monkeypatch):
-    monkeypatch.setattr(samplers, "gp_available", lambda name="gp-warped": False)
+    monkeypatch.setattr(choice, "gp_available", lambda name="gp-warped": False)  # (where the choice is made)
     from trials.errors import ConfigError
     from trials.spec.load import load_spec
 

@@ -268,3 +268,40 @@ def test_the_mirror_study_is_the_one_create_new_trial_builds_and_leaves_the_mirr
     assert a[0].number == 0 and len(a) == 15  # renumbered from 0: 13 mirrored, 1 pending, the one suggested
     assert built[0].get_best_trial(0)._trial_id == built[1].get_best_trial(0)._trial_id
     assert {n: (t.number, t._trial_id, dict(t.params), t.state) for n, t in mirror.items()} == before
+
+
+def test_a_worker_started_ahead_of_its_job_is_the_jobs_and_prints_to_the_jobs_log(tmp_path: Path) -> None:
+    from trials.study import choice
+
+    store = job(tmp_path, "w")
+    choice.warm("gp-warped")  # as `trials sweep` does once the spec says the sampler runs ahead
+    assert choice._warm is not None
+    warm = choice._warm[1]
+    s = suggester(store, tmp_path, study=None)  # (a sampler that fails: its traceback shows where it prints)
+    try:
+        s.prefetch()
+        assert s._proc is warm and choice._warm is None  # taken, not started again
+        got = answer(s)
+        assert got.params is None and got.warning.startswith("the sampler failed (")
+        assert warm.poll() is None  # still there for the next one
+        assert "Traceback" in (tmp_path / "sampler.log").read_text()  # the job's log, once its job came
+    finally:
+        s.close()
+    assert warm.poll() is not None
+
+
+def test_a_warm_worker_of_another_sampler_or_no_job_is_closed() -> None:
+    from trials.study import choice
+
+    choice.warm("gp-warped")
+    assert choice._warm is not None
+    first = choice._warm[1]
+    choice.warm("vizier")  # (one at a time: the first stays)
+    assert choice._warm[1] is first
+    assert choice.take("vizier") is None  # not the job's sampler: closed, the job starts its own
+    assert first.wait(timeout=ANSWER_BOUND_S) == 0 and choice._warm is None
+    choice.warm("gp-warped")
+    second = choice._warm[1]
+    choice.close_warm()  # no job took it (a spec refused after it started): it exits at once
+    assert second.wait(timeout=ANSWER_BOUND_S) == 0 and choice._warm is None
+    choice.close_warm()  # (nothing warm: a no-op)

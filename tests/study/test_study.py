@@ -17,7 +17,7 @@ from trials.spec import (
     StudySpec,
 )
 from trials.storage_url import redact
-from trials.study import samplers, space
+from trials.study import choice, samplers, space
 from trials.study.storage import open_storage
 from trials.study.store import JobStore
 
@@ -142,7 +142,7 @@ def test_sampler_rule():
 
 @pytest.mark.parametrize("gp", [True, False])
 def test_default_rule_for_a_flat_space(monkeypatch, gp):
-    monkeypatch.setattr(samplers, "gp_available", lambda name="gp-warped": gp)
+    monkeypatch.setattr(choice, "gp_available", lambda name="gp-warped": gp)  # (where the choice is made)
     x = ParameterSpec(parameter_id="x", type=ParameterType.DOUBLE, min_value=0, max_value=1)
     flat = StudySpec(metrics=(MetricSpec(metric_id="a"),), parameters=(x,))
     assert samplers.choose_sampler_name(flat, n_trials=300) == ("gp-warped" if gp else "tpe")

@@ -31,7 +31,6 @@ import importlib
 import os
 import pickle
 import signal
-import site
 import struct
 import subprocess
 import sys
@@ -45,19 +44,17 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from trials.spec import StudySpec, Value
+from trials.study import choice
+from trials.study.choice import AHEAD_SAMPLERS, WARM_UP
 
 HEADER = struct.Struct("!Q")
 MAX_RESTARTS = 3
 # What the mirror needs of a trial: the samplers that run ahead read the states, parameters and values
 MIRRORED_STATES = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.PRUNED)
-# Samplers that run ahead, and how many completed trials their random start-up takes
-AHEAD_SAMPLERS: Mapping[str, int] = {"gp": 10, "gp-warped": 10, "vizier": 1}
 # A suggestion made ahead lacks the results that came since it was asked: when one came, it is made
 # again with them — the slot waiting for it — if the sampler takes at most this share of the time the
 # slot's trial ran (trials of minutes: always; trials of a second: never, the slot would idle)
 FRESH_SHARE = 0.02
-# What the worker imports when it starts, not inside its first suggestion (torch: seconds)
-WARM_UP: Mapping[str, tuple[str, ...]] = {"gp": ("torch", "scipy.optimize"), "gp-warped": ("scipy.optimize",)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,35 +248,26 @@ class AheadSuggester:
         return self._proc is not None
 
     def start(self) -> None:
-        """Start the worker now (its imports take a second or two: done while the first trials run)."""
+        """Start the worker now (its imports take a second or two: done while the first trials run), or
+        take the one ``trials sweep`` started ahead of the job (:mod:`trials.study.choice`)."""
         if self._proc is not None:
             return
         self._started_once = True
         self._cpu_before = self.worker_cpu_s
-        env = dict(os.environ)
-        env.setdefault("OMP_NUM_THREADS", "1")  # small matrices: one thread is faster, and leaves the trials a core
-        env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-        env["PYTHONSAFEPATH"] = "1"  # a trials/ folder in the working directory is not imported
-        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        if package_root not in site.getsitepackages():
-            # a source checkout run as ``python -m trials``: the worker imports the same trials
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
-        try:
-            with open(self.log_path, "ab") as log:
-                self._proc = subprocess.Popen(
-                    [sys.executable, "-m", "trials.study.ahead", str(os.getpid())], stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE, stderr=log, env=env, close_fds=True, start_new_session=True)
-        except OSError:
-            self._proc = None
-            self._restarts += 1
-            return
-        assert self._proc.stdout is not None
-        os.set_blocking(self._proc.stdout.fileno(), False)
+        self._proc = choice.take(self.sampler_name)
+        if self._proc is None:
+            try:
+                with open(self.log_path, "ab") as log:
+                    self._proc = choice.spawn(self.sampler_name, log)
+            except OSError:
+                self._proc = None
+                self._restarts += 1
+                return
         self._buf.clear()
         self._sent = {}
         try:
             self._write({"init": True, "study": self.study, "sampler": self.sampler_name, "seed": self.seed,
-                         "directions": self.directions})
+                         "directions": self.directions, "log": self.log_path})
         except OSError:
             self._worker_died()
 
@@ -333,14 +321,7 @@ class AheadSuggester:
         proc, self._proc = self._proc, None
         if proc is None:
             return None
-        for pipe in (proc.stdin, proc.stdout):
-            if pipe is not None:
-                with contextlib.suppress(OSError):
-                    pipe.close()
-        try:
-            return proc.wait(timeout=wait_s) if wait_s > 0 or proc.poll() is not None else _kill(proc)
-        except subprocess.TimeoutExpired:
-            return _kill(proc)
+        return choice.close(proc, wait_s)
 
     def _worker_died(self) -> None:
         status = self._reap()
@@ -358,13 +339,6 @@ class AheadSuggester:
         self._said_gave_up = True
         return (f"the sampler's process failed {self._restarts} times (its log: {self.log_path}); the "
                 f"parameters are sampled at random from now on")
-
-
-def _kill(proc: subprocess.Popen[bytes]) -> int:
-    """Kill the worker and what it started (OSS Vizier's child): its own process group."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    return proc.wait()
 
 
 def for_job(store: Any, study: StudySpec, *, sampler_name: str, seed: int | None,
@@ -454,12 +428,32 @@ def _orphan_watch(parent: int) -> None:
     os.killpg(0, signal.SIGKILL)
 
 
+def _import_sampler(name: str) -> None:
+    """Import what the sampler ``name`` suggests with (SciPy's optimize, torch for Optuna's own GP)."""
+    for module in WARM_UP.get(name, ()):
+        importlib.import_module(module)
+    if name == "gp-warped":
+        importlib.import_module("trials.study.warped_gp")
+
+
+def _log_to(path: str) -> None:
+    """From now on what the worker prints goes to its job's log (a worker started ahead of its job
+    printed to the controller's stderr until now); a log that cannot be opened leaves it there."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError:
+        return
+    sys.stderr.flush()
+    os.dup2(fd, 2)
+    os.dup2(fd, 1)
+    os.close(fd)
+
+
 def _warm_up(init: Mapping[str, Any]) -> None:
     """Import the model's packages and make one throwaway suggestion now, while the random start-up
     trials run: a GP's first fit in a process costs several times a later one. A sampler of its
     own (seeded apart) on random trials: the job's sampler and its random state are not touched."""
-    for module in WARM_UP[init["sampler"]]:
-        importlib.import_module(module)
+    _import_sampler(init["sampler"])
     from trials.study.samplers import make_sampler
     from trials.study.space import suggest
 
@@ -483,16 +477,23 @@ def main() -> int:
     threading.Thread(target=_orphan_watch, args=(parent,), daemon=True).start()  # (gone before we looked: ends now)
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # whatever prints goes to the log, not into the answers
+    named = sys.argv[2] if len(sys.argv) > 2 else None  # the sampler: its libraries load before the job comes
+    niceness = os.getpriority(os.PRIO_PROCESS, 0)
+    if named in WARM_UP:
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, 0, niceness + 10)  # the trials first while we load
+        _import_sampler(named)
     inp = sys.stdin.buffer
     init = _read(inp)
     if init is None:
         return 0
+    if init.get("log"):
+        _log_to(str(init["log"]))
     quiet_optuna()
     sampler = make_sampler(init["sampler"], seed=init["seed"])
     if init["sampler"] in WARM_UP:
-        niceness = os.getpriority(os.PRIO_PROCESS, 0)
         with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, 0, niceness + 10)  # the trials first while we load
+            os.setpriority(os.PRIO_PROCESS, 0, niceness + 10)
         _warm_up(init)
         with contextlib.suppress(OSError):  # back (root may; otherwise it stays lower: trials still first)
             os.setpriority(os.PRIO_PROCESS, 0, niceness)
@@ -525,7 +526,10 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # (no teardown of the ~800 modules loaded: the controller waits for this exit at the job's end)
 
 
 __all__ = ["AHEAD_SAMPLERS", "AheadSuggester", "Suggestion", "for_job"]
