@@ -493,6 +493,41 @@ def vs_record(paths: Sequence[str], record: str) -> str:
             f"{per[1]:.1f} ms in the record\n")
 
 
+def paired(before: str, after: str, budgets: Sequence[int] = (40, 100)) -> str:
+    """The default's runs of two grids, seed by seed (the same problems, seeds and batch): to tell a change
+    that should not move the search (the same model in other arithmetic, whose rounding alone sends a run
+    elsewhere) from one that does. Per cell: the median regrets, the geometric mean of after / before over
+    the seeds, and how many seeds each side won."""
+    def key(r: dict[str, Any]) -> tuple[Any, ...]:
+        return r["problem"], r["batch"], r["seed"]
+
+    old = {key(r): r for r in _load([before]) if r["sampler"] == "default"}
+    new = {key(r): r for r in _load([after]) if r["sampler"] == "default"}
+    cells = sorted({(p, b) for p, b, _ in old.keys() & new.keys()})
+    rows, logs, won, lost = [], [], 0, 0
+    for name, batch in cells:
+        seeds = sorted(s for p, b, s in old.keys() & new.keys() if (p, b) == (name, batch))
+        for budget in budgets:
+            pairs = [(old[(name, batch, s)]["regret"][budget - 1], new[(name, batch, s)]["regret"][budget - 1])
+                     for s in seeds]
+            cell = [math.log((b + 1e-12) / (a + 1e-12)) for a, b in pairs]
+            better, worse = sum(b < a for a, b in pairs), sum(b > a for a, b in pairs)
+            if name != "conditional":  # (its default is TPE: the GP is not asked)
+                logs += cell
+                won, lost = won + better, lost + worse
+            per = [report.median([side[(name, batch, s)]["suggest_s_per_trial"] for s in seeds]) * 1000
+                   for side in (old, new)]
+            rows.append([name, budget, batch, len(seeds), report.median([a for a, _ in pairs]),
+                         report.median([b for _, b in pairs]), math.exp(sum(cell) / len(cell)),
+                         f"{better} / {worse}", f"{per[0]:.1f} / {per[1]:.1f}"])
+    text = report.table("The default's runs, seed by seed: before against after (median simple regret)",
+                        ["problem", "trials", "batch", "seeds", "before", "after", "after / before (geometric)",
+                         "seeds after won / lost", "ms a suggestion before / after"], rows)
+    geo = math.exp(sum(logs) / len(logs)) if logs else float("nan")
+    return text + (f"\nflat problems: after / before {geo:.2f} (geometric mean over every seed and budget); "
+                   f"after won {won}, lost {lost}\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.search_quality")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -510,7 +545,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     v.add_argument("files", nargs="+")
     here = os.path.dirname(os.path.abspath(__file__))
     v.add_argument("--record", default=os.path.join(here, "results", "search.json"))
+    pr = sub.add_parser("pair", help="the default's runs of two grids (before, after), seed by seed")
+    pr.add_argument("before")
+    pr.add_argument("after")
     args = parser.parse_args(argv)
+    if args.cmd == "pair":
+        print(paired(args.before, args.after))
+        return 0
     if args.cmd == "vs-record":
         print(vs_record(args.files, args.record))
         return 0

@@ -237,10 +237,11 @@ def test_import_split_sums_each_modules_own_time_into_its_package() -> None:
 def test_suggest_summary_ratios_and_goals() -> None:
     from benchmarks import suggest_ahead as sa
 
-    def runs(wall: float, rss: float = 50.0, waited: float = 0.0) -> list[dict[str, float]]:
-        return [{"wall_s": wall, "rss_mib": rss, "suggest_wait_s": waited}]
+    def runs(wall: float, rss: float = 50.0, waited: float = 0.0, made: float = 0.0) -> list[dict[str, float]]:
+        return [{"wall_s": wall, "rss_mib": rss, "suggest_wait_s": waited, "suggestions": made,
+                 "suggest_cpu_s": made / 40}]
 
-    raw = {"cpu 1": {"floor": runs(20.0), "tpe": runs(21.0), "default": runs(21.5, 64.0, 0.1),
+    raw = {"cpu 1": {"floor": runs(20.0), "tpe": runs(21.0), "default": runs(21.5, 64.0, 0.1, 29.0),
                  "inline": runs(40.0, 330.0)}}
     summary = sa.summarize(raw, sa.QUICK)
     row = summary["cpu 1"]
@@ -250,6 +251,21 @@ def test_suggest_summary_ratios_and_goals() -> None:
                             "controller RSS <= 80 MiB": True}
     text = sa.render(summary, [{"n": 10, "median_s": 0.12, "min_s": 0.1}], sa.QUICK)
     assert "| inline" in text and "0.47 %" in text and "| 10 " in text
+    assert "| 29 / 0.72 s" in text  # the worker's suggestions and CPU
+
+
+def test_paired_grids_count_each_seeds_win_and_the_geometric_ratio(tmp_path) -> None:
+    def run(problem: str, seed: int, regret: float) -> str:
+        return json.dumps({"problem": problem, "sampler": "default", "seed": seed, "batch": 4, "n_trials": 100,
+                           "regret": [regret] * 100, "suggest_s_per_trial": 0.02}) + "\n"
+
+    before, after = tmp_path / "before.jsonl", tmp_path / "after.jsonl"
+    before.write_text(run("branin", 0, 1.0) + run("branin", 1, 1.0) + run("conditional", 0, 1.0))
+    after.write_text(run("branin", 0, 4.0) + run("branin", 1, 0.25) + run("branin", 2, 9.0)
+                     + run("conditional", 0, 100.0))
+    text = sq.paired(str(before), str(after))
+    assert "after / before 1.00" in text and "after won 2, lost 2" in text  # seed 2 has no pair; TPE's apart
+    assert "| branin      | 40     | 4     | 2     |" in text
 
 
 def test_slurm_summary_ratios_and_goals() -> None:
