@@ -305,3 +305,28 @@ def test_a_warm_worker_of_another_sampler_or_no_job_is_closed() -> None:
     choice.close_warm()  # no job took it (a spec refused after it started): it exits at once
     assert second.wait(timeout=ANSWER_BOUND_S) == 0 and choice._warm is None
     choice.close_warm()  # (nothing warm: a no-op)
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_a_fifo_or_symlink_planted_as_the_samplers_log_is_replaced_not_blocked_on(tmp_path: Path, warm: bool) -> None:
+    from trials.study import choice
+
+    store = job(tmp_path, f"h{warm}")
+    os.mkfifo(tmp_path / "sampler.log")  # (a writer's open of a FIFO without a reader blocks forever)
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("not the log\n")
+    if warm:
+        (tmp_path / "sampler.log").unlink()
+        (tmp_path / "sampler.log").symlink_to(target)
+        choice.warm("gp-warped")
+    s = suggester(store, tmp_path, study=None)  # (a sampler that fails: its traceback goes to the log)
+    try:
+        s.prefetch()
+        got = answer(s)
+        assert got.params is None and got.warning.startswith("the sampler failed (")
+    finally:
+        s.close()
+        choice.close_warm()
+    log = tmp_path / "sampler.log"
+    assert not log.is_symlink() and log.is_file() and "Traceback" in log.read_text()
+    assert target.read_text() == "not the log\n"

@@ -256,9 +256,14 @@ class AheadSuggester:
         self._cpu_before = self.worker_cpu_s
         self._proc = choice.take(self.sampler_name)
         if self._proc is None:
-            try:
-                with open(self.log_path, "ab") as log:
+            from trials.files import open_log
+
+            try:  # (a symlink or FIFO planted as the log is replaced, never followed or blocked on)
+                log = open_log(self.log_path)
+                try:
                     self._proc = choice.spawn(self.sampler_name, log)
+                finally:
+                    os.close(log)
             except OSError:
                 self._proc = None
                 self._restarts += 1
@@ -439,8 +444,10 @@ def _import_sampler(name: str) -> None:
 def _log_to(path: str) -> None:
     """From now on what the worker prints goes to its job's log (a worker started ahead of its job
     printed to the controller's stderr until now); a log that cannot be opened leaves it there."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    from trials.files import open_log
+
+    try:  # (a symlink or FIFO planted as the log is replaced, never followed or blocked on)
+        fd = open_log(path)
     except OSError:
         return
     sys.stderr.flush()
