@@ -7,8 +7,8 @@ the first trials already fill the cores: ``trials sweep`` now starts it as soon 
 sampler runs ahead (:func:`warm`, before the controller itself imports Optuna), so it loads its
 libraries on a core the controller's own start-up leaves idle, then waits for its job
 (:meth:`trials.study.ahead.AheadSuggester.start` takes it with :func:`take`). A warm process no job
-took is closed (:func:`close_warm`: its input closed, it exits), and one whose controller dies ends
-itself (its orphan watch).
+took is killed (:func:`close_warm`: it holds nothing), and one whose controller dies ends itself (its
+orphan watch).
 """
 
 from __future__ import annotations
@@ -138,16 +138,17 @@ def take(sampler_name: str) -> subprocess.Popen[bytes] | None:
     (name, proc), _warm = _warm, None
     if name == sampler_name and proc.poll() is None:
         return proc
-    close(proc)
+    close(proc, wait_s=0.0)
     return None
 
 
 def close_warm() -> None:
-    """Close a warm worker no job took (its input closed, it exits at once: it holds nothing)."""
+    """End a warm worker no job took (a spec refused after it started, a job that failed to start): killed
+    at once, so a command's error is not delayed by its imports (it holds nothing, has written nothing)."""
     global _warm
     if _warm is not None:
         (_, proc), _warm = _warm, None
-        close(proc)
+        close(proc, wait_s=0.0)
 
 
 def close(proc: subprocess.Popen[bytes], wait_s: float = 5.0) -> int:
