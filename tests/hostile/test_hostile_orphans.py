@@ -31,11 +31,17 @@ pytestmark = [pytest.mark.faults]
 TRAINER = """\
 import json, os, time
 trial_dir = os.environ["TRIALS_TRIAL_DIR"]
+# each os.pipe() end closes at exec: its reader sees EOF once a sleep runs (a trainer that exited before
+# its children exec'd left processes still named python: seen under load)
+ran_r, ran_w = os.pipe()
 child = os.fork()
 if child == 0:  # leaves the trainer's process group, stays its child until the trainer exits
     os.setsid()
     os.execvp("sleep", ["sleep", "240"])
+os.close(ran_w)
+os.read(ran_r, 1)
 r, w = os.pipe()
+ran_r, ran_w = os.pipe()
 middle = os.fork()
 if middle == 0:  # a daemon: double fork + setsid, orphaned while the trainer still runs
     os.setsid()
@@ -46,7 +52,9 @@ if middle == 0:  # a daemon: double fork + setsid, orphaned while the trainer st
     os._exit(0)
 os.waitpid(middle, 0)
 os.close(w)
+os.close(ran_w)
 daemon = int(os.read(r, 64))
+os.read(ran_r, 1)
 with open(os.path.join(trial_dir, "orphans.json"), "w") as f:
     json.dump([child, daemon], f)
 with open(os.environ["CLOUD_ML_HP_METRIC_FILE"], "w") as f:

@@ -48,6 +48,7 @@ from trials.study import choice
 from trials.study.choice import AHEAD_SAMPLERS, WARM_UP
 
 HEADER = struct.Struct("!Q")
+_EARLY_LOG_MAX = 1 << 20  # what a worker started early printed before its job came, copied into the log
 MAX_RESTARTS = 3
 # What the mirror needs of a trial: the samplers that run ahead read the states, parameters and values
 MIRRORED_STATES = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.PRUNED)
@@ -442,8 +443,10 @@ def _import_sampler(name: str) -> None:
 
 
 def _log_to(path: str) -> None:
-    """From now on what the worker prints goes to its job's log (a worker started ahead of its job
-    printed to the controller's stderr until now); a log that cannot be opened leaves it there."""
+    """From now on what the worker prints goes to its job's log, after what it printed before its job came
+    (a worker started ahead of its job printed to a temporary file); a log that cannot be opened leaves it."""
+    import stat
+
     from trials.files import open_log
 
     try:  # (a symlink or FIFO planted as the log is replaced, never followed or blocked on)
@@ -451,6 +454,14 @@ def _log_to(path: str) -> None:
     except OSError:
         return
     sys.stderr.flush()
+    with contextlib.suppress(OSError):
+        early, log = os.fstat(2), os.fstat(fd)
+        if stat.S_ISREG(early.st_mode) and (early.st_dev, early.st_ino) != (log.st_dev, log.st_ino):
+            os.lseek(2, 0, os.SEEK_SET)
+            left = _EARLY_LOG_MAX
+            while left > 0 and (chunk := os.read(2, min(left, 1 << 16))):
+                os.write(fd, chunk)
+                left -= len(chunk)
     os.dup2(fd, 2)
     os.dup2(fd, 1)
     os.close(fd)

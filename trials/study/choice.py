@@ -120,13 +120,17 @@ def spawn(sampler_name: str, stderr: IO[bytes] | int | None) -> subprocess.Popen
 
 def warm(sampler_name: str) -> None:
     """Start ``sampler_name``'s worker now, ahead of its job (a no-op if one is warm or it cannot start).
-    What it prints before its job tells it its log is dropped: a worker that dies loading its libraries
-    is started again by the job, with its log (where the same traceback then goes)."""
+    What it prints before its job tells it its log goes to an unnamed temporary file, which it copies
+    into the log then (:func:`trials.study.ahead._log_to`); a worker that dies loading its libraries is
+    started again by the job, with its log, where the same traceback then goes."""
     global _warm
     if _warm is not None:
         return
-    with contextlib.suppress(OSError):  # (the job starts its own, and says why if that fails too)
-        _warm = (sampler_name, spawn(sampler_name, subprocess.DEVNULL))
+    import tempfile
+
+    # (a failure to start: the job starts its own, and says why if that fails too)
+    with contextlib.suppress(OSError), tempfile.TemporaryFile() as early:
+        _warm = (sampler_name, spawn(sampler_name, early))
 
 
 def take(sampler_name: str) -> subprocess.Popen[bytes] | None:
