@@ -94,7 +94,6 @@ def check_choice(name: str, study: StudySpec, *, source: str = "--sampler") -> s
     return name
 
 
-
 # --- the suggestion process, started early ---------------------------------------------------------
 _warm: tuple[str, subprocess.Popen[bytes]] | None = None
 
