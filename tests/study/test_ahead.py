@@ -262,6 +262,10 @@ def test_the_mirror_study_is_the_one_create_new_trial_builds_and_leaves_the_mirr
     deep = ahead._suggest_one(make_sampler("gp-warped", seed=3), [optuna.study.StudyDirection.MINIMIZE], study,
                               mirror, [{"x": 1.0, "y": 2.0}])
     assert fast == deep and fast[0]  # the same study: the same suggestion
+    monkeypatch.setattr(ahead._MirrorStorage, "add_copy", real_add)
+    monkeypatch.setattr(ahead, "_IN_MEMORY_INTERNALS", (*ahead._IN_MEMORY_INTERNALS, "_not_in_this_optuna"))
+    assert ahead._suggest_one(make_sampler("gp-warped", seed=3), [optuna.study.StudyDirection.MINIMIZE], study,
+                              mirror, [{"x": 1.0, "y": 2.0}]) == fast  # another Optuna's internals: its own way
     a, b = (s.get_all_trials(s.get_all_studies()[0]._study_id, deepcopy=False) for s in built)
     assert [(t.number, t._trial_id, t.state, t.params, t.values) for t in a] == \
         [(t.number, t._trial_id, t.state, t.params, t.values) for t in b]

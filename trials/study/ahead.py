@@ -388,11 +388,15 @@ _IN_MEMORY_INTERNALS = ("_lock", "_check_study_id", "_max_trial_id", "_studies",
 class _MirrorStorage(optuna.storages.InMemoryStorage):
     """The in-memory study a suggestion is made over, rebuilt for each one from the mirror's trials."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._shallow = all(hasattr(self, name) for name in _IN_MEMORY_INTERNALS)  # (another Optuna's: its way)
+
     def add_copy(self, study_id: int, template: FrozenTrial) -> None:
         """``create_new_trial(study_id, template_trial=template)`` without its deep copy (a third of a
         suggestion's time at 300 trials): a shallow copy takes the new number and id, and what it shares
         with the mirror is never written (the sampler writes to the trial it samples, a new one)."""
-        if not all(hasattr(self, name) for name in _IN_MEMORY_INTERNALS):  # (another Optuna's: its own way)
+        if not self._shallow:
             self.create_new_trial(study_id, template_trial=template)
             return
         with self._lock:
