@@ -82,3 +82,36 @@ def test_which_sweeps_start_a_suggestion_process_ahead(monkeypatch):
     monkeypatch.setenv("TRIALS_SUGGEST", "inline")
     run._warm_suggester(loads_spec(SPEC.replace("max_trial_count: 2", "max_trial_count: 50"), source="s.yaml"), None)
     assert warmed == ["gp-warped", "gp", "vizier"]
+
+
+def test_the_collector_pauses_for_the_start_up_runs_in_the_loop_and_is_given_back(tmp_path):
+    (tmp_path / "train.py").write_text(TRAINER)
+    (tmp_path / "spec.yaml").write_text(SPEC)
+    program = textwrap.dedent("""
+        import gc, json, sys
+        from trials.cli import main
+        from trials.controller.jobs import registry, run
+        seen = {"creating": [], "loop": []}
+        created, ran = registry.create_job, run.run_job
+        def create_job(*a, **k):
+            seen["creating"].append(gc.isenabled())
+            return created(*a, **k)
+        def run_job(*a, **k):
+            seen["loop"].append([gc.isenabled(), gc.get_freeze_count() > 0])
+            return ran(*a, **k)
+        registry.create_job, run.run_job = create_job, run_job
+        codes = [main(["sweep", "spec.yaml", "--root", "jobs", "--quiet", "--", sys.executable, "train.py"])]
+        seen["after"], seen["after_frozen"] = gc.isenabled(), gc.get_freeze_count()
+        codes.append(main(["sweep", "missing.yaml", "--root", "jobs"]))  # refused before any loop
+        seen["after_refused"] = gc.isenabled()
+        gc.disable()  # a caller's own choice is kept
+        codes.append(main(["sweep", "spec.yaml", "--root", "jobs", "--job-id", "b", "--quiet", "--",
+                           sys.executable, "train.py"]))
+        seen["callers_choice"] = gc.isenabled()
+        print(json.dumps({"codes": codes, **seen}))
+    """)
+    done = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, check=True)
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got == {"codes": [0, 2, 0], "creating": [False, False], "loop": [[True, True], [False, False]],
+                   "after": True, "after_frozen": 0, "after_refused": True, "callers_choice": False}, done.stderr

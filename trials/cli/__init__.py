@@ -10,6 +10,7 @@ import argparse
 import atexit
 import contextlib
 import errno
+import gc
 import os
 import sys
 import threading
@@ -68,6 +69,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return protocol.EXIT_USAGE
     args.local_command = local_command
     restore = _interrupt_on_stop_signals() if args.command in _RUNS_A_JOB else None
+    collecting, frozen = gc.isenabled(), gc.get_freeze_count()
+    args.gc_paused = collecting and args.command in _RUNS_A_JOB
+    if args.gc_paused:
+        gc.disable()  # until the job loop starts (trials.cli.run._loop_starts): imports make no cycles to free
     try:
         code: int = args.handler(args)
         return code
@@ -103,6 +108,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if restore is not None:
             restore()
+        if gc.get_freeze_count() > frozen:
+            gc.unfreeze()
+        if collecting:
+            gc.enable()
 
 
 _TAKES_COMMAND = ("sweep", "resume", "validate", "check")

@@ -178,6 +178,30 @@ static int open_sources(int argc, char **argv, int from, int end, int *fds) {
     return n;
 }
 
+/* Where a child starts. A new process goes where the scheduler finds room at the fork: with the
+ * trainers of the other slots busy, that is often a busy CPU, where it waits a slice (2-4 ms) while
+ * this one, about to block, goes idle; each of the chain's forks paid it. So a fork pins the parent
+ * to its own CPU (the child inherits it), and both take back the original set at once. */
+static cpu_set_t home_cpus;
+static int home_known = -1;
+
+static void stay_here(void) {
+    if (home_known < 0) home_known = sched_getaffinity(0, sizeof home_cpus, &home_cpus) == 0;
+    int cpu = sched_getcpu();
+    if (!home_known || cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &home_cpus)) return;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    sched_setaffinity(0, sizeof one, &one);
+}
+
+static void roam(void) {
+    if (home_known <= 0 || sched_setaffinity(0, sizeof home_cpus, &home_cpus) == 0) return;
+    cpu_set_t all;  /* the set changed under us (a cpuset): every CPU it allows */
+    memset(&all, 0xff, sizeof all);
+    sched_setaffinity(0, sizeof all, &all);
+}
+
 static void ignore(int sig) { (void)sig; }
 
 /* Signals whose default action ends a process, aimed by the controller (or a user) at the group. */
@@ -225,7 +249,9 @@ static pid_t clone_into_cgroup(const char *procs) {
     args.exit_signal = SIGCHLD;
     args.cgroup = (uint64_t)cg;
     pid_t me = getpid();
+    stay_here();
     long child = syscall(SYS_clone3, &args, sizeof args);
+    roam();
     if (child < 0) {  /* ENOSYS, E2BIG or EINVAL: an older kernel */
         set_group_handlers(SIG_DFL);
         close(cg);
@@ -407,7 +433,9 @@ static void run_init(char **argv, int ops_from, int end, int user, uid_t uid, gi
     static const char *const proc_ro[] = {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"};
     for (size_t k = 0; k < sizeof proc_ro / sizeof proc_ro[0]; k++) proc_read_only(proc_ro[k]);
     if (cwd != NULL && chdir(cwd) != 0) fail("chdir", cwd);
+    stay_here();
     pid_t trainer = fork();
+    roam();
     if (trainer < 0) fail("fork", argv[end + 1]);
     if (trainer == 0) {
         set_group_handlers(SIG_DFL);
@@ -469,6 +497,7 @@ static pid_t start_init(const char *procs, int user, char **argv, int ops_from, 
     memset(&args, 0, sizeof args);
     args.exit_signal = SIGCHLD;
     long child = -1;
+    stay_here();
     if (cg >= 0) {
         args.flags = flags | CLONE_INTO_CGROUP;
         args.cgroup = (uint64_t)cg;
@@ -484,6 +513,7 @@ static pid_t start_init(const char *procs, int user, char **argv, int ops_from, 
         if (child < 0 && errno == ENOSYS) child = syscall(SYS_clone, (unsigned long)flags | SIGCHLD, 0, 0, 0, 0);
         if (child < 0) fail("clone", "new pid namespace");
     }
+    roam();
     if (child == 0) {
         set_group_handlers(ignore);
         close(life[1]);
