@@ -11,6 +11,11 @@ interleaved in one process so machine noise hits them alike:
 - the same three with ``python -c pass`` as the trainer: the ratio a real trial start sees.
 
 The goal: ``sandbox`` − ``shim`` < 10 ms per replica start.
+
+Then the two ``true`` starts again while the other CPUs are busy (one busy-looping process per CPU
+but one: a job whose other slots are training): what a start costs in a job with several slots. (The
+shim starts each child on the forking CPU, ``shim.c``'s ``stay_here``: in the controller benchmark's
+2-slot sweep that halved the launch's wait for the trainer's exec; this lane shows no such change.)
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -44,6 +50,16 @@ def _before(argv: list[str], log: str, cwd: str) -> None:
         shim.shim_path = real  # type: ignore[assignment]
     r._proc.wait()
     r.close()
+
+
+def _interleaved(ways: dict[str, Any], times: dict[str, list[float]], repeats: int, trial: str) -> None:
+    for i in range(repeats + 2):
+        for label, way in ways.items():
+            t = time.perf_counter()
+            way()
+            if i >= 2:  # two warm-ups
+                times[label].append(time.perf_counter() - t)
+        shutil.rmtree(os.path.join(trial, "sandbox"), ignore_errors=True)
 
 
 def run(*, quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
@@ -79,26 +95,32 @@ def run(*, quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
             "python -c pass: shim + sandbox": lambda: start(view, [sys.executable, "-c", "pass"]),
         }
         times: dict[str, list[float]] = {label: [] for label in ways}
-        for i in range(repeats + 2):
-            for label, way in ways.items():
-                t = time.perf_counter()
-                way()
-                if i >= 2:  # two warm-ups
-                    times[label].append(time.perf_counter() - t)
-            shutil.rmtree(os.path.join(trial, "sandbox"), ignore_errors=True)
+        _interleaved(ways, times, repeats, trial)
+        busy_ways = {f"{label}, other CPUs busy": ways[label] for label in ("true: shim", "true: shim + sandbox")}
+        n_busy = max(len(os.sched_getaffinity(0)) - 1, 1)
+        busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n_busy)]
+        try:
+            time.sleep(0.2)
+            times.update({label: [] for label in busy_ways})
+            _interleaved(busy_ways, times, repeats, trial)
+        finally:
+            for proc in busy:
+                proc.kill()
+                proc.wait()
     finally:
         shutil.rmtree(work, ignore_errors=True)
     med = {label: statistics.median(v) * 1000 for label, v in times.items()}
     cost = med["true: shim + sandbox"] - med["true: shim"]
     ratio = med["python -c pass: shim + sandbox"] / med["python -c pass: shim"]
+    busy_cost = med["true: shim + sandbox, other CPUs busy"] - med["true: shim, other CPUs busy"]
     data = {"quick": quick, "repeats": repeats, "median_ms": med,
-            "sandbox_cost_ms": cost, "python_start_ratio": ratio,
+            "sandbox_cost_ms": cost, "python_start_ratio": ratio, "sandbox_cost_busy_ms": busy_cost,
             "goals": {f"sandbox cost < {GOAL_MS} ms per replica start": cost < GOAL_MS}}
     path = report.write_result("sandbox", data, out_dir=out_dir)
     rows = [[label, value, min(times[label]) * 1000] for label, value in med.items()]
     print(report.table(f"Replica start until reaped: median of {repeats} interleaved runs",
                        ["start", "median ms", "min ms"], rows))
     print(f"sandbox cost per replica start: {cost:.2f} ms ({report.verdict(cost < GOAL_MS)} < {GOAL_MS} ms); "
-          f"python -c pass with/without the sandbox: x{ratio:.2f}")
+          f"python -c pass with/without the sandbox: x{ratio:.2f}; with the other CPUs busy: {busy_cost:.2f} ms")
     print(f"results: {path}")
     return data

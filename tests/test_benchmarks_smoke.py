@@ -174,6 +174,19 @@ def test_runner_writes_a_part_result_and_rejects_unknown_parts(tmp_path, capsys)
         main(["no-such-part"])
 
 
+@pytest.mark.integration
+def test_the_sandbox_part_times_each_start_quiet_and_beside_busy_cpus(tmp_path) -> None:
+    from benchmarks import sandbox_start
+
+    data = sandbox_start.run(quick=True, out_dir=str(tmp_path))
+    if "skipped" in data:
+        pytest.skip(data["skipped"])
+    assert {"true: shim + sandbox", "true: shim, other CPUs busy", "true: shim + sandbox, other CPUs busy"} \
+        <= set(data["median_ms"])
+    assert all(v > 0 for v in data["median_ms"].values()) and math.isfinite(data["sandbox_cost_busy_ms"])
+    assert json.loads((tmp_path / "sandbox.json").read_text())["median_ms"] == data["median_ms"]
+
+
 def test_the_controller_profile_names_functions_that_exist() -> None:
     """The cProfile table matches by file and function name: a rename must not turn it into zeros."""
     import ast
