@@ -44,6 +44,9 @@ def _cmd_describe(args: argparse.Namespace) -> int:
         print(f"error: {printable(str(meta['error'].get('message')))}")
     if h.store.get_meta("study_stopped"):
         print(printable(str(h.store.get_meta("study_stopped"))))
+    ahead = job_view.suggestions_line(meta)
+    if ahead:
+        print(ahead)
     print(describe.format_table(header, body))
     return 0
 

@@ -209,3 +209,23 @@ def test_cut_words_ends_at_a_whole_word():
     assert describe.cut_words("abc def ghi", 7) == "abc…"
     assert describe.cut_words("abc, def", 6) == "abc…"
     assert describe.cut_words("abcdefghijk", 5) == "abcd…"  # one long word: cut inside it
+
+
+def test_describe_shows_what_the_sampler_process_did_and_only_numbers_from_the_meta(tmp_path, capsys):
+    h = fake_job(tmp_path, outcomes=[("ok", [0.5], False), ("ok", [0.4], False)])
+    root = str(tmp_path / "jobs")
+    _, out = _run(capsys, "describe", "rep", "--root", root)
+    assert "suggestions made ahead" not in out  # TPE in the loop: nothing to say
+    h.store.set_meta(suggestions=29, suggest_cpu_s=0.812, suggest_wait_s=0.05)
+    _, out = _run(capsys, "describe", "rep", "--root", root)
+    assert out.splitlines()[1] == ("suggestions made ahead (last run): 29 by the sampler's own process, "
+                                   "0.81 s of its CPU; slots waited 0.05 s for them")
+    _, out = _run(capsys, "describe", "rep", "--root", root, "--format", "local-json")
+    assert json.loads(out)["suggestionsAhead"] == {"suggestions": 29, "cpuSeconds": 0.812, "slotWaitSeconds": 0.05}
+    h.store.set_meta(suggestions="29\x1b[2J", suggest_cpu_s=float("nan"), suggest_wait_s=-1)  # an edited meta
+    _, out = _run(capsys, "describe", "rep", "--root", root)
+    assert "suggestions made ahead" not in out and "\x1b" not in out
+    h.store.set_meta(suggestions=True, suggest_cpu_s=None, suggest_wait_s=0.25)
+    _, out = _run(capsys, "describe", "rep", "--root", root)
+    assert out.splitlines()[1] == ("suggestions made ahead (last run): 0 by the sampler's own process; "
+                                   "slots waited 0.25 s for them")

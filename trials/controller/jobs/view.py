@@ -3,9 +3,10 @@ local details, its best trials."""
 
 from __future__ import annotations
 
+import math
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -283,10 +284,37 @@ def describe_local(h: Job) -> dict[str, Any]:
     from trials.controller.jobs.describe import local_details
 
     meta = h.store.meta()
+    ahead = suggestions_ahead(meta)
     return {"jobId": h.job_id, "jobFolder": h.job_dir, "state": meta.get("state"),
             "baseOutput": meta.get("base_output"), "localCommand": meta.get("local_command"),
             **({"studyStopped": meta["study_stopped"]} if meta.get("study_stopped") else {}),
+            **({"suggestionsAhead": ahead} if ahead else {}),
             "trials": local_details(h.store.frozen_trials())}
+
+
+def suggestions_ahead(meta: Mapping[str, Any]) -> dict[str, float]:
+    """What the sampler's own process did in the job's last controller run (``trials.study.ahead``):
+    ``suggestions`` it made, its CPU seconds, the slot seconds spent waiting for it; {} when none ran.
+    Only finite non-negative numbers are kept (the job's meta is a file the user can edit)."""
+    out = {}
+    for key, name in (("suggestions", "suggestions"), ("suggest_cpu_s", "cpuSeconds"),
+                      ("suggest_wait_s", "slotWaitSeconds")):
+        v = meta.get(key)
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0:
+            out[name] = v
+    return out
+
+
+def suggestions_line(meta: Mapping[str, Any]) -> str | None:
+    """``describe``'s line for :func:`suggestions_ahead`, or None."""
+    ahead = suggestions_ahead(meta)
+    if not ahead:
+        return None
+    made = int(ahead.get("suggestions", 0))
+    line = f"suggestions made ahead (last run): {made} by the sampler's own process"
+    if "cpuSeconds" in ahead:
+        line += f", {ahead['cpuSeconds']:.2f} s of its CPU"
+    return line + f"; slots waited {ahead.get('slotWaitSeconds', 0.0):.2f} s for them"
 
 
 def best_trials(h: Job) -> list[Any]:
