@@ -59,3 +59,27 @@ def test_the_finder_is_installed_once_and_ignores_other_modules() -> None:
     finders = [f for f in sys.meta_path if isinstance(f, trials._LazyModules)]
     assert len(finders) == 1
     assert finders[0].find_spec("optuna.samplers", None) is None
+
+
+BLAS = """
+import os, sys
+import trials
+trials._one_blas_thread()
+import numpy
+print(len(os.listdir("/proc/self/task")), os.environ.get("OPENBLAS_NUM_THREADS"))
+"""
+
+
+def test_a_users_own_blas_thread_count_is_kept() -> None:
+    import os
+
+    import trials
+
+    env = {k: v for k, v in os.environ.items() if k not in trials._LazyModules.BLAS_THREADS}
+    env["OPENBLAS_NUM_THREADS"] = "2"
+    done = subprocess.run([sys.executable, "-c", BLAS], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["2", "2"]  # OpenBLAS's pool as asked (the main thread and one more)
+    del env["OPENBLAS_NUM_THREADS"]
+    done = subprocess.run([sys.executable, "-c", BLAS], capture_output=True, text=True, timeout=120, env=env)
+    assert done.stdout.split() == ["1", "None"], done.stderr

@@ -53,11 +53,25 @@ class _LazyModules:
       attribute of ``numpy`` when ``scipy.linalg`` is first imported, which loads these lazily-loaded
       NumPy submodules (f2py's Fortran parser, unittest, masked arrays): ~40 % of that import in the GP
       worker, whose CPU comes out of the trials' on a machine they fill.
+
+
+    It also keeps a job command's NumPy from starting OpenBLAS's thread pool (``one_blas_thread``, set by
+    ``trials.cli.main``): OpenBLAS starts a thread per core when NumPy is imported, and on this machine
+    kind (2 cores) that pool cost the controller ~0.08 s of CPU at start-up (``import optuna``: 0.25 →
+    0.17 s of user CPU), which comes out of the trials' cores; the controller's own suggestions (TPE,
+    random, grid; the GP is suggested in its own process unless ``TRIALS_SUGGEST=inline``) make no BLAS
+    call large enough to use a second thread.
+    ``OPENBLAS_NUM_THREADS=1`` is set only while NumPy's modules execute, so no child inherits it, and not
+    at all when the user set a thread count (``BLAS_THREADS``).
     """
 
     LAZY = frozenset({"optuna.progress_bar", "numpy.f2py", "numpy.testing", "numpy.ma"})
+    BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+    one_blas_thread = False
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname == "numpy" and self.one_blas_thread:
+            return self._one_blas_thread(fullname, path, target)
         if fullname not in self.LAZY:
             return None
         import importlib.machinery
@@ -69,12 +83,46 @@ class _LazyModules:
         spec.loader = importlib.util.LazyLoader(spec.loader)
         return spec
 
+    def _one_blas_thread(self, fullname: str, path: Any, target: Any) -> Any:
+        """NumPy's spec as the finders after this one give it, its module run with one BLAS thread."""
+        import os
+        import sys
+
+        if any(name in os.environ for name in self.BLAS_THREADS):
+            return None
+        later = sys.meta_path[sys.meta_path.index(self) + 1:] if self in sys.meta_path else sys.meta_path
+        spec = None
+        for finder in later:
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if find is not None else None
+            if spec is not None:
+                break
+        loader = None if spec is None else spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        execute = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            os.environ["OPENBLAS_NUM_THREADS"] = "1"  # read once, when NumPy loads OpenBLAS
+            try:
+                execute(module)
+            finally:
+                os.environ.pop("OPENBLAS_NUM_THREADS", None)
+
+        loader.exec_module = exec_module
+        return spec
+
 
 def _install_lazy_modules() -> None:
     import sys
 
     if not any(type(f).__name__ == "_LazyModules" for f in sys.meta_path):
         sys.meta_path.insert(0, _LazyModules())
+
+
+def _one_blas_thread() -> None:
+    """NumPy, when this process first imports it, starts no OpenBLAS thread pool (see ``_LazyModules``)."""
+    _LazyModules.one_blas_thread = True
 
 
 _install_lazy_modules()

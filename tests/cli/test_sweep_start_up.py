@@ -4,9 +4,12 @@ cost ~0.2-0.4 s of every sweep's start-up before its first trial)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 NOT_FOR_A_JOURNAL_SWEEP = ("sqlalchemy", "trials.study.database.leases", "trials.study.database.outages",
                            "trials.study.journal_check", "trials.controller.container.runtime")
@@ -115,3 +118,39 @@ def test_the_collector_pauses_for_the_start_up_runs_in_the_loop_and_is_given_bac
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got == {"codes": [0, 2, 0], "creating": [False, False], "loop": [[True, True], [False, False]],
                    "after": True, "after_frozen": 0, "after_refused": True, "callers_choice": False}, done.stderr
+
+
+BLAS_TRAINER = """
+import os, sys
+import hypertune
+if "OPENBLAS_NUM_THREADS" in os.environ:  # what the controller set for its own NumPy leaked here
+    sys.exit(3)
+hypertune.HyperTune().report_hyperparameter_tuning_metric(
+    hyperparameter_metric_tag="score", metric_value=1.0, global_step=1)
+"""
+
+
+@pytest.mark.parametrize("one_thread", [True, False])
+def test_a_job_commands_numpy_starts_no_blas_thread_pool_and_no_trial_inherits_the_setting(tmp_path, one_thread):
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("OpenBLAS starts no thread pool on one CPU: nothing to tell apart")
+    (tmp_path / "train.py").write_text(BLAS_TRAINER)
+    (tmp_path / "spec.yaml").write_text(SPEC)
+    program = textwrap.dedent(f"""
+        import json, os, sys
+        import trials
+        from trials.cli import main
+        if not {one_thread!r}:
+            trials._one_blas_thread = lambda: None  # what a job command did before
+        code = main(["sweep", "spec.yaml", "--root", "jobs", "--quiet", "--", sys.executable, "train.py"])
+        print(json.dumps({{"code": code, "numpy": "numpy" in sys.modules, "threads": len(os.listdir("/proc/self/task")),
+                          "set": "OPENBLAS_NUM_THREADS" in os.environ}}))
+    """)
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS",
+                                                          "OMP_NUM_THREADS")}
+    done = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, check=True, env=env)
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    threads = got.pop("threads")
+    assert got == {"code": 0, "numpy": True, "set": False}, done.stderr
+    assert threads == 1 if one_thread else threads > 1  # OpenBLAS's pool: a thread per further core

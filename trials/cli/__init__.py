@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
+import trials
 from trials import protocol
 from trials.cli.parser import build_parser
 from trials.errors import TrialsError
@@ -69,6 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return protocol.EXIT_USAGE
     args.local_command = local_command
     restore = _interrupt_on_stop_signals() if args.command in _RUNS_A_JOB else None
+    if args.command in _RUNS_A_JOB:
+        trials._one_blas_thread()  # a controller's NumPy starts no BLAS thread pool (trials._LazyModules)
     collecting, frozen = gc.isenabled(), gc.get_freeze_count()
     args.gc_paused = collecting and args.command in _RUNS_A_JOB
     if args.gc_paused:
