@@ -54,15 +54,14 @@ class _LazyModules:
       NumPy submodules (f2py's Fortran parser, unittest, masked arrays): ~40 % of that import in the GP
       worker, whose CPU comes out of the trials' on a machine they fill.
 
-
-    It also keeps a job command's NumPy from starting OpenBLAS's thread pool (``one_blas_thread``, set by
-    ``trials.cli.main``): OpenBLAS starts a thread per core when NumPy is imported, and on this machine
-    kind (2 cores) that pool cost the controller ~0.08 s of CPU at start-up (``import optuna``: 0.25 →
-    0.17 s of user CPU), which comes out of the trials' cores; the controller's own suggestions (TPE,
-    random, grid; the GP is suggested in its own process unless ``TRIALS_SUGGEST=inline``) make no BLAS
-    call large enough to use a second thread.
-    ``OPENBLAS_NUM_THREADS=1`` is set only while NumPy's modules execute, so no child inherits it, and not
-    at all when the user set a thread count (``BLAS_THREADS``).
+    When ``dataclasses`` is imported, it compiles trials' dataclass methods through kept code
+    (``trials._dataclass_code``). It also keeps a job command's NumPy from starting OpenBLAS's thread pool
+    (``one_blas_thread``, set by ``trials.cli.main``): OpenBLAS starts a thread per core when NumPy is imported,
+    and on this machine kind (2 cores) that pool cost the controller ~0.08 s of CPU at start-up (``import
+    optuna``: 0.25 → 0.17 s of user CPU), which comes out of the trials' cores; the controller's own suggestions
+    (TPE, random, grid; the GP is suggested in its own process unless ``TRIALS_SUGGEST=inline``) make no BLAS
+    call large enough to use a second thread. ``OPENBLAS_NUM_THREADS=1`` is set only while NumPy's modules
+    execute, so no child inherits it, and not at all when the user set a thread count (``BLAS_THREADS``).
     """
 
     LAZY = frozenset({"optuna.progress_bar", "numpy.f2py", "numpy.testing", "numpy.ma"})
@@ -72,6 +71,8 @@ class _LazyModules:
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname == "numpy" and self.one_blas_thread:
             return self._one_blas_thread(fullname, path, target)
+        if fullname == "dataclasses":
+            return self._wrapped(fullname, path, target, after=_keep_dataclass_code)
         if fullname not in self.LAZY:
             return None
         import importlib.machinery
@@ -84,12 +85,26 @@ class _LazyModules:
         return spec
 
     def _one_blas_thread(self, fullname: str, path: Any, target: Any) -> Any:
-        """NumPy's spec as the finders after this one give it, its module run with one BLAS thread."""
+        """NumPy's spec, its module run with one BLAS thread."""
         import os
-        import sys
 
         if any(name in os.environ for name in self.BLAS_THREADS):
             return None
+
+        def before() -> None:
+            os.environ["OPENBLAS_NUM_THREADS"] = "1"  # read once, when NumPy loads OpenBLAS
+
+        def after(module: Any) -> None:
+            os.environ.pop("OPENBLAS_NUM_THREADS", None)
+
+        return self._wrapped(fullname, path, target, before=before, after=after, always=True)
+
+    def _wrapped(self, fullname: str, path: Any, target: Any, *, before: Any = None, after: Any = None,
+                 always: bool = False) -> Any:
+        """The spec the finders after this one give, ``before()`` and ``after(module)`` around the module's
+        execution (``after`` only once it ran, unless ``always``)."""
+        import sys
+
         later = sys.meta_path[sys.meta_path.index(self) + 1:] if self in sys.meta_path else sys.meta_path
         spec = None
         for finder in later:
@@ -103,11 +118,15 @@ class _LazyModules:
         execute = loader.exec_module
 
         def exec_module(module: Any) -> None:
-            os.environ["OPENBLAS_NUM_THREADS"] = "1"  # read once, when NumPy loads OpenBLAS
+            if before is not None:
+                before()
+            ran = False
             try:
                 execute(module)
+                ran = True
             finally:
-                os.environ.pop("OPENBLAS_NUM_THREADS", None)
+                if after is not None and (ran or always):
+                    after(module)
 
         loader.exec_module = exec_module
         return spec
@@ -118,6 +137,15 @@ def _install_lazy_modules() -> None:
 
     if not any(type(f).__name__ == "_LazyModules" for f in sys.meta_path):
         sys.meta_path.insert(0, _LazyModules())
+    if "dataclasses" in sys.modules:  # else when it is imported (``_LazyModules``)
+        _keep_dataclass_code(sys.modules["dataclasses"])
+
+
+def _keep_dataclass_code(dataclasses: Any) -> None:
+    """trials' dataclass methods compile once, not in every process (``trials._dataclass_code``)."""
+    from trials import _dataclass_code
+
+    _dataclass_code.install(dataclasses)
 
 
 def _one_blas_thread() -> None:

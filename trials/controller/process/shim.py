@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -43,7 +42,7 @@ def shim_path() -> str:
     if not sys.platform.startswith("linux"):
         raise ShimUnavailable(f"the sandbox needs Linux, this is {sys.platform}")
     with open(SOURCE, "rb") as source:
-        digest = hashlib.sha256(source.read() + platform.machine().encode()).hexdigest()[:16]
+        digest = hashlib.sha256(source.read() + os.uname().machine.encode()).hexdigest()[:16]  # (platform.machine())
     folder = _cache_dir()
     path = os.path.join(folder, f"trials-shim-{digest}")
     if os.access(path, os.X_OK):
