@@ -148,9 +148,10 @@ def _keep_dataclass_code(dataclasses: Any) -> None:
     _dataclass_code.install(dataclasses)
 
 
-def _one_blas_thread() -> None:
-    """NumPy, when this process first imports it, starts no OpenBLAS thread pool (see ``_LazyModules``)."""
-    _LazyModules.one_blas_thread = True
+def _one_blas_thread(on: bool = True) -> None:
+    """NumPy, if this process imports it from now on (until called with False), starts no OpenBLAS thread
+    pool (see ``_LazyModules``)."""
+    _LazyModules.one_blas_thread = on
 
 
 _install_lazy_modules()

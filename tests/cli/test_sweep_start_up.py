@@ -141,10 +141,11 @@ def test_a_job_commands_numpy_starts_no_blas_thread_pool_and_no_trial_inherits_t
         import trials
         from trials.cli import main
         if not {one_thread!r}:
-            trials._one_blas_thread = lambda: None  # what a job command did before
+            trials._one_blas_thread = lambda on=True: None  # what a job command did before
         code = main(["sweep", "spec.yaml", "--root", "jobs", "--quiet", "--", sys.executable, "train.py"])
         print(json.dumps({{"code": code, "numpy": "numpy" in sys.modules, "threads": len(os.listdir("/proc/self/task")),
-                          "set": "OPENBLAS_NUM_THREADS" in os.environ}}))
+                          "set": "OPENBLAS_NUM_THREADS" in os.environ,
+                          "after": trials._LazyModules.one_blas_thread}}))
     """)
     env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS",
                                                           "OMP_NUM_THREADS")}
@@ -152,5 +153,5 @@ def test_a_job_commands_numpy_starts_no_blas_thread_pool_and_no_trial_inherits_t
                           timeout=300, check=True, env=env)
     got = json.loads(done.stdout.strip().splitlines()[-1])
     threads = got.pop("threads")
-    assert got == {"code": 0, "numpy": True, "set": False}, done.stderr
+    assert got == {"code": 0, "numpy": True, "set": False, "after": False}, done.stderr
     assert threads == 1 if one_thread else threads > 1  # OpenBLAS's pool: a thread per further core

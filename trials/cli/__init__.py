@@ -111,6 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if restore is not None:
             restore()
+        if args.command in _RUNS_A_JOB:
+            trials._one_blas_thread(False)  # (an in-process caller's own NumPy import is its own)
         if gc.get_freeze_count() > frozen:
             gc.unfreeze()
         if collecting:
