@@ -343,3 +343,38 @@ def test_the_end_time_follows_the_start_whatever_the_wall_clock_does(tmp_path: P
     assert parse_rfc3339(trial["end_time"]) >= parse_rfc3339(trial["start_time"])
     done = next(d for e, d in events if e == "trial_done")
     assert 3.0 <= done["seconds"] < 10.0  # the fake clock's own seconds, not -7200
+
+
+def _count_journal_writes(monkeypatch: Any, job_dir_name: str = "journal.log") -> list[int]:
+    """Every fsync of the journal file (one a journal write) is counted."""
+    import os
+
+    real = os.fsync
+    count = [0]
+
+    def fsync(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(job_dir_name):
+            count[0] += 1
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return count
+
+
+def test_the_running_trials_steps_are_read_on_one_clock_and_written_together(tmp_path: Path, monkeypatch: Any) -> None:
+    writes = _count_journal_writes(monkeypatch)
+    run = replay(tmp_path, lambda trial, attempt: Script(steps=12, step_s=1.0), n=2, parallel=2)
+    assert run.state == JobState.SUCCEEDED
+    assert run.steps(0) == run.steps(1) == list(range(1, 13))  # every step of both recorded
+    # 12 s of both trials reporting a step a second: a write a second for both (a trial's own clock
+    # wrote each trial's step alone: 24), beside the job's creation, start and end and each trial's claim
+    # and record
+    assert writes[0] <= 12 + 7, writes[0]
+
+
+def test_the_metrics_clock_ticks_on_multiples_of_its_period() -> None:
+    from trials.controller.loop.runner import next_tick
+
+    assert next_tick(1000.3, 1.0) == 1001.0
+    assert next_tick(1001.0, 1.0) == 1002.0  # a read due now: the next one a period later
+    assert next_tick(0.1, 0.25) == 0.25
