@@ -378,3 +378,31 @@ def test_the_metrics_clock_ticks_on_multiples_of_its_period() -> None:
     assert next_tick(1000.3, 1.0) == 1001.0
     assert next_tick(1001.0, 1.0) == 1002.0  # a read due now: the next one a period later
     assert next_tick(0.1, 0.25) == 0.25
+
+
+def test_a_trials_record_and_the_next_trials_claim_are_one_write_made_before_it_starts(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    import json
+
+    from tests.controller.loop.backendkit import FakeBackend
+
+    writes = _count_journal_writes(monkeypatch)
+    seen: list[tuple[str, bool]] = []
+    real_start = FakeBackend.start
+
+    def start(self: FakeBackend, request: Any) -> Any:  # what the journal file holds when a trial starts
+        trial = request.env[protocol.ENV_TRIAL_ID]
+        records = [json.loads(line) for line in (tmp_path / "jobs" / "replay" / "journal.log").read_text().splitlines()]
+        seen.append((trial, any(r.get("user_attr", {}).get("trial_id") == trial for r in records)))
+        return real_start(self, request)
+
+    monkeypatch.setattr(FakeBackend, "start", start)
+    run = replay(tmp_path, lambda trial, attempt: Script(steps=2, step_s=1.0), n=4, parallel=1)
+    assert run.state == JobState.SUCCEEDED
+    assert [t.state.name for t in run.trials] == ["COMPLETE"] * 4
+    assert seen == [("1", True), ("2", True), ("3", True), ("4", True)]  # claimed in the file before it started
+    # the job's creation, its start and its end; trial 1's claim; each record with the next claim (the
+    # last alone), and each trial's one metric read of its 2 steps: 3 + 1 + 4 + 4 (each claim alone: 15)
+    assert writes[0] <= 12, writes[0]
+    told = [name for name, _ in run.events if name in ("trial_started", "trial_done")]
+    assert told == ["trial_started", "trial_done"] * 4  # each trial is told started after the last one's end

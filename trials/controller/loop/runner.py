@@ -44,6 +44,7 @@ from trials.spec import JobSpec, Scheduling
 from trials.study.store import Claimed, JobStore, NotHeldError
 
 if TYPE_CHECKING:  # a database job's leases: sqlalchemy, which a journal job never needs
+    from trials.study.ahead import Suggestion
     from trials.study.database.leases import SharedJob
 
 # Without a stopping rule, the running trials' metrics are read (and their new steps written) together,
@@ -114,6 +115,7 @@ class JobRunner:
                                         job_dir=options.job_dir, depth=self._cap(), n_trials=store.n_trials())
         self._ahead = suggestions
         self._slot_waits = False  # a free slot waits for a suggestion being made
+        self._claimed: list[Claimed] = []  # claimed beside a record in this pass, started after its write
         self._waits_since: float | None = None  # since when
 
     @property
@@ -188,6 +190,7 @@ class JobRunner:
             with self._pass_writes(now):
                 for run in list(self.running.values()):
                     self._pass(run, now)
+            self._start_claimed()
             if not self.running and not self.state.accepting_trials:
                 return
             if not self.running and self.state.exhausted:
@@ -227,23 +230,50 @@ class JobRunner:
                 if self._waits_since is not None:  # what the slot lost to the sampler (meta suggest_wait_s)
                     self.state.suggest_wait_s += self.clock.monotonic() - self._waits_since
                     self._waits_since = None
-            with self.store.batch():  # the claim and the trial's first attributes: one journal write
-                claimed = self.state.next_claim(now, suggestion)
-                if claimed is not None and not claimed.resumed:
-                    self.store.set_trial_attrs(claimed.storage_id, **active_attrs(
-                        claimed, job_dir=self.opt.job_dir, base_output=self.opt.base_output,
-                        worker=self.state.worker_name, wall=self.clock.wall()))
+            claimed = self._claim(now, suggestion)
             if claimed is None:
-                if suggestion is not None and self._ahead is not None and suggestion.params is not None:
-                    self._ahead.give_back(suggestion)  # no trial to claim now (a shared job's slots)
                 return
-            if suggestion is not None and suggestion.warning:
-                self.emit(events.JobWarning(trial_id=claimed.trial_id,
-                                            message=f"trial {claimed.trial_id}: {suggestion.warning}"))
             now = self.clock.monotonic()  # a suggestion can take seconds: the trial starts now
             self._launch(claimed, now)
             if self._ahead is not None:
                 self._ahead.prefetch()  # the next trial's parameters, while this one runs
+
+    def _claim(self, now: float, suggestion: Suggestion | None) -> Claimed | None:
+        """The next trial claimed, its first attributes beside it: one journal write (None: nothing to claim)."""
+        with self.store.batch():
+            claimed = self.state.next_claim(now, suggestion)
+            if claimed is not None and not claimed.resumed:
+                self.store.set_trial_attrs(claimed.storage_id, **active_attrs(
+                    claimed, job_dir=self.opt.job_dir, base_output=self.opt.base_output,
+                    worker=self.state.worker_name, wall=self.clock.wall()))
+        if claimed is None:
+            if suggestion is not None and self._ahead is not None and suggestion.params is not None:
+                self._ahead.give_back(suggestion)  # no trial to claim now (a shared job's slots)
+            return None
+        if suggestion is not None and suggestion.warning:
+            self.emit(events.JobWarning(trial_id=claimed.trial_id,
+                                        message=f"trial {claimed.trial_id}: {suggestion.warning}"))
+        return claimed
+
+    def _claim_beside_record(self, now: float) -> None:
+        """A trial was just recorded: the next trial's claim joins that write (one lock, one write and one
+        fsync on the way from one trial to the next, not two). Its replicas start once the write is made
+        (``_start_claimed``, after the pass), as a claim's always do. Only where the claim is the loop's
+        own plain case: no suggestions ahead (the slot may wait for one), no worker of a shared job (its
+        claim is a lease), no devices to fit, no study stopping rule to ask; otherwise the next pass's
+        ``_fill_slots`` claims, as before."""
+        if (self._ahead is not None or self.shared is not None or self._alloc is not None
+                or self.state.study_stopping is not None or not self.state.accepting_trials
+                or self.state.exhausted or len(self.running) + len(self._claimed) >= self._cap()):
+            return
+        claimed = self._claim(now, None)
+        if claimed is not None:
+            self._claimed.append(claimed)
+
+    def _start_claimed(self) -> None:
+        """Start the trials claimed beside a record in the pass just made (their claims are written now)."""
+        while self._claimed:
+            self._launch(self._claimed.pop(0), self.clock.monotonic())
 
     def _stop_for_study(self, now: float) -> None:
         """The study stopped with ``shouldStopAsap``: its running trials stop now, as stopped early."""
@@ -421,6 +451,8 @@ class JobRunner:
                     recorded = record_trial(self.store, self.job, self._metrics, run, shared=self.shared,
                                             clock=self.clock,
                                             job_failure=self.state.first_failure or self.state.job_error)
+                    if recorded.succeeded and not (recorded.failure or recorded.infeasible or recorded.requeued):
+                        self._claim_beside_record(self.clock.monotonic())  # (a failure may fail the job: not then)
             except NotHeldError:
                 run.stop_reason = StopReason.LOST
             except RuntimeError as err:
