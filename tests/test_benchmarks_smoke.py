@@ -184,6 +184,8 @@ def test_the_sandbox_part_times_each_start_quiet_and_beside_busy_cpus(tmp_path) 
     assert {"true: shim + sandbox", "true: shim, other CPUs busy", "true: shim + sandbox, other CPUs busy"} \
         <= set(data["median_ms"])
     assert all(v > 0 for v in data["median_ms"].values()) and math.isfinite(data["sandbox_cost_busy_ms"])
+    assert {"true: shim, 16 MB dirty", "true: shim + sandbox, 16 MB dirty"} <= set(data["median_ms"])
+    assert math.isfinite(data["sandbox_cost_dirty_ms"])
     assert json.loads((tmp_path / "sandbox.json").read_text())["median_ms"] == data["median_ms"]
 
 
