@@ -66,6 +66,8 @@ class Script:
     offset: float = 0.0  # added to every reported value
     first_step: int = 1  # the global_step of its first report (a trainer resuming from a checkpoint)
     tag: str = "loss"  # the metric tag it reports (another than the spec's: every trial is infeasible)
+    cap: int | None = None  # its metric file keeps only its last `cap` reports (cloudml-hypertune: 100)
+    torn_s: float = 0.0  # the file is in the middle of a rewrite (torn) the first torn_s of every second
 
 
 @dataclass
@@ -99,6 +101,8 @@ class FakeReplica:
                 self.returncode = s.crash_code
                 return
             self._report(step + s.first_step - 1)
+        if s.torn_s and self.reports:
+            self._write()  # torn or whole, as the clock now says
         if due == s.steps and self.name.endswith("-0"):
             self.returncode = s.exit_code
             # what the SIGCHLD handler notes (exit_times): the exit's own time, however late the poll
@@ -110,7 +114,14 @@ class FakeReplica:
         self.reports.append(json.dumps({self.script.tag: str(value), "global_step": str(step),
                                         "timestamp": self.clock.wall(), "trial": self.env[protocol.ENV_TRIAL_ID],
                                         "checkpoint_path": ""}))
-        Path(self.env[protocol.ENV_METRIC_FILE]).write_text("\n".join(self.reports) + "\n")
+        self._write()
+
+    def _write(self) -> None:
+        s = self.script
+        text = "\n".join(self.reports[-s.cap:] if s.cap else self.reports) + "\n"
+        if s.torn_s and self.clock.t % 1.0 < s.torn_s - 1e-9:
+            text = text[: len(text) // 2 + 7]  # what a reader sees between the truncation and the last write
+        Path(self.env[protocol.ENV_METRIC_FILE]).write_text(text)
 
     def poll(self) -> int | None:
         self.n_polls += 1

@@ -380,6 +380,40 @@ def test_the_metrics_clock_ticks_on_multiples_of_its_period() -> None:
     assert next_tick(0.1, 0.25) == 0.25
 
 
+def test_a_metrics_file_found_in_the_middle_of_a_rewrite_is_read_again_on_the_next_pass(tmp_path: Path) -> None:
+    # 20 reports a second into a file that keeps the last 100 (cloudml-hypertune) and is torn whenever
+    # the one-second clock reads it (the first 0.12 s of every second): waiting for the next tick found
+    # it torn again until the trial ended, and only its last 100 steps were recorded
+    run = replay(tmp_path, lambda trial, attempt: Script(steps=130, step_s=0.05, cap=100, torn_s=0.12))
+    assert run.state == JobState.SUCCEEDED
+    assert run.steps(0) == list(range(1, 131))
+    assert "metrics_warning" not in run.trials[0].user_attrs
+
+
+def test_a_trial_reporting_faster_than_its_file_keeps_is_read_on_a_faster_clock(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    # 200 reports a second into a file that keeps the last 100: read once a second, half of every
+    # second's reports were gone before the read; a trial that reports slowly stays on the slow clock
+    writes = _count_journal_writes(monkeypatch)
+    run = replay(tmp_path, lambda trial, attempt: Script(steps=300, step_s=0.005, cap=100))
+    assert run.state == JobState.SUCCEEDED
+    assert run.steps(0) == list(range(1, 301))
+    assert "metrics_warning" not in run.trials[0].user_attrs
+    assert writes[0] <= 30, writes[0]  # 1.5 s of reads every 1/8 s (25 reports each), not every pass
+
+
+def test_the_metrics_clock_halves_for_a_trial_that_reports_fast() -> None:
+    from trials.controller.loop.runner import metrics_period
+
+    assert metrics_period(1.0, 0, 1.0) == 1.0
+    assert metrics_period(1.0, 25, 1.0) == 1.0  # a quarter of the file a read: as slow as it gets
+    assert metrics_period(1.0, 26, 1.0) == 0.5
+    assert metrics_period(1.0, 66, 1.0) == 0.25  # two metrics a step, 33 steps a second
+    assert metrics_period(1.0, 20, 0.1) == 0.125  # the rate, not the count: 200 a second
+    assert metrics_period(1.0, 10_000, 1.0) == 0.0625  # never faster than a sixteenth
+    assert metrics_period(1.0, 5, 0.0) == 0.0625  # (no time between two reads: as fast as it gets)
+
+
 def test_a_trials_record_and_the_next_trials_claim_are_one_write_made_before_it_starts(
         tmp_path: Path, monkeypatch: Any) -> None:
     import json

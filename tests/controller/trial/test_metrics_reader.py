@@ -210,6 +210,54 @@ def test_torn_read_is_left_for_the_next_poll(paths):
     assert all(set(m.metrics) == {"acc", "loss"} for m in reader.measurements())
 
 
+def test_a_read_in_the_middle_of_a_rewrite_asks_to_be_made_again_soon(paths):
+    """The file keeps only its last 100 reports: a reader that waits a whole period after finding it torn
+    or empty (truncated, not yet written) may find the reports it held gone."""
+    fake = FakeHypertune(paths[0])
+    fake.report_steps([1, 2, 3])
+    with open(paths[0]) as f:
+        full = f.read()
+    reader = make_reader(paths)
+    with open(paths[0], "w") as f:
+        f.write(full[: len(full) // 2 + 10])  # torn
+    reader.poll()
+    assert reader.reread_soon and reader.new_reports == 0
+    open(paths[0], "w").close()  # truncated, the rewrite not begun
+    reader.poll()
+    assert reader.reread_soon and reader.new_reports == 0
+    with open(paths[0], "w") as f:
+        f.write(full)
+    assert reader.poll() is True
+    assert not reader.reread_soon and reader.new_reports == 6  # 3 steps of 2 tags: 6 reports
+    assert reader.poll() is False
+    assert not reader.reread_soon and reader.new_reports == 0  # unchanged
+    fake.report_steps([4])
+    reader.poll()
+    assert reader.new_reports == 2  # only the new ones
+
+
+def test_an_old_empty_file_is_not_a_rewrite_in_progress(paths):
+    open(paths[0], "w").close()
+    settle(paths[0])
+    reader = make_reader(paths)
+    reader.poll()
+    assert not reader.reread_soon
+
+
+def test_a_trial_with_metrics_jsonl_needs_no_haste(paths):
+    fake = FakeHypertune(paths[0])
+    fake.report_steps([1, 2, 3])
+    with open(paths[0]) as f:
+        full = f.read()
+    with open(paths[0], "w") as f:
+        f.write(full[: len(full) // 2 + 10])
+    with open(paths[1], "w") as f:
+        f.write(format_record(1, {"acc": 0.5}, T0 + 1) + "\n")
+    reader = make_reader(paths)
+    reader.poll()
+    assert reader.source == "metrics.jsonl" and not reader.reread_soon  # lossless: nothing to lose
+
+
 def test_settled_torn_file_is_read_up_to_its_bad_tail(paths):
     fake = FakeHypertune(paths[0])
     fake.report_steps([1, 2, 3])

@@ -24,6 +24,7 @@ import signal
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from trials import protocol
 from trials.controller.backend.protocol import INTERNAL_ERROR_MESSAGE, BackendError, ReplicaBackend
 from trials.controller.loop import events
 from trials.controller.loop.chaos import Chaos
@@ -51,8 +52,14 @@ if TYPE_CHECKING:  # a database job's leases: sqlalchemy, which a journal job ne
 # on one clock of this period: one journal write a period for all of them, whatever the slots (each
 # trial's reads on its own clock were a write each, ~1 ms of the controller's CPU with the file's lock).
 # A trial's steps are read again when it exits; those not read yet stay in its metrics file, which a
-# resumed controller reads before the trial starts again.
+# resumed controller reads before the trial starts again. But a cloudml-hypertune file keeps only its
+# last 100 reports and is rewritten whole at each one: a trial reporting faster than a quarter of that a
+# period is read on a halved clock (down to a sixteenth, :func:`metrics_period`), one that has not
+# reported yet on the fastest (its first second may hold more than 100), and a read that finds the file
+# in the middle of a rewrite is made again on the next pass.
 METRICS_POLL_S = 1.0
+METRICS_POLL_HALVINGS = 4  # the fastest clock: METRICS_POLL_S / 2**4
+HYPERTUNE_READ_SHARE = 25  # reports a read may find new: a quarter of the file's 100
 PROGRESS_TICK_S = 1.0  # a running trial's progress is told at least this often (the live view's clocks)
 STOP_POLL_S = 0.02  # while stopping every replica on the way out
 # A write failed for want of space (or a file-size limit): the job pauses instead of dying
@@ -296,6 +303,7 @@ class JobRunner:
             self._sup.fail(run, now, f"The trial could not be started: {start_error_text(err, run.paths.trial_dir)}.")
             return
         self.running[claimed.trial_id] = run
+        run.metrics_read_at = now  # (the rate of its first reports is counted from here)
         self._metrics.resume_from_store(run)  # what earlier controllers read of it is kept, and
         self._store_metrics(run)  # what this one read of earlier attempts is stored before they restart
         for lau in run.launches:
@@ -368,11 +376,13 @@ class JobRunner:
             return  # the trial is another worker's now: nothing more is written for it here
         # Without a stopping rule nothing is decided on the way: read on the METRICS_POLL_S clock
         # (and when a replica exits); with one, read every pass.
-        if self.job.study.stopping is None and not final:
-            if now < run.next_metrics_poll:
-                return
-            run.next_metrics_poll = next_tick(now, METRICS_POLL_S)
-        if not run.reader.poll():
+        timed = self.job.study.stopping is None and not final
+        if timed and now < run.next_metrics_poll:
+            return
+        changed = run.reader.poll()
+        if timed:
+            run.next_metrics_poll = self._next_metrics_read(run, now)
+        if not changed:
             return
         self._metrics.warn_unknown_tags(run)
         if not self._store_metrics(run) or run.stopping:
@@ -384,6 +394,19 @@ class JobRunner:
             if decision.predicted_final is not None and decision.predicted_x is not None:
                 run.predicted = (decision.predicted_x, decision.predicted_final)
             self._sup.begin_stop(run, now, StopReason.EARLY)  # ACTIVE -> STOPPING
+
+    @staticmethod
+    def _next_metrics_read(run: RunningTrial, now: float) -> float:
+        """When a running trial's metrics are read next (it was read at ``now``)."""
+        reader = run.reader
+        if reader.source == protocol.METRICS_LOG:
+            return next_tick(now, METRICS_POLL_S)  # lossless: nothing to lose by waiting
+        if reader.reread_soon:
+            return now  # in the middle of a rewrite: again on the next pass
+        since, run.metrics_read_at = now - run.metrics_read_at, now
+        if reader.source is None:  # nothing reported yet: its first second may overflow the file
+            return next_tick(now, METRICS_POLL_S / 2 ** METRICS_POLL_HALVINGS)
+        return next_tick(now, metrics_period(METRICS_POLL_S, reader.new_reports, since))
 
     def _tell_progress(self, run: RunningTrial, now: float) -> None:
         """The listener hears of a running trial's new steps, and every PROGRESS_TICK_S that it runs on."""
@@ -492,6 +515,25 @@ class JobRunner:
     def _trial_attr(self, claimed: Claimed, key: str) -> Any:
         frozen = claimed.stored or self.store.storage.get_trial(claimed.storage_id)
         return frozen.user_attrs.get(key)
+
+
+def metrics_period(base: float, new_reports: int, seconds: float) -> float:
+    """The period of a trial's next metrics read: ``base``, halved (at most METRICS_POLL_HALVINGS
+    times) until a read at the rate of the last one (``new_reports`` in ``seconds``) finds at most
+    HYPERTUNE_READ_SHARE new reports, so a cloudml-hypertune file (its last 100 kept) is read
+    before it overflows, whatever the slowdowns of a loaded machine (pure).
+
+    Example:
+        >>> metrics_period(1.0, 20, 1.0), metrics_period(1.0, 66, 1.0), metrics_period(1.0, 500, 1.0)
+        (1.0, 0.25, 0.0625)
+    """
+    rate = new_reports / max(seconds, 1e-3)
+    period = base
+    for _ in range(METRICS_POLL_HALVINGS):
+        if rate * period <= HYPERTUNE_READ_SHARE:
+            break
+        period /= 2
+    return period
 
 
 def next_tick(now: float, period: float) -> float:

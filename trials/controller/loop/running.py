@@ -124,6 +124,7 @@ class RunningTrial:
     injected: int = 0
     next_injection: float = math.inf
     next_metrics_poll: float = 0.0
+    metrics_read_at: float = 0.0  # (monotonic) its last metrics read that took what the file held
     progress_n: int = 0  # steps stored when its progress was last told (runner._tell_progress)
     progress_at: float = 0.0  # when (monotonic)
     devices: tuple[tuple[str, ...], ...] | None = None  # per replica, primary first

@@ -82,6 +82,8 @@ class TrialMetricsReader:
         self._ht_entries = 0  # the entries the file held at the last read kept, in the current attempt
         self._ht_most = 0  # the most it held in the current attempt (a whole rewrite never holds fewer)
         self._cut: list[str] = []  # rewrites their process's death cut short (read after it ended)
+        self._ht_deferred = False  # the last poll found the file in the middle of a rewrite
+        self._ht_taken = 0  # the reports the last poll took in (new to this reader)
         # metrics.jsonl state
         self._jl_log = MeasurementLog()
         self._jl_seen: set[tuple[object, ...]] = set()
@@ -148,6 +150,20 @@ class TrialMetricsReader:
         if gaps:
             notes.append(gaps)
         return "; ".join(notes) or None
+
+    @property
+    def reread_soon(self) -> bool:
+        """The last poll found the hypertune file in the middle of a rewrite (empty, or torn, and
+        recently written) and left it for a later read: read it again at once, not a period later.
+        The file keeps only its last 100 reports, so a reader that waits loses what it holds now;
+        ``metrics.jsonl`` is lossless and needs no haste."""
+        return self._ht_deferred and not self._jl_exists
+
+    @property
+    def new_reports(self) -> int:
+        """How many hypertune reports the last poll took in (0 when it read nothing new): with the
+        time since the read before, how fast the file fills."""
+        return self._ht_taken
 
     @property
     def skipped_files(self) -> dict[str, str]:
@@ -282,6 +298,8 @@ class TrialMetricsReader:
         return scan, result
 
     def _poll_hypertune(self, *, final: bool = False) -> bool:
+        self._ht_deferred = False
+        self._ht_taken = 0
         st = self._stat(self.hypertune_path)
         if st is None:
             return False
@@ -302,6 +320,7 @@ class TrialMetricsReader:
         self._ht_exists = True
         if changed is None:
             self._ht_sig = None
+            self._ht_deferred = True
             return first_seen  # torn in the middle of a rewrite: the next poll reads it whole
         self._ht_sig = sig if scan.at_eof and not racy else None
         return changed or first_seen
@@ -342,6 +361,7 @@ class TrialMetricsReader:
             new.extend(lines)
         if not any_line and not scan.continued:
             self._ht_entries = 0
+            self._ht_deferred = not settled
             return False  # between truncation and the first write: 90 % of reads under load
         if not scan.continued and not settled and scan.at_eof and (scan.torn or not last_ok):
             return None  # (a read cut at MAX_SCAN_BYTES is not torn: the next poll reads on)
@@ -358,6 +378,7 @@ class TrialMetricsReader:
                     return None
                 self._start_attempt()  # a restart nobody told us about: a fresh file, not a loss
         self._ht_raw_seen.update(new_raws)  # only now: a read left for later must be parsed again
+        self._ht_taken = len(new_raws)  # (reports, the unit of the file's cap: one may hold several tags)
         self._ht_entries = (self._ht_entries if scan.continued else 0) + n_records
         self._ht_most = max(self._ht_most, self._ht_entries)  # (a read in the middle of a rewrite holds fewer)
         measurements: list[Measurement] = []
