@@ -236,6 +236,14 @@ def test_a_read_in_the_middle_of_a_rewrite_asks_to_be_made_again_soon(paths):
     assert reader.new_reports == 2  # only the new ones
 
 
+def test_a_huge_torn_file_is_not_read_again_at_once(paths):
+    with open(paths[0], "w") as f:  # no hypertune file is this big: a trainer keeping it torn is not hurried
+        f.write(("x" * 1000 + "\n") * (metrics_reader.REREAD_MAX_BYTES // 1000) + '{"acc": "0.5", "glo')
+    reader = make_reader(paths)
+    reader.poll()
+    assert not reader.reread_soon
+
+
 def test_an_old_empty_file_is_not_a_rewrite_in_progress(paths):
     open(paths[0], "w").close()
     settle(paths[0])

@@ -20,6 +20,9 @@ MAX_SCAN_BYTES = 16 * 1024 * 1024  # read at most this much of a file per poll (
 # A file whose mtime is this recent may be rewritten within the same timestamp granule with the same
 # size (the "racy clean" problem), so its stat signature is not trusted until it is older.
 RACY_WINDOW_NS = 1_000_000_000
+# A file found torn in the middle of a rewrite is read again at once only up to this size: cloudml-hypertune's
+# 100 reports are a few tens of KiB, and a trainer that keeps a huge file torn is not worth a read a pass.
+REREAD_MAX_BYTES = 1024 * 1024
 _MAX_GAPS_SHOWN = 5
 
 
@@ -320,7 +323,7 @@ class TrialMetricsReader:
         self._ht_exists = True
         if changed is None:
             self._ht_sig = None
-            self._ht_deferred = True
+            self._ht_deferred = st.st_size <= REREAD_MAX_BYTES
             return first_seen  # torn in the middle of a rewrite: the next poll reads it whole
         self._ht_sig = sig if scan.at_eof and not racy else None
         return changed or first_seen
