@@ -21,8 +21,8 @@ MAX_SCAN_BYTES = 16 * 1024 * 1024  # read at most this much of a file per poll (
 # size (the "racy clean" problem), so its stat signature is not trusted until it is older.
 RACY_WINDOW_NS = 1_000_000_000
 # A file found torn in the middle of a rewrite is read again at once only up to this size: cloudml-hypertune's
-# 100 reports are a few tens of KiB, and a trainer that keeps a huge file torn is not worth a read a pass.
-REREAD_MAX_BYTES = 1024 * 1024
+# 100 reports are tens of KiB, and a trainer that keeps a big file torn is not worth a read (and a parse) a pass.
+REREAD_MAX_BYTES = 256 * 1024
 _MAX_GAPS_SHOWN = 5
 
 
