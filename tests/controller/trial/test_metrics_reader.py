@@ -193,13 +193,19 @@ def settle(path):
     os.utime(path, ns=(past, past))
 
 
-def test_torn_read_is_left_for_the_next_poll(paths):
-    fake = FakeHypertune(paths[0])
-    fake.report_steps([1, 2, 3])
-    with open(paths[0]) as f:
+def torn_steps(path, fake=None):
+    """The file as cloudml-hypertune leaves it after reporting steps 1-3, cut in the middle of a rewrite
+    (what a reader sees between the truncation and the last write); returns the whole text."""
+    (fake or FakeHypertune(path)).report_steps([1, 2, 3])
+    with open(path) as f:
         full = f.read()
-    with open(paths[0], "w") as f:
-        f.write(full[: len(full) // 2 + 10])  # what a reader sees in the middle of a rewrite
+    with open(path, "w") as f:
+        f.write(full[: len(full) // 2 + 10])
+    return full
+
+
+def test_torn_read_is_left_for_the_next_poll(paths):
+    full = torn_steps(paths[0])
     reader = make_reader(paths)
     reader.poll()
     assert steps_of(reader) == []
@@ -214,12 +220,8 @@ def test_a_read_in_the_middle_of_a_rewrite_asks_to_be_made_again_soon(paths):
     """The file keeps only its last 100 reports: a reader that waits a whole period after finding it torn
     or empty (truncated, not yet written) may find the reports it held gone."""
     fake = FakeHypertune(paths[0])
-    fake.report_steps([1, 2, 3])
-    with open(paths[0]) as f:
-        full = f.read()
+    full = torn_steps(paths[0], fake)
     reader = make_reader(paths)
-    with open(paths[0], "w") as f:
-        f.write(full[: len(full) // 2 + 10])  # torn
     reader.poll()
     assert reader.reread_soon and reader.new_reports == 0
     open(paths[0], "w").close()  # truncated, the rewrite not begun
@@ -253,12 +255,7 @@ def test_an_old_empty_file_is_not_a_rewrite_in_progress(paths):
 
 
 def test_a_trial_with_metrics_jsonl_needs_no_haste(paths):
-    fake = FakeHypertune(paths[0])
-    fake.report_steps([1, 2, 3])
-    with open(paths[0]) as f:
-        full = f.read()
-    with open(paths[0], "w") as f:
-        f.write(full[: len(full) // 2 + 10])
+    torn_steps(paths[0])
     with open(paths[1], "w") as f:
         f.write(format_record(1, {"acc": 0.5}, T0 + 1) + "\n")
     reader = make_reader(paths)
@@ -267,12 +264,7 @@ def test_a_trial_with_metrics_jsonl_needs_no_haste(paths):
 
 
 def test_settled_torn_file_is_read_up_to_its_bad_tail(paths):
-    fake = FakeHypertune(paths[0])
-    fake.report_steps([1, 2, 3])
-    with open(paths[0]) as f:
-        full = f.read()
-    with open(paths[0], "w") as f:
-        f.write(full[: len(full) // 2 + 10])
+    torn_steps(paths[0])
     settle(paths[0])
     reader = make_reader(paths)
     assert reader.poll() is True
