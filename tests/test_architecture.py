@@ -16,8 +16,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "trials"
 
 VOCABULARY = {f"trials.{m}" for m in (
     "errors", "files", "hypertune_file", "jsontext", "printable", "protocol", "records", "storage_url", "timefmt")}
-ENTRY = {"trials", "trials.__main__", "trials.cli", "trials.pytest_plugin",
-         "trials._dataclass_code"}  # (the package's import machinery, with trials/__init__.py's finder)
+ENTRY = {"trials", "trials.__main__", "trials.cli", "trials.pytest_plugin", "trials.testing",
+         "trials.startup", "trials._dataclass_code"}  # (the command processes' set-up: trials.startup)
 # role -> the roles it may import (itself included); the arrows point one way
 ALLOWED = {
     "vocabulary": {"vocabulary"},
@@ -225,7 +225,7 @@ import trials
 import trials.runtime.entrypoint, trials.runtime.context, trials.runtime.reporting
 import trials.runtime.checkpoint, trials.runtime.flags, trials.runtime.params, trials.runtime.objective
 import trials.runtime.logs
-import trials.pytest_plugin
+import trials.pytest_plugin, trials.testing
 trials.main, trials.TrialContext
 print(" ".join(m for m in {heavy!r} if m in sys.modules))
 """

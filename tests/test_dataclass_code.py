@@ -1,5 +1,6 @@
-"""trials' dataclass methods are compiled once and kept beside the modules' bytecode
-(``trials._dataclass_code``): a later process runs the same code, method by method, as plain ``exec``."""
+"""In trials' own command processes (``trials.startup``), trials' dataclass methods are compiled once and kept beside
+the modules' bytecode (``trials._dataclass_code``): a later process runs the same code, method by method, as plain
+``exec``."""
 
 from __future__ import annotations
 
@@ -15,11 +16,10 @@ MODULES = ("trials.spec.model", "trials.controller.loop.events", "trials.control
 
 PROGRAM = """
 import dataclasses, hashlib, importlib, json, marshal, sys
-import trials
+import trials, trials.startup
 from trials import _dataclass_code
-if sys.argv[1] == "plain":
-    import builtins
-    dataclasses.exec = builtins.exec  # as without trials
+if sys.argv[1] != "plain":  # plain: as any program importing trials (nothing set up)
+    trials.startup.install()  # as the trials command's process is
 codes = {}
 for name in MODULES_HERE:
     module = importlib.import_module(name)

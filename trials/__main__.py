@@ -1,5 +1,5 @@
-"""``python -m trials`` runs the CLI."""
+"""``python -m trials`` runs the CLI, set up as the ``trials`` command is (``trials.startup``)."""
 
-from trials.cli import run
+from trials.startup import trials_command
 
-run()
+trials_command()

@@ -17,7 +17,6 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-import trials
 from trials import protocol
 from trials.cli.parser import build_parser
 from trials.errors import TrialsError
@@ -70,8 +69,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return protocol.EXIT_USAGE
     args.local_command = local_command
     restore = _interrupt_on_stop_signals() if args.command in _RUNS_A_JOB else None
-    if args.command in _RUNS_A_JOB:
-        trials._one_blas_thread()  # a controller's NumPy starts no BLAS thread pool (trials._LazyModules)
     collecting, frozen = gc.isenabled(), gc.get_freeze_count()
     args.gc_paused = collecting and args.command in _RUNS_A_JOB
     if args.gc_paused:
@@ -111,8 +108,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if restore is not None:
             restore()
-        if args.command in _RUNS_A_JOB:
-            trials._one_blas_thread(False)  # (an in-process caller's own NumPy import is its own)
         if gc.get_freeze_count() > frozen:
             gc.unfreeze()
         if collecting:
@@ -120,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 _TAKES_COMMAND = ("sweep", "resume", "validate", "check")
-_RUNS_A_JOB = ("sweep", "resume", "worker")
+_RUNS_A_JOB = ("sweep", "resume", "worker")  # (trials.startup.RUNS_A_JOB: the same)
 
 
 def _interrupt_on_stop_signals() -> Callable[[], None] | None:

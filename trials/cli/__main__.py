@@ -1,5 +1,5 @@
 """``python -m trials.cli`` runs the CLI, as ``python -m trials`` does."""
 
-from trials.cli import run
+from trials.startup import trials_command
 
-run()
+trials_command()

@@ -109,9 +109,11 @@ def spawn(sampler_name: str, stderr: IO[bytes] | int | None) -> subprocess.Popen
     if package_root not in site.getsitepackages():
         # a source checkout run as ``python -m trials``: the worker imports the same trials
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    # (set up as trials' own command process, trials.startup: NumPy's submodules SciPy touches load lazily)
+    command = [sys.executable, "-m", "trials.startup", "trials.study.ahead", str(os.getpid()), sampler_name]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "trials.study.ahead", str(os.getpid()), sampler_name], stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=stderr, env=env, close_fds=True, start_new_session=True)
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=env, close_fds=True,
+        start_new_session=True)
     assert proc.stdout is not None
     os.set_blocking(proc.stdout.fileno(), False)
     return proc

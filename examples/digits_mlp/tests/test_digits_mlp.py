@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from trials.pytest_plugin import ObjectiveContract
+from trials.testing import ObjectiveContract
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, os.pardir, "train.py")

@@ -1,6 +1,7 @@
-"""Optuna's progress bar module, and the NumPy submodules SciPy's array-api-compat touches, are loaded when
-first used (``trials._LazyModules``): tqdm, importlib.metadata and asyncio were half of Optuna's import
-time in every command and worker; f2py, unittest and masked arrays ~40 % of scipy.linalg's in the GP worker."""
+"""trials' own command processes set themselves up before their imports (``trials.startup``): Optuna's progress bar
+module, and the NumPy submodules SciPy's array-api-compat touches, are loaded when first used (tqdm,
+importlib.metadata and asyncio were half of Optuna's import time in every command and worker; f2py, unittest and
+masked arrays ~40 % of scipy.linalg's in the GP worker). A plain ``import trials`` does none of it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import sys
 
 CHECK = """
 import sys
+import trials.startup
+trials.startup.install()
 import trials.study
 import optuna
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -33,6 +36,8 @@ def test_optuna_loads_its_progress_bar_only_when_used() -> None:
 
 NUMPY = """
 import sys
+import trials.startup
+trials.startup.install()
 import trials.study
 import numpy as np
 import scipy.linalg
@@ -53,18 +58,46 @@ def test_numpy_submodules_scipy_touches_load_when_used() -> None:
     assert done.stdout.strip() == "ok"
 
 
-def test_the_finder_is_installed_once_and_ignores_other_modules() -> None:
+FINDERS = """
+import sys
+import trials, trials.cli, trials.study, trials.startup
+import dataclasses
+assert not trials.startup.installed() and getattr(dataclasses, "exec", None) is None
+trials.startup.install()
+trials.startup.install()
+finders = [f for f in sys.meta_path if isinstance(f, trials.startup.LazyModules)]
+assert len(finders) == 1 and finders[0] is sys.meta_path[0], sys.meta_path
+assert finders[0].find_spec("optuna.samplers", None) is None
+from trials import _dataclass_code
+assert sys.modules["dataclasses"].exec is _dataclass_code.cached_exec
+print("ok")
+"""
+
+
+def test_the_finder_is_installed_only_when_asked_once_and_ignores_other_modules() -> None:
+    done = subprocess.run([sys.executable, "-c", FINDERS], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+def test_a_command_module_runs_with_its_arguments(tmp_path) -> None:
+    """``python -m trials.startup MODULE ARGS``: how the sampler's worker starts (trials.study.choice.spawn)."""
     import trials
 
-    finders = [f for f in sys.meta_path if isinstance(f, trials._LazyModules)]
-    assert len(finders) == 1
-    assert finders[0].find_spec("optuna.samplers", None) is None
+    done = subprocess.run([sys.executable, "-m", "trials.startup", "trials.cli", "--version"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == f"trials {trials.__version__}", done.stderr
+    (tmp_path / "probe.py").write_text("raise SystemExit(7)")
+    done = subprocess.run([sys.executable, "-m", "trials.startup", "probe", "a"], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path)
+    assert done.returncode == 2 and "expected a module of trials, got 'probe'" in done.stderr, done.stderr
 
 
 BLAS = """
 import os, sys
-import trials
-trials._one_blas_thread()
+import trials.startup
+trials.startup.install()
+trials.startup.one_blas_thread()
 import numpy
 print(len(os.listdir("/proc/self/task")), os.environ.get("OPENBLAS_NUM_THREADS"))
 """
@@ -73,9 +106,9 @@ print(len(os.listdir("/proc/self/task")), os.environ.get("OPENBLAS_NUM_THREADS")
 def test_a_users_own_blas_thread_count_is_kept() -> None:
     import os
 
-    import trials
+    from trials.startup import LazyModules
 
-    env = {k: v for k, v in os.environ.items() if k not in trials._LazyModules.BLAS_THREADS}
+    env = {k: v for k, v in os.environ.items() if k not in LazyModules.BLAS_THREADS}
     env["OPENBLAS_NUM_THREADS"] = "2"
     done = subprocess.run([sys.executable, "-c", BLAS], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr
