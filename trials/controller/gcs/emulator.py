@@ -22,7 +22,7 @@ class Emulator:
 
     def __init__(self, proc: subprocess.Popen[str], port: int, bind: str = "127.0.0.1"):
         self.proc = proc
-        self.host = f"http://{bind}:{port}"
+        self.host = f"http://[{bind}]:{port}" if ":" in bind else f"http://{bind}:{port}"
 
     def stop(self) -> None:
         """Close its stdin (it stops on EOF), then make sure it is gone."""

@@ -6,20 +6,36 @@ and runs until stdin closes or SIGTERM. ``ROOT`` ``-``: the first line of stdin 
 started during the controller's start-up, before its job's folder exists); it then works in ROOT,
 so ``/proc/PID/cwd`` says what it serves. Folders and files written straight into ROOT (through
 ``/gcs``) are buckets and objects before each request; uploads land there as plain files.
+
+Trainers write ROOT, so nothing in it is trusted: every file is reached beneath ROOT without following
+a link (:mod:`trials.controller.gcs.beneath`); a link, FIFO or device is never an object, and a request
+whose name goes through one answers 403 (a write or delete) or 404 (a read), never 500. Only its owner's
+programs may talk to it: a ``Host`` other than the bound address or a loopback name (DNS rebinding) and
+any request a browser marks as coming from a page (an ``Origin``, a ``Sec-Fetch-Site`` other than
+``none``) answer 403; ``/wipe`` (the emulator's own, not Cloud Storage's) is not served. Its stderr
+goes to /dev/null once the port is printed: nobody reads it after the start, and a full pipe would
+stop it.
 """
 
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
+import ipaddress
+import json
+import logging
 import mimetypes
 import os
 import signal
+import socket
 import sys
 import threading
+from collections.abc import Callable
+from email.message import Message
 from http import server
-from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import google_crc32c
 from gcp_storage_emulator import storage as emulator_storage  # type: ignore[import-untyped, import-not-found, unused-ignore]
@@ -27,7 +43,20 @@ from gcp_storage_emulator.handlers.buckets import _make_bucket_resource  # type:
 from gcp_storage_emulator.handlers.objects import _make_object_resource  # type: ignore[import-untyped, import-not-found, unused-ignore]
 from gcp_storage_emulator.server import RequestHandler  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
+from trials.controller.gcs import beneath
+
 _INTERNAL = (".", "_")  # the emulator's own entries (.meta, _resumable, _softdelete): never buckets
+LOOPBACK_NAMES = ("localhost", "localhost.", "127.0.0.1", "::1")
+
+
+class _OwnStore(beneath.Store):
+    """Objects are refused through a link at their name; our own state (``.meta``, ``_resumable/*``,
+    ``_softdelete/*``) replaces a link planted at its name (the rename never writes through it)."""
+
+    def write_bytes(self, rel: str, content: bytes, *, replace_link: bool = False) -> None:
+        names = beneath.split(rel)
+        own = replace_link or bool(names and names[0].startswith(_INTERNAL))
+        super().write_bytes(rel, content, replace_link=own)
 
 
 class LocalBuckets(emulator_storage.Storage):  # type: ignore[misc]
@@ -35,19 +64,31 @@ class LocalBuckets(emulator_storage.Storage):  # type: ignore[misc]
 
     def __init__(self, root: str, base_url: str):
         super().__init__(use_memory_fs=True)
-        self._store = emulator_storage._FileStore(use_memory=False, root=Path(root))
+        self._store = _OwnStore(root)
         self._read_config_from_file()
         self._root = root
         self._base_url = base_url
         self._lock = threading.Lock()
         self._stamps: dict[tuple[str, str], tuple[int, int]] = {}  # (bucket, name) -> (size, mtime)
 
+    def _read_config_from_file(self) -> None:
+        """Our state from ``ROOT/.meta`` (a trainer may have written it: garbage is an empty state)."""
+        names = ("buckets", "objects", "resumable", "bucket_iam_policies", "soft_deleted")
+        try:
+            super()._read_config_from_file()
+            if not all(isinstance(getattr(self, name), dict) for name in names):
+                raise ValueError(".meta")
+        except (OSError, ValueError, AttributeError, TypeError):
+            for name in names:
+                setattr(self, name, {})
+
     def sync(self) -> None:
-        """Every folder of the root is a bucket, every file under it an object (and nothing else)."""
+        """Every folder of the root is a bucket, every regular file under it an object (and nothing
+        else: a link, FIFO or device is none, and no link is followed)."""
         with self._lock:
             seen_buckets = set()
-            for bucket in os.listdir(self._root):
-                if bucket.startswith(_INTERNAL) or not os.path.isdir(os.path.join(self._root, bucket)):
+            for bucket in self._store.folders():
+                if bucket.startswith(_INTERNAL):
                     continue
                 seen_buckets.add(bucket)
                 if bucket not in self.buckets:
@@ -59,32 +100,32 @@ class LocalBuckets(emulator_storage.Storage):  # type: ignore[misc]
 
     def _sync_objects(self, bucket: str) -> None:
         objects = self.objects.setdefault(bucket, {})
-        folder = os.path.join(self._root, bucket)
         present = set()
-        for parent, _dirs, names in os.walk(folder):
-            for name in names:
-                path = os.path.join(parent, name)
-                key = os.path.relpath(path, folder).replace(os.sep, "/")
-                try:
-                    st = os.stat(path)
-                except OSError:
-                    continue
-                present.add(key)
+        try:
+            for key, st, parent, name in self._store.files(bucket):
                 stamp = (st.st_size, st.st_mtime_ns)
                 if key in objects and self._stamps.get((bucket, key)) == stamp:
+                    present.add(key)
                     continue
+                try:
+                    hashes = _hashes(parent, name)  # clients check downloads against them
+                except OSError:  # gone, or swapped for a link or a FIFO since it was listed
+                    continue
+                present.add(key)
                 kind = mimetypes.guess_type(key)[0] or "application/octet-stream"
                 resource = _make_object_resource(self._base_url, bucket, key, kind, str(st.st_size))
-                resource.update(_hashes(path))  # clients check downloads against them
+                resource.update(hashes)
                 objects[key] = resource
                 self._stamps[(bucket, key)] = stamp
+        except OSError:  # the bucket went (or turned into a link) since it was listed
+            pass
         for key in [k for k in objects if k not in present]:
             del objects[key]
 
     def _remember(self, bucket: str, name: str) -> None:
         try:
-            st = os.stat(os.path.join(self._root, bucket, name))
-        except OSError:
+            st = self._store.stat(self._object_path(bucket, name))
+        except (OSError, ValueError):
             return
         self._stamps[(bucket, name)] = (st.st_size, st.st_mtime_ns)
 
@@ -115,14 +156,125 @@ class LocalBuckets(emulator_storage.Storage):  # type: ignore[misc]
         return super().delete_file(bucket_name, file_name)
 
 
-def _hashes(path: str) -> dict[str, str]:
+def _hashes(parent: int, name: str) -> dict[str, str]:
     md5 = hashlib.md5(usedforsecurity=False)
     crc: Any = google_crc32c.Checksum()  # type: ignore[no-untyped-call]
-    with open(path, "rb") as f:
+    with os.fdopen(beneath.open_file(parent, name), "rb") as f:
         while chunk := f.read(1 << 20):
             md5.update(chunk)
             crc.update(chunk)
     return {"md5Hash": base64.b64encode(md5.digest()).decode(), "crc32c": base64.b64encode(crc.digest()).decode()}
+
+
+def allowed_hosts(bind: str) -> frozenset[str]:
+    """The ``Host`` names a request may carry: the bound address and the loopback names (the address
+    a container on a trial network reaches us at is the bound one: its gateway)."""
+    return frozenset({*LOOPBACK_NAMES, _host_name(bind)})
+
+
+def refusal(headers: Message, allowed: frozenset[str]) -> str:
+    """Why a request is refused before it is read ("" when it is not): a foreign ``Host`` (a web
+    page's name rebound to our address) or a browser's marks of a request a page made."""
+    hosts = headers.get_all("Host") or []
+    if len(hosts) > 1:
+        return "more than one Host header"
+    if hosts and not _host_allowed(hosts[0], allowed):
+        return "Host is neither this endpoint's address nor a loopback name"
+    if headers.get("Origin") is not None:
+        return "a request from a web page (Origin) is not served"
+    site = headers.get("Sec-Fetch-Site")
+    if site is not None and site.strip().lower() != "none":
+        return "a request from a web page (Sec-Fetch-Site) is not served"
+    return ""
+
+
+def _host_allowed(value: str, allowed: frozenset[str]) -> bool:
+    try:
+        parsed = urlsplit("http://" + value.strip())
+        parsed.port  # noqa: B018 - a port that is not a number is refused (ValueError)
+    except ValueError:
+        return False
+    name = parsed.hostname or ""
+    if name in allowed or _host_name(name) in allowed:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_name(address: str) -> str:
+    name = address.strip().lower().strip("[]")
+    try:
+        return str(ipaddress.ip_address(name))
+    except ValueError:
+        return name
+
+
+class _Handler(RequestHandler):  # type: ignore[misc]
+    """The emulator's handler, behind the Host and browser checks; a name through a link is 403 (a
+    write, a delete) or 404 (a read: the emulator's own catch), a name clashing with a folder 409."""
+
+    allowed: frozenset[str] = frozenset(LOOPBACK_NAMES)
+
+    def parse_request(self) -> bool:
+        if not super().parse_request():
+            return False
+        why = refusal(self.headers, self.allowed)
+        if not why and urlsplit(self.path).path.rstrip("/") == "/wipe":
+            why = "/wipe is the emulator's, not Cloud Storage's: not served here"
+        if why:
+            self._error(403, why)
+            return False
+        return True
+
+    def _answer(self, do: Callable[[RequestHandler], None]) -> None:
+        try:
+            do(self)
+        except beneath.Refused as err:
+            self._error(403, f"{err.strerror}: a link, FIFO or device is never followed, read or written")
+        except FileNotFoundError:
+            self._error(404, "No such object")
+        except (IsADirectoryError, NotADirectoryError, FileExistsError) as err:
+            self._error(409, f"{err.strerror}: the name clashes with a folder or a file in the bucket")
+        except (ValueError, json.JSONDecodeError) as err:
+            self._error(400, f"bad request: {type(err).__name__}")
+        except OSError as err:
+            if err.errno in (errno.EPIPE, errno.ECONNRESET):
+                raise
+            self._error(503, f"the bucket folder could not be used: {err.strerror}")
+
+    def do_GET(self) -> None:
+        self._answer(RequestHandler.do_GET)
+
+    def do_POST(self) -> None:
+        self._answer(RequestHandler.do_POST)
+
+    def do_PUT(self) -> None:
+        self._answer(RequestHandler.do_PUT)
+
+    def do_DELETE(self) -> None:
+        self._answer(RequestHandler.do_DELETE)
+
+    def do_PATCH(self) -> None:
+        self._answer(RequestHandler.do_PATCH)
+
+    def _error(self, code: int, message: str) -> None:
+        """Google's error shape; the connection is closed after it (the body may be unread)."""
+        reason = {400: "invalid", 403: "forbidden", 404: "notFound", 409: "conflict"}.get(code, "backendError")
+        body = json.dumps({"error": {"code": code, "message": message,
+                                     "errors": [{"message": message, "domain": "global", "reason": reason}]}})
+        data = body.encode()
+        self.close_connection = True
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json; charset=UTF-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - BaseHTTPRequestHandler's name
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,13 +291,18 @@ def main(argv: list[str] | None = None) -> int:
     bind = args[1] if len(args) == 2 else "127.0.0.1"
     os.makedirs(root, exist_ok=True)
     os.chdir(root)
+    logging.getLogger("gcp_storage_emulator").disabled = True  # a line per missing object, to nobody
+    if ":" in bind:  # an IPv6 address (a trial network's gateway may be one)
+        _Server.address_family = socket.AF_INET6
     httpd = _Server((bind, 0), server.BaseHTTPRequestHandler)
     port = httpd.server_address[1]
-    store = LocalBuckets(root, f"http://{bind}:{port}")
-    httpd.RequestHandlerClass = lambda *a, **k: RequestHandler(store, *a, **k)
+    store = LocalBuckets(root, f"http://[{bind}]:{port}" if ":" in bind else f"http://{bind}:{port}")
+    handler = type("Handler", (_Handler,), {"allowed": allowed_hosts(bind)})
+    httpd.RequestHandlerClass = lambda *a, **k: handler(store, *a, **k)
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=httpd.shutdown).start())
     threading.Thread(target=_stop_on_eof, args=(httpd,), daemon=True).start()
     print(port, flush=True)
+    _quiet_stderr()
     httpd.serve_forever(poll_interval=0.05)
     httpd.server_close()
     return 0
@@ -165,11 +322,20 @@ class _Server(server.HTTPServer):
         with self.busy:
             super().process_request(request, client_address)
 
-    def server_bind(self) -> None:
-        import socket
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A request that failed is dropped without a word (no traceback: see :func:`_quiet_stderr`)."""
 
+    def server_bind(self) -> None:
         self.socket.setsockopt(socket.IPPROTO_IP, getattr(socket, "IP_FREEBIND", 15), 1)
         super().server_bind()
+
+
+def _quiet_stderr() -> None:
+    """Our stderr from here on is /dev/null: it is a pipe nobody reads after the start (a
+    traceback a request caused, written there, would one day fill it and stop us)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
 
 
 def _stop_on_eof(httpd: _Server) -> None:
