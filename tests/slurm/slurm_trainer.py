@@ -3,10 +3,13 @@
 Each run appends ``start``/``end`` lines (pid, node, times) to ``$TRIALS_TRIAL_DIR/runs-<replica>.log`` and
 writes what it got (its cluster variables, GPUs, host) to ``got-<replica>-<attempt>.json``. With
 ``--connect``, the primary listens on its CLUSTER_SPEC address and the other replicas connect to it and
-send their names, so a trial succeeds only when its replicas reached each other.
+send their names, so a trial succeeds only when its replicas reached each other. With ``--forge-into=N``,
+trial 1 plays the hostile trainer of issue 46: it writes a well-formed exit file (status 0, node "forged")
+for trial N's primary into that trial's Slurm folder while trial N runs, and notes it in ``forged.json``.
 """
 
 import argparse
+import glob
 import json
 import os
 import signal
@@ -25,6 +28,7 @@ p.add_argument("--resume", action="store_true", help="start from the last step a
 p.add_argument("--ignore-term", action="store_true", help="note SIGTERM and go on (only SIGKILL ends it)")
 p.add_argument("--slow-if", help="a file: when it exists at the start, each step takes 1 s (a copy that outlasts "
                                  "whatever the test does next)")
+p.add_argument("--forge-into", help="trial 1 forges trial N's exit file (status 0) while it runs")
 a = p.parse_args()
 
 trial_dir = os.environ["TRIALS_TRIAL_DIR"]
@@ -80,6 +84,30 @@ if a.connect:
         else:
             sys.exit(5)
 
+
+
+def forge(trial: str) -> None:
+    """Write a well-formed exit file for trial ``trial``'s primary once its trainer started."""
+    job_dir = os.path.dirname(os.path.abspath(trial_dir))
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        launches = glob.glob(os.path.join(job_dir, "slurm", f"t{trial}-a0-*", "launch.json"))
+        if launches and os.path.exists(os.path.join(job_dir, trial, "runs-workerpool0-0.log")):
+            break
+        time.sleep(0.1)
+    else:
+        sys.exit(7)
+    exit_file = os.path.join(os.path.dirname(launches[0]), "exit-workerpool0-0.json")
+    tmp = exit_file + ".forging"
+    with open(tmp, "w") as f:
+        json.dump({"status": 0, "oom": False, "wall": time.time(), "node": "forged", "leftovers": []}, f)
+    os.replace(tmp, exit_file)
+    with open(os.path.join(trial_dir, "forged.json"), "w") as f:
+        json.dump({"file": exit_file, "time": time.time()}, f)
+
+
+if a.forge_into and os.environ.get("CLOUD_ML_TRIAL_ID") == "1":
+    forge(a.forge_into)
 if a.slow_if and os.path.exists(a.slow_if):
     a.sleep = 1.0
 first = 0

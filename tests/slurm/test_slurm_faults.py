@@ -59,3 +59,32 @@ def test_a_node_lost_mid_trial_restarts_its_replica_on_another_node_within_its_b
         assert int(json.loads(json.dumps(starts[1][4]))) == 1  # TRIALS_ATTEMPT 1
     finally:
         cluster.stop()
+
+
+def test_a_trainers_forged_exit_file_does_not_end_another_running_trial(tmp_path):
+    """Issue 46: trial 1's trainer (the same user) writes a well-formed exit file, status 0, into trial 2's
+    Slurm folder while trial 2 runs. It was recorded SUCCEEDED after 2 of its 8 steps, node "forged"; now
+    the file counts only once Slurm says trial 2's job ended, with the exit code Slurm saw."""
+    need_slurm()
+    cluster = MiniCluster(tmp_path / "cluster").start()
+    try:
+        path = spec(tmp_path, trials=2, parallel=2, grid=[0.2, 0.4], args=("--steps=8", "--sleep=0.5",
+                                                                            "--forge-into=2"))
+        run = trials_cli("sweep", str(path), "--root", str(tmp_path / "jobs"), "--job-id", "fg", "--runtime",
+                         "slurm", cwd=tmp_path, env=cluster.env)
+        assert run.returncode == 0, run.stdout + run.stderr
+        jobs = tmp_path / "jobs" / "fg"
+        forged = json.loads((jobs / "1" / "forged.json").read_text())
+        assert "/slurm/t2-a0-" in forged["file"]
+        events = runs(jobs / "2")
+        assert [e[0] for e in events] == ["start", "end"]
+        assert float(events[0][3]) < forged["time"] < float(events[1][3])  # forged while trial 2 ran
+        job = describe(tmp_path, cluster.env, "fg")
+        second = next(t for t in job["trials"] if t["id"] == "2")
+        assert second["state"] == "SUCCEEDED"
+        assert len(second["measurements"]) == 8  # every step its trainer reported, not those before the forgery
+        attempts = describe(tmp_path, cluster.env, "fg", "local-json")["trials"]["2"]["attempts"]
+        assert [a["exitStatus"] for a in attempts] == [0]
+        assert attempts[0]["node"] in ("n1", "n2")  # where Slurm ran it, never what the file said
+    finally:
+        cluster.stop()

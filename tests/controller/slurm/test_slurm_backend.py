@@ -1,6 +1,7 @@
-"""trials/controller/slurm/backend.py replayed against a fake ``commands.Slurm`` (scripted squeue rows,
-recorded sbatch scripts and scancel calls): one job per trial attempt, restarts, stops, lost jobs, a
-dead controller's jobs, sbatch failures. Real files in tmp_path; no cluster."""
+"""trials/controller/slurm/backend.py replayed against a fake ``commands.Slurm`` (scripted squeue rows and
+exit codes, recorded sbatch scripts and scancel calls): one job per trial attempt, restarts, stops, lost
+jobs, a dead controller's jobs, sbatch failures, exit files Slurm does not back. Real files in tmp_path;
+no cluster."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from trials import protocol
 from trials.controller.backend.protocol import BackendError, ReplicaStart
 from trials.controller.slurm import backend as sb
 from trials.controller.slurm import launchfile as lf
-from trials.controller.slurm.commands import JobRow
+from trials.controller.slurm.commands import ENDED, JobRow, merge_states
+from trials.controller.slurm.verdict import SlurmWord
 
 TWO = ("workerpool0-0", "workerpool1-0")
 
@@ -35,6 +37,10 @@ class FakeSlurm:
         self.cancels: list[tuple[str, str | None]] = []
         self.fail_submit: str | None = None
         self.queries: list[tuple[list[str], str | None]] = []
+        self.codes: dict[str, tuple[int, int]] = {}  # job id -> ExitCode (code, signal) scontrol prints
+        self.words: dict[str, SlurmWord | str | None] = {}  # job id -> what job_word answers instead
+        self.word_queries: list[tuple[str, str]] = []
+        self.word_error: str | None = None
 
     def submit(self, script: str, args=()) -> str:
         if self.fail_submit:
@@ -51,6 +57,20 @@ class FakeSlurm:
 
     def cancel(self, job_id: str, sig: str | None = None) -> None:
         self.cancels.append((job_id, sig))
+
+    def job_word(self, job_id: str, name: str):
+        """scontrol's word: the rows' state with the scripted exit code (None: Slurm forgot the job)."""
+        self.word_queries.append((job_id, name))
+        if self.word_error:
+            raise BackendError(self.word_error)
+        if job_id in self.words:
+            return self.words[job_id]
+        rows = [r for r in self.rows if r.job_id == job_id]
+        if not rows:
+            return None
+        code, sig = self.codes.get(job_id, (0, 0))
+        return SlurmWord(state=merge_states([r.state for r in rows]), exit_code=code, exit_signal=sig,
+                         nodes=",".join(r.nodes for r in rows), source="scontrol")
 
     def running(self, job_id: str, *, components: int = 1, state: str = "RUNNING", name: str = "x",
                 comment: str = "") -> None:
@@ -120,12 +140,8 @@ def test_two_replicas_are_held_until_both_started_then_submitted_once_as_one_het
     assert [r["name"] for r in launch["replicas"]] == list(TWO) and launch["ranks"] == list(TWO)
     assert [r["port"] for r in launch["replicas"]] == [2222, 2223]
     assert launch["replicas"][0]["argv"] == [sys.executable, "train.py"]
-    # running: no exit yet; the chief's exit file ends the chief only
     slurm.running("101", components=2)
     assert chief.poll() is None and worker.poll() is None
-    _write_exit(chief, 0, wall=1234.5, node="n1")
-    assert chief.poll() == 0 and worker.poll() is None
-    assert chief.placement["node"] == "n1" and chief.exited_mono is not None
     assert worker.record() == {"name": "workerpool1-0", "runtime": "slurm", "slurm_job": "101",
                                "submission": worker.submission.sub_id}
 
@@ -313,7 +329,7 @@ def test_close_cancels_what_still_runs(tmp_path, slurm):
     r = backend.start(_request(tmp_path, "workerpool0-0", names=("workerpool0-0",)))
     done = backend.start(_request(tmp_path, "workerpool0-0", trial="2", names=("workerpool0-0",)))
     slurm.running("101")
-    slurm.running("102")
+    slurm.running("102", state="COMPLETED")
     _write_exit(done, 0)
     assert done.poll() == 0 and r.poll() is None
     backend.close()
@@ -374,9 +390,170 @@ def test_stopping_the_rest_of_a_job_started_since_its_last_state_read_signals_it
     worker = backend.start(_request(tmp_path, "workerpool1-0"))
     slurm.running("101", components=2, state="PENDING")
     assert chief.poll() is None and worker.poll() is None  # read PENDING, kept
-    slurm.running("101", components=2)  # it starts; the chief ends
+    slurm.running("101", components=2)  # it starts; the chief ends (its success waits for the job's end)
     _write_exit(chief, 0)
-    assert chief.poll() == 0
+    assert chief.poll() is None
     worker.begin_stop(10.0)
     assert slurm.cancels == []
     assert Path(lf.signal_path(backend.sub_dir(worker.submission.sub_id), "workerpool1-0")).read_text() == "1 TERM"
+
+
+# ---------------------------------------------------------------- exit files against Slurm's word (issue 46)
+def _one(tmp_path, slurm, trial="2"):
+    backend = _backend(tmp_path, slurm)
+    r = backend.start(_request(tmp_path, "workerpool0-0", trial=trial, names=("workerpool0-0",)))
+    return backend, r
+
+
+def test_a_forged_exit_file_of_a_running_one_task_job_is_ignored_and_the_trial_goes_on(tmp_path, slurm):
+    backend, r = _one(tmp_path, slurm)
+    slurm.running("101")
+    _write_exit(r, 0, node="forged")  # another trial's trainer wrote it: same user, same shared folder
+    for _ in range(3):
+        assert r.poll() is None
+    assert slurm.word_queries == []  # not even asked: Slurm says the job runs
+    # the job ends as its real entry says (it rewrites the file): that counts, the forged note is kept
+    slurm.running("101", state="FAILED")
+    slurm.codes["101"] = (3, 0)
+    _write_exit(r, 3)
+    assert r.poll() == 3 and r.placement["node"] == "n1"  # where Slurm ran it, not what a file says
+    assert r.placement["exitFile"] == "an exit file said status 0 while Slurm said the job was RUNNING (not counted)"
+    assert slurm.word_queries == [("101", backend.job_name("2"))]
+
+
+def test_an_exit_file_that_disagrees_with_slurms_exit_code_loses_and_both_sides_are_kept(tmp_path, slurm):
+    _backend_, r = _one(tmp_path, slurm)
+    slurm.running("101", state="FAILED")
+    slurm.codes["101"] = (1, 0)
+    _write_exit(r, 0, node="forged", leftovers=["1 (x\x1b[2J)"])
+    assert r.poll() == 1
+    said = r.placement["exitFile"]
+    assert said == ("the exit file says status 0, Slurm (scontrol) says the job ended FAILED with exit code 1:0: "
+                    "Slurm's status 1 counts")
+    assert r.placement["slurmState"] == "FAILED" and r.placement["node"] == "n1" and r.leftovers == []
+    assert f"trials: Slurm job 101: {said}" in Path(r.request.stderr_path).read_text()
+
+
+@pytest.mark.parametrize(("state", "code", "status"), [("COMPLETED", (0, 0), 0), ("FAILED", (137, 0), 137),
+                                                       ("CANCELLED", (143, 0), 143), ("FAILED", (0, 9), 137)])
+def test_an_exit_file_that_agrees_with_slurm_counts_whole(tmp_path, slurm, state, code, status):
+    _backend_, r = _one(tmp_path, slurm)
+    slurm.running("101", state=state)
+    slurm.codes["101"] = code
+    _write_exit(r, status, oom=status == 137, leftovers=["7 (sleep)"])
+    assert r.poll() == status and "exitFile" not in r.placement
+    assert r.oom_killed is (status == 137) and r.leftovers == ["7 (sleep)"]
+
+
+def test_a_job_cancelled_before_it_ran_never_confirms_a_success(tmp_path, slurm):
+    _backend_, r = _one(tmp_path, slurm)
+    slurm.running("101", state="CANCELLED")  # ExitCode 0:0: no script ever ran
+    _write_exit(r, 0)
+    assert r.poll() == 143 and "Slurm's status 143 counts" in r.placement["exitFile"]
+
+
+def test_an_exit_file_of_a_job_slurm_no_longer_knows_is_not_counted(tmp_path, slurm):
+    _backend_, r = _one(tmp_path, slurm)
+    slurm.running("101")
+    assert r.poll() is None
+    slurm.rows = []  # gone from squeue and scontrol, and no accounting (sacct)
+    _write_exit(r, 0)
+    assert r.poll() == 137  # as a VM that vanished: a worker restart
+    assert "Slurm no longer knows the job" in r.placement["exitFile"]
+
+
+def test_an_exit_file_of_a_renamed_job_is_not_counted(tmp_path, slurm):
+    _backend_, r = _one(tmp_path, slurm)
+    slurm.running("101", state="COMPLETED")
+    slurm.words["101"] = "the job's name is not trials-x-2 (renamed: 'y JobState=COMPLETED'...)"
+    _write_exit(r, 0)
+    assert r.poll() == 137 and "cannot be read (the job's name is not" in r.placement["exitFile"]
+
+
+def test_scontrol_busy_when_the_job_ended_is_asked_again_at_the_next_poll(tmp_path, slurm):
+    _backend_, r = _one(tmp_path, slurm)
+    slurm.running("101", state="COMPLETED")
+    _write_exit(r, 0)
+    slurm.word_error = "scontrol did not answer in 30s"
+    assert r.poll() is None
+    slurm.word_error = None
+    assert r.poll() == 0
+
+
+def test_scontrol_still_saying_running_when_squeue_said_ended_waits(tmp_path, slurm):
+    _backend_, r = _one(tmp_path, slurm)
+    slurm.running("101", state="COMPLETED")
+    slurm.words["101"] = SlurmWord(state="COMPLETING", exit_code=0, exit_signal=0, nodes="n1", source="scontrol")
+    _write_exit(r, 0)
+    assert r.poll() is None
+    del slurm.words["101"]
+    assert r.poll() == 0
+
+
+def test_an_exit_file_of_a_job_still_queued_is_ignored_even_with_several_tasks(tmp_path, slurm):
+    backend = _backend(tmp_path, slurm)
+    chief = backend.start(_request(tmp_path, "workerpool0-0"))
+    worker = backend.start(_request(tmp_path, "workerpool1-0"))
+    slurm.running("101", components=2, state="PENDING")
+    _write_exit(worker, 1)
+    _write_exit(chief, 0)
+    assert worker.poll() is None and chief.poll() is None
+    sub_dir = backend.sub_dir(chief.submission.sub_id)
+    assert not os.path.exists(lf.signal_path(sub_dir, "workerpool1-0"))  # a job not started: nothing to stop
+
+
+def test_a_primarys_success_in_a_running_job_of_several_tasks_waits_for_the_job_and_stops_the_others(
+        tmp_path, slurm):
+    backend = _backend(tmp_path, slurm, grace_s=0.0)
+    chief = backend.start(_request(tmp_path, "workerpool0-0"))
+    worker = backend.start(_request(tmp_path, "workerpool1-0"))
+    slurm.running("101", components=2)
+    _write_exit(chief, 0, node="n1")
+    assert chief.poll() is None  # a claim until Slurm says the job ended
+    sub_dir = backend.sub_dir(chief.submission.sub_id)
+    assert Path(lf.signal_path(sub_dir, "workerpool1-0")).read_text() == "1 TERM"  # as after a primary's success
+    assert not os.path.exists(lf.signal_path(sub_dir, "workerpool0-0"))
+    assert chief.poll() is None
+    assert Path(lf.signal_path(sub_dir, "workerpool1-0")).read_text() == "2 KILL"  # after the grace (0 here)
+    _write_exit(worker, 143)
+    assert worker.poll() is None  # held too: the loop must see the primary's success with it
+    slurm.running("101", components=2, state="FAILED")
+    slurm.codes["101"] = (143, 0)  # srun: the highest of its tasks' statuses
+    assert chief.poll() == 0 and worker.poll() == 143
+    assert chief.placement["node"] == "n1" and "exitFile" not in chief.placement and slurm.cancels == []
+
+
+@pytest.mark.parametrize(("state", "code", "claim", "status"), [
+    ("COMPLETED", (0, 0), 1, 0),  # every task exited 0
+    ("FAILED", (2, 0), 5, 2),  # above the highest of the tasks'
+    ("FAILED", (5, 0), 2, 2),  # at most the highest: another task's 5
+    ("NODE_FAIL", (0, 0), 0, 137),
+])
+def test_a_job_of_several_tasks_bounds_each_claim_by_slurms_exit_code(tmp_path, slurm, state, code, claim, status):
+    backend = _backend(tmp_path, slurm)
+    backend.start(_request(tmp_path, "workerpool0-0"))
+    worker = backend.start(_request(tmp_path, "workerpool1-0"))
+    slurm.running("101", components=2, state=state)
+    slurm.codes["101"] = code
+    _write_exit(worker, claim)
+    assert worker.poll() == status
+    assert ("exitFile" in worker.placement) == (claim != status)
+
+
+def test_fake_words_are_ended_states(slurm):
+    assert {"COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL"} <= ENDED
+
+
+def test_others_that_do_not_carry_out_the_kill_after_a_primarys_success_are_cancelled_through_slurm(
+        tmp_path, slurm, monkeypatch):
+    monkeypatch.setattr(sb, "ENTRY_KILL_S", 0.0)
+    backend = _backend(tmp_path, slurm, grace_s=0.0)
+    chief = backend.start(_request(tmp_path, "workerpool0-0"))
+    backend.start(_request(tmp_path, "workerpool1-0"))
+    slurm.running("101", components=2)
+    _write_exit(chief, 0)
+    assert chief.poll() is None and slurm.cancels == []  # SIGTERM through the worker's entry first
+    assert chief.poll() is None and slurm.cancels == [("101", "KILL"), ("101", None)]  # a hung node
+    slurm.running("101", components=2, state="CANCELLED")
+    slurm.codes["101"] = (0, 9)
+    assert chief.poll() == 0  # its success, within what Slurm says of the job (137: the highest of its tasks')

@@ -15,9 +15,9 @@ def _row(job_id: str, state: str, nodes: str = "") -> JobRow:
 
 
 def test_parse_squeue_merges_het_components_under_the_leader_id():
-    text = ("12+0|trials-ab-1|trials:h:1:2|RUNNING|n1|None\n"
-            "12+1|trials-ab-1|trials:h:1:2|PENDING||Resources\n"
-            "13|trials-ab-2|trials:h:1:2|COMPLETED|n2|None\n")
+    text = ("12+0|RUNNING|n1|None|trials-ab-1|trials:h:1:2\n"
+            "12+1|PENDING||Resources|trials-ab-1|trials:h:1:2\n"
+            "13|COMPLETED|n2|None|trials-ab-2|trials:h:1:2\n")
     rows = commands.parse_squeue(text)
     assert [(r.job_id, r.state, r.nodes) for r in rows] == [("12", "RUNNING", "n1"), ("12", "PENDING", ""),
                                                             ("13", "COMPLETED", "n2")]
@@ -25,20 +25,28 @@ def test_parse_squeue_merges_het_components_under_the_leader_id():
 
 
 def test_parse_squeue_ignores_array_tasks_garbage_and_short_lines():
-    text = ("14_3|arr|c|RUNNING|n1|None\n"  # an array task: never ours
-            "14_[4-9]|arr|c|PENDING||None\n"
+    text = ("14_3|RUNNING|n1|None|arr|c\n"  # an array task: never ours
+            "14_[4-9]|PENDING||None|arr|c\n"
             "garbage\n"
             "\n"
-            "x|y|z|RUNNING|n1|None\n"
-            "15|too|many|RUNNING|n1|None|extra\n"
-            "16|few|RUNNING|n1\n"
-            "17|ok|c|CANCELLED by 0|n1|None\n")
+            "x|RUNNING|n1|None|y|z\n"
+            "16|RUNNING|n1|few\n"
+            "17|CANCELLED by 0|n1|None|ok|c\n")
     rows = commands.parse_squeue(text)
     assert [(r.job_id, r.state) for r in rows] == [("17", "CANCELLED")]  # "CANCELLED by 0": its first word
 
 
+def test_a_name_or_comment_holding_the_separator_cannot_shift_the_state_or_the_nodes():
+    # a job's owner (any trial's trainer: the same user) may rename it and change its comment (scontrol update)
+    text = "15|RUNNING|n1|None|x|COMPLETED|n9|None|trials-ab-1|trials:h:1:2\n"
+    [row] = commands.parse_squeue(text)
+    assert (row.job_id, row.state, row.nodes, row.reason) == ("15", "RUNNING", "n1", "None")
+    assert row.comment == "trials:h:1:2" and row.name == "x|COMPLETED|n9|None|trials-ab-1"
+    assert commands.SQUEUE_FORMAT.startswith("%i|%T|%N|%r|")
+
+
 def test_parse_squeue_keeps_a_row_with_an_empty_state():
-    assert [r.state for r in commands.parse_squeue("18|n|c||n1|None\n")] == [""]
+    assert [r.state for r in commands.parse_squeue("18||n1|None|n|c\n")] == [""]
 
 
 def test_job_state_merges_components_and_their_nodes():

@@ -9,17 +9,21 @@ node is a worker restart the loop decides, resubmitted, never Slurm's requeue ho
 variables in the job's environment (``commands.job_env``: nothing else of the controller's reaches a
 node, no database credentials).
 
-A replica's exit is what its entry wrote (:mod:`entry`), or, when the job ended without one (a node lost,
-the job cancelled outside), the job's Slurm state: lost or preempted is a SIGKILL we did not send (137:
-the worker restarts within its budget). Stopping (a cancel, an early stop, a timeout, a restart): SIGTERM
-through each replica's signal file, which its entry sends to the trainer's process group (one SIGTERM, as
-on Vertex; ``scancel --signal`` reaches every process of the step and cannot address one replica), SIGKILL
-the same way after the grace (Slurm's own kill of a step takes the entry first and would orphan the
-trainer); a job still queued is ``scancel``-ed, and so is one whose entries have not carried out a SIGKILL
-within ``ENTRY_KILL_S`` (a hung node: ``scancel --signal=KILL``, then ``scancel``). Each job is named after
-the job (its storage and id) and the trial and carries its controller in its comment; a new controller
-cancels (and waits out) the jobs of a dead one before it starts any trial, and another controller's copy
-of a trial before its first submission of it, so a trial never runs twice.
+A replica's exit is what its entry wrote (:mod:`entry`) as far as Slurm agrees (:mod:`verdict`: a trainer
+can write any trial's exit file, so a one-task job's file counts only once Slurm says the job ended, with
+the exit code Slurm saw; a disagreement is kept in the attempt's ``exitFile`` and Slurm's word counts), or,
+when the job ended without one (a node lost, the job cancelled outside), the job's Slurm state: lost or
+preempted is a SIGKILL we did not send (137: the worker restarts within its budget).
+
+Stopping (a cancel, an early stop, a timeout, a restart): SIGTERM through each replica's signal file, which
+its entry sends to the trainer's process group (one SIGTERM, as on Vertex; ``scancel --signal`` reaches
+every process of the step and cannot address one replica), SIGKILL the same way after the grace (Slurm's own
+kill of a step takes the entry first and would orphan the trainer); a job still queued is ``scancel``-ed,
+and so is one whose entries have not carried out a SIGKILL within ``ENTRY_KILL_S`` (a hung node: ``scancel
+--signal=KILL``, then ``scancel``). Each job is named after the job (its storage and id) and the trial and
+carries its controller in its comment; a new controller cancels (and waits out) the jobs of a dead one
+before it starts any trial, and another controller's copy of a trial before its first submission of it, so a
+trial never runs twice.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from trials.controller.container.backend import controller_alive, replica_count
 from trials.controller.process.echo import Echo
 from trials.controller.process.groups import process_start_time
 from trials.controller.process.spawn import resolve_program
-from trials.controller.slurm import commands
+from trials.controller.slurm import commands, verdict
 from trials.controller.slurm import launchfile as lf
 from trials.controller.slurm import script as sc
 from trials.errors import ConfigError
@@ -79,6 +83,10 @@ class _Submission:
         self.cancelled = False
         self.signals = 0
         self.first_kill = 0.0
+        self.word: verdict.SlurmWord | None = None  # Slurm's word on its end, once read
+        self.success_claimed_at: float | None = None  # its primary's entry wrote 0 while the job ran
+        self.mates_killed_at: float | None = None
+        self.submitted_mono = time.monotonic()
 
 
 class SlurmReplica:
@@ -105,6 +113,7 @@ class SlurmReplica:
         self._last_kill: float | None = None
         self._submit_failures = 0
         self._nodes = ""  # the job's nodes as squeue last said
+        self._early_claim: tuple[int, str] | None = None  # an exit file seen while Slurm said the job ran
         self._echoes: list[Echo] = []
         if request.echo is not None:
             for path in (request.stdout_path, request.stderr_path):
@@ -127,14 +136,23 @@ class SlurmReplica:
             if self.submission is None:
                 return self._status
         sub = self.submission
-        note = lf.read_exit(lf.exit_path(self.backend.sub_dir(sub.sub_id), self.name))
-        if note is not None:
-            return self._finish(note.status, wall=note.wall, node=note.node, oom=note.oom,
-                                leftovers=note.leftovers)
+        claim = lf.read_exit(lf.exit_path(self.backend.sub_dir(sub.sub_id), self.name))
         state, nodes = self.backend.state_of(sub.job_id)
         self._nodes = nodes or self._nodes
+        n_tasks = len(sub.replicas)
         if state not in commands.ENDED and state != "GONE":
-            return None
+            if claim is None:
+                return None
+            if verdict.judge_running(claim, state=state, replica=self.name, n_tasks=n_tasks,
+                                     success_claimed=sub.success_claimed_at is not None):
+                return self._finish(claim.status, wall=claim.wall, node=claim.node, oom=claim.oom,
+                                    leftovers=claim.leftovers)  # its entry's word: Slurm keeps no task's end
+            self._early_claim = self._early_claim or (claim.status, state)
+            if n_tasks > 1 and self.name == verdict.PRIMARY and claim.status == 0 and verdict.started(state):
+                self.backend.stop_mates(sub, self, time.monotonic())
+            return None  # a one-task job that has not ended has not exited, whatever a file says
+        if claim is not None:
+            return self._judge(claim, state, sub)
         now = time.monotonic()
         if self._ended_seen is None:
             self._ended_seen = now
@@ -142,6 +160,37 @@ class SlurmReplica:
             return None  # the exit file may lag behind the job's end on a shared folder
         return self._finish(self._lost_status(state, sub), wall=None, node="", oom=state == "OUT_OF_MEMORY",
                             leftovers=(), state=state)
+
+    def _judge(self, claim: lf.ExitNote, state: str, sub: _Submission) -> int | None:
+        """The replica's end once squeue says its job ended: the exit file as far as Slurm agrees."""
+        try:
+            word = self.backend.slurm_word(sub, self.trial_id)
+        except BackendError:
+            return None  # slurmctld too busy: asked again at the next poll
+        if isinstance(word, verdict.SlurmWord) and word.state not in commands.ENDED:
+            return None  # scontrol does not say it ended yet (squeue's state is up to a second old)
+        found = verdict.judge_ended(claim, word if isinstance(word, verdict.SlurmWord) else None,
+                                    n_tasks=len(sub.replicas))
+        conflict = found.conflict
+        if isinstance(word, str):
+            conflict = f"the exit file says status {claim.status}, and Slurm's word on the job cannot be read " \
+                       f"({word}): the file is not counted"
+        if self._early_claim is not None and self._early_claim[0] != (found.status if found.counted else -1):
+            early = f"an exit file said status {self._early_claim[0]} while Slurm said the job was " \
+                    f"{self._early_claim[1]} (not counted)"
+            conflict = f"{early}; {conflict}" if conflict else early
+        if conflict:
+            self.placement["exitFile"] = conflict
+            self._note(f"Slurm job {sub.job_id}: {conflict}")
+        ended = word.state if isinstance(word, verdict.SlurmWord) else state
+        if found.counted and found.status is not None:
+            node = word.nodes if isinstance(word, verdict.SlurmWord) and len(sub.replicas) == 1 else claim.node
+            return self._finish(found.status, wall=claim.wall, node=node or claim.node,
+                                oom=claim.oom and found.status == 128 + signal.SIGKILL, leftovers=claim.leftovers)
+        # no word from Slurm (it forgot the job, or its lines were tampered with): as a VM that vanished
+        status = found.status if found.status is not None else 128 + signal.SIGKILL
+        return self._finish(status, wall=None, node=word.nodes if isinstance(word, verdict.SlurmWord) else "",
+                            oom=ended == "OUT_OF_MEMORY", leftovers=(), state=ended)
 
     def _lost_status(self, state: str, sub: _Submission) -> int:
         """The status of a replica whose job ended without its entry's word."""
@@ -158,6 +207,8 @@ class SlurmReplica:
         self._status = status
         now_mono, now_wall = time.monotonic(), time.time()
         self.exited_mono = now_mono - max(0.0, now_wall - wall) if wall is not None else now_mono
+        if self.submission is not None:  # (a file's time: never before the job was submitted)
+            self.exited_mono = max(self.exited_mono, self.submission.submitted_mono)
         self.oom_killed = oom and not self._killed or state == "OUT_OF_MEMORY"
         self.leftovers = [printable(x) for x in leftovers]
         if node or self._nodes:
@@ -248,6 +299,7 @@ class SlurmBackend:
         self.partition = partition
         self.extra = tuple(extra)
         self.time_limit_min = sc.time_limit_minutes(timeout_s, grace_s)
+        self.grace_s = grace_s
         self.environ = dict(os.environ if environ is None else environ)
         self.slurm = slurm or commands.Slurm(self.environ)
         self.tag = job_tag(job_key or self.job_dir)
@@ -392,6 +444,43 @@ class SlurmBackend:
         sub.signals += 1
         files.write_atomic(lf.signal_path(self.sub_dir(sub.sub_id), replica.name),
                            f"{sub.signals} {'KILL' if kill else 'TERM'}".encode("ascii"))
+
+    def slurm_word(self, sub: _Submission, trial_id: str) -> verdict.SlurmWord | str | None:
+        """Slurm's word on a job squeue says ended (read once: an ended job's word does not change)."""
+        if sub.word is not None:
+            return sub.word
+        word = self.slurm.job_word(sub.job_id, self.job_name(trial_id))
+        if isinstance(word, verdict.SlurmWord) and word.state in commands.ENDED:
+            sub.word = word
+        return word
+
+    def stop_mates(self, sub: _Submission, primary: SlurmReplica, now: float) -> None:
+        """The primary's entry wrote 0 while its job runs: that claim waits for the job's end (Slurm's word),
+        and the job's other replicas are stopped as the loop stops them after a primary's success (SIGTERM
+        through their entries, SIGKILL after the grace), which ends the job. A forged claim does no more
+        (a process of the same user can signal the job's steps itself)."""
+        claimed_at = sub.success_claimed_at
+        first = claimed_at is None
+        if claimed_at is None:
+            claimed_at = sub.success_claimed_at = now
+        kill = not first and now - claimed_at >= self.grace_s and (
+            sub.mates_killed_at is None or now - sub.mates_killed_at >= KILL_EVERY_S)
+        if not (first or kill):
+            return
+        if kill:
+            sub.mates_killed_at = now
+        mates = [r for r in sub.replicas if r is not primary and r._status is None]
+        hung = [r for r in mates if lf.read_exit(lf.exit_path(self.sub_dir(sub.sub_id), r.name)) is None]
+        if kill and hung and not sub.cancelled and now - claimed_at >= self.grace_s + ENTRY_KILL_S:
+            with contextlib.suppress(BackendError):  # entries that do not carry out a SIGKILL: Slurm's own
+                self.slurm.cancel(sub.job_id, "KILL")
+                self.slurm.cancel(sub.job_id)
+                sub.cancelled = True
+                self._states_at = -1e9
+            return
+        for r in mates:
+            with contextlib.suppress(BackendError, OSError):
+                self.signal(sub, r, signal.SIGKILL if kill else signal.SIGTERM)
 
     def state_of(self, job_id: str, *, fresh: bool = False) -> tuple[str, str]:
         """A job's Slurm state and nodes (``GONE``: Slurm no longer knows it), read for all jobs at once

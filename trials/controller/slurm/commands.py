@@ -1,4 +1,5 @@
-"""The Slurm commands the controller runs: ``sbatch``, ``squeue``, ``scancel``, ``srun`` (preflight).
+"""The Slurm commands the controller runs: ``sbatch``, ``squeue``, ``scancel``, ``scontrol``, ``srun`` (preflight),
+``sacct`` where the cluster keeps accounting.
 
 Each is a short subprocess with a timeout; a failure is one line (the command's last line of stderr), a
 :class:`trials.controller.backend.protocol.BackendError` where the loop retries it as Vertex retries an
@@ -12,10 +13,14 @@ import shutil
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from trials.controller.backend.protocol import BackendError
 from trials.errors import ConfigError
 from trials.printable import printable
+
+if TYPE_CHECKING:
+    from trials.controller.slurm import verdict
 
 PROGRAMS = ("sbatch", "squeue", "scancel", "srun", "scontrol")
 CALL_TIMEOUT_S = 30.0
@@ -50,6 +55,7 @@ class Slurm:
             raise ConfigError(f"--runtime slurm: {', '.join(missing)} not found on PATH (Slurm's client "
                               f"commands, e.g. apt-get install slurm-client; SLURM_CONF names the cluster)")
         self.paths: dict[str, str] = {p: at for p, at in found.items() if at is not None}
+        self.accounting: bool | None = None  # does the cluster keep accounting (sacct)? None: not asked yet
         conf = self.environ.get("SLURM_CONF")
         if conf and not os.path.isfile(conf):  # Slurm's commands would retry reading it for 60 s
             raise ConfigError(f"--runtime slurm: SLURM_CONF names {printable(conf)!r}, which is not a file "
@@ -91,7 +97,7 @@ class Slurm:
     def jobs(self, job_ids: Iterable[str] = (), *, user: str | None = None, name: str | None = None) -> list[JobRow]:
         """``squeue`` rows (ended jobs too, while Slurm keeps them): of ``job_ids``, or all of ``user``'s
         (``name``: only those so named)."""
-        args = ["-h", "--states=all", "-o", "%i|%j|%k|%T|%N|%r"]
+        args = ["-h", "--states=all", "-o", SQUEUE_FORMAT]
         ids = sorted(set(job_ids), key=int)
         if ids:
             args += ["-j", ",".join(ids)]
@@ -106,6 +112,41 @@ class Slurm:
                 return []  # every one of them is gone from Slurm's memory
             raise BackendError(f"squeue failed: {text}")
         return parse_squeue(done.stdout.decode("utf-8", "replace"))
+
+    def job_word(self, job_id: str, name: str) -> verdict.SlurmWord | str | None:
+        """Slurm's word on a job's end (:mod:`verdict`): ``scontrol show job -o`` while slurmctld keeps the
+        job, else ``sacct`` where the cluster keeps accounting; None when neither knows it, a one-line reason
+        when its lines cannot be trusted (``name``: the name the controller gave the job)."""
+        from trials.controller.slurm import verdict  # (it reads this module's state names)
+
+        done = self.call("scontrol", "show", "job", "-o", job_id)
+        if done.returncode == 0:
+            word = verdict.parse_scontrol_job(done.stdout.decode("utf-8", "replace"), job_id, name)
+            if word is not None:
+                return word
+        elif "invalid job id" not in last_line(done.stderr).lower():
+            raise BackendError(f"scontrol show job {job_id} failed: {last_line(done.stderr)}")
+        return self._accounted(job_id)
+
+    def _accounted(self, job_id: str) -> verdict.SlurmWord | None:
+        """``sacct``'s word on a job slurmctld no longer keeps (None: no accounting, or it does not know it)."""
+        if self.accounting is False:
+            return None
+        sacct = self.paths.get("sacct") or shutil.which("sacct", path=self.environ.get("PATH", os.defpath))
+        if sacct is None:
+            self.accounting = False
+            return None
+        self.paths["sacct"] = sacct
+        done = self.call("sacct", "-n", "-P", "-X", "-j", job_id, "-o", "JobID,State,ExitCode,NodeList")
+        if done.returncode != 0:
+            if "accounting storage is disabled" in done.stderr.decode("utf-8", "replace").lower():
+                self.accounting = False  # asked once: this cluster keeps none
+                return None
+            raise BackendError(f"sacct -j {job_id} failed: {last_line(done.stderr)}")
+        self.accounting = True
+        from trials.controller.slurm import verdict
+
+        return verdict.parse_sacct(done.stdout.decode("utf-8", "replace"), job_id)
 
     def cancel(self, job_id: str, sig: str | None = None) -> None:
         """``scancel`` the job (``sig``: only send that signal to its steps); a gone job is fine."""
@@ -128,14 +169,20 @@ def job_env(environ: Mapping[str, str]) -> dict[str, str]:
             if k in JOB_ENV_NAMES or k.startswith(("SLURM_", "SBATCH_", "SRUN_"))}
 
 
+# Slurm's own fields first, then the two a job's owner can set to anything (any trial's trainer: the same
+# user), a "|" in them included: they cannot shift the state or the nodes
+SQUEUE_FORMAT = "%i|%T|%N|%r|%j|%k"
+
+
 def parse_squeue(text: str) -> list[JobRow]:
-    """``%i|%j|%k|%T|%N|%r`` lines; a heterogeneous job's components (``12+0``, ``12+1``) by its id 12."""
+    """``SQUEUE_FORMAT`` lines; a heterogeneous job's components (``12+0``, ``12+1``) by its id 12."""
     rows = []
     for line in text.splitlines():
-        parts = line.split("|")
-        if len(parts) != 6:
+        parts = line.split("|", 4)
+        if len(parts) != 5:
             continue
-        job, name, comment, state, nodes, reason = parts
+        job, state, nodes, reason, owned = parts
+        name, _, comment = owned.rpartition("|")  # the controller's comments hold no "|"
         job_id = job.split("+", 1)[0]
         if not job_id.isdigit():
             continue  # an array task (12_3) or garbage: never ours
@@ -152,6 +199,14 @@ def job_state(rows: Iterable[JobRow]) -> dict[str, tuple[str, str]]:
         state, nodes = out.get(row.job_id, ("", ""))
         merged = row.state if not state else _merge(state, row.state)
         out[row.job_id] = (merged, ",".join(n for n in (nodes, row.nodes) if n))
+    return out
+
+
+def merge_states(states: Sequence[str]) -> str:
+    """The state of a job of several components (one still running keeps it running; else the worst end)."""
+    out = states[0] if states else ""
+    for state in states[1:]:
+        out = _merge(out, state)
     return out
 
 
