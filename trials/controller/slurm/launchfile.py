@@ -14,7 +14,8 @@ Layout under ``<job folder>/slurm/`` (the controller's, never the trial folder a
   every attempt's entry; the cluster variables of a replica are built from these.
 
 Every file here is read as data a trainer may have forged (same user, same shared folder): regular files
-only, links refused, sizes bounded, fields checked; a bad file reads as absent.
+only, links refused, sizes bounded, fields checked; a bad file reads as absent. A well-formed exit file is
+still only a claim: :mod:`verdict` decides when it counts (Slurm's word on the job wins).
 """
 
 from __future__ import annotations
