@@ -45,9 +45,10 @@ def call(host: str, method: str, path: str, body: bytes | None = None, headers: 
         conn.close()
 
 
-def media_upload(host: str, bucket: str, name: str, data: bytes, **kw: object) -> tuple[int, bytes]:
+def media_upload(host: str, bucket: str, name: str, data: bytes,
+                 headers: dict[str, str] | None = None) -> tuple[int, bytes]:
     return call(host, "POST", f"/upload/storage/v1/b/{bucket}/o?uploadType=media&name={quote(name, safe='')}",
-                data, {"Content-Type": "application/octet-stream"}, **kw)  # type: ignore[arg-type]
+                data, {"Content-Type": "application/octet-stream", **(headers or {})})
 
 
 def download(host: str, bucket: str, name: str) -> tuple[int, bytes]:
