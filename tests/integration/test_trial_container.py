@@ -159,8 +159,8 @@ def test_parallel_trials_each_find_their_own_out_txt_and_the_launch_folder_is_un
     for trial in ("1", "2"):
         got = seen(tmp_path, "cow", trial)
         assert got["found"] == trial and got["cwd"] == str(tmp_path)
-        upper = tmp_path / "trials-jobs" / "cow" / trial / "sandbox" / "workerpool0-0.0" / "upper"
-        assert (upper / "out.txt").read_text() == trial  # kept for inspection
+        layer = tmp_path / "trials-jobs" / "cow" / trial / "sandbox" / "workerpool0-0.0"
+        assert not layer.exists()  # thrown away with the attempt, as a container's layer is
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*before, "trials-jobs"])
     assert not (tmp_path / "out.txt").exists()
 

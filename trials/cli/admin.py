@@ -1,4 +1,4 @@
-"""``trials validate``, ``check``, ``cancel`` and ``repair``: check a spec or a trainer, look after a job."""
+"""``trials validate``, ``check``, ``cancel``, ``repair`` and ``gc``: check a spec or a trainer, look after a job."""
 
 from __future__ import annotations
 
@@ -95,3 +95,17 @@ def _cmd_repair(args: argparse.Namespace) -> int:
     for line in dropped:
         print(f"  dropped {line}")
     return 0
+
+
+def _cmd_gc(args: argparse.Namespace) -> int:
+    from trials.controller.jobs import admin as job_admin
+    from trials.controller.jobs import view as job_view
+    from trials.printable import printable
+
+    h = job_view.read_job(args.job, root=args.root, storage=args.storage, whole=False)
+    n, freed = job_admin.collect_layers(h.job_dir, h.job_id)
+    if not n:
+        print(f"job {h.job_id}: no sandbox layers to remove in {printable(h.job_dir)}")
+    else:
+        print(f"job {h.job_id}: removed {n} sandbox layers of failed attempts ({freed / 1e6:.1f} MB)")
+    return protocol.EXIT_OK

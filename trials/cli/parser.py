@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from trials import protocol
-from trials.cli.admin import _cmd_cancel, _cmd_check, _cmd_repair, _cmd_validate
+from trials.cli.admin import _cmd_cancel, _cmd_check, _cmd_gc, _cmd_repair, _cmd_validate
 from trials.cli.run import _cmd_resume, _cmd_serve, _cmd_sweep, _cmd_worker
 from trials.cli.show import _cmd_best, _cmd_describe, _cmd_export, _cmd_list, _cmd_report
 
@@ -209,6 +209,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", default=protocol.DEFAULT_JOBS_ROOT,
                    help=f"directory holding one folder per job (default ./{protocol.DEFAULT_JOBS_ROOT})")
     p.set_defaults(handler=_cmd_repair)
+
+    p = sub.add_parser("gc", help="remove the sandbox layers a job's failed attempts kept for debugging "
+                                  "(describe --format local-json names them)")
+    p.add_argument("job")
+    _job_args(p)
+    p.set_defaults(handler=_cmd_gc)
 
     p = sub.add_parser("best", help="the best trial's flags and model directory")
     p.add_argument("job")

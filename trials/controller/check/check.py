@@ -153,7 +153,7 @@ def run_check(job: JobSpec, options: CheckOptions, *, echo: Callable[[str], None
         sandboxed = False
     elif backend is None:
         host = HostBackend(launch_dir=os.path.abspath(options.cwd), job_dir=folder,
-                           gcs_root=os.path.join(folder, "gcs"), gcs_endpoint=False)
+                           gcs_root=os.path.join(folder, "gcs"), gcs_endpoint=False, keep_layers=True)
         sandboxed, backend = host.view.on, host
         if not sandboxed:
             notes.append(host.view.describe())

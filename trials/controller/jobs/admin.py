@@ -199,3 +199,19 @@ def _requeue_orphans(h: JobHandle) -> None:
 def running_controller(h: JobHandle) -> int | None:
     """The pid of the live controller running this job folder (0: pid unknown), or ``None``."""
     return lock_holder(h.job_dir)
+
+
+def collect_layers(job_dir: str, job_id: str) -> tuple[int, int]:
+    """``trials gc``: remove the copy-on-write layers the job's sandboxed attempts left (its failed
+    attempts' kept for debugging, those of a controller that died); returns (layers, bytes) removed.
+
+    Raises:
+        ConfigError: a controller runs the job (its attempts' layers go as they end).
+    """
+    from trials.controller.process import layers
+
+    holder = lock_holder(job_dir)
+    if holder is not None:
+        raise ConfigError(f"job {job_id} is being run by a controller (pid {holder or 'unknown'}): each attempt's "
+                          f"layers go when it ends; run trials gc {job_id} once the job has stopped")
+    return layers.collect(job_dir)

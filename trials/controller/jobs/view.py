@@ -289,7 +289,18 @@ def describe_local(h: Job) -> dict[str, Any]:
             "baseOutput": meta.get("base_output"), "localCommand": meta.get("local_command"),
             **({"studyStopped": meta["study_stopped"]} if meta.get("study_stopped") else {}),
             **({"suggestionsAhead": ahead} if ahead else {}),
+            **({"keptLayers": kept} if (kept := kept_layers(h.job_dir)) else {}),
             "trials": local_details(h.store.frozen_trials())}
+
+
+def kept_layers(job_dir: str) -> list[dict[str, str]]:
+    """The copy-on-write layers the job's sandboxed attempts left (a replica's last failed attempt's, kept
+    for debugging; those of a controller that died; while it runs, its live attempts' too): what
+    ``trials gc`` removes."""
+    from trials.controller.process.layers import kept_layers as layers_of
+    from trials.printable import printable
+
+    return [{"trial": layer.trial_id, "path": printable(layer.path)} for layer in layers_of(job_dir)]
 
 
 def suggestions_ahead(meta: Mapping[str, Any]) -> dict[str, float]:

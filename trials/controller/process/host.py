@@ -14,6 +14,7 @@ from trials import protocol
 from trials.controller.backend.protocol import ReplicaStart
 from trials.controller.gcs import emulator as gcs_emulator
 from trials.controller.process import sandbox as sandboxing
+from trials.controller.process.layers import Layers
 from trials.controller.process.replica import Replica, check_memory_all
 from trials.printable import printable
 
@@ -35,12 +36,14 @@ class HostBackend:
         warm_endpoint: the endpoint's process, started by the caller ahead of the job
             (:func:`warm_endpoint`); else :meth:`open` starts it before the sandbox probe, so
             the two overlap.
+        keep_layers: every replica start's copy-on-write layers stay for the caller (``trials check``
+            reads them, then removes its folder); else they go when the attempt ends (:mod:`layers`).
     """
 
     def __init__(self, *, launch_dir: str, job_dir: str, gcs_root: str,
                  sandbox: sandboxing.Sandbox | None = None, gcs_endpoint: bool = True,
                  environ: Mapping[str, str] | None = None, pass_env: Sequence[str] = (),
-                 warm_endpoint: gcs_emulator.Warm | None = None):
+                 warm_endpoint: gcs_emulator.Warm | None = None, keep_layers: bool = False):
         self.launch_dir = launch_dir
         self.job_dir = job_dir
         self.gcs_root = gcs_root
@@ -52,6 +55,7 @@ class HostBackend:
         self._warm = warm_endpoint
         self._extra_env: dict[str, str] = {}
         self._live: list[Replica] = []
+        self.layers = None if keep_layers else Layers()
 
     @property
     def view(self) -> sandboxing.Sandbox:
@@ -64,7 +68,7 @@ class HostBackend:
     def open(self, say: Callable[[str], None]) -> None:
         if self.gcs_endpoint and self._warm is None:
             self._warm = warm_endpoint(self.environ, self.pass_env)  # its imports overlap the probe
-        if not self.view.on:
+        if self.view.namespace != "mount":  # what the view does not protect, once
             say(self.view.describe())
         if self.gcs_endpoint:
             self._gcs, self._extra_env = start_endpoint(self.gcs_root, self.environ, self.pass_env, say,
@@ -75,7 +79,7 @@ class HostBackend:
             self.view, request.argv, env={**request.env, **self._extra_env}, trial_dir=request.trial_dir,
             outputs=request.outputs, replica=request.name, stdout_path=request.stdout_path,
             stderr_path=request.stderr_path, name=request.label, echo=request.echo,
-            memory_limit_mb=request.memory_limit_mb)
+            memory_limit_mb=request.memory_limit_mb, layers=self.layers)
         self._live = [r for r in self._live if r.returncode is None]
         self._live.append(replica)
         return replica
@@ -84,6 +88,8 @@ class HostBackend:
         check_memory_all(r for r in self._live if r.poll() is None)
 
     def close(self) -> None:
+        if self.layers is not None:
+            self.layers.drain()  # the ended attempts' layers removed (or kept) before the job ends
         if self._warm is not None:
             self._warm.close()  # (a no-op once the endpoint took it)
         if self._gcs is not None:

@@ -87,6 +87,8 @@ class Replica:
         self.upper_dir: str | None = None  # sandboxed: where its writes to the launch folder are
         self.placement: dict[str, Any] = {}  # on this host
         self.leftovers: list[str] = []  # "pid (name)" of descendants killed after the leader exited
+        self.on_end: Callable[[Replica], None] | None = None  # once all of it is gone (its sandbox layers)
+        self._stopped_running = False  # told to stop while the leader still ran
 
     def __repr__(self) -> str:
         return f"Replica(name={self.name!r}, pid={self.pid}, returncode={self.returncode})"
@@ -102,6 +104,11 @@ class Replica:
         """The number of the signal that ended the leader, or None."""
         rc = self.returncode
         return -rc if rc is not None and rc < 0 else None
+
+    @property
+    def failed_on_its_own(self) -> bool:
+        """It exited non-zero without being told to stop, or was killed for going over its memory limit."""
+        return self.oom_killed or (self.exit_status not in (None, 0) and not self._stopped_running)
 
     def poll(self) -> int | None:
         """Reap the leader if it exited; return its Vertex-style exit status, else None."""
@@ -161,7 +168,7 @@ class Replica:
         if self.stop_requested_at is not None:
             return self.stop_requested_at
         self.stop_requested_at = now  # RUNNING -> STOPPING
-        self.poll()
+        self._stopped_running = self.poll() is None
         self._note_leftovers()  # the leader is gone: what still runs outlived it
         if self.running():
             self.send_signal_group(signal.SIGTERM)
@@ -196,15 +203,21 @@ class Replica:
         return self.exit_status  # type: ignore[return-value]
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Echo what is left of the logs and stop the echo threads (call before a restart)."""
+        """Echo what is left of the logs and stop the echo threads (call before a restart); once all of
+        it is gone, remove its cgroup and call ``on_end`` (its sandbox layers go)."""
         for echo in self._echoes:
             echo.finishing.set()
         deadline = time.monotonic() + timeout_s
         for echo in self._echoes:
             echo.join(max(0.0, deadline - time.monotonic()))
         self._echoes = []
-        if self.tree is not None and not self.running():
+        if (self.tree is None and self.on_end is None) or self.running():
+            return
+        if self.tree is not None:
             self.tree.remove()
+        if self.on_end is not None:
+            on_end, self.on_end = self.on_end, None
+            on_end(self)
 
 
 def check_memory_all(replicas: Iterable[Replica]) -> list[Replica]:

@@ -1,18 +1,24 @@
-"""Each replica in its container view: a private copy-on-write launch folder, /gcs, the job folder hidden.
+"""Each replica in its container view: the host's file system copy-on-write, /gcs, the job folder hidden.
 
 A replica starts through the exec shim (``shim.c``) in new mount and PID namespaces (a user
-namespace too when not root) with its own ``/proc``, so it sees no process but its own: the launch
-folder is an overlay whose writes land in ``<trial>/sandbox/<replica>.<n>/upper``, the job folder is
-an empty tmpfs with only the trial's own folders mounted back (so no trainer reaches
-``journal.log`` or another trial), and ``/gcs`` is the job's bucket folder. Where that cannot work
-(not Linux, no compiler, a kernel that refuses the namespaces, a fresh ``/proc`` or overlayfs,
-``TRIALS_SANDBOX=off``) :func:`detect` says why once and replicas run as plain children (what that
-does not protect: ``docs/VERTEX_EMULATION.md``).
+namespace too when not root) with its own ``/proc``, so it sees no process but its own. As root its
+view is the whole host file system copy-on-write (an overlay on / and on each mount under it): a
+write anywhere (``pip install --user``, ``/etc``, the home folder) lands in a layer under
+``<trial>/sandbox/<replica>.<n>/``, thrown away when the attempt ends (:mod:`layers`: the last failed
+attempt's is kept, ``trials gc`` removes it); the launch folder has a layer of its own
+(``upper_dir``, what ``trials check`` reads). Without root (a user namespace) the host is read-only
+but for the launch folder, the home folder, /tmp and /var/tmp, each copy-on-write. The job folder is
+an empty tmpfs with only the trial's own folders mounted back (so no trainer reaches ``journal.log``
+or another trial), what a trial keeps (its folder, its ``AIP_*`` outputs) is bound through, and
+``/gcs`` is the job's bucket folder. Where that cannot work (not Linux, no compiler, a kernel that
+refuses the namespaces, a fresh ``/proc`` or overlayfs, ``TRIALS_SANDBOX=off``) :func:`detect` says
+why once and replicas run as plain children (what that does not protect: ``docs/VERTEX_EMULATION.md``).
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -21,6 +27,7 @@ from typing import Any
 
 from trials import protocol
 from trials.controller.process import orphans, shim
+from trials.controller.process.layers import Layers
 from trials.controller.process.replica import Replica
 from trials.controller.process.spawn import start_replica
 from trials.controller.process.tree import CgroupTree, ProcessTree
@@ -38,19 +45,25 @@ class Sandbox:
     gcs_root: str
     namespace: str | None = None  # "mount" (root) or "user" (unprivileged user namespace)
     reason: str = ""
+    home: str = ""  # the user's home folder (its passwd entry): copy-on-write in a user namespace
 
     @property
     def on(self) -> bool:
         return self.namespace is not None
 
     def describe(self) -> str:
-        """One line for the user: what each replica gets, or why it runs as a plain child."""
+        """One line for the user: what each replica gets, and what is not protected."""
+        if self.namespace == "mount":
+            return (f"each replica sees the host's files copy-on-write (its writes land in a layer under "
+                    f"<trial>/{protocol.SANDBOX_DIR}/, removed when its attempt ends, a failed attempt's kept "
+                    f"until trials gc) with its own processes and /proc, /gcs is {self.gcs_root}")
         if self.on:
-            return (f"each replica works in a private copy-on-write view of {self.launch_dir} "
-                    f"(its writes stay in <trial>/{protocol.SANDBOX_DIR}/) with its own processes "
-                    f"and /proc, /gcs is {self.gcs_root}")
+            return (f"the sandbox runs without root (a user namespace): a trial writes copy-on-write only in "
+                    f"{self.launch_dir}, its home folder, /tmp and /var/tmp; the rest of the host's files are "
+                    f"read-only to it (a write there fails, where a container's would land in its layer)")
         return (f"the sandbox is off ({self.reason}): trials share {self.launch_dir}, see the host's "
-                f"file system and processes and have no /gcs (write outputs with --base-output-dir DIR)")
+                f"processes, change the host's files for good (pip install --user, the home folder, /etc) "
+                f"and have no /gcs (write outputs with --base-output-dir DIR)")
 
 
 def off(launch_dir: str, job_dir: str, gcs_root: str, reason: str) -> Sandbox:
@@ -71,9 +84,16 @@ def detect(*, launch_dir: str, job_dir: str, gcs_root: str,
     except shim.ShimUnavailable as err:
         return off(launch_dir, job_dir, gcs_root, str(err))
     candidate = Sandbox(launch_dir=launch_dir, job_dir=job_dir, gcs_root=gcs_root,
-                        namespace="mount" if os.geteuid() == 0 else "user")
+                        namespace="mount" if os.geteuid() == 0 else "user", home=_passwd_home())
     problem = _probe(candidate, program)
     return off(launch_dir, job_dir, gcs_root, problem) if problem else candidate
+
+
+def _passwd_home() -> str:
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:
+        return ""
 
 
 def _inside(path: str, folder: str) -> bool:
@@ -129,7 +149,8 @@ def _remove_tree(folder: str) -> None:
 
 
 def new_state_dir(trial_dir: str, replica: str) -> str:
-    """``<trial>/sandbox/<replica>.<n>``: a fresh upper layer per start, earlier ones kept."""
+    """``<trial>/sandbox/<replica>.<n>``: a fresh folder for a start's layers (removed when it ends,
+    :mod:`layers`)."""
     base = os.path.join(trial_dir, protocol.SANDBOX_DIR)
     os.makedirs(base, exist_ok=True)
     n = 0
@@ -140,7 +161,7 @@ def new_state_dir(trial_dir: str, replica: str) -> str:
             break
         except FileExistsError:
             n += 1
-    for name in ("upper", "work", "root"):
+    for name in ("upper", "work", "root", "layers"):
         os.mkdir(os.path.join(state, name))
     return state
 
@@ -150,10 +171,32 @@ def upper_dir(state_dir: str) -> str:
     return os.path.join(state_dir, "upper")
 
 
-def replica_ops(sandbox: Sandbox, *, state_dir: str, writable: Sequence[str]) -> list[str]:
-    """The shim's operations for one replica; ``writable`` folders are mounted through as they are."""
+PRIVATE_FOLDERS = ("/tmp", "/var/tmp")  # copy-on-write in a user namespace's view, with the home folder
+
+
+def private_folders(sandbox: Sandbox, home: str | None) -> list[str]:
+    """The folders a user namespace's replica writes copy-on-write besides its launch folder (the rest of
+    the host is read-only there): /tmp, /var/tmp and the home folder (``$HOME`` and the passwd entry's),
+    none inside the launch folder or the job folder, a parent before its children.
+
+    One inside another gets a layer of its own all the same: there its own folder needs no copy-up,
+    which a user namespace refuses for a folder whose owner or group it does not map (EOVERFLOW)."""
+    paths = {os.path.abspath(p) for p in (*PRIVATE_FOLDERS, home or "", sandbox.home) if p}
+    return sorted((p for p in paths if p != "/" and not _inside(p, sandbox.launch_dir)
+                   and not _inside(p, sandbox.job_dir)), key=len)
+
+
+def replica_ops(sandbox: Sandbox, *, state_dir: str, writable: Sequence[str], home: str | None = None) -> list[str]:
+    """The shim's operations for one replica; ``writable`` folders are mounted through as they are;
+    ``home``: the replica's ``$HOME``."""
+    user = sandbox.namespace == "user"
     ops = ["ns", str(sandbox.namespace),
-           "overlay", sandbox.launch_dir, upper_dir(state_dir), os.path.join(state_dir, "work")]
+           "root", os.path.join(state_dir, "root"), os.path.join(state_dir, "layers"),
+           "read-only" if user else "layered"]
+    if user:
+        for folder in private_folders(sandbox, home):
+            ops += ["writable", folder]
+    ops += ["overlay", sandbox.launch_dir, upper_dir(state_dir), os.path.join(state_dir, "work")]
     if not _inside(sandbox.launch_dir, sandbox.job_dir):
         ops += ["hide", sandbox.job_dir]  # journal.log and the other trials are out of reach
     chosen: list[str] = []
@@ -162,18 +205,20 @@ def replica_ops(sandbox: Sandbox, *, state_dir: str, writable: Sequence[str]) ->
             chosen.append(path)
     for path in chosen:
         ops += ["bind", path]
-    ops += ["gcs", sandbox.gcs_root, os.path.join(state_dir, "root"), "cd", sandbox.launch_dir]
+    ops += ["gcs", sandbox.gcs_root, "cd", sandbox.launch_dir]
     return ops
 
 
 def start_sandboxed(sandbox: Sandbox, argv: Sequence[str], *, env: Mapping[str, str],
                     trial_dir: str, outputs: Sequence[str], replica: str,
-                    **options: Any) -> Replica:
+                    layers: Layers | None = None, **options: Any) -> Replica:
     """Start one replica in its container view (or as a plain child when the sandbox is off).
 
     ``outputs``: folders the replica writes through to the host besides its trial folder (its
-    local ``AIP_*`` base folder). ``options`` go to :func:`spawn.start_replica` (log paths,
-    name, echo, memory limit). The replica's ``upper_dir`` then names where its other writes are.
+    local ``AIP_*`` base folder). ``layers``: what removes the start's layers when it ends (None: they
+    stay, for the caller to read and remove: ``trials check``). ``options`` go to
+    :func:`spawn.start_replica` (log paths, name, echo, memory limit). The replica's ``upper_dir``
+    then names where its writes to the launch folder are.
     """
     tree: ProcessTree | None = CgroupTree.create(f"{os.path.basename(trial_dir)}-{replica}")
     orphan_tree = orphans.OrphanTree.create(env) if tree is None else None  # no cgroup: the subreaper
@@ -184,9 +229,15 @@ def start_sandboxed(sandbox: Sandbox, argv: Sequence[str], *, env: Mapping[str, 
         state = new_state_dir(trial_dir, replica)
         for folder in outputs:
             os.makedirs(folder, exist_ok=True)
-        ops = replica_ops(sandbox, state_dir=state, writable=(trial_dir, *outputs))
-        started = start_replica(argv, env=env, cwd=sandbox.launch_dir, tree=tree, shim_ops=ops, **options)
+        ops = replica_ops(sandbox, state_dir=state, writable=(trial_dir, *outputs), home=env.get("HOME"))
+        try:
+            started = start_replica(argv, env=env, cwd=sandbox.launch_dir, tree=tree, shim_ops=ops, **options)
+        except BaseException:
+            _remove_tree(state)  # (the shim's failed start left nothing mounted: its namespace is gone)
+            raise
         started.upper_dir = upper_dir(state)
+        if layers is not None:
+            started.on_end = lambda r: layers.ended(state, failed=r.failed_on_its_own)
     if orphan_tree is not None:
         orphan_tree.adopt(started.pid)
     return started

@@ -30,12 +30,16 @@
  * OPs, applied in order (bind and gcs sources are opened after `ns`, before any other mount):
  *   ns user|mount       first op: new mount and PID namespaces (user: also a user namespace mapping
  *                       our own uid/gid); the other ops run in init
+ *   root NEWROOT LAYERS layered|read-only
+ *                       the replica's view of the host's file system is built at NEWROOT (see "The
+ *                       replica's view" below), its copy-on-write layers in LAYERS/<k>/{upper,work};
+ *                       the later ops mount in it, and init enters it (pivot_root) after the last
+ *   writable DIR        (read-only view) DIR gets a layer of its own, else it stays read-only
  *   overlay DIR UPPER WORK   DIR becomes a copy-on-write view of itself (writes go to UPPER; volatile:
  *                       its unmount syncs no file system)
  *   hide DIR            an empty tmpfs over DIR (later binds create their mount points in it)
  *   bind PATH           PATH (opened before any mount) mounted back over PATH, writable
- *   gcs SRC NEWROOT     SRC (opened before any mount) appears at /gcs: bound there when /gcs
- *                       exists, otherwise / is rebuilt in a tmpfs at NEWROOT with /gcs added
+ *   gcs SRC             SRC (opened before any mount) appears at /gcs (needs `root`)
  *   cd DIR              the working directory (entered after the mounts)
  *
  * Setup failures print one line "trials-shim: STEP: PATH: ERROR" to stderr and exit 125; an exec
@@ -119,24 +123,278 @@ static void bind_fd(int fd, const char *target) {
     if (mount(src, target, NULL, MS_BIND | MS_REC, NULL) != 0) fail("bind", target);
 }
 
-/* / rebuilt in a tmpfs at NEWROOT: every entry of / bound in (with its submounts), /gcs added. */
-static void new_root_with_gcs(int gcs_fd, const char *newroot) {
-    if (mount("tmpfs", newroot, "tmpfs", MS_NOSUID, "mode=0755") != 0) fail("tmpfs", newroot);
+/* Whether overlayfs takes `volatile` (Linux >= 5.10). Without it, the unmount at the namespace's end
+ * runs syncfs on the whole file system under the upper layer: every replica's exit waited for the
+ * write-back of every dirty page there (another trial's checkpoint, a dataset being unpacked), 159
+ * ms with 300 MB dirty on this machine kind, seconds with more. The copy-on-write layer is thrown
+ * away with the replica as a Vertex container's is (a new start gets a new one, so the "not mountable
+ * again after a crash" rule of volatile never applies); what a trial keeps goes through the binds. */
+static int has_volatile(void) {
+    static int known = -1;
+    if (known < 0) {
+        struct utsname u;
+        int major = 0, minor = 0;
+        known = uname(&u) == 0 && sscanf(u.release, "%d.%d", &major, &minor) == 2 &&
+                (major > 5 || (major == 5 && minor >= 10));
+    }
+    return known;
+}
+
+/* The flags a read-only remount must keep (a user namespace may not clear those of a locked mount). */
+static unsigned long kept_flags(char *opts) {
+    unsigned long flags = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(opts, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
+        if (strcmp(tok, "nosuid") == 0) flags |= MS_NOSUID;
+        else if (strcmp(tok, "nodev") == 0) flags |= MS_NODEV;
+        else if (strcmp(tok, "noexec") == 0) flags |= MS_NOEXEC;
+        else if (strcmp(tok, "noatime") == 0) flags |= MS_NOATIME;
+        else if (strcmp(tok, "nodiratime") == 0) flags |= MS_NODIRATIME;
+        else if (strcmp(tok, "relatime") == 0) flags |= MS_RELATIME;
+    }
+    return flags;
+}
+
+static void unescape_octal(char *s) {  /* mountinfo writes a space as \040, a backslash as \134 */
+    char *out = s;
+    for (char *in = s; *in; in++) {
+        if (in[0] == '\\' && in[1] >= '0' && in[1] <= '3' && in[2] >= '0' && in[2] <= '7' &&
+            in[3] >= '0' && in[3] <= '7') {
+            *out++ = (char)((in[1] - '0') * 64 + (in[2] - '0') * 8 + (in[3] - '0'));
+            in += 3;
+        } else {
+            *out++ = *in;
+        }
+    }
+    *out = '\0';
+}
+
+/* --- The replica's view of the host's file system (`root`) -----------------------------------------
+ *
+ * Built at NEWROOT while the host's tree is still at /, then entered with pivot_root: the host's root
+ * is detached, so nothing of it is reachable but what the view shows.
+ *
+ * As root (a mount namespace), the view is the host's whole file system copy-on-write: / is an overlay
+ * whose lower layer is the host's root mount, and every mount under it gets its own overlay (a lower
+ * layer is one mount, its submounts are not in it), each with its layer in LAYERS/<k>. Not overlaid:
+ * /proc (a fresh one later), /dev and /sys (bound with their submounts: /sys is made read-only later,
+ * /dev/shm gets a private tmpfs), a mount that only shows again a folder of its parent's layer (a bind
+ * of the same file system: the parent's overlay shows it already), and mounts an overlay cannot take
+ * (read-only ones, pseudo file systems, files, an overlay refused): those are bound read-only, or left
+ * out when even that fails. So a write anywhere (pip install --user, /etc, the home folder, /tmp) lands
+ * in a layer, as in a container, and the layers go with the attempt (trials/controller/process/layers.py).
+ *
+ * In a user namespace an overlay cannot take / (its submounts are locked: "failed to clone
+ * lowerpath"), nor copy up a folder owned by an unmapped user (root: EOVERFLOW). So there the view is
+ * the host's tree bound read-only (a tmpfs root with each top-level entry bound in, so /gcs can be
+ * added), /dev/shm a private tmpfs, and the folders named by `writable` (the home folder, /tmp,
+ * /var/tmp) get their own layer; a write elsewhere fails (EROFS), where the host would have taken it.
+ */
+static char view_root[4096];  /* NEWROOT once `root` ran: later ops mount under it; init pivots into it */
+static int view_read_only;    /* the user namespace's view (above) */
+static char layers[4096];     /* LAYERS: <k>/upper and <k>/work per layer */
+static int n_layers;
+
+static const char *in_view(const char *path, char *buf, size_t size) {
+    if (view_root[0] == '\0') return path;
+    int n = snprintf(buf, size, "%s%s", view_root, strcmp(path, "/") == 0 ? "" : path);
+    if (n < 0 || (size_t)n >= size) { errno = ENAMETOOLONG; fail("path", path); }
+    return buf;
+}
+
+/* LOWER's contents copy-on-write at TARGET; the merged root looks as LOWER does (mode, owner). */
+static int overlay_at(const char *lower, const char *upper, const char *work, const char *target) {
+    struct stat st;
+    if (stat(lower, &st) != 0) return -1;
+    if (chmod(upper, st.st_mode & 07777) != 0) return -1;
+    if (lchown(upper, st.st_uid, st.st_gid) != 0 && errno != EPERM && errno != EINVAL) return -1;
+    char opts[12288];
+    int n = snprintf(opts, sizeof opts, "lowerdir=%s,upperdir=%s,workdir=%s,volatile", lower, upper, work);
+    if (n < 0 || (size_t)n >= sizeof opts) { errno = ENAMETOOLONG; return -1; }
+    if (!has_volatile()) opts[n - strlen(",volatile")] = '\0';
+    if (mount("overlay", target, "overlay", 0, opts) == 0) return 0;
+    if (errno != EINVAL || !has_volatile()) return -1;
+    opts[n - strlen(",volatile")] = '\0';  /* a kernel without it after all */
+    return mount("overlay", target, "overlay", 0, opts);
+}
+
+/* A new layer LAYERS/<k> for LOWER, mounted at TARGET. */
+static int layer_at(const char *lower, const char *target) {
+    char dir[4096], upper[4160], work[4160];
+    int n = snprintf(dir, sizeof dir, "%s/%d", layers, n_layers++);
+    if (n < 0 || (size_t)n >= sizeof dir) { errno = ENAMETOOLONG; return -1; }
+    snprintf(upper, sizeof upper, "%s/upper", dir);
+    snprintf(work, sizeof work, "%s/work", dir);
+    if (mkdir(dir, 0700) != 0 || mkdir(upper, 0755) != 0 || mkdir(work, 0700) != 0) return -1;
+    return overlay_at(lower, upper, work, target);
+}
+
+static int under(const char *path, const char *top) {
+    size_t n = strlen(top);
+    return strncmp(path, top, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
+enum { M_HIDDEN, M_TODO, M_LAYER, M_SAME, M_BOUND, M_TREE, M_INSIDE, M_LEFT_OUT };
+
+struct mount_entry {
+    int id, parent, major, minor, ro, state;
+    char *root, *mp, *type, *opts;
+};
+
+static int find_mount(struct mount_entry *m, int n, int id) {
+    for (int k = 0; k < n; k++) if (m[k].id == id) return k;
+    return -1;
+}
+
+/* This namespace's mount table (/proc/self/mountinfo); sets *n. */
+static struct mount_entry *read_mounts(int *n) {
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    if (f == NULL) fail("open", "/proc/self/mountinfo");
+    struct mount_entry *m = NULL;
+    int cap = 0;
+    *n = 0;
+    char *line = NULL;
+    size_t size = 0;
+    while (getline(&line, &size, f) > 0) {
+        char *field[32];
+        int k = 0;
+        char *save = NULL;
+        for (char *tok = strtok_r(line, " \n", &save); tok != NULL && k < 32; tok = strtok_r(NULL, " \n", &save))
+            field[k++] = tok;
+        int dash = 6;
+        while (dash < k && strcmp(field[dash], "-") != 0) dash++;
+        if (dash + 3 > k) continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 64;
+            m = realloc(m, (size_t)cap * sizeof *m);
+            if (m == NULL) fail("malloc", "mountinfo");
+        }
+        struct mount_entry *e = &m[(*n)++];
+        e->id = atoi(field[0]);
+        e->parent = atoi(field[1]);
+        if (sscanf(field[2], "%d:%d", &e->major, &e->minor) != 2) e->major = e->minor = -1;
+        e->root = strdup(field[3]);
+        e->mp = strdup(field[4]);
+        e->type = strdup(field[dash + 1]);
+        e->opts = strdup(field[5]);
+        if (!e->root || !e->mp || !e->type || !e->opts) fail("malloc", "mountinfo");
+        unescape_octal(e->root);
+        unescape_octal(e->mp);
+        e->ro = strncmp(field[5], "ro", 2) == 0 && (field[5][2] == '\0' || field[5][2] == ',');
+        if (!e->ro) e->ro = strncmp(field[dash + 3], "ro", 2) == 0 && (field[dash + 3][2] == '\0' || field[dash + 3][2] == ',');
+        e->state = M_TODO;
+    }
+    free(line);
+    fclose(f);
+    return m;
+}
+
+static int by_depth(const void *a, const void *b) {
+    const struct mount_entry *x = *(struct mount_entry *const *)a, *y = *(struct mount_entry *const *)b;
+    size_t lx = strlen(x->mp), ly = strlen(y->mp);
+    return lx < ly ? -1 : lx > ly;
+}
+
+/* File systems an overlay has no business with: bound read-only instead (another container's root, an
+ * overlay, too: nothing a trainer writes to, and each overlay costs a start some 0.1 ms). */
+static int pseudo(const char *type) {
+    static const char *const names[] = {"proc", "sysfs", "devtmpfs", "devpts", "mqueue", "cgroup", "cgroup2",
+        "bpf", "tracefs", "debugfs", "securityfs", "pstore", "configfs", "fusectl", "binfmt_misc",
+        "efivarfs", "hugetlbfs", "autofs", "nsfs", "rpc_pipefs", "nfsd", "selinuxfs", "overlay"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) if (strcmp(type, names[k]) == 0) return 1;
+    return strncmp(type, "fuse", 4) == 0;
+}
+
+/* Whether E only shows a folder its parent P shows already (a bind of the same file system). */
+static int same_as_parent(const struct mount_entry *e, const struct mount_entry *p) {
+    if (e->major != p->major || e->minor != p->minor || e->major < 0) return 0;
+    const char *rel = strcmp(p->mp, "/") == 0 ? e->mp : e->mp + strlen(p->mp);
+    char want[8192];
+    snprintf(want, sizeof want, "%s%s", strcmp(p->root, "/") == 0 ? "" : p->root, rel);
+    return strcmp(want, e->root) == 0;
+}
+
+static void bind_read_only(struct mount_entry *e, const char *target) {
+    struct stat st;
+    if (stat(target, &st) != 0 || mount(e->mp, target, NULL, MS_BIND, NULL) != 0) {
+        e->state = M_LEFT_OUT;  /* not reachable here (another user's FUSE folder): an empty mount point */
+        return;
+    }
+    e->state = M_BOUND;
+    char opts[4096];
+    snprintf(opts, sizeof opts, "%s", e->opts);
+    mount(NULL, target, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | kept_flags(opts), NULL);
+}
+
+/* As root: the whole host copy-on-write (see above). */
+static void layered_root(void) {
+    int n;
+    struct mount_entry *m = read_mounts(&n);
+    for (int k = 0; k < n; k++) {  /* a mount with another on the same point under it is hidden */
+        int p = find_mount(m, n, m[k].parent);
+        if (p >= 0 && p != k && strcmp(m[p].mp, m[k].mp) == 0) m[p].state = M_HIDDEN;
+    }
+    int top = -1;
+    for (int k = 0; k < n; k++) if (m[k].state == M_TODO && strcmp(m[k].mp, "/") == 0) top = k;
+    if (top < 0) { errno = ENOENT; fail("mountinfo", "/"); }
+    struct mount_entry **order = malloc((size_t)n * sizeof *order);
+    if (order == NULL) fail("malloc", "mountinfo");
+    int n_order = 0;
+    for (int k = 0; k < n; k++) {
+        if (k == top || m[k].state != M_TODO) continue;
+        int at = k, hops = 0;  /* shown only when every mount down to / is */
+        while (at >= 0 && at != top && m[at].state == M_TODO && hops++ < n) at = find_mount(m, n, m[at].parent);
+        if (at == top) order[n_order++] = &m[k];
+    }
+    qsort(order, (size_t)n_order, sizeof *order, by_depth);  /* a parent before its children */
+    if (layer_at("/", view_root) != 0) fail("overlay", "/");
+    m[top].state = M_LAYER;
+    char buf[8192];
+    for (int k = 0; k < n_order; k++) {
+        struct mount_entry *e = order[k];
+        int pi = find_mount(m, n, e->parent);
+        struct mount_entry *p = pi >= 0 ? &m[pi] : NULL;
+        if (p == NULL || p->state == M_TREE || p->state == M_INSIDE) { e->state = M_INSIDE; continue; }
+        if (p->state == M_LEFT_OUT || under(e->mp, "/proc")) { e->state = M_LEFT_OUT; continue; }
+        const char *target = in_view(e->mp, buf, sizeof buf);
+        if (strcmp(e->mp, "/dev") == 0 || strcmp(e->mp, "/sys") == 0) {
+            if (mount(e->mp, target, NULL, MS_BIND | MS_REC, NULL) != 0) fail("bind", e->mp);
+            e->state = M_TREE;
+            continue;
+        }
+        if ((p->state == M_LAYER || p->state == M_SAME) && same_as_parent(e, p)) {
+            e->state = M_SAME;
+            continue;
+        }
+        struct stat st;
+        if (!e->ro && !pseudo(e->type) && stat(e->mp, &st) == 0 && S_ISDIR(st.st_mode) && layer_at(e->mp, target) == 0) {
+            e->state = M_LAYER;
+            continue;
+        }
+        bind_read_only(e, target);
+    }
+    free(order);
+    for (int k = 0; k < n; k++) { free(m[k].root); free(m[k].mp); free(m[k].type); free(m[k].opts); }
+    free(m);
+}
+
+/* In a user namespace: the host bound read-only in a tmpfs root (see above). */
+static void read_only_root(void) {
+    if (mount("tmpfs", view_root, "tmpfs", MS_NOSUID, "mode=0755") != 0) fail("tmpfs", view_root);
     DIR *root = opendir("/");
     if (root == NULL) fail("opendir", "/");
-    char target[4096], link[4096];
+    char target[8192], link[4096], source[4096];
     struct dirent *e;
     while ((e = readdir(root)) != NULL) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        char source[4096];
         snprintf(source, sizeof source, "/%s", e->d_name);
-        snprintf(target, sizeof target, "%s/%s", newroot, e->d_name);
+        snprintf(target, sizeof target, "%s/%s", view_root, e->d_name);
         struct stat st;
         if (lstat(source, &st) != 0) continue;
         if (S_ISLNK(st.st_mode)) {
-            ssize_t n = readlink(source, link, sizeof link - 1);
-            if (n < 0) fail("readlink", source);
-            link[n] = '\0';
+            ssize_t len = readlink(source, link, sizeof link - 1);
+            if (len < 0) fail("readlink", source);
+            link[len] = '\0';
             if (symlink(link, target) != 0) fail("symlink", target);
             continue;
         }
@@ -150,16 +408,50 @@ static void new_root_with_gcs(int gcs_fd, const char *newroot) {
         if (mount(source, target, NULL, MS_BIND | MS_REC, NULL) != 0) fail("bind", source);
     }
     closedir(root);
-    snprintf(target, sizeof target, "%s/gcs", newroot);
-    if (mkdir(target, 0755) != 0 && errno != EEXIST) fail("mkdir", target);
-    bind_fd(gcs_fd, target);
-    snprintf(target, sizeof target, "%s/.old-root", newroot);
-    if (mkdir(target, 0700) != 0) fail("mkdir", target);
-    if (syscall(SYS_pivot_root, newroot, target) != 0) fail("pivot_root", newroot);
+    int n;
+    struct mount_entry *m = read_mounts(&n);
+    char proc[8192], sys[8192];
+    snprintf(proc, sizeof proc, "%s/proc", view_root);
+    snprintf(sys, sizeof sys, "%s/sys", view_root);
+    for (int k = 0; k < n; k++) {  /* /proc gets a fresh one, /sys is made read-only later */
+        struct mount_entry *me = &m[k];
+        if (!under(me->mp, view_root) || strcmp(me->mp, view_root) == 0 || under(me->mp, proc) || under(me->mp, sys))
+            continue;
+        if (!me->ro && mount(NULL, me->mp, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | kept_flags(me->opts), NULL) != 0 &&
+            errno != EACCES)  /* (under a folder this user cannot enter: out of its reach anyway) */
+            fail("readonly", me->mp);
+    }
+    for (int k = 0; k < n; k++) { free(m[k].root); free(m[k].mp); free(m[k].type); free(m[k].opts); }
+    free(m);
+}
+
+/* Build the view at NEWROOT with its layers in LAYERS (`root NEWROOT LAYERS`). */
+static void build_view(const char *newroot, const char *layers_dir, int read_only) {
+    if (snprintf(view_root, sizeof view_root, "%s", newroot) >= (int)sizeof view_root ||
+        snprintf(layers, sizeof layers, "%s", layers_dir) >= (int)sizeof layers) {
+        errno = ENAMETOOLONG;
+        fail("root", newroot);
+    }
+    view_read_only = read_only;
+    if (read_only) read_only_root();
+    else layered_root();
+    /* Left out of every later recursive bind (the trial folder holds NEWROOT): no copy of the view in it. */
+    if (mount(NULL, view_root, NULL, MS_UNBINDABLE, NULL) != 0) fail("unbindable", view_root);
+    char shm[8192];  /* POSIX shared memory of its own, as a container's */
+    struct stat st;
+    snprintf(shm, sizeof shm, "%s/dev/shm", view_root);
+    if (stat(shm, &st) == 0 && S_ISDIR(st.st_mode) &&
+        mount("tmpfs", shm, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") != 0) fail("tmpfs", shm);
+}
+
+/* Into the view: the host's root detached (nothing of it reachable but through the view). */
+static void enter_view(void) {
+    if (chdir(view_root) != 0) fail("chdir", view_root);
+    if (syscall(SYS_pivot_root, ".", ".") != 0) fail("pivot_root", view_root);
+    if (umount2(".", MNT_DETACH) != 0) fail("umount", "the host's root");
     if (chdir("/") != 0) fail("chdir", "/");
-    if (umount2("/.old-root", MNT_DETACH) != 0) fail("umount", "/.old-root");
-    rmdir("/.old-root");
-    mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL);  /* nobody adds to this root */
+    mount(NULL, "/", NULL, MS_PRIVATE, NULL);  /* (unbindable while it was built) */
+    if (view_read_only) mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL);  /* nobody adds to it */
 }
 
 static int open_dir(const char *path) {
@@ -306,59 +598,43 @@ static void drop_caps(void) {
     if (syscall(SYS_capset, &hdr, data) != 0) fail("capabilities", "capset");
 }
 
-/* Whether overlayfs takes `volatile` (Linux >= 5.10). Without it, the unmount at the namespace's end
- * runs syncfs on the whole file system under the upper layer: every replica's exit waited for the
- * write-back of every dirty page there (another trial's checkpoint, a dataset being unpacked), 159
- * ms with 300 MB dirty on this machine kind, seconds with more. The copy-on-write layer is thrown
- * away with the replica as a Vertex container's is (a new start gets a new one, so the "not mountable
- * again after a crash" rule of volatile never applies); what a trial keeps goes through the binds. */
-static int has_volatile(void) {
-    static int known = -1;
-    if (known < 0) {
-        struct utsname u;
-        int major = 0, minor = 0;
-        known = uname(&u) == 0 && sscanf(u.release, "%d.%d", &major, &minor) == 2 &&
-                (major > 5 || (major == 5 && minor >= 10));
-    }
-    return known;
-}
-
-/* The ops after `ns`, applied in the new mount namespace; returns the `cd` folder (or NULL). */
+/* The ops after `ns`, applied in the new mount namespace; returns the `cd` folder (or NULL). After
+ * `root`, the other ops mount in the view (their sources are the host's paths), and the view is
+ * entered once they are done. */
 static const char *apply_ops(char **argv, int i, int end) {
     int fds[MAX_FDS], nfds = -1;  /* bind sources: opened in the new namespace before any mount */
     int next_fd = 0;
     const char *cwd = NULL;
+    char buf[8192];
     while (i < end) {
         const char *op = argv[i];
         if (nfds < 0) nfds = open_sources(end, argv, i, end, fds);
-        if (strcmp(op, "overlay") == 0 && i + 3 < end) {
-            char opts[12288];
-            int n = snprintf(opts, sizeof opts, "lowerdir=%s,upperdir=%s,workdir=%s,volatile",
-                             argv[i + 1], argv[i + 2], argv[i + 3]);
-            if (n < 0 || (size_t)n >= sizeof opts) { errno = ENAMETOOLONG; fail("overlay", argv[i + 1]); }
-            if (!has_volatile()) opts[n - strlen(",volatile")] = '\0';
-            int ok = mount("overlay", argv[i + 1], "overlay", 0, opts) == 0;
-            if (!ok && errno == EINVAL && has_volatile()) {  /* a kernel without it after all */
-                opts[n - strlen(",volatile")] = '\0';
-                ok = mount("overlay", argv[i + 1], "overlay", 0, opts) == 0;
-            }
-            if (!ok) fail("overlay", argv[i + 1]);
+        if (strcmp(op, "root") == 0 && i + 3 < end) {
+            build_view(argv[i + 1], argv[i + 2], strcmp(argv[i + 3], "read-only") == 0);
+            i += 4;
+        } else if (strcmp(op, "writable") == 0 && i + 1 < end) {
+            struct stat st;  /* left read-only when it cannot be layered (a submount under it) */
+            if (view_read_only && stat(argv[i + 1], &st) == 0 && S_ISDIR(st.st_mode))
+                layer_at(argv[i + 1], in_view(argv[i + 1], buf, sizeof buf));
+            i += 2;
+        } else if (strcmp(op, "overlay") == 0 && i + 3 < end) {
+            if (overlay_at(argv[i + 1], argv[i + 2], argv[i + 3], in_view(argv[i + 1], buf, sizeof buf)) != 0)
+                fail("overlay", argv[i + 1]);
             i += 4;
         } else if (strcmp(op, "hide") == 0 && i + 1 < end) {
-            if (mount("tmpfs", argv[i + 1], "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") != 0) fail("hide", argv[i + 1]);
+            const char *target = in_view(argv[i + 1], buf, sizeof buf);
+            if (mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") != 0) fail("hide", argv[i + 1]);
             i += 2;
         } else if (strcmp(op, "bind") == 0 && i + 1 < end) {
             int fd = fds[next_fd++];
-            bind_fd(fd, argv[i + 1]);
+            bind_fd(fd, in_view(argv[i + 1], buf, sizeof buf));
             close(fd);
             i += 2;
-        } else if (strcmp(op, "gcs") == 0 && i + 2 < end) {
+        } else if (strcmp(op, "gcs") == 0 && i + 1 < end && view_root[0] != '\0') {
             int fd = fds[next_fd++];
-            struct stat st;
-            if (stat("/gcs", &st) == 0 && S_ISDIR(st.st_mode)) bind_fd(fd, "/gcs");
-            else new_root_with_gcs(fd, argv[i + 2]);
+            bind_fd(fd, in_view("/gcs", buf, sizeof buf));
             close(fd);
-            i += 3;
+            i += 2;
         } else if (strcmp(op, "cd") == 0 && i + 1 < end) {
             cwd = argv[i + 1];
             i += 2;
@@ -367,36 +643,8 @@ static const char *apply_ops(char **argv, int i, int end) {
             _exit(125);
         }
     }
+    if (view_root[0] != '\0') enter_view();
     return cwd;
-}
-
-/* The flags a read-only remount must keep (a user namespace may not clear those of a locked mount). */
-static unsigned long kept_flags(char *opts) {
-    unsigned long flags = 0;
-    char *save = NULL;
-    for (char *tok = strtok_r(opts, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
-        if (strcmp(tok, "nosuid") == 0) flags |= MS_NOSUID;
-        else if (strcmp(tok, "nodev") == 0) flags |= MS_NODEV;
-        else if (strcmp(tok, "noexec") == 0) flags |= MS_NOEXEC;
-        else if (strcmp(tok, "noatime") == 0) flags |= MS_NOATIME;
-        else if (strcmp(tok, "nodiratime") == 0) flags |= MS_NODIRATIME;
-        else if (strcmp(tok, "relatime") == 0) flags |= MS_RELATIME;
-    }
-    return flags;
-}
-
-static void unescape_octal(char *s) {  /* mountinfo writes a space as \040, a backslash as \134 */
-    char *out = s;
-    for (char *in = s; *in; in++) {
-        if (in[0] == '\\' && in[1] >= '0' && in[1] <= '3' && in[2] >= '0' && in[2] <= '7' &&
-            in[3] >= '0' && in[3] <= '7') {
-            *out++ = (char)((in[1] - '0') * 64 + (in[2] - '0') * 8 + (in[3] - '0'));
-            in += 3;
-        } else {
-            *out++ = *in;
-        }
-    }
-    *out = '\0';
 }
 
 /* /sys and every mount under it read-only, as in a Docker container: a root trainer cannot write
@@ -452,9 +700,9 @@ static void run_init(char **argv, int ops_from, int end, int user, uid_t uid, gi
     }
     if (mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) fail("private", "/");
     const char *cwd = apply_ops(argv, ops_from, end);
-    sys_read_only();
     /* Only this namespace's processes: no /proc/<controller>/root, /fd or /environ to reach. */
     if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0) fail("proc", "/proc");
+    sys_read_only();
     static const char *const proc_ro[] = {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"};
     for (size_t k = 0; k < sizeof proc_ro / sizeof proc_ro[0]; k++) proc_read_only(proc_ro[k]);
     if (cwd != NULL && chdir(cwd) != 0) fail("chdir", cwd);
