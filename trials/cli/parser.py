@@ -234,7 +234,16 @@ def build_parser() -> argparse.ArgumentParser:
     _job_args(p)
     p.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080; 0 picks a free one)")
     p.add_argument("--host", default="127.0.0.1",
-                   help="address to listen on (default 127.0.0.1; the server checks no credentials)")
+                   help="address to listen on (default 127.0.0.1; requests to another Host name are refused)")
+    p.add_argument("--token", metavar="TOKEN",
+                   help="the bearer token every request must carry (default: $TRIALS_SERVE_TOKEN, else a random "
+                        "one; either way printed and kept in ROOT/serve.token, mode 0600); a --token is "
+                        "visible to other accounts in ps, the variable is not")
+    p.add_argument("--no-auth", action="store_true",
+                   help="answer requests without a token: anyone who reaches the port runs commands as you")
+    p.add_argument("--max-running-jobs", type=_positive_int, metavar="N",
+                   help="jobs run at once (default: the machine's cores); the others wait JOB_STATE_QUEUED "
+                        "and start in creation order")
     p.add_argument("--runtime", metavar="NAME", help="where each job's replicas run: host (default), podman or docker")
     p.add_argument("--image", action="append", default=[], metavar="URI=LOCAL",
                    help="with a container runtime: run the local image LOCAL where a job names URI; repeatable")

@@ -504,5 +504,5 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from trials.controller.api.server import serve_main
 
     return serve_main(root=args.root, storage=args.storage, runtime=args.runtime, images=args.image,
-                      project_number=args.project_number,
-                      host=args.host, port=args.port, quiet=args.quiet)
+                      project_number=args.project_number, host=args.host, port=args.port, quiet=args.quiet,
+                      token=args.token, no_auth=args.no_auth, max_running_jobs=args.max_running_jobs)

@@ -172,3 +172,36 @@ def test_a_failed_controllers_last_line_is_read_safely(tmp_path: Path) -> None:
     (folder / "serve-controller.log").unlink()
     (folder / "serve-controller.log").symlink_to("/etc/passwd")
     assert api._log_tail("7") == "(no output)"
+
+
+def test_an_api_jobs_outputs_and_packages_are_gs_or_under_the_servers_root(tmp_path: Path) -> None:
+    """A container mounts a job's local base output (read-write) and packages: through the API, they are
+    gs:// or under the server's root, else 400 naming the field, and nothing is made."""
+    root = tmp_path / "jobs"
+    (root / "inside").mkdir(parents=True)
+    (root / "link").symlink_to("/")
+    api = NoControllers(root=str(root), _cwd=str(root))
+    tuning_field = "hyperparameterTuningJob.trialJobSpec.baseOutputDirectory.outputUriPrefix"
+    for prefix in ("/etc", "/", "../outside", str(tmp_path), str(root / "link" / "etc"), str(root) + "-sibling"):
+        body = {**SPEC, "trialJobSpec": {**SPEC["trialJobSpec"], "baseOutputDirectory": {"outputUriPrefix": prefix}}}
+        status, name, message = error(api, "POST", JOBS, json.dumps(body).encode())
+        assert (status, name) == (400, "INVALID_ARGUMENT"), prefix
+        assert message == (f"{tuning_field}: a job made through trials serve writes and reads gs:// or a folder "
+                           f"under the server's root {root} (--root), got {prefix!r}")
+    pool = {"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
+            "containerSpec": {"imageUri": "gcr.io/p/t:1", "command": ["true"]}}
+    custom = {"displayName": "c",
+              "jobSpec": {"workerPoolSpecs": [pool], "baseOutputDirectory": {"outputUriPrefix": "/"}}}
+    message = error(api, "POST", PARENT + "/customJobs", json.dumps(custom).encode())[2]
+    assert message.startswith("customJob.jobSpec.baseOutputDirectory.outputUriPrefix: a job made through")
+    package = {"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": "1",
+               "pythonPackageSpec": {"executorImageUri": "gcr.io/p/t:1", "pythonModule": "m",
+                                     "packageUris": ["gs://b/p.tar.gz", "/etc/shadow"]}}
+    custom = {"displayName": "c", "jobSpec": {"workerPoolSpecs": [package]}}
+    message = error(api, "POST", PARENT + "/customJobs", json.dumps(custom).encode())[2]
+    assert message.startswith("customJob.jobSpec.workerPoolSpecs[0].pythonPackageSpec.packageUris[1]: "), message
+    assert sorted(p.name for p in root.iterdir()) == ["inside", "link"] and getattr(api, "started", []) == []
+    for prefix in ("gs://bucket/out", str(root / "inside" / "out"), "inside/out"):
+        body = {**SPEC, "trialJobSpec": {**SPEC["trialJobSpec"], "baseOutputDirectory": {"outputUriPrefix": prefix}}}
+        status, made = api.handle("POST", JOBS, {}, json.dumps(body).encode())
+        assert status == 200, made

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,8 +17,8 @@ import pytest
 aiplatform = pytest.importorskip("google.cloud.aiplatform", reason="google-cloud-aiplatform is not installed")
 hpt = pytest.importorskip("google.cloud.aiplatform.hyperparameter_tuning")
 from google.api_core import exceptions as gexc  # noqa: E402
-from google.auth.credentials import AnonymousCredentials  # noqa: E402
 from google.cloud.aiplatform import jobs as sdk_jobs  # noqa: E402
+from google.oauth2.credentials import Credentials  # noqa: E402
 
 TRAINER = """\
 import argparse, os, time, hypertune
@@ -40,15 +41,21 @@ class Server:
         self.root = root
         self.proc: subprocess.Popen[str] | None = None
         self.url = ""
+        self.token = ""
 
     def start(self) -> list[str]:
         self.proc = subprocess.Popen([sys.executable, "-m", "trials", "serve", "--port", "0", "--root", str(self.root)],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert self.proc.stdout is not None
-        lines = [self.proc.stdout.readline() for _ in range(3)]
+        lines = [self.proc.stdout.readline() for _ in range(4)]
         assert lines[0].startswith("serving Vertex AI's v1 JobService API on http://127.0.0.1:"), lines
         self.url = lines[0].split(" on ", 1)[1].split(" ")[0]
+        self.token = printed_token(lines[1])
         return lines
+
+    def credentials(self) -> Credentials:
+        """What the aiplatform.init line the server printed says to use."""
+        return Credentials(token=self.token)
 
     def stop(self, sig: int = signal.SIGTERM) -> str:
         assert self.proc is not None
@@ -59,12 +66,20 @@ class Server:
     def call(self, method: str, path: str, body: object = None, raw: bytes | None = None) -> tuple[int, dict]:
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
         req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json",
+                                              "Authorization": f"Bearer {self.token}"})
         try:
             with urllib.request.urlopen(req, timeout=60) as r:
                 return r.status, json.loads(r.read())
         except urllib.error.HTTPError as err:
             return err.code, json.loads(err.read())
+
+
+def printed_token(line: str) -> str:
+    """The token inside the ``aiplatform.init(..., credentials=...Credentials(token="…"), ...)`` line."""
+    m = re.search(r'credentials=google\.oauth2\.credentials\.Credentials\(token="([^"]+)"\)', line)
+    assert m, line
+    return m.group(1)
 
 
 @pytest.fixture
@@ -74,7 +89,7 @@ def server(tmp_path: Path, monkeypatch):
     s.start()
     monkeypatch.setattr(sdk_jobs, "_JOB_WAIT_TIME", 0.2)  # the SDK polls every 5 s otherwise
     aiplatform.init(project="my-project", location="us-central1", api_endpoint=s.url, api_transport="rest",
-                    credentials=AnonymousCredentials())
+                    credentials=s.credentials())
     yield s
     if s.proc is not None and s.proc.poll() is None:
         s.stop()
@@ -168,7 +183,7 @@ def test_the_gapic_job_service_client_over_rest(server, tmp_path) -> None:
     from google.cloud.aiplatform_v1.services.job_service import JobServiceClient
     from google.cloud.aiplatform_v1.types import HyperparameterTuningJob
 
-    client = JobServiceClient(transport="rest", credentials=AnonymousCredentials(),
+    client = JobServiceClient(transport="rest", credentials=server.credentials(),
                               client_options={"api_endpoint": server.url})
     parent = "projects/proj-1/locations/europe-west4"
     body = tuning_job(tmp_path, n=2)._gca_resource  # what the SDK would send, as the v1 type
@@ -241,7 +256,7 @@ def test_a_restarted_server_resumes_the_job_its_crash_left(server, tmp_path) -> 
     lines = server.start()
     assert server.proc.stdout is not None
     assert server.proc.stdout.readline() == f"resumed 1 job: {job_id}\n"
-    aiplatform.init(api_endpoint=server.url)
+    aiplatform.init(api_endpoint=server.url, credentials=server.credentials())  # (a new token: a new server)
     job = aiplatform.HyperparameterTuningJob.get(job.resource_name)
     job.wait_for_completion()
     assert job.state.name == "JOB_STATE_SUCCEEDED", lines

@@ -8,14 +8,19 @@ Nothing here decides a job's rules: the request body is read by the spec loader 
 as ``trials validate``), the resource is ``describe``'s, cancel is ``trials cancel``'s.
 
 Requests are handled in :meth:`Api.handle` (method, path, query, body → status, JSON), which the
-HTTP layer only wraps; errors are Google's shape ``{"error": {"code", "message", "status"}}``.
+HTTP layer (:mod:`listener`) only wraps, after :mod:`guard` let the request in (its token, Host,
+Origin, Content-Type); errors are Google's shape ``{"error": {"code", "message", "status"}}``.
+At most ``--max-running-jobs`` controllers run at once (:mod:`admission`); the others' jobs wait
+``JOB_STATE_QUEUED``. A job created through the API runs its command as the server's user: the
+token is the boundary, and what a job names on the host (its outputs, its packages) is ``gs://`` or
+under the server's root.
 """
 
 from __future__ import annotations
 
 import contextlib
-import http.server
 import json
+import math
 import os
 import re
 import secrets
@@ -31,15 +36,28 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trials import protocol
+from trials.controller.api import record
+from trials.controller.api.admission import Admission, default_max_running_jobs
+from trials.controller.api.errors import ApiError
+from trials.controller.api.guard import ENV_SERVE_TOKEN, Guard
+from trials.controller.api.listener import DRAIN_TIMEOUT_S, MAX_BODY_BYTES, Listener
 from trials.errors import ConfigError, JobNotFoundError, TrialsError
 from trials.printable import printable
 from trials.records import FINAL_JOB_STATES, JobState, TrialState
+from trials.spec.model import JobSpec
+from trials.storage_url import JOURNAL_FILE
 from trials.timefmt import rfc3339
 
-MAX_BODY_BYTES = 8 * 1024 * 1024  # a job spec is a few KiB; a body over this is refused unread
+__all__ = ["MAX_BODY_BYTES", "Api", "ApiError", "make_server", "parse_filter", "serve_main"]
+
+MAX_BODY_DEPTH = 64  # a job spec nests ~8 deep; deeper is refused before anything recurses over it
+_MAX_INT_DIGITS = 20  # int64/uint64 fields: a longer integer is refused unconverted
+_INT_RANGE = (-(2**63), 2**64 - 1)
+EXTERNAL_POLL_S = 1.0  # how often a controller the server did not start is checked for its end
 DEFAULT_PAGE_SIZE = 100
 CONTROLLER_RESTARTS = 3  # a controller that dies with its job unfinished is started again this often
 CONTROLLER_LOG = "serve-controller.log"
+_SPEC_KEY = {"hyperparameterTuningJobs": "trialJobSpec", "customJobs": "jobSpec"}
 _ROUTE = re.compile(r"^/v1/projects/(?P<project>[^/:]+)/locations/(?P<location>[^/:]+)/"
                     r"(?P<kind>hyperparameterTuningJobs|customJobs|operations)"
                     r"(?:/(?P<id>[^/:]+))?(?::(?P<verb>[A-Za-z]+))?$")
@@ -47,21 +65,6 @@ _OUTPUT_ONLY = ("name", "state", "trials", "createTime", "startTime", "endTime",
 TUNING, CUSTOM = "hyperparameterTuningJobs", "customJobs"
 _NOUN = {TUNING: "HyperparameterTuningJob", CUSTOM: "CustomJob"}
 _FIELD = {TUNING: "hyperparameterTuningJob", CUSTOM: "customJob"}
-_STATUS = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 409: "ALREADY_EXISTS", 500: "INTERNAL",
-           501: "UNIMPLEMENTED"}
-
-
-class ApiError(Exception):
-    """A request refused: the HTTP code, Google's status name and the message the SDK shows."""
-
-    def __init__(self, code: int, message: str, status: str | None = None):
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.status = status or _STATUS.get(code, "UNKNOWN")
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"code": self.code, "message": self.message, "status": self.status}}
 
 
 @dataclass
@@ -83,6 +86,9 @@ class Api:
         project_number: what a trial's ``CLOUD_ML_PROJECT_ID`` is (the path's project is kept as given
             in resource names).
         python: the interpreter the controllers run under.
+        max_running_jobs: controllers at once (``--max-running-jobs``); the other jobs wait QUEUED.
+        endpoint: the server's Cloud Storage endpoint (``STORAGE_EMULATOR_HOST``), given to every
+            host-runtime job's replicas instead of an endpoint per job.
     """
 
     root: str
@@ -91,12 +97,18 @@ class Api:
     project_number: str | None = None
     images: Sequence[str] = ()
     python: str = sys.executable
+    max_running_jobs: int = field(default_factory=default_max_running_jobs)
+    endpoint: str | None = None
     log: Callable[[str], None] = lambda line: None
     _controllers: dict[str, _Controller] = field(default_factory=dict)
     _operations: dict[str, dict[str, Any]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stopping: bool = False
     _cwd: str = field(default_factory=os.getcwd)
+    _admission: Admission = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._admission = Admission(max_running=self.max_running_jobs)
 
     @property
     def gcs_root(self) -> str:
@@ -129,6 +141,8 @@ class Api:
                                 f"operations)")
         parent = f"projects/{m['project']}/locations/{m['location']}"
         kind, job_id, verb = m["kind"], m["id"], m["verb"]
+        if job_id is not None and kind != "operations":
+            _check_id(job_id, f"{parent}/{kind}/")
         if kind == "operations":
             if method == "GET" and job_id and not verb:
                 return self._operation(parent, job_id)
@@ -162,6 +176,7 @@ class Api:
         name = body.get("name")
         if isinstance(name, str) and name:
             existing = name.rsplit("/", 1)[-1]
+            _check_id(existing, f"{field_name}.name: ")
             if self._exists(existing):
                 raise ApiError(409, f"{_NOUN[kind]} {printable(name)[:200]} already exists")
         spec = {k: v for k, v in body.items() if k not in _OUTPUT_ONLY}
@@ -172,16 +187,21 @@ class Api:
                 check_command(job, None, field_name)
         except ConfigError as err:
             raise ApiError(400, str(err)) from None
-        job_id = self._new_id()
+        check_host_paths(job, f"{field_name}.{_SPEC_KEY[kind]}", root=self.root, cwd=self.cwd)
+        job_id = self._claim_id(parent, kind)  # its folder and API record, before the job (see `record`)
+        job_dir = registry.job_dir_of(self.root, job_id)
         try:
             h = registry.create_job(job, root=self.root, job_id=job_id, spec_path=None, storage=self.storage,
                                     base_output_dir=None, project_number=self.project_number,
                                     local_command=None, cwd=self.cwd, gcs_root=self.gcs_root)
-        except ConfigError as err:
-            raise ApiError(400, str(err)) from None
-        h.store.set_meta(api_parent=parent, api_kind=kind)
+        except BaseException as err:
+            record.abandon(job_dir)
+            if isinstance(err, ConfigError):
+                raise ApiError(400, str(err)) from None
+            raise
+        h.store.set_meta(api_parent=parent, api_kind=kind)  # (a server stopped before this adopts the job)
         self.log(f"{_NOUN[kind]} {job_id} created ({printable(str(body.get('displayName')))[:80]})")
-        self._start(job_id)
+        self._submit(job_id)
         return self.get(parent, job_id, kind)
 
     def get(self, parent: str, job_id: str, kind: str = TUNING) -> dict[str, Any]:
@@ -229,6 +249,10 @@ class Api:
         self.get(parent, job_id, kind)  # 404 first
         h = registry.open_job(job_id, root=self.root, storage=self.storage)
         state, ended = admin.cancel(h)
+        with self._lock:
+            waited = self._admission.is_waiting(job_id)
+        if waited:
+            self._release(job_id)  # (cancelled while it waited: it never runs)
         if ended:
             raise ApiError(400, f"Cannot cancel {_NOUN[kind]} {job_id}: it is already in {state}",
                            "FAILED_PRECONDITION")
@@ -282,14 +306,24 @@ class Api:
 
         return any(r["job_id"] == job_id for r in view.list_jobs(self.root, self.storage))
 
-    def _new_id(self) -> str:
-        """A numeric id, as Vertex gives (its folder does not exist yet)."""
+    def _claim_id(self, parent: str, kind: str) -> str:
+        """A numeric id, as Vertex gives: its folder made (which claims it) with the job's API record."""
         from trials.controller.jobs import registry
 
+        os.makedirs(self.root, exist_ok=True)
         while True:
             job_id = str(10**17 + secrets.randbelow(9 * 10**17))
-            if not os.path.exists(registry.job_dir_of(self.root, job_id)):
-                return job_id
+            try:
+                record.claim(registry.job_dir_of(self.root, job_id), parent=parent, kind=kind)
+            except FileExistsError:
+                continue
+            return job_id
+
+    @property
+    def shares_endpoint(self) -> bool:
+        """Whether the jobs' replicas use the server's Cloud Storage endpoint (host runtime: they reach its
+        loopback address) rather than one their controller starts."""
+        return self.endpoint is not None and self.runtime in (None, "host")
 
     def controller_command(self, job_id: str) -> list[str]:
         cmd = [self.python, "-m", "trials", "resume", job_id, "--root", self.root, "--quiet"]
@@ -299,7 +333,47 @@ class Api:
             cmd += ["--runtime", self.runtime]
         for image in self.images:
             cmd += ["--image", image]
+        if self.shares_endpoint:
+            cmd += ["--pass-env", protocol.ENV_STORAGE_EMULATOR_HOST]
         return cmd
+
+    def controller_env(self) -> dict[str, str]:
+        """The controllers' environment: the server's, without its token, with its storage endpoint."""
+        env = {k: v for k, v in os.environ.items() if k != ENV_SERVE_TOKEN}
+        if self.shares_endpoint and self.endpoint is not None:
+            env[protocol.ENV_STORAGE_EMULATOR_HOST] = self.endpoint
+        return env
+
+    def _submit(self, job_id: str) -> None:
+        """Run the job's controller now, or queue the job behind ``max_running_jobs`` running ones."""
+        with self._lock:
+            now = self._admission.submit(job_id)
+            n_waiting = len(self._admission.waiting)
+        if now:
+            self._launch(job_id)
+        else:
+            self.log(f"job {job_id} waits JOB_STATE_QUEUED: {self.max_running_jobs} job(s) running "
+                     f"(--max-running-jobs), {n_waiting} waiting")
+
+    def _release(self, job_id: str) -> None:
+        """A job's controller is gone for good (or it left the queue): start the next waiting jobs."""
+        with self._lock:
+            if self._stopping:
+                return
+            queued = self._admission.done(job_id)
+        for nxt in queued:
+            state = self._state(nxt)
+            if state is None or state in FINAL_JOB_STATES:  # cancelled or deleted while it waited
+                self._release(nxt)
+            else:
+                self._launch(nxt)
+
+    def _launch(self, job_id: str, restarts: int = 0) -> None:
+        try:
+            self._start(job_id, restarts)
+        except (OSError, TrialsError) as err:
+            self._fail(job_id, f"the job's controller could not be started: {printable(str(err))[:300]}")
+            self._release(job_id)
 
     def _start(self, job_id: str, restarts: int = 0) -> None:
         """Run the job's controller (``trials resume JOB``) in its own session, its output in the job folder."""
@@ -311,7 +385,7 @@ class Api:
                      0o644)
         try:
             proc = subprocess.Popen(self.controller_command(job_id), stdin=subprocess.DEVNULL, stdout=fd,
-                                    stderr=fd, cwd=self.cwd, start_new_session=True)
+                                    stderr=fd, cwd=self.cwd, start_new_session=True, env=self.controller_env())
         finally:
             os.close(fd)
         with self._lock:
@@ -329,12 +403,31 @@ class Api:
         state = self._state(job_id)
         if state is None or state in FINAL_JOB_STATES:
             self.log(f"job {job_id} {state or 'gone'}")
+            self._release(job_id)
             return
         if code != protocol.EXIT_USAGE and restarts < CONTROLLER_RESTARTS:
             self.log(f"job {job_id}: its controller exited ({code}) with the job {state}: started again")
-            self._start(job_id, restarts + 1)
+            self._launch(job_id, restarts + 1)
             return
         self._fail(job_id, f"the job's controller exited with code {code}: {self._log_tail(job_id)}")
+        self._release(job_id)
+
+    def _watch_external(self, job_id: str, job_dir: str) -> None:
+        """A controller this server did not start (an earlier server's): its place is held until it ends;
+        a job it left unfinished gets one of this server's."""
+        from trials.controller.jobs.lock import lock_holder
+
+        while lock_holder(job_dir) is not None:
+            if self._stopping:
+                return
+            time.sleep(EXTERNAL_POLL_S)
+        state = self._state(job_id)
+        if state is None or state in FINAL_JOB_STATES:
+            self._release(job_id)
+        elif not self._stopping:
+            self.log(f"job {job_id}: the controller an earlier server started is gone with the job {state}: "
+                     f"started again")
+            self._launch(job_id)
 
     def _state(self, job_id: str) -> str | None:
         from trials.controller.jobs import view
@@ -361,27 +454,69 @@ class Api:
         lines = [line for line in tail_lines(path, n=20, max_bytes=4096) if line.strip()]
         return printable(lines[-1])[:500] if lines else "(no output)"
 
+    def adopt_creations(self) -> tuple[list[str], list[str]]:
+        """On start, what a server stopped mid-create left (see :mod:`record`): ``(adopted, removed)``, the
+        jobs given the API keys they lacked, and the creations that never reached a job (their folders removed)."""
+        from trials.controller.jobs import registry, view
+
+        if not os.path.isdir(self.root):
+            return [], []
+        listed = {row["job_id"] for row in view.list_jobs(self.root, self.storage)} if self.storage else None
+        adopted, removed = [], []
+        for name in sorted(os.listdir(self.root)):
+            job_dir = os.path.join(self.root, name)
+            made = record.read(job_dir)
+            if made is None or os.path.islink(job_dir):
+                continue
+            exists = (name in listed) if listed is not None else os.path.exists(
+                os.path.join(job_dir, JOURNAL_FILE))
+            if not exists:
+                if record.abandon(job_dir):
+                    removed.append(name)
+                continue
+            try:
+                h = registry.open_job(name, root=self.root, storage=self.storage)
+            except TrialsError:
+                continue
+            if not h.store.get_meta("api_parent"):
+                h.store.set_meta(api_parent=made["parent"], api_kind=made["kind"])
+                adopted.append(name)
+        return adopted, removed
+
     def resume_jobs(self) -> list[str]:
-        """On start: every job made through the API that has not ended and has no live controller runs again."""
+        """On start: every job made through the API that has not ended runs again, first created first: one a
+        live controller runs holds its place until it ends; the others start, or wait their turn QUEUED."""
         from trials.controller.jobs import admin, registry, view
 
         resumed = []
-        for row in view.list_jobs(self.root, self.storage):
+        rows = sorted(view.list_jobs(self.root, self.storage), key=lambda r: (r["create_time"], r["job_id"]))
+        for row in rows:
             if row["state"] in FINAL_JOB_STATES:
                 continue
             try:
                 h = registry.open_job(row["job_id"], root=self.root, storage=self.storage)
             except TrialsError:
                 continue
-            if not h.store.get_meta("api_parent") or admin.running_controller(h) is not None:
+            if not h.store.get_meta("api_parent"):
                 continue
-            self._start(row["job_id"])
+            if admin.running_controller(h) is not None:
+                with self._lock:
+                    self._admission.adopt(row["job_id"])
+                threading.Thread(target=self._watch_external, args=(row["job_id"], h.job_dir), daemon=True,
+                                 name=f"controller-{row['job_id']}").start()
+                continue
+            self._submit(row["job_id"])
             resumed.append(row["job_id"])
         return resumed
 
     def running(self) -> list[str]:
         with self._lock:
             return sorted(self._controllers)
+
+    def waiting(self) -> list[str]:
+        """The jobs waiting for a controller, in the order they will start."""
+        with self._lock:
+            return list(self._admission.waiting)
 
     def stop(self) -> None:
         """The server stops; the jobs' controllers go on (as Vertex's jobs outlive a client)."""
@@ -414,13 +549,88 @@ def custom_job_rest(tuning: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _json_body(body: bytes) -> dict[str, Any]:
+    """The request's JSON object; a malformed, too deep or out-of-range one is ``400 INVALID_ARGUMENT``."""
     try:
-        value = json.loads(body.decode("utf-8")) if body.strip() else {}
+        value = (json.loads(body.decode("utf-8"), parse_int=_bounded_int, parse_float=_finite_float,
+                            parse_constant=_no_constant) if body.strip() else {})
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ApiError(400, f"Invalid JSON payload received. {printable(str(err))[:200]}") from None
+    except RecursionError:
+        raise ApiError(400, f"Invalid JSON payload received. Nested deeper than {MAX_BODY_DEPTH} levels") from None
     if not isinstance(value, dict):
         raise ApiError(400, f"Invalid JSON payload received. Expected an object, got {type(value).__name__}")
+    _check_depth(value)
     return value
+
+
+def _bounded_int(text: str) -> int:
+    digits = text.lstrip("-")
+    value = int(text) if len(digits) <= _MAX_INT_DIGITS else None
+    if value is None or not _INT_RANGE[0] <= value <= _INT_RANGE[1]:
+        shown = text if len(text) <= 30 else f"{text[:20]}... ({len(digits)} digits)"
+        raise ApiError(400, f"Invalid JSON payload received. The number {shown} is out of range: an integer "
+                            f"field holds at most 64 bits")
+    return value
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ApiError(400, f"Invalid JSON payload received. The number {printable(text)[:30]} is out of range "
+                            f"of a double")
+    return value
+
+
+def _no_constant(text: str) -> float:
+    raise ApiError(400, f"Invalid JSON payload received. {text} is not JSON (a double field takes \"{text}\" "
+                        f"as a string)")
+
+
+def _check_depth(value: object) -> None:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_BODY_DEPTH:
+            raise ApiError(400, f"Invalid JSON payload received. Nested deeper than {MAX_BODY_DEPTH} levels")
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+
+
+def _check_id(job_id: str, where: str) -> None:
+    try:
+        protocol.check_job_id(job_id)
+    except ValueError as err:
+        raise ApiError(400, f"Invalid resource name {where}{printable(job_id)[:100]}: {err}") from None
+
+
+def check_host_paths(job: JobSpec, where: str, *, root: str, cwd: str) -> None:
+    """What a job made through the API names on the host: its base output directory and its local packages
+    must be ``gs://`` (``ROOT/gcs``) or under the server's root (a container mounts them).
+
+    Raises:
+        ApiError: 400 naming the field, for any other host path.
+    """
+    spec = job.trial_job
+    if spec is None:
+        return
+    named = [(f"{where}.baseOutputDirectory.outputUriPrefix", spec.base_output_directory)]
+    for i, pool in enumerate(spec.worker_pools):
+        for k, uri in enumerate(pool.python_package.package_uris if pool and pool.python_package else ()):
+            named.append((f"{where}.workerPoolSpecs[{i}].pythonPackageSpec.packageUris[{k}]", uri))
+    top = os.path.abspath(root)
+    for key, value in named:
+        if not value or protocol.is_gcs_uri(value):
+            continue
+        path = os.path.abspath(os.path.join(cwd, value))
+        if not (_beneath(path, top) and _beneath(os.path.realpath(path), os.path.realpath(top))):
+            raise ApiError(400, f"{key}: a job made through trials serve writes and reads gs:// or a folder under "
+                                f"the server's root {top} (--root), got {printable(value)[:200]!r}")
+
+
+def _beneath(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
 
 
 def _int_param(query: Mapping[str, str], key: str, default: int) -> int:
@@ -465,90 +675,94 @@ def parse_filter(text: str) -> Callable[[Mapping[str, Any]], bool]:
     return keep
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    api: Api
-    server_version = "trials-serve"
-    protocol_version = "HTTP/1.1"
-
-    def _serve(self) -> None:
-        url = urllib.parse.urlsplit(self.path)
-        query = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query, keep_blank_values=True).items()}
-        body = b""
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            length = -1
-        if length < 0 or length > MAX_BODY_BYTES:
-            self.close_connection = True
-            status, out = 400, ApiError(400, f"request body of {self.headers.get('Content-Length')!r} bytes refused: "
-                                             f"the limit is {MAX_BODY_BYTES} bytes").body()
-        else:
-            body = self.rfile.read(length) if length else b""
-            status, out = self.api.handle(self.command, url.path, query, body)
-        data = json.dumps(out).encode("utf-8")
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json; charset=UTF-8")
-        self.send_header("Content-Length", str(len(data)))
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(data)
-
-    do_GET = do_POST = do_DELETE = do_PATCH = do_PUT = _serve
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - BaseHTTPRequestHandler's name
-        pass
-
-
-def make_server(api: Api, host: str = "127.0.0.1", port: int = 0) -> http.server.ThreadingHTTPServer:
-    handler = type("Handler", (_Handler,), {"api": api})
-    server = http.server.ThreadingHTTPServer((host, port), handler)
-    server.daemon_threads = True
-    return server
+def make_server(api: Api, host: str = "127.0.0.1", port: int = 0, guard: Guard | None = None) -> Listener:
+    """The HTTP server of ``api`` on ``host:port``; ``guard``: who it answers (default: no token, the Host,
+    Origin and Content-Type checks only)."""
+    return Listener((host, port), api.handle, guard or Guard.for_server(token=None, bind=host, token_file="-"))
 
 
 def serve_main(*, root: str, storage: str | None, runtime: str | None, images: Sequence[str] = (),
-               project_number: str | None, host: str, port: int, quiet: bool = False) -> int:
-    """``trials serve``: answer until SIGINT/SIGTERM; the jobs it started go on under their controllers."""
+               project_number: str | None, host: str, port: int, quiet: bool = False, token: str | None = None,
+               no_auth: bool = False, max_running_jobs: int | None = None) -> int:
+    """``trials serve``: answer until SIGINT/SIGTERM, then the requests in flight; the jobs it started go
+    on under their controllers."""
+    from trials.controller.api import guard as guards
     from trials.controller.gcs import emulator
 
+    secret, source = guards.choose_token(token, no_auth=no_auth, environ=os.environ)
+    if max_running_jobs is not None and max_running_jobs < 1:
+        raise ConfigError(f"--max-running-jobs must be >= 1, got {max_running_jobs}")
     os.makedirs(root, exist_ok=True)
-    api = Api(root=os.path.abspath(root), storage=storage, runtime=runtime, images=tuple(images),
-              project_number=project_number,
-              log=(lambda line: None) if quiet else (lambda line: print(line, flush=True)))
+    root = os.path.abspath(root)
     try:
-        server = make_server(api, host, port)
+        token_file = guards.write_token_file(root, secret)
+    except OSError as err:
+        raise ConfigError(f"--root {root}: cannot write {guards.TOKEN_FILE} there: {err.strerror or err}") from None
+    log = (lambda line: None) if quiet else (lambda line: print(line, flush=True))
+    try:
+        server = Listener((host, port), lambda *a: api.handle(*a),
+                          Guard.for_server(token=secret, bind=host, token_file=token_file))
     except OSError as err:
         raise ConfigError(f"--port {port}: cannot listen on {host}:{port}: {err.strerror}") from None
-    resumed = api.resume_jobs()
+    os.makedirs(os.path.join(root, "gcs"), exist_ok=True)
+    buckets, why = emulator.start(os.path.join(root, "gcs"))
+    api = Api(root=root, storage=storage, runtime=runtime, images=tuple(images), project_number=project_number,
+              max_running_jobs=max_running_jobs or default_max_running_jobs(),
+              endpoint=buckets.host if buckets is not None else None, log=log)
     where = f"http://{host}:{server.server_address[1]}"
     print(f"serving Vertex AI's v1 JobService API on {where} (jobs in {api.root})", flush=True)
-    print(f"  aiplatform.init(api_endpoint={where!r}, api_transport='rest', "
-          f"credentials=AnonymousCredentials(), project=..., location=...)", flush=True)
-    os.makedirs(api.gcs_root, exist_ok=True)
-    buckets, why = emulator.start(api.gcs_root)
+    if secret is None:
+        print(f"  aiplatform.init(api_endpoint={where!r}, api_transport='rest', "
+              f"credentials=AnonymousCredentials(), project=..., location=...)", flush=True)
+        print(f"  warning: --no-auth: anyone who can reach {where} runs commands as this user (uid {os.getuid()}), "
+              f"web pages included", flush=True)
+    else:
+        print(f"  aiplatform.init(api_endpoint={where!r}, api_transport='rest', "
+              f'credentials=google.oauth2.credentials.Credentials(token="{secret}"), project=..., location=...)',
+              flush=True)
+        print(f"  the token ({'random' if source == 'random' else 'from ' + source}) is in {token_file} (mode 0600; "
+              f"gcloud: --access-token-file={token_file})", flush=True)
     if buckets is not None:
         print(f"  Cloud Storage (the jobs' buckets, {api.gcs_root}): STORAGE_EMULATOR_HOST={buckets.host}", flush=True)
     else:
         print(f"  no Cloud Storage endpoint: {why}", flush=True)
+    adopted, removed = api.adopt_creations()
+    for job_id in adopted:
+        print(f"adopted job {job_id}: the server stopped while creating it", flush=True)
+    for job_id in removed:
+        print(f"removed the creation of job {job_id} that never made its job (the server stopped during it)",
+              flush=True)
+    resumed = api.resume_jobs()
     if resumed:
         print(f"resumed {len(resumed)} job{'s' if len(resumed) > 1 else ''}: {', '.join(resumed)}", flush=True)
 
+    stopping = threading.Event()
+
     def stop(signum: int, frame: Any) -> None:
-        threading.Thread(target=server.shutdown, daemon=True).start()
+        if not stopping.is_set():
+            stopping.set()
+            server.begin_stop()
+            threading.Thread(target=server.shutdown, daemon=True).start()
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, stop)
     try:
         server.serve_forever(poll_interval=0.2)
     finally:
+        server.begin_stop()
+        server.server_close()  # no new connection; those open finish their request
+        left_open = server.drain()
         api.stop()
-        server.server_close()
         if buckets is not None:
             buckets.stop()
-    left = api.running()
+    if left_open:
+        print(f"stopped with {left_open} request(s) unanswered after {DRAIN_TIMEOUT_S:.0f} s", flush=True)
+    left, waiting = api.running(), api.waiting()
     if left:
         print(f"stopped serving; {len(left)} job{'s' if len(left) > 1 else ''} still running under "
               f"{'their controllers' if len(left) > 1 else 'its controller'} ({', '.join(left)}): "
               f"`trials serve` again watches them, `trials cancel JOB --root {root}` stops one", flush=True)
+    if waiting:
+        print(f"{len(waiting)} job(s) left JOB_STATE_QUEUED ({', '.join(waiting[:5])}"
+              f"{', ...' if len(waiting) > 5 else ''}): `trials serve` again starts them", flush=True)
     return protocol.EXIT_OK
