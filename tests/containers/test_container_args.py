@@ -33,7 +33,7 @@ def option(args, name):
 def test_the_image_runs_its_entrypoint_with_the_args_then_the_flags(tmp_path):
     args = backend(tmp_path).run_args(request(tmp_path), "c1")
     assert args[:4] == ["run", "--rm", "--name", "c1"] and "--replace" in args and "--entrypoint" not in args
-    assert args[-3:] == ["us-docker.pkg.dev/p/r/t:1", "--epochs=2", "--x=0.5"]
+    assert args[-4:] == ["--", "us-docker.pkg.dev/p/r/t:1", "--epochs=2", "--x=0.5"]
     env = dict(e.split("=", 1) for e in option(args, "--env"))
     assert env["TRIALS_GCS_ROOT"] == "/gcs" and env["CLOUD_ML_TRIAL_ID"] == "3"
     assert "SECRET" not in env and "PATH" not in env  # nothing of the host's: the image's own PATH
@@ -48,8 +48,8 @@ def test_the_image_runs_its_entrypoint_with_the_args_then_the_flags(tmp_path):
 def test_a_command_replaces_the_entrypoint_and_a_local_image_stands_in(tmp_path):
     b = backend(tmp_path, images={"us-docker.pkg.dev/p/r/t:1": "localhost/t:1"}, pass_env=("SECRET",))
     args = b.run_args(request(tmp_path, entrypoint=("python", "-m", "task"), memory_limit_mb=64), "c1")
-    i = args.index("--entrypoint")
-    assert args[i:] == ["--entrypoint", "python", "localhost/t:1", "-m", "task", "--epochs=2", "--x=0.5"]
+    i = args.index("--entrypoint=python")
+    assert args[i:] == ["--entrypoint=python", "--", "localhost/t:1", "-m", "task", "--epochs=2", "--x=0.5"]
     assert option(args, "--memory") == ["64m"] and option(args, "--memory-swap") == ["64m"]
     assert "SECRET=s" in option(args, "--env")  # passed on purpose
 
@@ -58,11 +58,30 @@ def test_a_python_package_is_installed_before_its_module_runs(tmp_path):
     sdist = tmp_path / "pkg-1.tar.gz"
     args = backend(tmp_path).run_args(request(tmp_path, entrypoint=("python3", "-m", "pkg.task"),
                                               package_uris=("gs://b/pkg.tar.gz", str(sdist))), "c1")
-    i = args.index("--entrypoint")
-    assert args[i + 1] == "python3" and args[i + 3] == "-c"
+    i = args.index("--entrypoint=python3")
+    assert args[i + 1:i + 3] == ["--", "us-docker.pkg.dev/p/r/t:1"] and args[i + 3] == "-c"
     assert args[i + 5:] == ["2", "/gcs/b/pkg.tar.gz", "/trials-packages/1/pkg-1.tar.gz", "pkg.task", "--epochs=2",
                             "--x=0.5"]
     assert f"{sdist}:/trials-packages/1/pkg-1.tar.gz:ro" in option(args, "--volume")
+
+
+def test_a_trial_runs_on_its_own_network_never_the_hosts(tmp_path):
+    from trials.controller.container.network import TrialNetwork, endpoint_host
+
+    net = TrialNetwork(name="trials-n-net0", gateway="10.89.3.1", keeper="trials-n-keeper0")
+    one = backend(tmp_path).run_args(request(tmp_path), "c1", net)
+    assert option(one, "--network") == [] and "--network=container:trials-n-keeper0" in one  # the keeper's
+    assert not any("host" in a for a in one if a.startswith("--net"))
+    cluster = '{"cluster": {"workerpool0": ["workerpool0-0:2222"], "workerpool1": ["workerpool1-0:2222"]}}'
+    two = backend(tmp_path).run_args(request(tmp_path, name="workerpool1-0", env={
+        "CLOUD_ML_TRIAL_ID": "3", "CLUSTER_SPEC": cluster}), "c2", net)
+    assert [a for a in two if a.startswith(("--network", "--hostname"))] == \
+        ["--network=trials-n-net0", "--network-alias=workerpool1-0", "--hostname=workerpool1-0"]
+    without_keeper = TrialNetwork(name="trials-n-net0", gateway="10.89.3.1")
+    assert "--network=trials-n-net0" in backend(tmp_path).run_args(request(tmp_path), "c1", without_keeper)
+    assert "STORAGE_EMULATOR_HOST" not in "".join(option(one, "--env"))  # no endpoint on this one
+    assert endpoint_host("10.89.3.1", 4443) == "http://10.89.3.1:4443"
+    assert endpoint_host("fd00::1", 4443) == "http://[fd00::1]:4443"
 
 
 def test_gpus_are_cdi_devices_for_podman_and_gpus_for_docker(tmp_path):
@@ -126,3 +145,17 @@ def test_a_runtime_that_fails_us_is_an_internal_error_not_the_trainers(tmp_path)
         with pytest.raises(BackendError, match="replica workerpool0-0"):
             backend(tmp_path, runtime=gone).start(request(tmp_path, stdout_path=str(tmp_path / "o"),
                                                           stderr_path=str(tmp_path / "e")))
+
+
+def test_a_loopback_endpoint_passed_on_purpose_is_named_unreachable(tmp_path):
+    from trials.controller.container.backend import is_loopback_url
+
+    assert is_loopback_url("http://127.0.0.1:9023") and is_loopback_url("localhost:9023")
+    assert is_loopback_url("http://[::1]:80") and not is_loopback_url("http://10.89.0.1:9023")
+    assert not is_loopback_url("http://storage.example:443") and not is_loopback_url("::garbage")
+    said = []
+    b = ContainerBackend(runtime=rt.Runtime(name="podman", program=str(tmp_path / "none")), job_dir=str(tmp_path),
+                         gcs_root=str(tmp_path / "gcs"), pass_env=("STORAGE_EMULATOR_HOST",),
+                         environ={"STORAGE_EMULATOR_HOST": "http://127.0.0.1:9023"})
+    assert b.endpoint_root(said.append) is None
+    assert len(said) == 1 and "cannot reach from their own network" in said[0]

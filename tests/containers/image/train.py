@@ -2,7 +2,8 @@
 
 --mode: normal (reports --epochs steps, saves a model), ignore-term (SIGTERM ignored, sleeps), term
 (handles SIGTERM: exits 0 at once), oom (allocates until the memory limit kills it), sleep (reports
-once, then sleeps --sleep seconds).
+once, then sleeps --sleep seconds), probe (what it reaches: the loopback ports --probe, as a PostgreSQL
+client would start, and the storage endpoint of STORAGE_EMULATOR_HOST; one line "probe: {json}").
 """
 
 import argparse
@@ -20,6 +21,7 @@ p.add_argument("--x", type=float, required=True)
 p.add_argument("--epochs", type=int, default=3)
 p.add_argument("--mode", default="normal")
 p.add_argument("--sleep", type=float, default=60.0)
+p.add_argument("--probe", type=int, action="append", default=[])
 a = p.parse_args()
 ht = hypertune.HyperTune()
 if a.mode == "ignore-term":
@@ -59,6 +61,34 @@ if a.mode == "gcs":  # the job's local Cloud Storage endpoint, reached from the 
     ht.report_hyperparameter_tuning_metric(hyperparameter_metric_tag="score", metric_value=float(len(names)),
                                            global_step=1)
     print("objects:", " ".join(sorted(names)))
+    sys.exit(0)
+if a.mode == "probe":
+    import socket
+    import struct
+    import urllib.request
+
+    seen = {}
+    for port in a.probe:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+                body = struct.pack("!I", 196608) + b"user\0postgres\0database\0postgres\0\0"  # StartupMessage 3.0
+                conn.sendall(struct.pack("!I", len(body) + 4) + body)
+                conn.settimeout(10)
+                try:
+                    seen[str(port)] = "connected, answered " + repr(conn.recv(1))
+                except OSError:
+                    seen[str(port)] = "connected"
+        except OSError as err:
+            seen[str(port)] = "not reached: " + type(err).__name__
+    endpoint = os.environ.get("STORAGE_EMULATOR_HOST", "")
+    try:
+        with urllib.request.urlopen(endpoint + "/storage/v1/b/bucket/o", timeout=30) as r:
+            listed = sorted(item["name"] for item in json.load(r).get("items", []))
+    except (OSError, ValueError) as err:
+        listed = ["error: " + type(err).__name__]
+    print("probe: " + json.dumps({"ports": seen, "endpoint": endpoint, "objects": listed}), flush=True)
+    ht.report_hyperparameter_tuning_metric(hyperparameter_metric_tag="score", metric_value=float(len(listed)),
+                                           global_step=1)
     sys.exit(0)
 if a.mode == "oom":
     hog = []

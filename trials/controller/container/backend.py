@@ -8,28 +8,33 @@ controller reads the metric file with every rule of the metric reader. Each cont
 with the job, trial, replica, attempt and its controller; a container a killed controller left is
 found by label and removed by the next one.
 
-A one-replica trial shares the host's network (``--network host``: it reaches the job's local Cloud
-Storage endpoint). The replicas of a trial of several get a network of their own, as on Vertex: each
-is reachable by its replica name (``workerpool0-0``, ``workerpool1-0``…) on port 2222, and
-CLUSTER_SPEC, TF_CONFIG and MASTER_ADDR/MASTER_PORT name those hosts; two trials never see each other.
+Every trial has a network of its own, never the host's (:mod:`network`): nothing of the host's loopback
+is reachable from it, the job's local Cloud Storage endpoint listens on its gateway
+(``STORAGE_EMULATOR_HOST``), two trials never see each other. The replicas of a trial of several are
+each reachable there by its replica name (``workerpool0-0``, ``workerpool1-0``…) on port 2222, and
+CLUSTER_SPEC, TF_CONFIG and MASTER_ADDR/MASTER_PORT name those hosts, as on Vertex. Every runtime call
+puts ``--`` before its operands.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import signal
 import socket
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from trials import protocol
 from trials.controller.backend.protocol import BackendError, ReplicaStart
 from trials.controller.container import runtime as rt
+from trials.controller.container.network import KEEPER_REPLICA, TrialNetwork, TrialNetworks, remove_left_networks
+from trials.controller.container.reference import check_reference
 from trials.controller.gcs import emulator as gcs_emulator
 from trials.controller.process.groups import process_start_time
-from trials.controller.process.host import start_endpoint
 from trials.controller.process.replica import Replica
 from trials.controller.process.spawn import start_replica
 from trials.errors import ConfigError
@@ -87,7 +92,7 @@ class ContainerReplica:
         if self.poll() is None:
             self._killed = self._killed or sig == signal.SIGKILL
             with contextlib.suppress(rt.RuntimeUnavailable):  # a runtime too slow to answer: the next stop step
-                self.runtime.call("kill", "--signal", str(int(sig)), self.container, timeout=30)
+                self.runtime.call("kill", "--signal", str(int(sig)), "--", self.container, timeout=30)
 
     def begin_stop(self, now: float) -> float:
         if self.stop_requested_at is not None:
@@ -122,7 +127,7 @@ class ContainerBackend:
         gcs_root: the job's buckets, mounted at ``/gcs``.
         images: local images that stand in for the spec's registry URIs (``--image URI=LOCAL``).
         pass_env: host variables passed into the containers on purpose (``--pass-env``).
-        gcs_endpoint: start the local Cloud Storage endpoint (reached over the host network).
+        gcs_endpoint: start the local Cloud Storage endpoint (one on each trial network's gateway).
         environ: the host environment (the runtime's own client runs in it).
     """
 
@@ -136,42 +141,55 @@ class ContainerBackend:
         self.gcs_endpoint = gcs_endpoint
         self.environ = dict(os.environ if environ is None else environ)
         self.me = f"{socket.gethostname()}:{os.getpid()}:{process_start_time(os.getpid()) or 0}"
-        self._gcs: gcs_emulator.Emulator | None = None
-        self._extra_env: dict[str, str] = {}
-        self._networks: dict[str, list[ContainerReplica]] = {}  # a trial's network -> its replicas
-        self._network_gcs: dict[str, gcs_emulator.Emulator] = {}  # its own endpoint, on its gateway
+        self._networks: TrialNetworks | None = None
 
     def open(self, say: Callable[[str], None]) -> None:
         removed = remove_left_containers(self.runtime, self.job_dir, keep=self.me)
-        listed = self.runtime.call("network", "ls", "--filter", f"label={rt.LABEL_JOB_DIR}={self.job_dir}",
-                                   "--format", "{{.Name}}")
-        for network in listed.stdout.decode("utf-8", "replace").split() if listed.returncode == 0 else ():
-            self.runtime.call("network", "rm", network)  # a dead controller's (one in use stays: rm refuses)
+        remove_left_networks(self.runtime, self.job_dir)  # a dead controller's (one in use stays: rm refuses)
         if removed:
             say(f"removed {len(removed)} container(s) an earlier controller of this job left: {', '.join(removed[:3])}")
         os.makedirs(self.gcs_root, exist_ok=True)
-        if self.gcs_endpoint:
-            self._gcs, self._extra_env = start_endpoint(self.gcs_root, self.environ, self.pass_env, say)
+        self._networks = TrialNetworks(self.runtime, job_dir=self.job_dir, me=self.me, environ=self.environ,
+                                       gcs_root=self.endpoint_root(say), say=say)
+
+    def endpoint_root(self, say: Callable[[str], None]) -> str | None:
+        """What the trial networks' endpoints serve: the job's buckets, unless there is to be no endpoint
+        (off, not installed, or the user's own ``STORAGE_EMULATOR_HOST`` passed on purpose)."""
+        own = self.environ.get(protocol.ENV_STORAGE_EMULATOR_HOST)
+        if own and protocol.ENV_STORAGE_EMULATOR_HOST in self.pass_env:
+            if is_loopback_url(own):
+                say(f"{protocol.ENV_STORAGE_EMULATOR_HOST}={rt.printable_line(own)} (--pass-env) is on this host's "
+                    f"loopback, which container trials cannot reach from their own network: give an address they "
+                    f"reach, or leave it out and they get the job's endpoint on their network's gateway")
+            return None
+        if not self.gcs_endpoint:
+            return None
+        if gcs_emulator.disabled(self.environ):
+            return None
+        if not gcs_emulator.available():
+            return None  # (the extra is optional: a host job says nothing about it either)
+        if own:
+            say(f"{protocol.ENV_STORAGE_EMULATOR_HOST}={rt.printable_line(own)} of this shell is not given to "
+                f"trials: they get the job's endpoint on their network's gateway, serving {self.gcs_root} as /gcs "
+                f"does; keep yours with --pass-env {protocol.ENV_STORAGE_EMULATOR_HOST}")
+        return self.gcs_root
 
     def image_of(self, image: str | None) -> str:
         if not image:
             raise ConfigError("a worker pool has no image to run (containerSpec.imageUri / executorImageUri)")
-        return self.images.get(image, image)
+        return check_reference(self.images.get(image, image), "the worker pool's image")
 
-    def run_args(self, request: ReplicaStart, container: str, network: str | None = None) -> list[str]:
-        """The runtime's ``run`` arguments for one replica attempt (``network``: its trial's own)."""
+    def run_args(self, request: ReplicaStart, container: str, network: TrialNetwork | None = None) -> list[str]:
+        """The runtime's ``run`` arguments for one replica attempt on its trial's ``network`` (None: no network)."""
         env = {**{k: self.environ[k] for k in self.pass_env if k in self.environ}, **request.env,
-               protocol.ENV_GCS_ROOT: GCS_MOUNT, **(self._network_env(network) if network else self._extra_env)}
+               protocol.ENV_GCS_ROOT: GCS_MOUNT, **(network.env() if network is not None else {})}
         trial = env.get(protocol.ENV_TRIAL_ID, "")
         labels = {rt.LABEL: "1", rt.LABEL_JOB_DIR: self.job_dir, rt.LABEL_JOB: env.get(protocol.ENV_JOB_ID, ""),
                   rt.LABEL_TRIAL: trial, rt.LABEL_REPLICA: request.name,
                   rt.LABEL_ATTEMPT: env.get(protocol.ENV_ATTEMPT, "0"), rt.LABEL_CONTROLLER: self.me}
         # --rm: the runtime removes it when it exits; podman's --replace a same-named one a dead controller left
         args = ["run", "--rm", "--name", container]
-        if network:
-            args += ["--network", network, "--network-alias", request.name, "--hostname", request.name]
-        else:
-            args += ["--network", "host"]
+        args += network.run_args(request.name, replica_count(request.env)) if network else ["--network=none"]
         if self.runtime.name == "podman":
             args.append("--replace")
         for key, value in labels.items():
@@ -209,9 +227,9 @@ class ContainerBackend:
         for key, value in env.items():
             args += ["--env", f"{key}={value}"]
         if entrypoint:  # replaces the image's ENTRYPOINT, and with it its CMD (as on Vertex)
-            args += ["--entrypoint", entrypoint[0], self.image_of(request.image), *entrypoint[1:], *after]
+            args += [f"--entrypoint={entrypoint[0]}", "--", self.image_of(request.image), *entrypoint[1:], *after]
         else:
-            args += [self.image_of(request.image), *after]
+            args += ["--", self.image_of(request.image), *after]
         return args
 
     def start(self, request: ReplicaStart) -> ContainerReplica:
@@ -224,8 +242,10 @@ class ContainerBackend:
         attempt = int(request.env.get(protocol.ENV_ATTEMPT, "0") or 0)
         container = rt.container_name(self.job_dir, request.env.get(protocol.ENV_TRIAL_ID, "x"), request.name, attempt)
         if self.runtime.name != "podman":  # docker has no --replace: one a dead controller left goes first
-            self.runtime.call("rm", "--force", container)
-        network = self._network_for(request)
+            self.runtime.call("rm", "--force", "--", container)
+        if self._networks is None:
+            raise BackendError(f"replica {request.name}: the container backend was not opened")
+        network = self._networks.take(request.env.get(protocol.ENV_TRIAL_ID, "x"), self.image_of(request.image))
         args = self.run_args(request, container, network)
         try:
             client = start_replica([*self.runtime.command, *args], env=self.environ, cwd=self.job_dir,
@@ -235,56 +255,8 @@ class ContainerBackend:
             raise BackendError(f"replica {request.name}: {self.runtime.name} could not be started: {err}") from err
         replica = ContainerReplica(client, runtime=self.runtime, container=container,
                                    memory_limited=request.memory_limit_mb is not None)
-        if network:
-            self._networks[network].append(replica)
+        network.replicas.append(replica)
         return replica
-
-    def _network_for(self, request: ReplicaStart) -> str | None:
-        """The trial's own network when it has several replicas (made on its first start), else None;
-        the networks of trials whose replicas have all exited go first."""
-        for name, replicas in list(self._networks.items()):
-            if replicas and all(r.poll() is not None for r in replicas):
-                self._remove_network(name)
-        if replica_count(request.env) < 2:
-            return None
-        trial = request.env.get(protocol.ENV_TRIAL_ID, "x")
-        name = rt.container_name(self.job_dir, trial, "net", 0)
-        if name not in self._networks:
-            self.runtime.call("network", "rm", "--force", name)  # one a dead controller left
-            made = self.runtime.call("network", "create", "--label", f"{rt.LABEL_JOB_DIR}={self.job_dir}",
-                                     "--label", f"{rt.LABEL_CONTROLLER}={self.me}", name)
-            if made.returncode != 0:
-                said = made.stderr.decode("utf-8", "replace").strip().splitlines()
-                raise BackendError(f"trial {trial}: {self.runtime.name} could not create its network: "
-                                   f"{rt.printable_line(said[-1] if said else 'no message')}")
-            self._networks[name] = []
-            self._serve_on(name)
-        return name
-
-    def _serve_on(self, network: str) -> None:
-        """The job's local Cloud Storage endpoint on the network's gateway (root only: a rootless network
-        lives in the user's own namespace), when the job has one on the host."""
-        if self._gcs is None or os.geteuid() != 0:
-            return
-        fmt = "{{range .Subnets}}{{.Gateway}} {{end}}" if self.runtime.name == "podman" else \
-            "{{range .IPAM.Config}}{{.Gateway}} {{end}}"
-        out = self.runtime.call("network", "inspect", "--format", fmt, network)
-        gateway = next(iter(out.stdout.decode("ascii", "replace").split()), "") if out.returncode == 0 else ""
-        if gateway:
-            gcs, _why = gcs_emulator.start(self.gcs_root, self.environ, bind=gateway)
-            if gcs is not None:
-                self._network_gcs[network] = gcs
-
-    def _network_env(self, network: str) -> dict[str, str]:
-        gcs = self._network_gcs.get(network)
-        return {protocol.ENV_STORAGE_EMULATOR_HOST: gcs.host} if gcs is not None else {}
-
-    def _remove_network(self, name: str) -> None:
-        self.runtime.call("network", "rm", "--force", name)
-        self._networks.pop(name, None)
-        gcs = self._network_gcs.pop(name, None)
-        if gcs is not None:
-            gcs.stop()
 
     def check_memory(self) -> None:
         """The runtime enforces ``--memory`` (the kernel's OOM killer; its flag is read at exit)."""
@@ -292,14 +264,19 @@ class ContainerBackend:
     def close(self) -> None:
         with contextlib.suppress(rt.RuntimeUnavailable):  # the job's end is written whatever the runtime does
             remove_left_containers(self.runtime, self.job_dir, only=self.me)
-            for name in list(self._networks):
-                self._remove_network(name)
-        for gcs in self._network_gcs.values():
-            gcs.stop()
-        self._network_gcs.clear()
-        if self._gcs is not None:
-            self._gcs.stop()
-            self._gcs = None
+        if self._networks is not None:
+            with contextlib.suppress(rt.RuntimeUnavailable):
+                self._networks.close()
+            self._networks = None
+
+
+def is_loopback_url(url: str) -> bool:
+    """Whether ``url`` (a ``STORAGE_EMULATOR_HOST``) names this host's loopback (unreachable from a trial network)."""
+    try:
+        host = urllib.parse.urlsplit(url if "//" in url else f"http://{url}").hostname or ""
+        return host == "localhost" or host.endswith(".localhost") or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def replica_count(env: Mapping[str, str]) -> int:
@@ -314,23 +291,28 @@ def replica_count(env: Mapping[str, str]) -> int:
 def remove_left_containers(runtime: rt.Runtime, job_dir: str, *, keep: str | None = None,
                            only: str | None = None) -> list[str]:
     """Remove this job's containers: those of controllers that are gone (``keep``: this one's), or
-    those of controller ``only``. Returns their names."""
+    those of controller ``only``. Returns the names of the replicas' (their networks' keepers go
+    after them, unnamed: a runtime removes no container whose network namespace another uses)."""
     listed = runtime.call("ps", "--all", "--filter", f"label={rt.LABEL_JOB_DIR}={os.path.abspath(job_dir)}",
-                          "--format", "{{.Names}}\t{{index .Labels \"" + rt.LABEL_CONTROLLER + "\"}}")
+                          "--format", "{{.Names}}\t{{index .Labels \"" + rt.LABEL_CONTROLLER + "\"}}\t"
+                          "{{index .Labels \"" + rt.LABEL_REPLICA + "\"}}")
     if listed.returncode != 0:
         return []
-    names = []
+    names: list[str] = []
+    keepers: list[str] = []
     for line in listed.stdout.decode("utf-8", "replace").splitlines():
-        name, _, owner = line.partition("\t")
+        name, _, rest = line.partition("\t")
+        owner, _, replica = rest.partition("\t")
         if not name.startswith("trials-"):
             continue
         if only is not None and owner != only:
             continue
         if only is None and (owner == keep or controller_alive(owner)):
             continue
-        names.append(name)
-    if names:
-        runtime.call("rm", "--force", *names)
+        (keepers if replica == KEEPER_REPLICA else names).append(name)
+    for batch in (names, keepers):
+        if batch:
+            runtime.call("rm", "--force", "--", *batch)
     return names
 
 

@@ -1,7 +1,8 @@
 """The container runtime a job's replicas run under: podman or docker, found, checked and driven.
 
 Every call is a short subprocess of the runtime's command line (``podman run``, ``kill``, ``inspect``,
-``rm``); nothing is parsed from what a trainer wrote. The few settings a machine may need (an OCI
+``rm``), its operands after ``--`` (an image or a name is never read as an option); nothing is parsed
+from what a trainer wrote. The few settings a machine may need (an OCI
 runtime, a cgroup manager) come from ``TRIALS_CONTAINER_ARGS`` (global options put before every
 subcommand, e.g. ``--runtime runc --cgroup-manager=cgroupfs``); podman also reads ``CONTAINERS_CONF``.
 """
@@ -16,6 +17,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from trials.controller.container.reference import check_reference
 from trials.errors import ConfigError
 
 RUNTIMES = ("podman", "docker")
@@ -78,12 +80,12 @@ class Runtime:
         return next((fix for needle, fix in _KNOWN_FAILURES if needle in low), None)
 
     def image_exists(self, image: str) -> bool:
-        return self.call("image", "inspect", "--format", "{{.Id}}", image).returncode == 0
+        return self.call("image", "inspect", "--format", "{{.Id}}", "--", image).returncode == 0
 
     def check_starts(self, image: str) -> None:
         """Start a throwaway container of ``image`` whose exec must fail: a runtime that cannot set a
         container up (resource limits, cgroups) fails before the exec, with its own message."""
-        run = self.call("run", "--rm", "--network=none", "--entrypoint", _PROBE_ENTRYPOINT, image)
+        run = self.call("run", "--rm", "--network=none", f"--entrypoint={_PROBE_ENTRYPOINT}", "--", image)
         said = run.stderr.decode("utf-8", "replace")
         fix = self.fix_for(said)
         if fix is not None:
@@ -143,11 +145,15 @@ def parse_image_map(entries: Sequence[str]) -> dict[str, str]:
         if not sep or not uri or not local:
             raise ConfigError(f"--image: expected URI=LOCAL_IMAGE (e.g. us-docker.pkg.dev/p/r/t:1=localhost/t:1), "
                               f"got {entry!r}")
-        out[uri] = local
+        out[uri] = check_reference(local, f"--image {uri}=LOCAL")
     return out
+
+
+def job_tag(job_dir: str) -> str:
+    """The job folder's hash, in the names of its containers and networks."""
+    return hashlib.sha256(os.path.abspath(job_dir).encode()).hexdigest()[:10]
 
 
 def container_name(job_dir: str, trial_id: str, replica: str, attempt: int) -> str:
     """A name no other job's container has: the job folder's hash, the trial, replica and attempt."""
-    tag = hashlib.sha256(os.path.abspath(job_dir).encode()).hexdigest()[:10]
-    return f"trials-{tag}-{trial_id}-{replica}-{attempt}"
+    return f"trials-{job_tag(job_dir)}-{trial_id}-{replica}-{attempt}"
