@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from containerkit import SPEC_URI, TRAINER, podman_ps, run_trials
+from containerkit import SPEC_URI, TRAINER, run_trials
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +37,10 @@ def _reachable_here(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def test_a_one_replica_trial_reaches_the_storage_endpoint_and_nothing_of_the_hosts_loopback(tmp_path, container_env):
+@pytest.mark.parametrize("runtime", ["podman", "docker"])
+def test_a_one_replica_trial_reaches_the_storage_endpoint_and_nothing_of_the_hosts_loopback(tmp_path, runtime,
+                                                                                           request):
+    container_env = request.getfixturevalue("container_env" if runtime == "podman" else "docker_env")
     gcs = tmp_path / "gcs"
     (gcs / "bucket" / "data").mkdir(parents=True)
     (gcs / "bucket" / "data" / "a.txt").write_text("a")
@@ -47,7 +50,7 @@ def test_a_one_replica_trial_reaches_the_storage_endpoint_and_nothing_of_the_hos
         args = ["--mode=probe", *(f"--probe={p}" for p in ports)]
         env = {**container_env, "TRIALS_GCS_EMULATOR": "on"}
         run = run_trials("sweep", str(_spec(tmp_path, args, trials=2)), "--root", str(tmp_path / "jobs"),
-                         "--job-id", "net", "--gcs-root", str(gcs), "--runtime", "podman",
+                         "--job-id", "net", "--gcs-root", str(gcs), "--runtime", runtime,
                          "--image", f"{SPEC_URI}={TRAINER}", cwd=tmp_path, env=env)
     assert run.returncode == 0, run.stdout + run.stderr
     gateways = set()
@@ -63,8 +66,10 @@ def test_a_one_replica_trial_reaches_the_storage_endpoint_and_nothing_of_the_hos
         gateways.add(host)
     assert len(gateways) == 2  # two trials at once: two networks
     label = f"trials.job_dir={tmp_path / 'jobs' / 'net'}"
-    assert podman_ps(container_env, label) == []  # the keepers went with the job
-    networks = subprocess.run(["podman", "network", "ls", "--filter", f"label={label}", "--format", "{{.Name}}"],
+    listed = subprocess.run([runtime, "ps", "--all", "--filter", f"label={label}", "--format", "{{.Names}}"],
+                            capture_output=True, text=True, env=container_env)
+    assert listed.stdout.split() == []  # the keepers went with the job
+    networks = subprocess.run([runtime, "network", "ls", "--filter", f"label={label}", "--format", "{{.Name}}"],
                               capture_output=True, text=True, env=container_env)
     assert networks.stdout.split() == []
 
