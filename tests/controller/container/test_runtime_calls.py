@@ -19,7 +19,7 @@ IMAGE = "us-docker.pkg.dev/p/r/t:1"
 # (subcommand words) -> what the first operand after `--` is: an image, or one of our names
 OPERANDS = {("image", "inspect"): "image", ("run",): "image-or-name", ("kill",): "name", ("rm",): "name",
             ("network", "create"): "name", ("network", "rm"): "name", ("network", "inspect"): "name"}
-NO_OPERANDS = {("ps",), ("network", "ls")}
+NO_OPERANDS = {("ps",), ("network", "ls"), ("info",)}
 
 
 def fake_runtime(tmp_path, name: str) -> tuple[rt.Runtime, object]:

@@ -107,6 +107,7 @@ class TrialNetworks:
         self._prefix = f"trials-{rt.job_tag(job_dir)}-{os.getpid()}"
         self._keeper_program = keeper_program()
         self._said: set[str] = set()
+        self._is_rootless: bool | None = None
 
     def take(self, trial: str, image: str) -> TrialNetwork:
         """The network of ``trial``: its own, else a free one (taken over), else a new one."""
@@ -186,16 +187,30 @@ class TrialNetworks:
     def _serve(self, gateway: str) -> gcs_emulator.Emulator | None:
         if self.gcs_root is None:
             return None
+        if self._rootless():  # its gateway is in the user's own namespace: on the host it may be another's
+            self._note("endpoint", f"no local Cloud Storage endpoint for container trials: rootless "
+                                   f"{self.runtime.name}'s networks are not on this host (/gcs works as ever)")
+            return None
         if not gateway:
             self._note("gateway", f"{self.runtime.name} names no gateway of its trial networks: container trials "
                                   f"get no local Cloud Storage endpoint")
             return None
         gcs, why = gcs_emulator.start(self.gcs_root, self.environ, bind=gateway)
-        if gcs is None:  # a rootless runtime's network lives in the user's own namespace: no host address
+        if gcs is None:
             self._note("endpoint", f"no local Cloud Storage endpoint for container trials on {gateway}: {why}")
             return None
         gcs.host = endpoint_host(gateway, int(gcs.host.rpartition(":")[2]))
         return gcs
+
+    def _rootless(self) -> bool:
+        """Whether the runtime's networks live in a user namespace of their own (rootless podman or docker)."""
+        if self._is_rootless is None:
+            if self.runtime.name == "podman":
+                self._is_rootless = os.geteuid() != 0
+            else:
+                out = self.runtime.call("info", "--format", "{{json .SecurityOptions}}", timeout=30)
+                self._is_rootless = out.returncode != 0 or b"rootless" in out.stdout
+        return self._is_rootless
 
     def _note(self, key: str, line: str) -> None:
         if key not in self._said:
