@@ -151,6 +151,9 @@ def main(argv: list[str]) -> int:
     log: list[tuple[str, float, float]] = []
     _stamp_when_imported(log)
     t = time.time()
+    import trials.startup
+
+    trials.startup.set_up_command(args)  # as the `trials` console script is set up (trials.startup.trials_command)
     from trials.cli import main as cli_main
 
     log.append(("import the CLI (trials.cli)", t, time.time()))

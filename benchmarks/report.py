@@ -30,7 +30,7 @@ def installed_env(**extra: str) -> dict[str, str]:
     if not _compiled:  # once a process: the modes' runs all share it
         subprocess.run([PYTHON, "-m", "compileall", "-q", os.path.join(REPO, "trials"),
                         os.path.join(REPO, "benchmarks")], env=env, check=False, stdout=subprocess.DEVNULL)
-        # and trials' dataclass code kept, as after the package's first use (trials._dataclass_code)
+        # and trials' dataclass code kept, as after the trials command's first run (trials._dataclass_code)
         subprocess.run([PYTHON, "-c", _IMPORT_ALL], env=env, check=False, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
         _compiled.append(True)
@@ -38,7 +38,8 @@ def installed_env(**extra: str) -> dict[str, str]:
 
 
 _IMPORT_ALL = """
-import importlib, pkgutil, trials
+import importlib, pkgutil, trials, trials.startup
+trials.startup.install()  # (as the trials command does: its dataclass code is kept)
 for m in pkgutil.walk_packages(trials.__path__, "trials."):
     if not m.name.endswith("__main__"):  # (commands, not modules)
         try:

@@ -126,12 +126,17 @@ def _keep_dataclass_code(dataclasses: Any) -> None:
 RUNS_A_JOB = ("sweep", "resume", "worker")  # the commands whose NumPy starts no BLAS pool (a controller's)
 
 
-def trials_command() -> NoReturn:
-    """The ``trials`` console script: :func:`install`, then the CLI (:func:`trials.cli.run`)."""
+def set_up_command(args: list[str]) -> None:
+    """Set this process up as the ``trials`` command run with ``args`` (before it imports the CLI)."""
     install()
-    command = next((word for word in sys.argv[1:] if not word.startswith("-")), None)  # (options: --debug only)
+    command = next((word for word in args if not word.startswith("-")), None)  # (trials' own options: --debug)
     if command in RUNS_A_JOB:
         one_blas_thread()
+
+
+def trials_command() -> NoReturn:
+    """The ``trials`` console script: :func:`set_up_command`, then the CLI (:func:`trials.cli.run`)."""
+    set_up_command(sys.argv[1:])
     from trials.cli import run
 
     run()
