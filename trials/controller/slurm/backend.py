@@ -54,6 +54,8 @@ from trials.errors import ConfigError
 from trials.printable import printable
 
 STATE_EVERY_S = 1.0  # squeue at most this often for all the jobs of the backend
+CLAIM_RECHECK_S = 0.03  # an exit file is there and squeue last said its job runs: ask scontrol this soon (backing
+# off to STATE_EVERY_S: half the time since the file was first seen), as the job ends ~50 ms after its entry's file
 ENDED_GRACE_S = 3.0  # a job ended without its entry's exit file: wait this long for it (a shared folder's lag)
 KILL_EVERY_S = 1.0
 ENTRY_KILL_S = 5.0  # a SIGKILL the entries did not carry out in this long: scancel the job
@@ -114,6 +116,8 @@ class SlurmReplica:
         self._submit_failures = 0
         self._nodes = ""  # the job's nodes as squeue last said
         self._early_claim: tuple[int, str] | None = None  # an exit file seen while Slurm said the job ran
+        self._claim_seen: float | None = None  # when (monotonic)
+        self._asked_at = -1e9  # when scontrol was last asked about the job because of that file
         self._echoes: list[Echo] = []
         if request.echo is not None:
             for path in (request.stdout_path, request.stderr_path):
@@ -147,6 +151,11 @@ class SlurmReplica:
                                      success_claimed=sub.success_claimed_at is not None):
                 return self._finish(claim.status, wall=claim.wall, node=claim.node, oom=claim.oom,
                                     leftovers=claim.leftovers)  # its entry's word: Slurm keeps no task's end
+            word = self._ask_soon(sub)
+            if isinstance(word, verdict.SlurmWord):
+                if word.state in commands.ENDED:
+                    return self._judge(claim, word.state, sub)
+                state = word.state
             self._early_claim = self._early_claim or (claim.status, state)
             if n_tasks > 1 and self.name == verdict.PRIMARY and claim.status == 0 and verdict.started(state):
                 self.backend.stop_mates(sub, self, time.monotonic())
@@ -160,6 +169,20 @@ class SlurmReplica:
             return None  # the exit file may lag behind the job's end on a shared folder
         return self._finish(self._lost_status(state, sub), wall=None, node="", oom=state == "OUT_OF_MEMORY",
                             leftovers=(), state=state)
+
+    def _ask_soon(self, sub: _Submission) -> verdict.SlurmWord | str | None:
+        """Slurm's word on the job now, when an exit file is there and squeue's state (read every
+        ``STATE_EVERY_S``) said the job runs: asked ``CLAIM_RECHECK_S`` after the file, then less and less
+        often (a forged file keeps costing at most one scontrol a ``STATE_EVERY_S``); None when not asked."""
+        now = time.monotonic()
+        self._claim_seen = self._claim_seen or now
+        if now - self._asked_at < min(STATE_EVERY_S, max(CLAIM_RECHECK_S, (now - self._claim_seen) / 2)):
+            return None
+        self._asked_at = now
+        try:
+            return self.backend.slurm_word(sub, self.trial_id)
+        except BackendError:
+            return None
 
     def _judge(self, claim: lf.ExitNote, state: str, sub: _Submission) -> int | None:
         """The replica's end once squeue says its job ended: the exit file as far as Slurm agrees."""
