@@ -20,7 +20,8 @@ import tomllib
 ROOT = Path(__file__).resolve().parent.parent
 FAST = "not integration and not faults and not postgres and not slurm and not long"
 # What the fast tests import, from the test extra (the rest there: the SDK, storage emulator, browser: they skip)
-TEST_PARTS = ("pytest", "pytest-xdist", "hypothesis", "scipy", "scikit-learn", "matplotlib", "greenlet", "cmaes")
+TEST_PARTS = ("pytest", "pytest-xdist", "hypothesis", "scipy", "scikit-learn", "matplotlib", "greenlet", "cmaes",
+              "psycopg2-binary")
 
 
 def lowest_pins(pyproject: dict[str, object]) -> list[str]:

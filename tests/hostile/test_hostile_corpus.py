@@ -52,7 +52,7 @@ class Case:
     id: str
     spec: str | bytes | None = None  # None: a valid spec
     argv: tuple[str, ...] = ("validate",)  # the spec path goes right after the subcommand
-    fragment: str = ""  # a piece of the one error line
+    fragment: str = ""  # a piece of the one error line ("a|b": either, as the libraries' versions word it)
     filename: str = "spec.yaml"
 
 
@@ -72,7 +72,8 @@ CASES = [
     Case("yaml-bad-indent", "metrics:\n  a: maximize\n parameters: x\n", fragment="invalid YAML"),
     Case("yaml-duplicate-key", short() + "metrics: {b: minimize}\n", fragment="`metrics` twice"),
     Case("yaml-python-tag", "!!python/object/apply:os.system ['echo pwned']\n", fragment="constructor"),
-    Case("yaml-deep-nesting", "[" * 5000 + "]" * 5000, fragment="nesting depth"),
+    # PyYAML >= 6.0.3 refuses the depth itself; older ones parse it, and the spec is refused as a list
+    Case("yaml-deep-nesting", "[" * 5000 + "]" * 5000, fragment="nesting depth|expected a mapping at the top level"),
     Case("yaml-recursive-alias", "metrics: &m [*m]\nparameters: {}\n", fragment="recursive"),
     Case("yaml-alias-bomb", bomb() + short(), fragment="display_name"),
     Case("json-trailing-comma", '{"metrics": {"a": "maximize"},}', filename="s.json", fragment="s.json"),
@@ -246,7 +247,7 @@ def test_hostile_input_gets_one_line_and_exit_2(case: Case, tmp_path: Path, monk
         assert len(lines) == 2 and ": error: " in lines[1], err
     else:
         assert len(lines) == 1 and lines[0].startswith("trials: error: "), err
-    assert case.fragment in lines[-1], lines[-1]
+    assert any(fragment in lines[-1] for fragment in case.fragment.split("|")), lines[-1]
     assert len(lines[-1]) < 2000, "the error line quotes the input, not all of it"
     # Nothing ran and nothing was written outside the working directory.
     assert [p.name for p in tmp_path.iterdir()] == ["work"]
