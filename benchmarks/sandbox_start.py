@@ -82,9 +82,9 @@ def _interleaved(ways: dict[str, Any], times: dict[str, list[float]], repeats: i
     for i in range(repeats + 2):
         for label, way in ways.items():
             t = time.perf_counter()
-            way()
+            untimed = way() or 0.0  # (what a way times apart)
             if i >= 2:  # two warm-ups
-                times[label].append(time.perf_counter() - t)
+                times[label].append(time.perf_counter() - t - untimed)
         shutil.rmtree(os.path.join(trial, "sandbox"), ignore_errors=True)
 
 
@@ -108,7 +108,7 @@ def run(*, quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
         kept = _layers()
         removals: list[float] = []
 
-        def start(box: sandbox.Sandbox, argv: list[str]) -> None:
+        def start(box: sandbox.Sandbox, argv: list[str]) -> float:
             r = sandbox.start_sandboxed(box, argv, env=dict(os.environ), trial_dir=trial, outputs=[],
                                         replica="workerpool0-0", stdout_path=log, stderr_path=log,
                                         name="workerpool0-0", **kept)
@@ -118,6 +118,8 @@ def run(*, quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
                 t = time.perf_counter()
                 kept["layers"].drain()
                 removals.append(time.perf_counter() - t)
+                return removals[-1]  # (not the start's)
+            return 0.0
 
         ways = {
             "true: preexec fork (before)": lambda: _before([true], log, launch),
@@ -151,9 +153,9 @@ def run(*, quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
             for label, way in dirty_ways.items():
                 _write_unsynced(dirty_path, dirty_mb)  # dirty again before each start, untimed
                 t = time.perf_counter()
-                way()
+                untimed = way() or 0.0
                 if i >= 1:  # one warm-up
-                    times[label].append(time.perf_counter() - t)
+                    times[label].append(time.perf_counter() - t - untimed)
             shutil.rmtree(os.path.join(trial, "sandbox"), ignore_errors=True)
         os.unlink(dirty_path)  # never written back: gone with its pages
     finally:
