@@ -18,7 +18,7 @@ from trials import protocol
 from trials.controller.backend.protocol import BackendError, ReplicaStart
 from trials.controller.slurm import backend as sb
 from trials.controller.slurm import launchfile as lf
-from trials.controller.slurm.commands import ENDED, JobRow, merge_states
+from trials.controller.slurm.commands import JobRow, merge_states
 from trials.controller.slurm.verdict import SlurmWord
 
 TWO = ("workerpool0-0", "workerpool1-0")
@@ -539,10 +539,6 @@ def test_a_job_of_several_tasks_bounds_each_claim_by_slurms_exit_code(tmp_path, 
     _write_exit(worker, claim)
     assert worker.poll() == status
     assert ("exitFile" in worker.placement) == (claim != status)
-
-
-def test_fake_words_are_ended_states(slurm):
-    assert {"COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL"} <= ENDED
 
 
 def test_others_that_do_not_carry_out_the_kill_after_a_primarys_success_are_cancelled_through_slurm(
