@@ -192,6 +192,7 @@ def missing_parts(bin_dir: Path, project: Path, env: dict[str, str]) -> None:
     bare.mkdir()
     (bare / "python").symlink_to(sys.executable)
     cases = [(["--sampler", "cmaes"], env, "trials[cmaes]"), (["--sampler", "vizier"], env, "trials[vizier]"),
+             (["--sampler", "gp"], env, "trials[gp]"),
              (["--runtime", "podman"], {**env, "PATH": f"{bin_dir}{os.pathsep}{bare}"}, "podman"),
              (["--runtime", "slurm"], {**env, "PATH": f"{bin_dir}{os.pathsep}{bare}"}, "slurm")]
     for n, (options, case_env, named) in enumerate(cases):
@@ -202,6 +203,10 @@ def missing_parts(bin_dir: Path, project: Path, env: dict[str, str]) -> None:
         if done.returncode != 2 or len(lines) != 1 or named not in lines[0] or "Traceback" in done.stderr:
             fail(f"{' '.join(options)} without its part: exit {done.returncode}, stderr {done.stderr[-2000:]!r}")
         print(f"  {' '.join(options)}: {lines[0]}", flush=True)
+    done = run([str(bin_dir / "trials"), "report", "digits"], cwd=project, env=env, check=False)  # no matplotlib
+    if done.returncode != 2 or len(done.stderr.strip().splitlines()) != 1 or "trials[report]" not in done.stderr:
+        fail(f"trials report without matplotlib: exit {done.returncode}, stderr {done.stderr[-2000:]!r}")
+    print(f"  report: {done.stderr.strip()}", flush=True)
 
 
 def helps(bin_dir: Path, cwd: Path, env: dict[str, str]) -> None:

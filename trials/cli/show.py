@@ -142,6 +142,14 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from trials.controller.report.page import write_report
 
     h = job_view.read_job(args.job, root=args.root, storage=args.storage)
+    if not args.no_plots:
+        from trials.controller.report.plots import matplotlib_available
+
+        if not matplotlib_available():
+            from trials.errors import ConfigError
+
+            raise ConfigError("trials report: its plots need matplotlib, which is not installed: pip install "
+                              "'trials[report]' (or --no-plots for a report of tables only)")
     report = write_report(h, out_dir=args.out, plots=not args.no_plots)
     if report.top_rows:
         print(report.top_title)

@@ -115,12 +115,18 @@ def test_report_of_a_job_with_no_completed_trial(tmp_path, capsys):
     assert "no trial has succeeded yet" in out and r.index_html in out
 
 
-def test_report_without_matplotlib_is_tables_only_and_says_so(tmp_path, monkeypatch, capsys):
-    fake_job(tmp_path, outcomes=[("ok", [0.5, 0.4], False), ("ok", [0.6, 0.3], False)])
+def test_report_without_matplotlib_names_the_extra_or_is_tables_only_when_asked(tmp_path, monkeypatch, capsys):
+    h = fake_job(tmp_path, outcomes=[("ok", [0.5, 0.4], False), ("ok", [0.6, 0.3], False)])
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
-    assert main(["report", "rep", "--root", str(tmp_path / "jobs")]) == 0
-    out = capsys.readouterr().out  # said on the command line, not only inside the page
-    assert "note: matplotlib is not installed, so this report has tables only: pip install" in out
+    assert main(["report", "rep", "--root", str(tmp_path / "jobs")]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == ["trials: error: trials report: its plots need matplotlib, which is not "
+                                         "installed: pip install 'trials[report]' (or --no-plots for a report of "
+                                         "tables only)"]
+    assert not (tmp_path / "jobs" / "rep" / "report").exists()
+    # the library call (and --no-plots) still make the tables-only page, which says why
+    r = report.write_report(h, plots=True)
+    assert r.note == "matplotlib is not installed, so this report has tables only: pip install 'trials[report]'"
     folder = tmp_path / "jobs" / "rep" / "report"
     assert os.listdir(folder) == ["index.html"]
     page = (folder / "index.html").read_text(encoding="utf-8")
