@@ -193,7 +193,9 @@ def run_mode(mode: str, sizes: Sizes, slots: int, *, profile: str | None = None,
     """Run one mode in a fresh process; returns wall, trial times and the mode's own parts (a sweep:
     its start-up and end parts; with ``importtime``, its imports by package)."""
     workdir = tempfile.mkdtemp(prefix=f"bench-{mode}-")
-    times_path = os.path.join(workdir, "times.txt")
+    # the trials' view of the host is copy-on-write but for what a trial keeps: the job's buckets are bound through
+    times_path = os.path.join(workdir, "jobs", "bench", "gcs", "times.txt")
+    os.makedirs(os.path.dirname(times_path))
     stamps = os.path.join(workdir, "stamps.json")
     env = report.installed_env(BENCH_TIMES=times_path)
     try:
