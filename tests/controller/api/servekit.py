@@ -89,10 +89,13 @@ class Serve:
         return out
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 90) -> str:
+        """Signal the server (once) and return all it printed."""
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
-        out, _ = self.proc.communicate(timeout=timeout)
-        return "".join(self.lines) + out
+        if self.proc.stdout is not None and not self.proc.stdout.closed:
+            out, _ = self.proc.communicate(timeout=timeout)
+            self.lines.append(out)
+        return "".join(self.lines)
 
 
 def cancel_all(root: Path) -> None:

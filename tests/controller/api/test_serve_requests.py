@@ -205,3 +205,28 @@ def test_an_api_jobs_outputs_and_packages_are_gs_or_under_the_servers_root(tmp_p
         body = {**SPEC, "trialJobSpec": {**SPEC["trialJobSpec"], "baseOutputDirectory": {"outputUriPrefix": prefix}}}
         status, made = api.handle("POST", JOBS, {}, json.dumps(body).encode())
         assert status == 200, made
+
+
+def test_a_bad_id_a_malformed_too_deep_or_out_of_range_body_is_invalid_argument_never_internal(
+        api: NoControllers, tmp_path: Path) -> None:
+    for job_id in ("%2e%2e", "..", "%00", "a%0Ab", "-x", "x" * 200):
+        for method, suffix in (("GET", ""), ("POST", ":cancel"), ("DELETE", "")):
+            status, name, message = error(api, method, f"{JOBS}/{job_id}{suffix}")
+            assert (status, name) == (400, "INVALID_ARGUMENT"), (job_id, message)
+            assert message.startswith("Invalid resource name projects/p/locations/l/hyperparameterTuningJobs/")
+    named = {**SPEC, "name": "projects/p/locations/l/x/.."}
+    status, name, message = error(api, "POST", JOBS, json.dumps(named).encode())
+    assert (status, name) == (400, "INVALID_ARGUMENT") and "hyperparameterTuningJob.name" in message
+    for body, says in ((b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "Nested deeper than 64 levels"),
+                       (b'{"a": ' + b"[" * 65 + b"]" * 65 + b"}", "Nested deeper than 64 levels"),
+                       (b'{"maxTrialCount": ' + b"9" * 5000 + b"}", "The number 99999999999999999999... (5000 digits) "
+                                                                     "is out of range"),
+                       (b'{"maxTrialCount": 18446744073709551616}', "The number 18446744073709551616 is out of range"),
+                       (b'{"x": 1e999}', "The number 1e999 is out of range of a double"),
+                       (b'{"x": NaN}', "NaN is not JSON"),
+                       (b'{"a": "\\ud800"}' + b"\xff", "Invalid JSON payload received.")):
+        status, name, message = error(api, "POST", JOBS, body)
+        assert (status, name) == (400, "INVALID_ARGUMENT") and says in message, (body[:40], message)
+    big = {**SPEC, "maxTrialCount": 2**62}  # in range of the JSON reader, refused by the spec's own rule
+    assert error(api, "POST", JOBS, json.dumps(big).encode())[:2] == (400, "INVALID_ARGUMENT")
+    assert not (tmp_path / "jobs").exists() or not any((tmp_path / "jobs").iterdir())

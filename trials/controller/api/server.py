@@ -19,8 +19,6 @@ under the server's root.
 from __future__ import annotations
 
 import contextlib
-import json
-import math
 import os
 import re
 import secrets
@@ -41,18 +39,15 @@ from trials.controller.api.admission import Admission, default_max_running_jobs
 from trials.controller.api.errors import ApiError
 from trials.controller.api.guard import ENV_SERVE_TOKEN, Guard
 from trials.controller.api.listener import DRAIN_TIMEOUT_S, MAX_BODY_BYTES, Listener
+from trials.controller.api.request import check_host_paths, check_id, int_param, json_body, parse_filter
 from trials.errors import ConfigError, JobNotFoundError, TrialsError
 from trials.printable import printable
 from trials.records import FINAL_JOB_STATES, JobState, TrialState
-from trials.spec.model import JobSpec
 from trials.storage_url import JOURNAL_FILE
 from trials.timefmt import rfc3339
 
 __all__ = ["MAX_BODY_BYTES", "Api", "ApiError", "make_server", "parse_filter", "serve_main"]
 
-MAX_BODY_DEPTH = 64  # a job spec nests ~8 deep; deeper is refused before anything recurses over it
-_MAX_INT_DIGITS = 20  # int64/uint64 fields: a longer integer is refused unconverted
-_INT_RANGE = (-(2**63), 2**64 - 1)
 EXTERNAL_POLL_S = 1.0  # how often a controller the server did not start is checked for its end
 DEFAULT_PAGE_SIZE = 100
 CONTROLLER_RESTARTS = 3  # a controller that dies with its job unfinished is started again this often
@@ -142,14 +137,14 @@ class Api:
         parent = f"projects/{m['project']}/locations/{m['location']}"
         kind, job_id, verb = m["kind"], m["id"], m["verb"]
         if job_id is not None and kind != "operations":
-            _check_id(job_id, f"{parent}/{kind}/")
+            check_id(job_id, f"{parent}/{kind}/")
         if kind == "operations":
             if method == "GET" and job_id and not verb:
                 return self._operation(parent, job_id)
             raise ApiError(404, f"no method {method} on operations")
         if job_id is None:
             if method == "POST" and not verb:
-                return self.create(parent, _json_body(body), kind)
+                return self.create(parent, json_body(body), kind)
             if method == "GET" and not verb:
                 return self.list_jobs(parent, query, kind)
         elif method == "GET" and not verb:
@@ -176,7 +171,7 @@ class Api:
         name = body.get("name")
         if isinstance(name, str) and name:
             existing = name.rsplit("/", 1)[-1]
-            _check_id(existing, f"{field_name}.name: ")
+            check_id(existing, f"{field_name}.name: ")
             if self._exists(existing):
                 raise ApiError(409, f"{_NOUN[kind]} {printable(name)[:200]} already exists")
         spec = {k: v for k, v in body.items() if k not in _OUTPUT_ONLY}
@@ -221,8 +216,8 @@ class Api:
         from trials.controller.jobs import view
 
         keep = parse_filter(query.get("filter", ""))
-        size = _int_param(query, "pageSize", DEFAULT_PAGE_SIZE) or DEFAULT_PAGE_SIZE
-        start = _int_param(query, "pageToken", 0)
+        size = int_param(query, "pageSize", DEFAULT_PAGE_SIZE) or DEFAULT_PAGE_SIZE
+        start = int_param(query, "pageToken", 0)
         jobs = []
         for row in sorted(view.list_jobs(self.root, self.storage), key=lambda r: (r["create_time"], r["job_id"])):
             try:
@@ -548,133 +543,6 @@ def custom_job_rest(tuning: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _json_body(body: bytes) -> dict[str, Any]:
-    """The request's JSON object; a malformed, too deep or out-of-range one is ``400 INVALID_ARGUMENT``."""
-    try:
-        value = (json.loads(body.decode("utf-8"), parse_int=_bounded_int, parse_float=_finite_float,
-                            parse_constant=_no_constant) if body.strip() else {})
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ApiError(400, f"Invalid JSON payload received. {printable(str(err))[:200]}") from None
-    except RecursionError:
-        raise ApiError(400, f"Invalid JSON payload received. Nested deeper than {MAX_BODY_DEPTH} levels") from None
-    if not isinstance(value, dict):
-        raise ApiError(400, f"Invalid JSON payload received. Expected an object, got {type(value).__name__}")
-    _check_depth(value)
-    return value
-
-
-def _bounded_int(text: str) -> int:
-    digits = text.lstrip("-")
-    value = int(text) if len(digits) <= _MAX_INT_DIGITS else None
-    if value is None or not _INT_RANGE[0] <= value <= _INT_RANGE[1]:
-        shown = text if len(text) <= 30 else f"{text[:20]}... ({len(digits)} digits)"
-        raise ApiError(400, f"Invalid JSON payload received. The number {shown} is out of range: an integer "
-                            f"field holds at most 64 bits")
-    return value
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ApiError(400, f"Invalid JSON payload received. The number {printable(text)[:30]} is out of range "
-                            f"of a double")
-    return value
-
-
-def _no_constant(text: str) -> float:
-    raise ApiError(400, f"Invalid JSON payload received. {text} is not JSON (a double field takes \"{text}\" "
-                        f"as a string)")
-
-
-def _check_depth(value: object) -> None:
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > MAX_BODY_DEPTH:
-            raise ApiError(400, f"Invalid JSON payload received. Nested deeper than {MAX_BODY_DEPTH} levels")
-        if isinstance(item, dict):
-            stack.extend((v, depth + 1) for v in item.values())
-        elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item)
-
-
-def _check_id(job_id: str, where: str) -> None:
-    try:
-        protocol.check_job_id(job_id)
-    except ValueError as err:
-        raise ApiError(400, f"Invalid resource name {where}{printable(job_id)[:100]}: {err}") from None
-
-
-def check_host_paths(job: JobSpec, where: str, *, root: str, cwd: str) -> None:
-    """What a job made through the API names on the host: its base output directory and its local packages
-    must be ``gs://`` (``ROOT/gcs``) or under the server's root (a container mounts them).
-
-    Raises:
-        ApiError: 400 naming the field, for any other host path.
-    """
-    spec = job.trial_job
-    if spec is None:
-        return
-    named = [(f"{where}.baseOutputDirectory.outputUriPrefix", spec.base_output_directory)]
-    for i, pool in enumerate(spec.worker_pools):
-        for k, uri in enumerate(pool.python_package.package_uris if pool and pool.python_package else ()):
-            named.append((f"{where}.workerPoolSpecs[{i}].pythonPackageSpec.packageUris[{k}]", uri))
-    top = os.path.abspath(root)
-    for key, value in named:
-        if not value or protocol.is_gcs_uri(value):
-            continue
-        path = os.path.abspath(os.path.join(cwd, value))
-        if not (_beneath(path, top) and _beneath(os.path.realpath(path), os.path.realpath(top))):
-            raise ApiError(400, f"{key}: a job made through trials serve writes and reads gs:// or a folder under "
-                                f"the server's root {top} (--root), got {printable(value)[:200]!r}")
-
-
-def _beneath(path: str, top: str) -> bool:
-    return path == top or path.startswith(top.rstrip("/") + "/")
-
-
-def _int_param(query: Mapping[str, str], key: str, default: int) -> int:
-    text = query.get(key)
-    if text in (None, ""):
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise ApiError(400, f"{key}: expected an integer >= 0, got {printable(text)[:50]!r}")
-    return value
-
-
-_TERM = re.compile(r'^\s*(?P<key>[A-Za-z_][\w.]*)\s*(?P<op>!=|=)\s*(?P<value>"[^"]*"|[^\s"]+)\s*$')
-_FILTER_KEYS = {"state": "state", "display_name": "displayName", "displayName": "displayName"}
-
-
-def parse_filter(text: str) -> Callable[[Mapping[str, Any]], bool]:
-    """A list ``filter`` (terms ``state``, ``display_name``/``displayName``, ``labels.KEY`` with ``=``
-    or ``!=``, joined by ``AND``) as a predicate on a job's resource; anything else is refused."""
-    terms: list[tuple[Sequence[str], bool, str]] = []
-    for part in re.split(r"\s+AND\s+", text.strip()) if text.strip() else []:
-        m = _TERM.match(part)
-        key = m["key"] if m else ""
-        if m is None or not (key in _FILTER_KEYS or key.startswith("labels.")):
-            raise ApiError(400, f"filter: cannot read {printable(part)[:100]!r}: this server filters on state, "
-                                f"display_name and labels.KEY with = or !=, joined by AND")
-        path = ("labels", key[len("labels."):]) if key.startswith("labels.") else (_FILTER_KEYS[key],)
-        terms.append((path, m["op"] == "=", m["value"].strip('"')))
-
-    def keep(rest: Mapping[str, Any]) -> bool:
-        for path, equal, value in terms:
-            got: Any = rest
-            for k in path:
-                got = got.get(k) if isinstance(got, Mapping) else None
-            if (str(got) == value) != equal:
-                return False
-        return True
-
-    return keep
-
-
 def make_server(api: Api, host: str = "127.0.0.1", port: int = 0, guard: Guard | None = None) -> Listener:
     """The HTTP server of ``api`` on ``host:port``; ``guard``: who it answers (default: no token, the Host,
     Origin and Content-Type checks only)."""
@@ -704,6 +572,16 @@ def serve_main(*, root: str, storage: str | None, runtime: str | None, images: S
                           Guard.for_server(token=secret, bind=host, token_file=token_file))
     except OSError as err:
         raise ConfigError(f"--port {port}: cannot listen on {host}:{port}: {err.strerror}") from None
+    stopping = threading.Event()
+
+    def stop(signum: int, frame: Any) -> None:  # (from here on: a signal during start-up stops it as well)
+        if not stopping.is_set():
+            stopping.set()
+            server.begin_stop()
+            threading.Thread(target=server.shutdown, daemon=True).start()
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
     os.makedirs(os.path.join(root, "gcs"), exist_ok=True)
     buckets, why = emulator.start(os.path.join(root, "gcs"))
     api = Api(root=root, storage=storage, runtime=runtime, images=tuple(images), project_number=project_number,
@@ -736,16 +614,6 @@ def serve_main(*, root: str, storage: str | None, runtime: str | None, images: S
     if resumed:
         print(f"resumed {len(resumed)} job{'s' if len(resumed) > 1 else ''}: {', '.join(resumed)}", flush=True)
 
-    stopping = threading.Event()
-
-    def stop(signum: int, frame: Any) -> None:
-        if not stopping.is_set():
-            stopping.set()
-            server.begin_stop()
-            threading.Thread(target=server.shutdown, daemon=True).start()
-
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, stop)
     try:
         server.serve_forever(poll_interval=0.2)
     finally:
