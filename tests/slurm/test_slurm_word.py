@@ -9,6 +9,7 @@ import pytest
 from slurmjobs import wait_for
 
 from trials.controller.slurm import commands
+from trials.controller.slurm import states as slurm_states
 from trials.controller.slurm.verdict import SlurmWord
 
 pytestmark = pytest.mark.integration
@@ -28,7 +29,7 @@ def test_the_exit_code_scontrol_gives_and_what_a_jobs_owner_cannot_forge_in_it(s
     slurm = commands.Slurm(slurm_env)
     ended = _submit(slurm_env, "trials-w-1", "exit 4")
     word = wait_for(lambda: (w := slurm.job_word(ended, "trials-w-1")) and isinstance(w, SlurmWord)
-                    and w.state in commands.ENDED and w, 30, "the job's end")
+                    and w.state in slurm_states.ENDED and w, 30, "the job's end")
     assert (word.state, word.status, word.source) == ("FAILED", 4, "scontrol") and word.nodes in ("n1", "n2")
 
     running = _submit(slurm_env, "trials-w-2", "sleep 60")

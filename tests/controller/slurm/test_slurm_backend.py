@@ -18,7 +18,8 @@ from trials import protocol
 from trials.controller.backend.protocol import BackendError, ReplicaStart
 from trials.controller.slurm import backend as sb
 from trials.controller.slurm import launchfile as lf
-from trials.controller.slurm.commands import JobRow, merge_states
+from trials.controller.slurm.commands import JobRow
+from trials.controller.slurm.states import merge_states
 from trials.controller.slurm.verdict import SlurmWord
 
 TWO = ("workerpool0-0", "workerpool1-0")

@@ -50,6 +50,7 @@ from trials.controller.process.spawn import resolve_program
 from trials.controller.slurm import commands, verdict
 from trials.controller.slurm import launchfile as lf
 from trials.controller.slurm import script as sc
+from trials.controller.slurm import states as slurm_states
 from trials.errors import ConfigError
 from trials.printable import printable
 
@@ -144,7 +145,7 @@ class SlurmReplica:
         state, nodes = self.backend.state_of(sub.job_id)
         self._nodes = nodes or self._nodes
         n_tasks = len(sub.replicas)
-        if state not in commands.ENDED and state != "GONE":
+        if state not in slurm_states.ENDED and state != "GONE":
             if claim is None:
                 return None
             if verdict.judge_running(claim, state=state, replica=self.name, n_tasks=n_tasks,
@@ -153,7 +154,7 @@ class SlurmReplica:
                                     leftovers=claim.leftovers)  # its entry's word: Slurm keeps no task's end
             word = self._ask_soon(sub)
             if isinstance(word, verdict.SlurmWord):
-                if word.state in commands.ENDED:
+                if word.state in slurm_states.ENDED:
                     return self._judge(claim, word.state, sub)
                 state = word.state
             self._early_claim = self._early_claim or (claim.status, state)
@@ -190,7 +191,7 @@ class SlurmReplica:
             word = self.backend.slurm_word(sub, self.trial_id)
         except BackendError:
             return None  # slurmctld too busy: asked again at the next poll
-        if isinstance(word, verdict.SlurmWord) and word.state not in commands.ENDED:
+        if isinstance(word, verdict.SlurmWord) and word.state not in slurm_states.ENDED:
             return None  # scontrol does not say it ended yet (squeue's state is up to a second old)
         found = verdict.judge_ended(claim, word if isinstance(word, verdict.SlurmWord) else None,
                                     n_tasks=len(sub.replicas))
@@ -217,7 +218,7 @@ class SlurmReplica:
 
     def _lost_status(self, state: str, sub: _Submission) -> int:
         """The status of a replica whose job ended without its entry's word."""
-        if state in commands.LOST or self._killed or state in ("OUT_OF_MEMORY", "GONE"):
+        if state in slurm_states.LOST or self._killed or state in ("OUT_OF_MEMORY", "GONE"):
             return 128 + signal.SIGKILL  # a lost node or a kill: as a VM that vanished
         if state in ("CANCELLED", "TIMEOUT", "DEADLINE"):
             return 128 + signal.SIGTERM  # Slurm's own stop: SIGTERM first
@@ -450,7 +451,7 @@ class SlurmBackend:
         whole = all(r._status is not None or r.stop_requested_at is not None for r in sub.replicas)
         # (a state read now: the one kept for the polls may be from before the job started, and a
         # running job cancelled as "queued" kills its replicas without their SIGTERM and grace)
-        if whole and not sub.cancelled and self.state_of(sub.job_id, fresh=True)[0] in commands.QUEUED:
+        if whole and not sub.cancelled and self.state_of(sub.job_id, fresh=True)[0] in slurm_states.QUEUED:
             self.slurm.cancel(sub.job_id)  # nothing ran yet: it never will
             sub.cancelled = True
             self._states_at = -1e9  # read its state again at the next poll
@@ -473,7 +474,7 @@ class SlurmBackend:
         if sub.word is not None:
             return sub.word
         word = self.slurm.job_word(sub.job_id, self.job_name(trial_id))
-        if isinstance(word, verdict.SlurmWord) and word.state in commands.ENDED:
+        if isinstance(word, verdict.SlurmWord) and word.state in slurm_states.ENDED:
             sub.word = word
         return word
 
@@ -524,7 +525,7 @@ class SlurmBackend:
         rows = self.slurm.jobs(user=getpass.getuser())
         out = []
         for row in rows:
-            if not row.name.startswith(f"trials-{self.tag}-") or row.state in commands.ENDED:
+            if not row.name.startswith(f"trials-{self.tag}-") or row.state in slurm_states.ENDED:
                 continue
             owner = row.comment.removeprefix("trials:")
             if owner != self.me and not controller_alive(owner) and row.job_id not in out:
@@ -536,7 +537,7 @@ class SlurmBackend:
         running (a dead worker whose trial this one took over, on any host) is cancelled and waited out."""
         name = self.job_name(trial_id)
         rows = [r for r in self.slurm.jobs(user=getpass.getuser(), name=name)
-                if r.name == name and r.state not in commands.ENDED and r.comment != f"trials:{self.me}"]
+                if r.name == name and r.state not in slurm_states.ENDED and r.comment != f"trials:{self.me}"]
         others = list(dict.fromkeys(r.job_id for r in rows))
         for job_id in others:
             self.slurm.cancel(job_id)
@@ -547,7 +548,7 @@ class SlurmBackend:
         deadline = time.monotonic() + LEFT_JOBS_WAIT_S
         while time.monotonic() < deadline:
             states = commands.job_state(self.slurm.jobs(job_ids))
-            if all(states.get(j, ("GONE", ""))[0] in commands.ENDED | {"GONE"} for j in job_ids):
+            if all(states.get(j, ("GONE", ""))[0] in slurm_states.ENDED | {"GONE"} for j in job_ids):
                 return
             time.sleep(0.5)
         raise BackendError(f"Slurm job(s) {', '.join(job_ids)} an earlier controller left did not end "

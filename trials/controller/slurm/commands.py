@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from trials.controller.backend.protocol import BackendError
+from trials.controller.slurm.states import merge_states
 from trials.errors import ConfigError
 from trials.printable import printable
 
@@ -24,11 +25,6 @@ if TYPE_CHECKING:
 
 PROGRAMS = ("sbatch", "squeue", "scancel", "srun", "scontrol")
 CALL_TIMEOUT_S = 30.0
-# Slurm's job states that end a job (squeue --states=all lists them while the controller keeps the job)
-ENDED = frozenset({"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
-                   "PREEMPTED", "REVOKED", "SPECIAL_EXIT", "TIMEOUT"})
-QUEUED = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "RESV_DEL_HOLD", "SUSPENDED"})
-LOST = frozenset({"BOOT_FAIL", "NODE_FAIL", "PREEMPTED", "REVOKED"})  # not the trainer's doing: a worker restart
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +113,7 @@ class Slurm:
         """Slurm's word on a job's end (:mod:`verdict`): ``scontrol show job -o`` while slurmctld keeps the
         job, else ``sacct`` where the cluster keeps accounting; None when neither knows it, a one-line reason
         when its lines cannot be trusted (``name``: the name the controller gave the job)."""
-        from trials.controller.slurm import verdict  # (it reads this module's state names)
+        from trials.controller.slurm import verdict
 
         done = self.call("scontrol", "show", "job", "-o", job_id)
         if done.returncode == 0:
@@ -197,25 +193,9 @@ def job_state(rows: Iterable[JobRow]) -> dict[str, tuple[str, str]]:
     out: dict[str, tuple[str, str]] = {}
     for row in rows:
         state, nodes = out.get(row.job_id, ("", ""))
-        merged = row.state if not state else _merge(state, row.state)
+        merged = row.state if not state else merge_states([state, row.state])
         out[row.job_id] = (merged, ",".join(n for n in (nodes, row.nodes) if n))
     return out
-
-
-def merge_states(states: Sequence[str]) -> str:
-    """The state of a job of several components (one still running keeps it running; else the worst end)."""
-    out = states[0] if states else ""
-    for state in states[1:]:
-        out = _merge(out, state)
-    return out
-
-
-def _merge(a: str, b: str) -> str:
-    if a not in ENDED:
-        return a
-    if b not in ENDED:
-        return b
-    return a if a in LOST or b == "COMPLETED" else b
 
 
 def last_line(data: bytes) -> str:

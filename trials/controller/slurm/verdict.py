@@ -22,8 +22,8 @@ import re
 import signal
 from dataclasses import dataclass
 
-from trials.controller.slurm.commands import LOST, QUEUED, merge_states
 from trials.controller.slurm.launchfile import ExitNote
+from trials.controller.slurm.states import LOST, QUEUED, merge_states
 from trials.printable import printable
 
 PRIMARY = "workerpool0-0"
@@ -62,7 +62,7 @@ class SlurmWord:
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class ExitVerdict:
     """A replica's end: its status, whether the entry's exit file counted (its oom, leftovers, time), and
     what the file and Slurm each said when they disagree ("" when they agree)."""
 
@@ -143,30 +143,30 @@ def judge_running(claim: ExitNote, *, state: str, replica: str, n_tasks: int, su
     return not (success_claimed or (replica == PRIMARY and claim.status == 0))
 
 
-def judge_ended(claim: ExitNote, word: SlurmWord | None, *, n_tasks: int) -> Verdict:
+def judge_ended(claim: ExitNote, word: SlurmWord | None, *, n_tasks: int) -> ExitVerdict:
     """A replica's end once Slurm says its job ended (``word``: its word, in one of the ``ENDED`` states, or
     None when Slurm no longer knows the job)."""
     if word is None:
-        return Verdict(status=None, counted=False,
+        return ExitVerdict(status=None, counted=False,
                        conflict=f"the exit file says status {claim.status}, and Slurm no longer knows the job "
                                 f"(no accounting): the file is not counted")
     said = word.said()
     if word.state in LOST or word.state == "OUT_OF_MEMORY":
         if claim.status == word.status:
-            return Verdict(status=claim.status, counted=True)
+            return ExitVerdict(status=claim.status, counted=True)
         return _conflict(claim, word.status, said)
     if n_tasks <= 1:
         if claim.status == word.status:
-            return Verdict(status=claim.status, counted=True)
+            return ExitVerdict(status=claim.status, counted=True)
         return _conflict(claim, word.status, said)
     # several tasks: srun exits with the highest of its tasks' statuses
     if word.status == 0 and claim.status != 0:
         return _conflict(claim, 0, said + " (every task exited 0)")
     if claim.status > word.status:
         return _conflict(claim, word.status, said + " (the highest of its tasks')")
-    return Verdict(status=claim.status, counted=True)
+    return ExitVerdict(status=claim.status, counted=True)
 
 
-def _conflict(claim: ExitNote, status: int, said: str) -> Verdict:
-    return Verdict(status=status, counted=False,
+def _conflict(claim: ExitNote, status: int, said: str) -> ExitVerdict:
+    return ExitVerdict(status=status, counted=False,
                    conflict=f"the exit file says status {claim.status}, {said}: Slurm's status {status} counts")
