@@ -46,7 +46,7 @@ MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 def role(module: str) -> str:
     if module in VOCABULARY:
         return "vocabulary"
-    if module in ENTRY or module.startswith("trials.cli."):  # the CLI package: parser and commands
+    if module in ENTRY or module.startswith(("trials.cli.", "trials.testing.")):  # the CLI; the testing helpers
         return "entry"
     parts = module.split(".")
     if len(parts) >= 2 and parts[1] in ("spec", "runtime", "study", "controller"):
@@ -122,7 +122,7 @@ def test_a_folder_holds_at_most_about_fifteen_modules(folder):
 def test_each_subpackage_init_is_only_a_docstring():
     # importing a room costs nothing and can close no cycle
     for init in sorted(PACKAGE.rglob("__init__.py")):
-        if init.parent in (PACKAGE, PACKAGE / "cli", PACKAGE / "spec"):  # public names live there
+        if init.parent in (PACKAGE, PACKAGE / "cli", PACKAGE / "spec", PACKAGE / "testing"):  # public names there
             continue
         body = ast.parse(init.read_text()).body
         assert len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant), init

@@ -1,4 +1,4 @@
-"""pytest plugin (the ``pytest11`` entry point): the fixtures ``trial_env`` and ``run_trial``.
+"""pytest plugin (the ``pytest11`` entry point): the fixtures ``trial_env``, ``run_trial`` and ``run_script``.
 
 Invisible to a project that does not use it: loading it imports nothing but this module (and the ``trials``
 package, which loads nothing), changes nothing outside trials, and its fixtures import their code
@@ -23,10 +23,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
     from typing import Any
 
-    from trials.testing import TrialRun, TrialSandbox
+    from trials.testing import ScriptRun, TrialRun, TrialSandbox
 
 _FROM_TESTING = frozenset({"ObjectiveContract", "TrialSandbox", "TrialRun", "run_objective", "sample_flag_sets",
-                           "sample_trial_flags", "TRIAL_ID", "JOB_ID", "PROJECT_NUMBER"})
+                           "sample_trial_flags", "TRIAL_ID", "JOB_ID", "PROJECT_NUMBER", "ScriptContract",
+                           "ScriptRun", "run_script"})
 
 
 @pytest.fixture
@@ -52,6 +53,20 @@ def run_trial(trial_env: TrialSandbox) -> Callable[..., TrialRun]:
 
     def _run(objective: Callable[..., Any], Config: type | None = None, **kwargs: Any) -> TrialRun:
         return run_objective(trial_env, objective, Config, **kwargs)
+
+    return _run
+
+
+@pytest.fixture
+def run_script(trial_env: TrialSandbox) -> Callable[..., ScriptRun]:
+    """``run_script(target, flags=(), *, args=(), module=False, subprocess_run=False, attempt=None, cwd=None,
+    timeout_s=300, sigterm_after_reports=None) -> ScriptRun``: an unchanged argparse + hypertune trainer (a script's
+    path, or a module with ``module=True``) run as a trial in ``trial_env`` (:func:`trials.testing.run_script`).
+    """
+    from trials.testing import run_script as run
+
+    def _run(target: str, flags: Any = (), **kwargs: Any) -> ScriptRun:
+        return run(trial_env, target, flags, **kwargs)
 
     return _run
 
