@@ -15,8 +15,8 @@ from containerkit import HYPERTUNE
 aiplatform = pytest.importorskip("google.cloud.aiplatform", reason="google-cloud-aiplatform is not installed")
 hpt = pytest.importorskip("google.cloud.aiplatform.hyperparameter_tuning")
 pytest.importorskip("gcp_storage_emulator", reason="the gcs extra is not installed")
-from google.auth.credentials import AnonymousCredentials  # noqa: E402
 from google.cloud.aiplatform import jobs as sdk_jobs  # noqa: E402
+from google.oauth2.credentials import Credentials  # noqa: E402
 
 EXECUTOR = "us-docker.pkg.dev/vertex-ai/training/sklearn-cpu.1-0:latest"
 SCRIPT = """\
@@ -43,15 +43,16 @@ def test_a_script_the_sdk_staged_runs_as_a_python_package_in_the_executor_image(
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=container_env)
     try:
         assert proc.stdout is not None
-        lines = [proc.stdout.readline() for _ in range(3)]
+        lines = [proc.stdout.readline() for _ in range(4)]
         url = lines[0].split(" on ", 1)[1].split(" ")[0]
-        assert "STORAGE_EMULATOR_HOST=" in lines[2], lines
-        monkeypatch.setenv("STORAGE_EMULATOR_HOST", lines[2].rsplit("=", 1)[1].strip())
+        token = lines[1].split('Credentials(token="', 1)[1].split('"', 1)[0]  # the aiplatform.init line it printed
+        assert "STORAGE_EMULATOR_HOST=" in lines[3], lines
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", lines[3].rsplit("=", 1)[1].strip())
         for bucket in ("stage", "out"):  # a bucket is a folder of ROOT/gcs (they exist on Vertex too)
             (root / "gcs" / bucket).mkdir(parents=True)
         monkeypatch.setattr(sdk_jobs, "_JOB_WAIT_TIME", 0.2)
         aiplatform.init(project="my-project", location="us-central1", api_endpoint=url, api_transport="rest",
-                        credentials=AnonymousCredentials(), staging_bucket="gs://stage")
+                        credentials=Credentials(token=token), staging_bucket="gs://stage")
         (tmp_path / "src").mkdir()
         (tmp_path / "src" / "task.py").write_text(SCRIPT)
         custom = aiplatform.CustomJob.from_local_script(
