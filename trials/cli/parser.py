@@ -166,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grace-period", type=_non_negative, default=10.0, metavar="SECONDS",
                    help="how long a replica may take to exit after SIGTERM (default 10)")
     p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--strict", action="store_true",
+                   help="fail, not warn, when the trainer does not resume after a restart or handle SIGTERM "
+                        "(Vertex recommends both; a trainer that checkpoints and starts over fails either way)")
     p.add_argument("--keep", metavar="DIR", help="keep the runs' folders (logs, outputs) in DIR")
     p.add_argument("--base-output-dir", metavar="DIR",
                    help="run as with a baseOutputDirectory (AIP_* set), as `trials sweep --base-output-dir` does; "

@@ -84,13 +84,13 @@ class ByReplica(FakeBackend):
 
 
 def replay(tmp_path: Path, plan: Plan, *, spec: str = SPEC, time_limit_s: float = 20.0,
-           grace_s: float = 2.0, held: bool = False) -> tuple[CheckResult, ByReplica]:
+           grace_s: float = 2.0, held: bool = False, strict: bool = False) -> tuple[CheckResult, ByReplica]:
     work = tmp_path / "work"
-    work.mkdir()
+    work.mkdir(parents=True, exist_ok=True)
     clock = FakeClock()
     backend = ByReplica(clock, plan, held=held)
     options = CheckOptions(time_limit_s=time_limit_s, grace_s=grace_s, local_command=["python", "train.py"],
-                           cwd=str(work), folder=str(tmp_path / "runs"))
+                           cwd=str(work), folder=str(tmp_path / "runs"), strict=strict)
     result = run_check(loads_spec(spec, source="t.yaml"), options, backend=backend, clock=clock,
                        signals=FakeSignals(clock))
     return result, backend
@@ -136,7 +136,10 @@ def test_a_trainer_that_starts_over_after_the_restart_is_flagged(tmp_path: Path)
     result, _ = replay(tmp_path, lambda replica, attempt: Script(steps=6))
     assert result.observations.stop is not None and result.observations.stop.restart is not None
     assert [r.step for r in result.observations.stop.restart.reports] == [1, 2, 3, 4, 5, 6]
-    assert verdicts(result)["resume after restart"] == "fail"
+    # no checkpoint: Vertex recommends resuming, it does not require it; --strict requires it
+    assert verdicts(result)["resume after restart"] == "warn"
+    strict, _ = replay(tmp_path / "strict", lambda replica, attempt: Script(steps=6), strict=True)
+    assert verdicts(strict)["resume after restart"] == "fail"
 
 
 def test_a_trainer_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path: Path) -> None:

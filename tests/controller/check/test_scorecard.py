@@ -39,11 +39,39 @@ def test_a_good_trainer_passes_everything():
     assert not_passing(obs) == {}
 
 
-def test_starting_over_after_a_restart_fails_resume_only():
+def test_starting_over_without_a_checkpoint_warns_and_fails_only_when_strict():
+    """Vertex restarts a replica after maintenance or a transient error but does not require it to resume."""
+    over = dict(checkpoints_before_restart=[], restart=good_run(reports=reports([1, 2, 3, 4])))
+    obs = Observations(metric_ids=("accuracy",), clean=good_run(), stop=good_stop(**over))
+    assert not_passing(obs) == {"resume after restart": Verdict.WARN}
+    resume = lines(obs)["resume after restart"]
+    assert "no checkpoint" in resume.seen and resume.fix.startswith("recommended: save a checkpoint")
+    strict = Observations(metric_ids=("accuracy",), clean=good_run(), stop=good_stop(**over), strict=True)
+    assert not_passing(strict) == {"resume after restart": Verdict.FAIL}
+
+
+def test_starting_over_with_a_checkpoint_fails_strict_or_not():
     obs = Observations(metric_ids=("accuracy",), clean=good_run(),
-                       stop=good_stop(checkpoints_before_restart=[], restart=good_run(reports=reports([1, 2, 3, 4]))))
+                       stop=good_stop(checkpoints_before_restart=["state.json"],
+                                      restart=good_run(reports=reports([1, 2, 3, 4]))))
     assert not_passing(obs) == {"resume after restart": Verdict.FAIL}
-    assert "no checkpoint" in format_text(judge(obs))
+    assert "checkpoint state.json in AIP_CHECKPOINT_DIR not used" in lines(obs)["resume after restart"].seen
+
+
+def test_sigterm_ending_the_process_by_its_default_action_is_named_never_passed():
+    """Killed by SIGTERM (the host's replicas tell the signal; an image's, status 143) is no handling of it."""
+    killed = dict(exit_code=143, exit_after_s=0.1, reported_before_restart=[1, 2], checkpoints_before_restart=[])
+    host = lines(Observations(metric_ids=("accuracy",), clean=good_run(), stop=good_stop(signal=15, **killed)))
+    assert host["SIGTERM"].verdict is Verdict.WARN
+    assert host["SIGTERM"].seen == "did not handle SIGTERM: killed by it at step 2 of 4, nothing saved"
+    image = lines(Observations(metric_ids=("accuracy",), clean=good_run(), in_image=True, stop=good_stop(**killed)))
+    assert image["SIGTERM"].seen.startswith("did not handle SIGTERM: status 143, SIGTERM's default action")
+    strict = lines(Observations(metric_ids=("accuracy",), clean=good_run(), strict=True,
+                                stop=good_stop(signal=15, **killed)))
+    assert strict["SIGTERM"].verdict is Verdict.FAIL
+    # a handler that exits with the same status is not the default action, where the backend can tell
+    handled = lines(Observations(metric_ids=("accuracy",), clean=good_run(), stop=good_stop(**killed)))
+    assert handled["SIGTERM"].verdict is Verdict.PASS
 
 
 def test_steps_reported_twice_or_lost_warn():
@@ -186,7 +214,8 @@ def test_each_rule_reads_after_its_vertex_label():
         "(Vertex: AIP_MODEL_DIR, AIP_CHECKPOINT_DIR and AIP_TENSORBOARD_LOG_DIR are set only when the job has a "
         "baseOutputDirectory)",
         "(Vertex: only what is written under AIP_MODEL_DIR, AIP_CHECKPOINT_DIR, AIP_TENSORBOARD_LOG_DIR is kept)",
-        "(Vertex: a replica is restarted after a host maintenance or a transient error; it must resume)",
+        "(Vertex: a replica is restarted after a host maintenance or a transient error; without a checkpoint it "
+        "starts over (allowed, but the time is lost))",
         "(Vertex: Cloud Logging reads one JSON object per line (severity, message) as a structured entry)",
         "(Vertex: the project is CLOUD_ML_PROJECT_ID and the credentials are the job's service account; the host's "
         "gcloud identity is not there)",
@@ -252,8 +281,8 @@ def test_without_a_base_starting_over_names_the_missing_base():
     obs = Observations(metric_ids=("accuracy",), clean=good_run(), has_base=False,
                        stop=good_stop(checkpoints_before_restart=[], restart=good_run(reports=reports([1, 2, 3, 4]))))
     resume = lines(obs)["resume after restart"]
-    assert resume.verdict is Verdict.FAIL and "no baseOutputDirectory" in resume.seen
-    assert resume.fix.startswith("give the job a baseOutputDirectory")
+    assert resume.verdict is Verdict.WARN and "no baseOutputDirectory" in resume.seen
+    assert resume.fix.startswith("recommended: give the job a baseOutputDirectory")
 
 
 def test_a_trainer_reporting_every_ten_rounds_resumes_at_its_next_reported_step():

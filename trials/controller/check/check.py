@@ -53,6 +53,7 @@ class CheckOptions:
     pass_env: tuple[str, ...] = ()  # withheld host variables passed anyway (--pass-env)
     runtime: str = "host"  # or podman / docker: the probes run as containers of the pools' images
     images: Mapping[str, str] = field(default_factory=dict)  # --image URI=LOCAL
+    strict: bool = False  # --strict: what Vertex recommends (resume, SIGTERM handled) is required
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -207,7 +208,7 @@ class _Probes:
             if len(names) > 1 else None
         obs = scorecard.Observations(metric_ids=self.job.study.metric_ids, clean=clean, secondary=secondary,
                                      secondary_name=names[1] if len(names) > 1 else "", sandboxed=sandboxed,
-                                     has_base=_has_base(self.job), in_image=in_image,
+                                     has_base=_has_base(self.job), in_image=in_image, strict=self.options.strict,
                                      notes=notes, longer_run=longer_run(self.job.study, self.params))
         # 2. SIGTERM after half the clean run's reports (the trainer held there when it is Python),
         # then a restart in the same folders
@@ -272,6 +273,7 @@ class _Probes:
         first, again = run.attempt(self.primary, 0), run.attempt(self.primary, 1)
         if first is not None:
             stop.exit_code = first.handle.poll()
+            stop.signal = getattr(first.handle, "signal", None)  # the host's replicas know; an image's: the status
             sent = first.handle.stop_requested_at
             ended = first.handle.exited_mono if first.handle.exited_mono is not None else \
                 (again.start_mono if again is not None else self.clock.monotonic())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import json
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -61,6 +62,7 @@ class StopSeen:
     sent_after_steps: list[int | None] = field(default_factory=list)  # steps reported before SIGTERM
     exit_after_s: float | None = None  # None: still running at the end of the grace period
     exit_code: int | None = None
+    signal: int | None = None  # the signal that ended it (its default action), where the backend can tell
     grace_s: float = 0.0
     reported_before_restart: list[int | None] = field(default_factory=list)  # steps, once it had exited
     checkpoints_before_restart: list[str] = field(default_factory=list)
@@ -79,6 +81,7 @@ class Observations:
     in_image: bool = False  # the runs were containers of the job's images (their own file systems)
     interrupt_missed: bool = False  # the restart probe's run ended before its SIGTERM could be sent
     longer_run: str = ""  # how to make the run longer ("--params epochs=40"), or ""
+    strict: bool = False  # (--strict) resuming and handling SIGTERM, which Vertex recommends, are required
     notes: list[str] = field(default_factory=list)
 
 
@@ -103,6 +106,8 @@ RULE_BASE = ("AIP_MODEL_DIR, AIP_CHECKPOINT_DIR and AIP_TENSORBOARD_LOG_DIR are 
 FIX_BASE = ("give the job a base (trialJobSpec.baseOutputDirectory.outputUriPrefix: gs://BUCKET/PATH; "
             "base_output_dir in a short spec), or do without the variable when it is unset")
 RULE_RESTART = "a replica is restarted after a host maintenance or a transient error; it must resume"
+RULE_RESTART_RECOMMENDED = ("a replica is restarted after a host maintenance or a transient error; without a "
+                            "checkpoint it starts over (allowed, but the time is lost)")
 RULE_SIGTERM = "a replica gets SIGTERM before it is stopped (maintenance, timeout, cancel, early stop)"
 RULE_LOGS = "Cloud Logging reads one JSON object per line (severity, message) as a structured entry"
 RULE_IDENTITY = ("the project is CLOUD_ML_PROJECT_ID and the credentials are the job's service account; the "
@@ -280,8 +285,24 @@ def _sigterm(o: Observations) -> Line:
                     rule=RULE_SIGTERM)
     if len(s.reported_before_restart) >= n > 0:  # it ended on its own: its last step was the one in hand
         return _too_fast(o, "SIGTERM", f"SIGTERM came {at} and the run ended with its last step".replace("  ", " "))
+    if _killed_by_sigterm(o, s):
+        saved = "nothing saved" if not s.checkpoints_before_restart else \
+            f"the step in hand lost (its last checkpoint: {_list(s.checkpoints_before_restart, 1)})"
+        how = "killed by it" if s.signal == signal.SIGTERM else f"status {s.exit_code}, SIGTERM's default action"
+        return Line(check="SIGTERM", verdict=Verdict.FAIL if o.strict else Verdict.WARN,
+                    seen=f"did not handle SIGTERM: {how} {at}, {saved}".replace("  ", " "),
+                    fix="catch SIGTERM, save a checkpoint under AIP_CHECKPOINT_DIR and exit (trials.main does it "
+                        "for you)", rule=RULE_SIGTERM)
     return Line(check="SIGTERM", verdict=Verdict.PASS,
                 seen=f"exited {s.exit_after_s:.1f} s after SIGTERM {at} (status {s.exit_code})".replace("  ", " "))
+
+
+def _killed_by_sigterm(o: Observations, s: StopSeen) -> bool:
+    """It ended by SIGTERM's default action: the signal, where the backend tells it (the host's replicas); an
+    image's replica, whose runtime gives only a status: 143, what that action gives."""
+    if s.signal is not None:
+        return s.signal == signal.SIGTERM
+    return o.in_image and s.exit_code == 128 + signal.SIGTERM
 
 
 def _trained_on(s: StopSeen) -> bool:
@@ -339,18 +360,27 @@ def _resume(o: Observations) -> Line:
 
 
 def _started_over(o: Observations, s: StopSeen, first: int, last: int) -> Line:
-    if not o.has_base:
+    """Started over after a restart: a failure when it had checkpointed (the checkpoint went unused); else what
+    Vertex recommends but does not require (a warning; a failure with --strict)."""
+    if s.checkpoints_before_restart:
         return Line(check="resume after restart", verdict=Verdict.FAIL,
+                    seen=f"started over at step {first} after a restart at step {last} (checkpoint "
+                         f"{_list(s.checkpoints_before_restart, 1)} in AIP_CHECKPOINT_DIR not used)",
+                    fix="load the latest checkpoint from AIP_CHECKPOINT_DIR at start and train on from its step",
+                    rule=RULE_RESTART)
+    verdict = Verdict.FAIL if o.strict else Verdict.WARN
+    if not o.has_base:
+        return Line(check="resume after restart", verdict=verdict,
                     seen=f"started over at step {first} after a restart at step {last} (no AIP_CHECKPOINT_DIR: "
                          f"the job has no baseOutputDirectory)",
-                    fix="give the job a baseOutputDirectory, save a checkpoint under AIP_CHECKPOINT_DIR every "
-                        "epoch and load it at start", rule=RULE_RESTART)
-    ckpt = "no checkpoint in AIP_CHECKPOINT_DIR" if not s.checkpoints_before_restart else \
-        f"checkpoint {_list(s.checkpoints_before_restart, 1)} not used"
-    return Line(check="resume after restart", verdict=Verdict.FAIL,
-                seen=f"started over at step {first} after a restart at step {last} ({ckpt})",
-                fix="save a checkpoint under AIP_CHECKPOINT_DIR every epoch and load it at start",
-                rule=RULE_RESTART)
+                    fix="recommended: give the job a baseOutputDirectory, save a checkpoint under AIP_CHECKPOINT_DIR "
+                        "every epoch and load it at start (a restart then loses at most an epoch)",
+                    rule=RULE_RESTART_RECOMMENDED)
+    return Line(check="resume after restart", verdict=verdict,
+                seen=f"started over at step {first} after a restart at step {last} (no checkpoint in "
+                     f"AIP_CHECKPOINT_DIR)",
+                fix="recommended: save a checkpoint under AIP_CHECKPOINT_DIR every epoch and load it at start (a "
+                    "restart then loses at most an epoch)", rule=RULE_RESTART_RECOMMENDED)
 
 
 def _span(steps: Sequence[int]) -> str:
