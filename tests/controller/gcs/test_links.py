@@ -248,3 +248,15 @@ def test_a_name_clashing_with_a_folder_or_going_up_is_refused_with_an_answer(roo
             assert status == 403
         assert client(gcs.host).bucket("b").blob("file").download_as_text() == "f"
     assert not (root / "up.txt").exists() and not (root.parent / "up.txt").exists()
+
+
+def test_a_bucket_folder_the_user_named_through_a_link_is_served(tmp_path, client):
+    """The root's own path is the user's (``--gcs-root``): only what is beneath it is never followed."""
+    (tmp_path / "real" / "b").mkdir(parents=True)
+    (tmp_path / "real" / "b" / "x.txt").write_text("x")
+    (tmp_path / "named").symlink_to(tmp_path / "real")
+    with endpoint(tmp_path / "named") as gcs:
+        bucket = client(gcs.host).bucket("b")
+        assert bucket.blob("x.txt").download_as_text() == "x"
+        bucket.blob("y.txt").upload_from_string("y")
+    assert (tmp_path / "real" / "b" / "y.txt").read_text() == "y"

@@ -52,7 +52,9 @@ class Store:
 
     def __init__(self, root: str):
         os.makedirs(root, exist_ok=True)
-        self._root = os.open(root, _DIR)
+        # the root's own path is ours (the job's folder, or --gcs-root: a link there is the user's
+        # choice), opened once before any trainer runs; only what is beneath it is never followed
+        self._root = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 
     def close(self) -> None:
         os.close(self._root)
