@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from trials.spec.load import loads_spec
-from trials.study import ahead
+from trials.study import ahead, optuna_internals
 from trials.study.samplers import gp_available
 from trials.study.storage import open_storage
 from trials.study.store import JobStore
@@ -263,7 +263,8 @@ def test_the_mirror_study_is_the_one_create_new_trial_builds_and_leaves_the_mirr
                               mirror, [{"x": 1.0, "y": 2.0}])
     assert fast == deep and fast[0]  # the same study: the same suggestion
     monkeypatch.setattr(ahead._MirrorStorage, "add_copy", real_add)
-    monkeypatch.setattr(ahead, "_IN_MEMORY_INTERNALS", (*ahead._IN_MEMORY_INTERNALS, "_not_in_this_optuna"))
+    monkeypatch.setitem(optuna_internals.PRIVATE_ATTRIBUTES, "InMemoryStorage",
+                        {**optuna_internals.PRIVATE_ATTRIBUTES["InMemoryStorage"], "_not_in_this_optuna": "int"})
     assert ahead._suggest_one(make_sampler("gp-warped", seed=3), [optuna.study.StudyDirection.MINIMIZE], study,
                               mirror, [{"x": 1.0, "y": 2.0}]) == fast  # another Optuna's internals: its own way
     a, b = (s.get_all_trials(s.get_all_studies()[0]._study_id, deepcopy=False) for s in built)

@@ -12,7 +12,8 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
 from benchmarks.read_scale import build_job
-from trials.study import optuna_snapshot, replay
+from trials.study import journal as journal_storage
+from trials.study import replay
 
 
 def dump(storage: JournalStorage) -> list:
@@ -36,10 +37,10 @@ def journal(tmp_path, monkeypatch) -> str:
 
 
 def test_a_journal_opened_from_its_snapshot_reads_as_replayed_whole_and_writes_on(journal):
-    storage = optuna_snapshot.open_journal(journal)
-    snap = optuna_snapshot.snapshot_path(journal)
+    storage = journal_storage.open_journal(journal)
+    snap = journal_storage.snapshot_path(journal)
     assert os.path.exists(snap) and dump(storage) == full(journal)
-    again = optuna_snapshot.open_journal(journal)
+    again = journal_storage.open_journal(journal)
     assert again._backend.n_restored > 0 and dump(again) == full(journal)
     # writes after a restore, and by another process meanwhile, land as in a full replay
     running = again.get_all_trials(0, states=(TrialState.RUNNING,))[0]
@@ -47,14 +48,14 @@ def test_a_journal_opened_from_its_snapshot_reads_as_replayed_whole_and_writes_o
     JournalStorage(JournalFileBackend(journal)).set_trial_state_values(running._trial_id, TrialState.COMPLETE, [0.5])
     tid = again.create_new_trial(0)
     assert dump(again) == full(journal)
-    assert dump(optuna_snapshot.open_journal(journal)) == full(journal)
+    assert dump(journal_storage.open_journal(journal)) == full(journal)
     assert tid == max(t._trial_id for t in again.get_all_trials(0))
 
 
 @pytest.mark.parametrize("damage", ["rewritten", "shorter", "torn", "garbage", "foreign pickle"])
 def test_a_stale_or_damaged_snapshot_is_ignored_and_written_again(journal, damage):
-    optuna_snapshot.open_journal(journal)
-    snap = optuna_snapshot.snapshot_path(journal)
+    journal_storage.open_journal(journal)
+    snap = journal_storage.snapshot_path(journal)
     data, log = Path(snap).read_bytes(), Path(journal).read_bytes()
     if damage == "rewritten":  # same length, another value: the prefix's hash no longer matches
         Path(journal).write_bytes(log.replace(b'"accuracy":0.', b'"accuracy":1.', 1))
@@ -66,7 +67,7 @@ def test_a_stale_or_damaged_snapshot_is_ignored_and_written_again(journal, damag
         evil = pickle.dumps(header) + b"cos\nsystem\n(S'echo pwned'\ntR."
         Path(snap).write_bytes({"torn": data[: len(data) - 50], "garbage": b"\x00garbage",
                                 "foreign pickle": evil}[damage])
-    storage = optuna_snapshot.open_journal(journal)
+    storage = journal_storage.open_journal(journal)
     assert storage._backend.n_restored == 0
     assert dump(storage) == full(journal)
-    assert optuna_snapshot.open_journal(journal)._backend.n_restored > 0  # written again
+    assert journal_storage.open_journal(journal)._backend.n_restored > 0  # written again

@@ -7,10 +7,12 @@ Trials are created up front as WAITING (``maxTrialCount`` of them, or the grid s
 of controllers or workers claim them atomically and can never exceed the count.
 
 Modules: ``storage`` (opening a storage from a URL; the outage-retrying database storage),
-``journal`` (batched journal writes), ``journal_check`` (finding and repairing unreadable journal
-lines), ``space`` (the search space in Optuna's terms), ``samplers``, ``store`` (``JobStore``: one
-job in a storage), ``importances`` (parameter importances for the report), ``outages`` (telling a
-connection outage from a failed query, retrying through it), ``leases`` (many workers on one database
-job: the lease table's SQL on the storage's engine). The Optuna-free URL handling lives in the
+``journal`` (Optuna's journal storage opened from its snapshot; batched journal writes), ``journal_check``
+(finding and repairing unreadable journal lines), ``space`` (the search space in Optuna's terms),
+``samplers``, ``store`` (``JobStore``: one job in a storage), ``importances`` (parameter importances for
+the report), ``outages`` (telling a connection outage from a failed query, retrying through it),
+``leases`` (many workers on one database job: the lease table's SQL on the storage's engine),
+``optuna_internals`` (every Optuna internal the others use: private modules and attributes, tables,
+journal records; tested against the installed Optuna). The Optuna-free URL handling lives in the
 vocabulary: ``trials.storage_url``.
 """

@@ -26,7 +26,6 @@ next suggestion, at most :data:`MAX_RESTARTS` times.
 from __future__ import annotations
 
 import contextlib
-import copy
 import importlib
 import os
 import pickle
@@ -45,6 +44,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from trials.spec import StudySpec, Value
 from trials.study import choice
+from trials.study import optuna_internals as internals
 from trials.study.choice import AHEAD_SAMPLERS, WARM_UP
 
 HEADER = struct.Struct("!Q")
@@ -83,7 +83,7 @@ def _stripped(t: FrozenTrial) -> FrozenTrial:
                        values=list(t.values) if t.values is not None else None,
                        datetime_start=t.datetime_start, datetime_complete=t.datetime_complete,
                        params=dict(t.params), distributions=dict(t.distributions), user_attrs={},
-                       system_attrs={}, intermediate_values={}, trial_id=t._trial_id)
+                       system_attrs={}, intermediate_values={}, trial_id=internals.storage_id(t))
 
 
 def _fingerprint(t: FrozenTrial) -> tuple[Any, ...]:
@@ -381,16 +381,12 @@ def _read(stream: BinaryIO) -> Any:
     return pickle.loads(body)
 
 
-_IN_MEMORY_INTERNALS = ("_lock", "_check_study_id", "_max_trial_id", "_studies", "_trial_id_to_study_id_and_number",
-                        "_update_cache")
-
-
 class _MirrorStorage(optuna.storages.InMemoryStorage):
     """The in-memory study a suggestion is made over, rebuilt for each one from the mirror's trials."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._shallow = all(hasattr(self, name) for name in _IN_MEMORY_INTERNALS)  # (another Optuna's: its way)
+        self._shallow = internals.has_internals(self, "InMemoryStorage")  # (another Optuna's: its way)
 
     def add_copy(self, study_id: int, template: FrozenTrial) -> None:
         """``create_new_trial(study_id, template_trial=template)`` without its deep copy (a third of a
@@ -399,14 +395,7 @@ class _MirrorStorage(optuna.storages.InMemoryStorage):
         if not self._shallow:
             self.create_new_trial(study_id, template_trial=template)
             return
-        with self._lock:
-            self._check_study_id(study_id)
-            trial = copy.copy(template)
-            trial._trial_id = self._max_trial_id = self._max_trial_id + 1
-            trial.number = len(self._studies[study_id].trials)
-            self._trial_id_to_study_id_and_number[trial._trial_id] = (study_id, trial.number)
-            self._studies[study_id].trials.append(trial)
-            self._update_cache(trial._trial_id, study_id)
+        internals.add_trial_copy(self, study_id, template)
 
 
 def _suggest_one(sampler: optuna.samplers.BaseSampler, directions: list[Any], study: StudySpec,
@@ -423,7 +412,7 @@ def _suggest_one(sampler: optuna.samplers.BaseSampler, directions: list[Any], st
     mirror_study = optuna.Study(study_name="ahead", storage=storage, sampler=sampler)
     for params in pending:
         tid = storage.create_new_trial(study_id)
-        storage.set_trial_system_attr(tid, "fixed_params", fixed_params(study, params))
+        storage.set_trial_system_attr(tid, internals.FIXED_PARAMS_ATTR, fixed_params(study, params))
         suggest(optuna.Trial(mirror_study, tid), study)  # (fixed: the sampler is not asked)
     trial_id = storage.create_new_trial(study_id)
     params = suggest(optuna.Trial(mirror_study, trial_id), study)
@@ -526,10 +515,10 @@ def main() -> int:
             return 0
         for number in req["dropped"]:
             mirror.pop(number, None)
-        if req["dropped"] and hasattr(sampler, "_intersection_search_space"):
+        if req["dropped"]:
             # the mirror's trials were renumbered: Optuna's cached intersection (a cursor over
-            # trial numbers) would skip some (GPSampler's; private, hence the guard)
-            sampler._intersection_search_space = optuna.search_space.IntersectionSearchSpace()
+            # trial numbers) would skip some (GPSampler's)
+            internals.forget_search_space(sampler)
         mirror.update((t.number, t) for t in req["trials"])
         began = time.monotonic()
         answer: dict[str, Any] = {"seq": req["seq"]}

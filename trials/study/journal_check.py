@@ -8,10 +8,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from optuna.storages.journal._storage import JournalStorageReplayResult
-
 from trials import files
 from trials.errors import StorageError
+from trials.study.optuna_internals import JournalStorageReplayResult
 
 _SHOWN = 3  # bad lines named in a message
 

@@ -32,20 +32,25 @@ from typing import Any
 
 import numpy as np
 import optuna
-from optuna._gp import search_space as gp_search_space
-from optuna._gp.prior import DEFAULT_MINIMUM_NOISE_VAR
 from optuna.distributions import BaseDistribution
-from optuna.samplers._gp.sampler import _get_params
 from optuna.study import StudyDirection
-from optuna.study._constrained_optimization import _is_constrained_optimization
 from optuna.trial import FrozenTrial, TrialState
+
+from trials.study import optuna_internals as internals
+from trials.study.optuna_internals import (
+    DEFAULT_MINIMUM_NOISE_VAR,
+    GPSearchSpace,
+    gp_params,
+    is_constrained_optimization,
+    round_one_normalized_param,
+)
 
 _STANDARDIZE_EPS = 1e-10
 _EPS = 1e-12  # Optuna's: log utilities are clamped at log(EPS)
 _STABILIZING_NOISE = 1e-12
 _MAX_QMC_SEED = 1 << 30
-_RELATIVE_PARAMS_KEY = "gp:relative_params"  # Optuna's, so a running trial's parameters read back the same
-_SYSTEM_ATTR_MAX_LENGTH = 2045
+# Optuna's, so a running trial's parameters read back the same
+_RELATIVE_PARAMS_KEY, _SYSTEM_ATTR_MAX_LENGTH = internals.GP_RELATIVE_PARAMS_KEY, internals.GP_SYSTEM_ATTR_MAX_LENGTH
 _SQRT_HALF = math.sqrt(0.5)
 _INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
 _SQRT_HALF_PI = math.sqrt(0.5 * math.pi)
@@ -352,15 +357,16 @@ def normal_qmc(n: int, dim: int, seed: int) -> np.ndarray:
     return np.asarray(scipy.special.ndtri(u), dtype=np.float64)
 
 
-def sample_normalized(space: gp_search_space.SearchSpace, n: int, rng: np.random.RandomState) -> np.ndarray:
+def sample_normalized(space: GPSearchSpace, n: int, rng: np.random.RandomState) -> np.ndarray:
     """Optuna's ``_sample_normalized_params`` with the scrambled Halton points in place of Sobol's."""
     values = halton(n, space.dim, np.random.RandomState(rng.randint(np.iinfo(np.int32).max)))
+    bounds, steps, scale_types = internals.gp_space_arrays(space)
     for i in range(space.dim):
         if space.is_categorical[i]:
-            values[:, i] = np.floor(values[:, i] * space._bounds[i, 1])
-        elif space._steps[i] != 0.0:
-            values[:, i] = gp_search_space._round_one_normalized_param(
-                values[:, i], space._scale_types[i], (space._bounds[i, 0], space._bounds[i, 1]), space._steps[i])
+            values[:, i] = np.floor(values[:, i] * bounds[i, 1])
+        elif steps[i] != 0.0:
+            values[:, i] = round_one_normalized_param(
+                values[:, i], scale_types[i], (bounds[i, 0], bounds[i, 1]), steps[i])
     return values
 
 
@@ -370,7 +376,7 @@ Acquisition = LogEI | QLogEI
 
 def _gradient_ascent(acq: Acquisition, xs: np.ndarray, fvals: np.ndarray, cont: np.ndarray,
                      lengthscales: np.ndarray, tol: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    from optuna._gp import batched_lbfgsb
+    from trials.study.optuna_internals import batched_lbfgsb
 
     if len(cont) == 0:
         return xs, fvals, np.zeros(len(fvals), dtype=bool)
@@ -381,7 +387,7 @@ def _gradient_ascent(acq: Acquisition, xs: np.ndarray, fvals: np.ndarray, cont: 
         value, g = acq.value_and_grad(params)
         return -np.atleast_1d(value), -g[:, cont] * lengthscales
 
-    scaled_opt, neg_opt, n_iter = batched_lbfgsb.batched_lbfgsb(
+    scaled_opt, neg_opt, n_iter = batched_lbfgsb(
         func_and_grad=neg_with_grad, x0_batched=xs[:, cont] / lengthscales, batched_args=(list(xs.copy()),),
         bounds=[(0, 1 / s) for s in lengthscales], pgtol=math.sqrt(tol), max_iters=200)
     opt = xs.copy()
@@ -444,7 +450,7 @@ def _line_search(acq: Acquisition, x0: np.ndarray, f0: float, i: int, grids: np.
     return x0, f0, False
 
 
-def _local_search(acq: Acquisition, space: gp_search_space.SearchSpace, lengthscales: np.ndarray,
+def _local_search(acq: Acquisition, space: GPSearchSpace, lengthscales: np.ndarray,
                   xs0: np.ndarray, *, tol: float = 1e-4, max_iter: int = 100) -> tuple[np.ndarray, np.ndarray]:
     cont = space.continuous_indices
     scales = lengthscales[cont]
@@ -479,7 +485,7 @@ def _local_search(acq: Acquisition, space: gp_search_space.SearchSpace, lengthsc
     return xs, fvals
 
 
-def optimize(acq: Acquisition, space: gp_search_space.SearchSpace, warm_start: np.ndarray, *,
+def optimize(acq: Acquisition, space: GPSearchSpace, warm_start: np.ndarray, *,
              rng: np.random.RandomState, n_preliminary: int = 2048, n_local_search: int = 10,
              tol: float = 1e-4) -> np.ndarray:
     """Optuna's ``optimize_acqf_mixed``: the best of ``n_preliminary`` quasi-random points, ``n_local_search - 2``
@@ -515,46 +521,46 @@ class NumpyGPSampler(optuna.samplers.GPSampler):
         """GPSampler's, without entering ``torch.device`` (which imports torch)."""
         if search_space == {}:
             return {}
-        trials = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING),
-                                   use_cache=False)
+        trials = internals.study_trials(study, (TrialState.COMPLETE, TrialState.RUNNING))
         completed = [t for t in trials if t.state == TrialState.COMPLETE]
         running = [t for t in trials
-                   if t.state == TrialState.RUNNING and search_space.keys() <= _get_params(t).keys()]
-        if len(completed) < self._n_startup_trials:
+                   if t.state == TrialState.RUNNING and search_space.keys() <= gp_params(t).keys()]
+        if len(completed) < internals.GPSettings(self).n_startup_trials:
             return {}
         params = self._sample_relative_impl(study, completed, running, search_space)
         if params != {}:
             text = json.dumps(params)
             for i in range(0, len(text), _SYSTEM_ATTR_MAX_LENGTH):
-                study._storage.set_trial_system_attr(trial._trial_id,
-                                                     f"{_RELATIVE_PARAMS_KEY}:{i // _SYSTEM_ATTR_MAX_LENGTH}",
-                                                     text[i:i + _SYSTEM_ATTR_MAX_LENGTH])
+                internals.study_storage(study).set_trial_system_attr(
+                    internals.storage_id(trial), f"{_RELATIVE_PARAMS_KEY}:{i // _SYSTEM_ATTR_MAX_LENGTH}",
+                    text[i:i + _SYSTEM_ATTR_MAX_LENGTH])
         return params
 
     def _sample_relative_impl(self, study: optuna.Study, completed_trials: list[FrozenTrial],
                               running_trials: list[FrozenTrial],
                               search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
-        if len(study.directions) != 1 or _is_constrained_optimization(completed_trials):
+        if len(study.directions) != 1 or is_constrained_optimization(completed_trials):
             import torch
 
             with torch.device("cpu"):
                 return super()._sample_relative_impl(study, completed_trials, running_trials, search_space)
-        space = gp_search_space.SearchSpace(search_space)
+        settings, rng = internals.GPSettings(self), internals.gp_rng(self)
+        space = GPSearchSpace(search_space)
         X = space.get_normalized_params(completed_trials)
         sign = -1.0 if study.direction == StudyDirection.MINIMIZE else 1.0
         y = standardize(sign * np.array([t.values[0] for t in completed_trials], dtype=np.float64))
         gp = self._gp_cache = fit(X, y, space.is_categorical, previous=self._gp_cache,
-                                  minimum_noise=self._minimum_noise, deterministic=self._deterministic)
+                                  minimum_noise=settings.minimum_noise, deterministic=settings.deterministic)
         threshold = float(y.max())
         acq: Acquisition
         if running_trials:
-            running = space.get_normalized_params(running_trials, [_get_params(t) for t in running_trials])
-            acq = QLogEI(gp, threshold, running, n_samples=self._n_qmc_samples_qei,
-                         seed=int(self._rng.rng.randint(_MAX_QMC_SEED)))
+            running = space.get_normalized_params(running_trials, [gp_params(t) for t in running_trials])
+            acq = QLogEI(gp, threshold, running, n_samples=settings.n_qmc_samples_qei,
+                         seed=int(rng.randint(_MAX_QMC_SEED)))
         else:
             acq = LogEI(gp, threshold)
-        x = optimize(acq, space, X[np.argmax(y), np.newaxis], rng=self._rng.rng,
-                     n_preliminary=self._n_preliminary_samples, n_local_search=self._n_local_search, tol=self._tol)
+        x = optimize(acq, space, X[np.argmax(y), np.newaxis], rng=rng, n_preliminary=settings.n_preliminary_samples,
+                     n_local_search=settings.n_local_search, tol=settings.tol)
         return space.get_unnormalized_param(x)
 
 

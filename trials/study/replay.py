@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trials.records import is_live_attr
+from trials.study.optuna_internals import JournalOp as Op
 
 SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOT_FORMAT = 3  # 2: a header (prefix, summaries) before the body; 3: a lean part, then the whole
@@ -180,33 +181,20 @@ class Replay:
             raise Unsupported(f"record {self.n_records}: {type(err).__name__}: {err}") from None
 
     def _apply(self, log: dict[str, Any]) -> None:
-        op = log["op_code"]
-        if op == 0:  # CREATE_STUDY
-            name = log["study_name"]
-            directions = list(log["directions"])
-            if not all(type(d) is int and d in (0, 1, 2) for d in directions):  # StudyDirection's values
-                raise Unsupported(f"directions {directions}")
-            if any(s.name == name for s in self.studies.values()):
-                return
-            sid = self.next_study_id
-            self.next_study_id += 1
-            self.studies[sid] = StoredStudy(study_id=sid, name=name, directions=directions)
-            self.study_trials[sid] = []
-            self.first_distribution[sid] = {}
-        elif op == 1:  # DELETE_STUDY
-            self.studies.pop(log["study_id"], None)
-        elif op in (2, 3):  # SET_STUDY_USER_ATTR, SET_STUDY_SYSTEM_ATTR
-            study = self.studies.get(log["study_id"])
-            attr = log["user_attr" if op == 2 else "system_attr"]
+        op = log["op_code"]  # (the most frequent records first: a journal is mostly attributes and steps)
+        if op == Op.SET_TRIAL_USER_ATTR or op == Op.SET_TRIAL_SYSTEM_ATTR:
+            user = op == Op.SET_TRIAL_USER_ATTR
+            attr = log["user_attr" if user else "system_attr"]
             if len(attr) != 1:
-                raise Unsupported("a study attribute record of more than one key")
-            if study is not None:
-                (study.user_attrs if op == 2 else study.system_attrs).update(attr)
-        elif op == 4:  # CREATE_TRIAL
-            self._create_trial(log)
-        elif op == 5:  # SET_TRIAL_PARAM
-            self._set_param(log)
-        elif op == 6:  # SET_TRIAL_STATE_VALUES
+                raise Unsupported("a trial attribute record of more than one key")
+            t = self._updatable(log["trial_id"])
+            if t is not None:
+                (t.user_attrs if user else t.system_attrs).update(attr)
+        elif op == Op.SET_TRIAL_INTERMEDIATE_VALUE:
+            t = self._updatable(log["trial_id"])
+            if t is not None:
+                t.intermediate_values[log["step"]] = log["intermediate_value"]
+        elif op == Op.SET_TRIAL_STATE_VALUES:
             t = self._updatable(log["trial_id"])
             if t is None:
                 return
@@ -220,18 +208,33 @@ class Replay:
             t.state = state
             if log["values"] is not None:
                 t.values = list(log["values"])
-        elif op == 7:  # SET_TRIAL_INTERMEDIATE_VALUE
-            t = self._updatable(log["trial_id"])
-            if t is not None:
-                t.intermediate_values[log["step"]] = log["intermediate_value"]
-        elif op in (8, 9):  # SET_TRIAL_USER_ATTR, SET_TRIAL_SYSTEM_ATTR
-            attr = log["user_attr" if op == 8 else "system_attr"]
+        elif op == Op.SET_TRIAL_PARAM:
+            self._set_param(log)
+        elif op == Op.CREATE_TRIAL:
+            self._create_trial(log)
+        elif op == Op.CREATE_STUDY:
+            name = log["study_name"]
+            directions = list(log["directions"])
+            if not all(type(d) is int and d in (0, 1, 2) for d in directions):  # StudyDirection's values
+                raise Unsupported(f"directions {directions}")
+            if any(s.name == name for s in self.studies.values()):
+                return
+            sid = self.next_study_id
+            self.next_study_id += 1
+            self.studies[sid] = StoredStudy(study_id=sid, name=name, directions=directions)
+            self.study_trials[sid] = []
+            self.first_distribution[sid] = {}
+        elif op == Op.DELETE_STUDY:
+            self.studies.pop(log["study_id"], None)
+        elif op == Op.SET_STUDY_USER_ATTR or op == Op.SET_STUDY_SYSTEM_ATTR:
+            study = self.studies.get(log["study_id"])
+            user = op == Op.SET_STUDY_USER_ATTR
+            attr = log["user_attr" if user else "system_attr"]
             if len(attr) != 1:
-                raise Unsupported("a trial attribute record of more than one key")
-            t = self._updatable(log["trial_id"])
-            if t is not None:
-                (t.user_attrs if op == 8 else t.system_attrs).update(attr)
-        elif op == 10:  # DISCARD_TRIALS: Rustuna's, ignored by Optuna
+                raise Unsupported("a study attribute record of more than one key")
+            if study is not None:
+                (study.user_attrs if user else study.system_attrs).update(attr)
+        elif op == Op.DISCARD_TRIALS:  # Rustuna's, ignored by Optuna
             return
         else:
             raise Unsupported(f"op_code {op!r}")

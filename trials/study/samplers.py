@@ -8,6 +8,7 @@ import optuna
 
 # (the choice itself imports no Optuna: the command line makes it before loading Optuna)
 from trials.study.choice import CHOICES, check_choice, choose_sampler_name, gp_available
+from trials.study.optuna_internals import constraints_func
 
 
 def make_sampler(name: str, *, seed: int | None, n_startup: int = 10) -> optuna.samplers.BaseSampler:
@@ -39,7 +40,7 @@ def make_sampler(name: str, *, seed: int | None, n_startup: int = 10) -> optuna.
 def acts_after_trial(sampler: optuna.samplers.BaseSampler) -> bool:
     """Whether the sampler does something when told a trial finished: Optuna's samplers only do for
     constraints (``constraints_func``), which no sampler of :func:`make_sampler` has."""
-    return getattr(sampler, "_constraints_func", None) is not None
+    return constraints_func(sampler) is not None
 
 
 __all__ = ["CHOICES", "acts_after_trial", "check_choice", "choose_sampler_name", "gp_available", "make_sampler"]

@@ -19,6 +19,7 @@ from trials.study.names import optuna_name as optuna_name
 from trials.study.names import optuna_names as optuna_names
 from trials.study.names import parameter_id_of as parameter_id_of
 from trials.study.names import values_from_optuna as values_from_optuna
+from trials.study.optuna_internals import suggest_value
 
 
 def distribution(p: ParameterSpec) -> BaseDistribution:
@@ -51,7 +52,7 @@ def suggest(trial: optuna.Trial, study: StudySpec) -> dict[str, Value]:
     """Suggest the active parameters of a trial, parents before their conditional children."""
 
     def pick(p: ParameterSpec) -> Value:
-        raw = trial._suggest(optuna_name(p, study), distribution(p))
+        raw = suggest_value(trial, optuna_name(p, study), distribution(p))
         return _mirror(p, raw) if _mirrored(p) else raw
 
     return study.choose(pick)

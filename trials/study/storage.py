@@ -17,6 +17,7 @@ from optuna.trial import FrozenTrial, TrialState
 from trials.errors import ConfigError, StorageError
 from trials.storage_url import first_line, is_journal_url, journal_path, redact, scrub
 from trials.study.database import writes
+from trials.study.optuna_internals import RDB_STORAGE_PRIVATE_METHODS
 
 if TYPE_CHECKING:  # a database's SQL and outages (sqlalchemy): a journal job never loads them
     from trials.study.database import rdb
@@ -54,7 +55,7 @@ def open_storage(url: str, *, heartbeat_interval_s: int | None = None,
     if is_journal_url(url):
         from optuna.storages.journal import JournalFileOpenLock
 
-        from trials.study.optuna_snapshot import open_journal
+        from trials.study.journal import open_journal
 
         path = journal_path(url)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -122,11 +123,11 @@ _RETRIED = (
     "create_new_study", "delete_study", "set_study_user_attr", "set_study_system_attr",
     "get_study_id_from_name", "get_study_name_from_id", "get_study_directions",
     "get_study_system_attrs", "get_trial_user_attrs",
-    "get_trial_system_attrs", "get_all_studies", "create_new_trial", "_create_new_trial",
-    "set_trial_param", "_set_trial_param", "get_trial_param", "set_trial_state_values",
+    "get_trial_system_attrs", "get_all_studies", "create_new_trial",
+    "set_trial_param", "get_trial_param", "set_trial_state_values",
     "set_trial_intermediate_value", "set_trial_user_attr", "set_trial_system_attr",
-    "get_trial_id_from_study_id_trial_number", "get_all_trials", "_get_trials",
-    "get_best_trial", "_get_best_trial_id",
+    "get_trial_id_from_study_id_trial_number", "get_all_trials",
+    "get_best_trial", *RDB_STORAGE_PRIVATE_METHODS,  # (the public methods' private halves)
 )
 
 
@@ -144,10 +145,10 @@ class RetryingRDBStorage(optuna.storages.RDBStorage):
 
     def _read(self, fn: Callable[[Any], T]) -> T:
         """``fn(session)`` in a read-only transaction, retried through outages."""
-        from optuna.storages._rdb.storage import _create_scoped_session
+        from trials.study.optuna_internals import create_scoped_session
 
         def run() -> T:
-            with _create_scoped_session(self.scoped_session) as session:
+            with create_scoped_session(self.scoped_session) as session:
                 return fn(session)
         return self._call(run)
 
@@ -169,10 +170,10 @@ class RetryingRDBStorage(optuna.storages.RDBStorage):
 
     def claim_trial(self, trial_id: int) -> bool:
         """WAITING -> RUNNING as a compare-and-set (one statement); False if it was not WAITING."""
-        from optuna.storages._rdb.storage import _create_scoped_session
+        from trials.study.optuna_internals import create_scoped_session
 
         def run() -> bool:
-            with _create_scoped_session(self.scoped_session) as session:
+            with create_scoped_session(self.scoped_session) as session:
                 return rdb.claim(session, trial_id)
         return self._call(run)
 
@@ -200,14 +201,14 @@ class RetryingRDBStorage(optuna.storages.RDBStorage):
         Retried through outages; a retry after a lost answer is idempotent (upserts, and a state
         change that finds its own commit skips the rest).
         """
-        from optuna.storages._rdb.storage import _create_scoped_session
+        from trials.study.optuna_internals import create_scoped_session
 
         attempts = 0
 
         def run() -> None:
             nonlocal attempts
             attempts += 1
-            with _create_scoped_session(self.scoped_session) as session:
+            with create_scoped_session(self.scoped_session) as session:
                 for trial_id, w in writes.items():
                     rdb.apply(session, trial_id, w, retried=attempts > 1)
         if writes:

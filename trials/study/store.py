@@ -20,6 +20,7 @@ from optuna.trial import TrialState
 from trials.errors import ConfigError, JobNotFoundError
 from trials.spec import Algorithm, JobSpec, StudySpec, Value
 from trials.study import journal
+from trials.study import optuna_internals as internals
 from trials.study.database import writes
 from trials.study.database.writes import (
     NotHeldError as NotHeldError,  # re-exported: a batch's lease was another worker's
@@ -31,7 +32,7 @@ from trials.study.storage import RetryingRDBStorage, quiet_optuna
 
 try:  # Study.tell without the deep copy of the trial it returns (unused here; ~3 ms a trial whose
     # attributes carry its measurements, on the way from one trial to the next)
-    from optuna.study._tell import _tell_with_warning
+    from trials.study.optuna_internals import tell_with_warning as _tell_with_warning
 except ImportError:  # another Optuna layout: the public method
     _tell_with_warning = None  # type: ignore[assignment]
 
@@ -62,9 +63,9 @@ def resumed_seed(seed: int | None, storage: BaseStorage, study: optuna.Study) ->
     if seed is None:
         return None
     if isinstance(storage, RetryingRDBStorage):
-        n = storage.n_sampled(study._study_id)
+        n = storage.n_sampled(internals.study_id(study))
     else:
-        n = sum(1 for t in storage.get_all_trials(study._study_id, deepcopy=False) if t.params)
+        n = sum(1 for t in storage.get_all_trials(internals.study_id(study), deepcopy=False) if t.params)
     return seed if n == 0 else (seed * 1_000_003 + n) % 2**32
 
 
@@ -80,23 +81,21 @@ class _Suggesting:
         self.params: dict[str, tuple[float, optuna.distributions.BaseDistribution]] = {}
 
     def study(self, study: optuna.Study) -> optuna.Study:
-        view = copy.copy(study)
-        view._storage = self  # type: ignore[assignment]
-        return view
+        return internals.with_storage(study, self)
 
     def get_trial(self, trial_id: int) -> FrozenTrial:
-        if trial_id != self._frozen._trial_id:
+        if trial_id != internals.storage_id(self._frozen):
             return self._inner.get_trial(trial_id)
         return copy.deepcopy(self._frozen)  # (the Trial changes its copy as it suggests)
 
     def get_trial_system_attrs(self, trial_id: int) -> dict[str, Any]:
-        if trial_id != self._frozen._trial_id:
+        if trial_id != internals.storage_id(self._frozen):
             return self._inner.get_trial_system_attrs(trial_id)
         return dict(self._frozen.system_attrs)
 
     def set_trial_param(self, trial_id: int, name: str, value: float,
                         distribution: optuna.distributions.BaseDistribution) -> None:
-        if trial_id != self._frozen._trial_id:
+        if trial_id != internals.storage_id(self._frozen):
             self._inner.set_trial_param(trial_id, name, value, distribution)
             return
         self.params[name] = (value, distribution)
@@ -117,7 +116,7 @@ class JobStore:
         self.storage = storage
         self.study = study
         self.job_id = job_id
-        self._study_id = study._study_id
+        self._study_id = internals.study_id(study)
         self._rdb = storage if isinstance(storage, RetryingRDBStorage) else None
         self._pending: dict[int, writes.TrialWrite] | None = None  # a database batch's writes, by trial id
         self._ids: dict[int, int] = {}  # trial number -> storage id, of the trials this store claimed
@@ -206,7 +205,8 @@ class JobStore:
         """Fix ``params`` on a trial (with more system attributes ``also``), and on ``frozen``, the
         trial as its claim read it."""
         # a reverse-log double is mirrored for Optuna (min + max - x): the claim returns x itself
-        attrs = {"fixed_params": fixed_params(study, params), FIXED_VALUES_ATTR: dict(params), **(also or {})}
+        attrs = {internals.FIXED_PARAMS_ATTR: fixed_params(study, params), FIXED_VALUES_ATTR: dict(params),
+                 **(also or {})}
         if frozen is not None:
             frozen.system_attrs.update(attrs)
         if self._rdb is not None:
@@ -264,7 +264,8 @@ class JobStore:
             if self._rdb is not None:  # a database: a few at a time, not every trial
                 candidates = [*self._rdb.waiting_trials(self._study_id, limit=8)]
             else:
-                candidates = [(t.number, t._trial_id, None) for t in self.frozen_trials((TrialState.WAITING,))]
+                candidates = [(t.number, internals.storage_id(t), None)
+                              for t in self.frozen_trials((TrialState.WAITING,))]
             for number, storage_id, frozen in candidates:
                 if before is not None:
                     before(storage_id)
@@ -272,7 +273,7 @@ class JobStore:
                     continue
                 if self._pending is not None:  # its writes in this batch need no check (see rdb.apply)
                     self._pending.setdefault(storage_id, writes.TrialWrite()).claimed = True
-                if params is not None and "fixed_params" not in (
+                if params is not None and internals.FIXED_PARAMS_ATTR not in (
                         frozen.system_attrs if frozen is not None else self.storage.get_trial_system_attrs(storage_id)):
                     self._fix(storage_id, params, study, system_attrs, frozen)  # (an enqueued point is kept)
                 return self._suggested(number, storage_id, study, frozen)
@@ -291,7 +292,7 @@ class JobStore:
     def started(self, frozen: FrozenTrial, study: StudySpec) -> Claimed:
         """A RUNNING trial whose claim was cut short (by an outage) before it ran: its parameters,
         those already suggested kept, the rest suggested now."""
-        return self._suggested(frozen.number, frozen._trial_id, study, frozen)
+        return self._suggested(frozen.number, internals.storage_id(frozen), study, frozen)
 
     def _suggested(self, number: int, storage_id: int, study: StudySpec,
                    frozen: FrozenTrial | None = None) -> Claimed:
@@ -313,7 +314,7 @@ class JobStore:
         if self._rdb is None or frozen is None:
             self._know_trial(storage_id)
             return suggest(optuna.Trial(self.study, storage_id), study)
-        view = _Suggesting(self.study._storage, frozen)
+        view = _Suggesting(internals.study_storage(self.study), frozen)
         params = suggest(optuna.Trial(view.study(self.study), storage_id), study)
         if view.params:
             with self._writing(storage_id) as w:
@@ -323,9 +324,9 @@ class JobStore:
     def _know_trial(self, trial_id: int) -> None:
         # Optuna's cache over an RDB storage must have read a trial before params are set on it;
         # a worker that joined an existing job has not (the creator's process knew its trials).
-        known = getattr(self.study._storage, "_trial_id_to_study_id_and_number", None)
+        known = internals.cached_trial_ids(internals.study_storage(self.study))
         if known is not None and trial_id not in known:
-            self.study._storage.get_all_trials(self._study_id, deepcopy=False)
+            internals.study_storage(self.study).get_all_trials(self._study_id, deepcopy=False)
 
     def batch(self) -> contextlib.AbstractContextManager[None]:
         """A block whose writes are made together: on a database in one transaction at its end (all
@@ -383,9 +384,9 @@ class JobStore:
         """A RUNNING trial whose controller died: run it again with its stored parameters."""
         values = values_from_optuna(study, frozen.params)
         if not values and study.parameters:
-            values = self._suggest(frozen._trial_id, study, frozen)
-        self._ids[frozen.number] = frozen._trial_id
-        return Claimed(number=frozen.number, storage_id=frozen._trial_id,
+            values = self._suggest(internals.storage_id(frozen), study, frozen)
+        self._ids[frozen.number] = internals.storage_id(frozen)
+        return Claimed(number=frozen.number, storage_id=internals.storage_id(frozen),
                        trial_id=str(frozen.number + 1), params=values, resumed=True,
                        resume_reason=reason, previous_worker=previous_worker, stored=frozen)
 

@@ -40,6 +40,8 @@ from optuna.search_space import IntersectionSearchSpace
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from trials.study import optuna_internals as internals
+
 logger = logging.getLogger(__name__)
 
 MODULES = ("vizier", "jax")  # google-vizier[jax]
@@ -128,7 +130,7 @@ class VizierSampler(optuna.samplers.BaseSampler):
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
         if not search_space or len(study.directions) != 1:
             return {}
-        trials = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING), use_cache=False)
+        trials = internals.study_trials(study, (TrialState.COMPLETE, TrialState.RUNNING))
         completed = [t for t in trials if t.state == TrialState.COMPLETE and search_space.keys() <= t.params.keys()]
         if not completed:
             return {}
@@ -141,7 +143,7 @@ class VizierSampler(optuna.samplers.BaseSampler):
         except (RuntimeError, ValueError, KeyError, OSError, subprocess.TimeoutExpired) as e:
             reason = _one_line(str(e))
             logger.warning("trial %d: OSS Vizier failed (%s); its parameters are random", trial.number, reason)
-            study._storage.set_trial_system_attr(trial._trial_id, ERROR_ATTR, reason)
+            internals.study_storage(study).set_trial_system_attr(internals.storage_id(trial), ERROR_ATTR, reason)
             return {}
 
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,

@@ -29,6 +29,7 @@ from trials.records import TrialState
 from trials.spec import StudySpec
 from trials.study.database.outages import Outages
 from trials.study.database.rdb import stored_now
+from trials.study.optuna_internals import STORED_STATES
 from trials.study.storage import RetryingRDBStorage
 from trials.study.store import Claimed, JobStore
 
@@ -46,7 +47,7 @@ _NOW_SQL = {
     "sqlite": "((julianday('now') - 2440587.5) * 86400.0)",
     "mysql": "UNIX_TIMESTAMP(NOW(6))",
 }
-_RUNNING = "'RUNNING'"  # Optuna's trials.state holds the TrialState's name
+_RUNNING, _WAITING = STORED_STATES["RUNNING"], STORED_STATES["WAITING"]  # Optuna's trials.state: the state's name
 _CREATE = (f"CREATE TABLE IF NOT EXISTS {LEASE_TABLE} (trial_id INTEGER PRIMARY KEY, "
            f"study_id INTEGER NOT NULL, owner VARCHAR(255) NOT NULL, "
            f"heartbeat DOUBLE PRECISION NOT NULL, generation INTEGER NOT NULL)")
@@ -356,7 +357,7 @@ class SharedJob:
         """WAITING -> RUNNING and this worker's lease, in one statement of the claim lock's transaction
         (PostgreSQL): the move and the lease commit together, or neither does."""
         sql = (f"WITH moved AS (UPDATE trials SET state = {_RUNNING}, datetime_start = :start "
-               f"WHERE trial_id = :t AND state = 'WAITING' RETURNING trial_id) "
+               f"WHERE trial_id = :t AND state = {_WAITING} RETURNING trial_id) "
                f"INSERT INTO {LEASE_TABLE} (trial_id, study_id, owner, heartbeat, generation) "
                f"SELECT trial_id, :s, :o, {self._now_sql}, 1 FROM moved ON CONFLICT (trial_id) DO UPDATE "
                f"SET owner = :o, heartbeat = {self._now_sql}, generation = {LEASE_TABLE}.generation + 1")

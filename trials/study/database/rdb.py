@@ -18,7 +18,6 @@ from typing import Any
 
 from optuna import distributions
 from optuna.exceptions import UpdateFinishedTrialError
-from optuna.storages._rdb import models
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy import Float, Integer, String, Text, cast, func, literal, null, select, text, union_all, update
 from sqlalchemy import inspect as sa_inspect
@@ -27,6 +26,7 @@ from sqlalchemy.orm import Session
 from trials.study.database.writes import NotHeldError as NotHeldError  # re-exported
 from trials.study.database.writes import TrialWrite as TrialWrite
 from trials.study.database.writes import check_values as check_values
+from trials.study.optuna_internals import rdb_models as models
 
 T = models.TrialModel
 P, V = models.TrialParamModel, models.TrialValueModel
