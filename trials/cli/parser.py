@@ -122,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="baseOutputDirectory of the exported job (a local one is refused)")
     p.add_argument("--draft", action="store_true",
                    help="write the job even when Vertex would reject it (no image, local paths)")
+    p.add_argument("--with-local-command", action="store_true",
+                   help="put the command the job ran with (after --) in every pool's containerSpec.command: on "
+                        "Vertex it replaces the image's ENTRYPOINT (without it, the ENTRYPOINT runs)")
     p.set_defaults(handler=_cmd_export)
 
     p = sub.add_parser("sweep", help="run a tuning job locally",

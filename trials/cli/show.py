@@ -165,16 +165,20 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    """The spec, or a job's stored spec, as Vertex takes it: the export's own changes said on stderr, one line
+    each, so nothing that runs on Vertex changes without a word (the local command only when asked)."""
     import os
+    import shlex
     from dataclasses import replace
 
-    from trials.spec.export import export_text
+    from trials.printable import printable
+    from trials.spec.export import changes, prepare, render
 
     command = None
     if os.path.isfile(args.spec):  # a spec file
         from trials.spec.load import load_spec
 
-        job = load_spec(args.spec)
+        job = stored = load_spec(args.spec)
         name = os.path.splitext(os.path.basename(args.spec))[0]
     else:  # a job: the spec it stored, with its actual trial count
         from trials.controller.jobs import view as job_view
@@ -185,11 +189,23 @@ def _cmd_export(args: argparse.Namespace) -> int:
         except (JobNotFoundError, ConfigError) as err:
             raise JobNotFoundError(f"expected a spec file or a job id, got {args.spec!r}: no such file, "
                                    f"and {err}") from None
+        stored = h.job
         n = len(h.store.frozen_trials())
         job = replace(h.job, max_trial_count=n) if n else h.job
         command = h.store.meta().get("local_command")
         name = h.job_id
-    sys.stdout.write(export_text(job, args.format, image_uri=args.image_uri,
-                                 base_output_dir=args.base_output_dir, command=command,
-                                 display_name=name, draft=args.draft))
+    if args.with_local_command and not command:
+        raise ConfigError(f"--with-local-command: {args.spec} has no local command (a job run with `-- COMMAND` "
+                          f"has one; a spec file has none)")
+    final = prepare(job, image_uri=args.image_uri, base_output_dir=args.base_output_dir,
+                    command=command if args.with_local_command else None, display_name=name)
+    text = render(final, args.format, draft=args.draft)
+    for line in changes(stored, final):
+        print(f"trials export: {printable(line)}", file=sys.stderr)
+    if command and not args.with_local_command:
+        shown = printable(" ".join(shlex.quote(word) for word in command))
+        print(f"trials export: note: the job ran locally with `{shown}` (after --); the export leaves it out, so on "
+              f"Vertex the image's ENTRYPOINT runs (--with-local-command puts it in containerSpec.command)",
+              file=sys.stderr)
+    sys.stdout.write(text)
     return protocol.EXIT_OK

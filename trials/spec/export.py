@@ -67,8 +67,8 @@ def export_text(job: JobSpec, fmt: str, *, image_uri: str | None = None,
             when the spec has none, and fills in ``machineType`` (``n1-standard-4``) where the
             spec names none.
         base_output_dir: replaces ``baseOutputDirectory`` (a ``gs://`` URI for Vertex).
-        command: the local command a job ran with (given after ``--``): it replaces every
-            pool's command, its arguments included, as it did locally.
+        command: a local command to put in every pool's ``containerSpec.command``, its arguments included (it
+            replaces the image's ENTRYPOINT on Vertex: only when asked, ``--with-local-command``).
         display_name: used when the spec has none (Vertex requires one).
         draft: write the job even when Vertex would reject it.
 
@@ -76,6 +76,13 @@ def export_text(job: JobSpec, fmt: str, *, image_uri: str | None = None,
         ConfigError: unknown format, or (unless ``draft``) a job Vertex would reject: the
             message names every missing field and the flag that supplies it.
     """
+    return render(prepare(job, image_uri=image_uri, base_output_dir=base_output_dir, command=command,
+                          display_name=display_name), fmt, draft=draft)
+
+
+def prepare(job: JobSpec, *, image_uri: str | None = None, base_output_dir: str | None = None,
+            command: Sequence[str] | None = None, display_name: str | None = None) -> JobSpec:
+    """The job :func:`export_text` writes: ``job`` with the export's options applied (see there)."""
     if command:
         job = with_command(job, command)
     if image_uri is not None:
@@ -84,6 +91,11 @@ def export_text(job: JobSpec, fmt: str, *, image_uri: str | None = None,
         job = with_base_output(job, base_output_dir)
     if job.display_name is None and display_name:
         job = replace(job, display_name=display_name[:128])
+    return job
+
+
+def render(job: JobSpec, fmt: str, *, draft: bool = False) -> str:
+    """``job`` as ``fmt``'s text; unless ``draft``, refused (ConfigError) when Vertex would reject it."""
     if fmt not in FORMATS:
         raise ConfigError(f"expected an export format in {', '.join(FORMATS)}, got {fmt!r}")
     problems = [] if draft else rejected_fields(job)
@@ -96,6 +108,41 @@ def export_text(job: JobSpec, fmt: str, *, image_uri: str | None = None,
 
     return yaml.safe_dump(to_gcloud(job), sort_keys=False, default_flow_style=False,
                           allow_unicode=True, width=100)
+
+
+def changes(before: JobSpec, after: JobSpec) -> list[str]:
+    """What ``after`` sets, changes or drops against ``before``, one line a field (REST names), so that an export
+    never changes what runs on Vertex without saying so."""
+    old, new = _flat(to_rest(before)), _flat(to_rest(after))
+    out = []
+    for key in sorted(set(old) | set(new), key=lambda k: (k.split(".")[0], k)):
+        if key not in old:
+            out.append(f"set {key}: {_short(new[key])}")
+        elif key not in new:
+            out.append(f"dropped {key} (was {_short(old[key])})")
+        elif old[key] != new[key]:
+            out.append(f"changed {key}: {_short(old[key])} -> {_short(new[key])}")
+    return out
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Dotted paths to leaves; a list of scalars is one leaf (a command, args), a list of objects is indexed."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+        out = {}
+        for i, v in enumerate(value):
+            out.update(_flat(v, f"{prefix}[{i}]"))
+        return out
+    return {prefix: value}
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 100 else text[:97] + "..."
 
 
 def rejected_fields(job: JobSpec) -> list[str]:
