@@ -16,5 +16,6 @@ from trials.testing.sandbox import JOB_ID, PROJECT_NUMBER, TRIAL_ID, TrialSandbo
 from trials.testing.script import HypertuneReport, ScriptRun, run_script
 from trials.testing.script_contract import ScriptContract
 
-__all__ = ["JOB_ID", "PROJECT_NUMBER", "TRIAL_ID", "HypertuneReport", "ObjectiveContract", "ScriptContract", "ScriptRun",
-           "TrialRun", "TrialSandbox", "run_objective", "run_script", "sample_flag_sets", "sample_trial_flags"]
+__all__ = ["JOB_ID", "PROJECT_NUMBER", "TRIAL_ID", "HypertuneReport", "ObjectiveContract", "ScriptContract",
+           "ScriptRun", "TrialRun", "TrialSandbox", "run_objective", "run_script", "sample_flag_sets",
+           "sample_trial_flags"]
