@@ -85,14 +85,18 @@ class Store:
         os.close(self._open_dir(split(rel), create=True))
 
     # -- files -----------------------------------------------------------------------------------
-    def read_bytes(self, rel: str) -> bytes:
+    def read_bytes(self, rel: str, *, limit: int | None = None) -> bytes:
+        """The file's content (more than ``limit`` bytes: ``ValueError``)."""
         names = split(rel)
         if not names:
             raise IsADirectoryError(errno.EISDIR, "the root", rel)
         with self._parent(names) as parent:
             fd = open_file(parent, names[-1])
             with os.fdopen(fd, "rb") as f:
-                return f.read()
+                data = f.read() if limit is None else f.read(limit + 1)
+        if limit is not None and len(data) > limit:
+            raise ValueError(f"{rel}: more than {limit} bytes")
+        return data
 
     def stat(self, rel: str) -> os.stat_result:
         """The file's own status (a link's, not its target's)."""

@@ -47,6 +47,8 @@ from trials.controller.gcs import beneath
 
 _INTERNAL = (".", "_")  # the emulator's own entries (.meta, _resumable, _softdelete): never buckets
 LOOPBACK_NAMES = ("localhost", "localhost.", "127.0.0.1", "::1")
+_META = ".meta"  # the emulator's state file
+META_MAX_BYTES = 64 << 20
 
 
 class _OwnStore(beneath.Store):
@@ -57,6 +59,11 @@ class _OwnStore(beneath.Store):
         names = beneath.split(rel)
         own = replace_link or bool(names and names[0].startswith(_INTERNAL))
         super().write_bytes(rel, content, replace_link=own)
+
+    def read_bytes(self, rel: str, *, limit: int | None = None) -> bytes:
+        if limit is None and beneath.split(rel) == [_META]:
+            limit = META_MAX_BYTES  # read once, at the start: a trainer's huge one is garbage, not our memory
+        return super().read_bytes(rel, limit=limit)
 
 
 class LocalBuckets(emulator_storage.Storage):  # type: ignore[misc]
