@@ -6,10 +6,12 @@ from __future__ import annotations
 import http.client
 import json
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from trials.controller.api.controllers import Controllers
 from trials.controller.api.server import MAX_BODY_BYTES, Api, ApiError, make_server, parse_filter
 
 PARENT = "/v1/projects/p/locations/l"
@@ -25,11 +27,25 @@ SPEC = {
 }
 
 
-class NoControllers(Api):
-    """Requests only: a created job is not run (the SDK tests run them)."""
+@dataclass
+class NotRun(Controllers):
+    """A job given a controller is only recorded, not run (the SDK tests run them)."""
 
-    def _start(self, job_id: str, restarts: int = 0) -> None:
-        self.started = [*getattr(self, "started", []), job_id]
+    started: list[str] = field(default_factory=list)
+
+    def start(self, job_id: str, restarts: int = 0) -> None:
+        self.started.append(job_id)
+
+
+class NoControllers(Api):
+    """Requests only: the real API over controllers that record what they would start."""
+
+    def __post_init__(self) -> None:
+        self.controllers = NotRun(root=self.root, storage=self.storage)
+
+    @property
+    def started(self) -> list[str]:
+        return self.controllers.started if isinstance(self.controllers, NotRun) else []
 
 
 @pytest.fixture
@@ -168,10 +184,10 @@ def test_a_failed_controllers_last_line_is_read_safely(tmp_path: Path) -> None:
     folder = tmp_path / "jobs" / "7"
     folder.mkdir(parents=True)
     (folder / "serve-controller.log").write_text("starting\ntrials: error: --runtime podman: not installed\x1b[2J\n\n")
-    assert api._log_tail("7") == "trials: error: --runtime podman: not installed\\x1b[2J"
+    assert api.runner.log_tail("7") == "trials: error: --runtime podman: not installed\\x1b[2J"
     (folder / "serve-controller.log").unlink()
     (folder / "serve-controller.log").symlink_to("/etc/passwd")
-    assert api._log_tail("7") == "(no output)"
+    assert api.runner.log_tail("7") == "(no output)"
 
 
 def test_an_api_jobs_outputs_and_packages_are_gs_or_under_the_servers_root(tmp_path: Path) -> None:

@@ -85,6 +85,10 @@ class Listener(http.server.ThreadingHTTPServer):
             if self.closing:
                 self.shutdown_request(request)
                 return
+        self._admit(request, client_address)
+
+    def _admit(self, request: Any, client_address: Any) -> None:
+        with self._changed:
             self._connections[request] = _Connection(since=time.monotonic())
         try:
             super().process_request(request, client_address)
@@ -129,6 +133,20 @@ class Listener(http.server.ThreadingHTTPServer):
             self.closing = True
             self._close_idle(oldest_only=False)
             self._changed.notify_all()
+
+    def take_pending(self) -> int:
+        """Serve the connections the kernel had completed before the stop (a client that connected, and maybe
+        sent its request, while the server was starting or stopping): requests in flight too. Returns how many."""
+        n = 0
+        self.socket.setblocking(False)
+        while True:
+            try:
+                request, client_address = self.get_request()
+            except OSError:  # (BlockingIOError: none left)
+                return n
+            request.setblocking(True)
+            self._admit(request, client_address)
+            n += 1
 
     def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> int:
         """Wait for the requests in flight to be answered; returns how many were still open at the end."""

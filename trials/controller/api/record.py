@@ -13,6 +13,9 @@ import os
 import stat
 from typing import Any
 
+from trials.errors import TrialsError
+from trials.storage_url import JOURNAL_FILE
+
 RECORD_FILE = "serve-api.json"
 _MAX_BYTES = 4096
 
@@ -52,6 +55,36 @@ def read(job_dir: str) -> dict[str, str] | None:
     if not (isinstance(value, dict) and isinstance(value.get("parent"), str) and isinstance(value.get("kind"), str)):
         return None
     return {"parent": value["parent"], "kind": value["kind"]}
+
+
+def adopt(root: str, storage: str | None) -> tuple[list[str], list[str]]:
+    """On a server's start, what one stopped mid-create left: ``(adopted, removed)``, the jobs given the API
+    keys they lacked (they are then resumed as any other), and the creations that never made a job (their
+    folders removed)."""
+    from trials.controller.jobs import registry, view
+
+    if not os.path.isdir(root):
+        return [], []
+    listed = {row["job_id"] for row in view.list_jobs(root, storage)} if storage else None
+    adopted, removed = [], []
+    for name in sorted(os.listdir(root)):
+        job_dir = os.path.join(root, name)
+        made = read(job_dir)
+        if made is None or os.path.islink(job_dir):
+            continue
+        exists = (name in listed) if listed is not None else os.path.exists(os.path.join(job_dir, JOURNAL_FILE))
+        if not exists:
+            if abandon(job_dir):
+                removed.append(name)
+            continue
+        try:
+            h = registry.open_job(name, root=root, storage=storage)
+        except TrialsError:
+            continue
+        if not h.store.get_meta("api_parent"):
+            h.store.set_meta(api_parent=made["parent"], api_kind=made["kind"])
+            adopted.append(name)
+    return adopted, removed
 
 
 def abandon(job_dir: str) -> bool:

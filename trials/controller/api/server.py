@@ -18,13 +18,11 @@ under the server's root.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import secrets
 import shutil
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -35,23 +33,20 @@ from typing import Any
 
 from trials import protocol
 from trials.controller.api import record
-from trials.controller.api.admission import Admission, default_max_running_jobs
+from trials.controller.api.admission import default_max_running_jobs
+from trials.controller.api.controllers import Controllers
 from trials.controller.api.errors import ApiError
-from trials.controller.api.guard import ENV_SERVE_TOKEN, Guard
+from trials.controller.api.guard import Guard
 from trials.controller.api.listener import DRAIN_TIMEOUT_S, MAX_BODY_BYTES, Listener
 from trials.controller.api.request import check_host_paths, check_id, int_param, json_body, parse_filter
 from trials.errors import ConfigError, JobNotFoundError, TrialsError
 from trials.printable import printable
 from trials.records import FINAL_JOB_STATES, JobState, TrialState
-from trials.storage_url import JOURNAL_FILE
 from trials.timefmt import rfc3339
 
 __all__ = ["MAX_BODY_BYTES", "Api", "ApiError", "make_server", "parse_filter", "serve_main"]
 
-EXTERNAL_POLL_S = 1.0  # how often a controller the server did not start is checked for its end
 DEFAULT_PAGE_SIZE = 100
-CONTROLLER_RESTARTS = 3  # a controller that dies with its job unfinished is started again this often
-CONTROLLER_LOG = "serve-controller.log"
 _SPEC_KEY = {"hyperparameterTuningJobs": "trialJobSpec", "customJobs": "jobSpec"}
 _ROUTE = re.compile(r"^/v1/projects/(?P<project>[^/:]+)/locations/(?P<location>[^/:]+)/"
                     r"(?P<kind>hyperparameterTuningJobs|customJobs|operations)"
@@ -60,13 +55,6 @@ _OUTPUT_ONLY = ("name", "state", "trials", "createTime", "startTime", "endTime",
 TUNING, CUSTOM = "hyperparameterTuningJobs", "customJobs"
 _NOUN = {TUNING: "HyperparameterTuningJob", CUSTOM: "CustomJob"}
 _FIELD = {TUNING: "hyperparameterTuningJob", CUSTOM: "customJob"}
-
-
-@dataclass
-class _Controller:
-    job_id: str
-    proc: subprocess.Popen[bytes]
-    restarts: int = 0
 
 
 @dataclass
@@ -84,6 +72,7 @@ class Api:
         max_running_jobs: controllers at once (``--max-running-jobs``); the other jobs wait QUEUED.
         endpoint: the server's Cloud Storage endpoint (``STORAGE_EMULATOR_HOST``), given to every
             host-runtime job's replicas instead of an endpoint per job.
+        controllers: who runs the jobs (default: :class:`Controllers` of these settings).
     """
 
     root: str
@@ -95,15 +84,24 @@ class Api:
     max_running_jobs: int = field(default_factory=default_max_running_jobs)
     endpoint: str | None = None
     log: Callable[[str], None] = lambda line: None
-    _controllers: dict[str, _Controller] = field(default_factory=dict)
+    controllers: Controllers | None = None
     _operations: dict[str, dict[str, Any]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _stopping: bool = False
     _cwd: str = field(default_factory=os.getcwd)
-    _admission: Admission = field(init=False)
 
     def __post_init__(self) -> None:
-        self._admission = Admission(max_running=self.max_running_jobs)
+        if self.controllers is None:
+            self.controllers = Controllers(root=self.root, storage=self.storage, runtime=self.runtime,
+                                           images=tuple(self.images), python=self.python,
+                                           max_running_jobs=self.max_running_jobs, endpoint=self.endpoint,
+                                           cwd=self.cwd, log=self.log)
+
+    @property
+    def runner(self) -> Controllers:
+        """The jobs' controllers (set in ``__post_init__``)."""
+        if self.controllers is None:
+            raise RuntimeError("Api.controllers is set by __post_init__")  # (never: a dataclass's own call)
+        return self.controllers
 
     @property
     def gcs_root(self) -> str:
@@ -196,7 +194,7 @@ class Api:
             raise
         h.store.set_meta(api_parent=parent, api_kind=kind)  # (a server stopped before this adopts the job)
         self.log(f"{_NOUN[kind]} {job_id} created ({printable(str(body.get('displayName')))[:80]})")
-        self._submit(job_id)
+        self.runner.submit(job_id)
         return self.get(parent, job_id, kind)
 
     def get(self, parent: str, job_id: str, kind: str = TUNING) -> dict[str, Any]:
@@ -244,10 +242,7 @@ class Api:
         self.get(parent, job_id, kind)  # 404 first
         h = registry.open_job(job_id, root=self.root, storage=self.storage)
         state, ended = admin.cancel(h)
-        with self._lock:
-            waited = self._admission.is_waiting(job_id)
-        if waited:
-            self._release(job_id)  # (cancelled while it waited: it never runs)
+        self.runner.cancelled(job_id)  # (one that waited for a controller never runs)
         if ended:
             raise ApiError(400, f"Cannot cancel {_NOUN[kind]} {job_id}: it is already in {state}",
                            "FAILED_PRECONDITION")
@@ -287,7 +282,7 @@ class Api:
             raise ApiError(404, f"Operation {parent}/operations/{printable(op_id)[:100]} does not exist")
         return op
 
-    # --- controllers --------------------------------------------------------------------------
+    # --- creation ----------------------------------------------------------------------------
     def _exists(self, job_id: str) -> bool:
         from trials.controller.jobs import registry
 
@@ -313,211 +308,6 @@ class Api:
             except FileExistsError:
                 continue
             return job_id
-
-    @property
-    def shares_endpoint(self) -> bool:
-        """Whether the jobs' replicas use the server's Cloud Storage endpoint (host runtime: they reach its
-        loopback address) rather than one their controller starts."""
-        return self.endpoint is not None and self.runtime in (None, "host")
-
-    def controller_command(self, job_id: str) -> list[str]:
-        cmd = [self.python, "-m", "trials", "resume", job_id, "--root", self.root, "--quiet"]
-        if self.storage:
-            cmd += ["--storage", self.storage]
-        if self.runtime:
-            cmd += ["--runtime", self.runtime]
-        for image in self.images:
-            cmd += ["--image", image]
-        if self.shares_endpoint:
-            cmd += ["--pass-env", protocol.ENV_STORAGE_EMULATOR_HOST]
-        return cmd
-
-    def controller_env(self) -> dict[str, str]:
-        """The controllers' environment: the server's, without its token, with its storage endpoint."""
-        env = {k: v for k, v in os.environ.items() if k != ENV_SERVE_TOKEN}
-        if self.shares_endpoint and self.endpoint is not None:
-            env[protocol.ENV_STORAGE_EMULATOR_HOST] = self.endpoint
-        return env
-
-    def _submit(self, job_id: str) -> None:
-        """Run the job's controller now, or queue the job behind ``max_running_jobs`` running ones."""
-        with self._lock:
-            now = self._admission.submit(job_id)
-            n_waiting = len(self._admission.waiting)
-        if now:
-            self._launch(job_id)
-        else:
-            self.log(f"job {job_id} waits JOB_STATE_QUEUED: {self.max_running_jobs} job(s) running "
-                     f"(--max-running-jobs), {n_waiting} waiting")
-
-    def _release(self, job_id: str) -> None:
-        """A job's controller is gone for good (or it left the queue): start the next waiting jobs."""
-        with self._lock:
-            if self._stopping:
-                return
-            queued = self._admission.done(job_id)
-        for nxt in queued:
-            state = self._state(nxt)
-            if state is None or state in FINAL_JOB_STATES:  # cancelled or deleted while it waited
-                self._release(nxt)
-            else:
-                self._launch(nxt)
-
-    def _launch(self, job_id: str, restarts: int = 0) -> None:
-        try:
-            self._start(job_id, restarts)
-        except (OSError, TrialsError) as err:
-            self._fail(job_id, f"the job's controller could not be started: {printable(str(err))[:300]}")
-            self._release(job_id)
-
-    def _start(self, job_id: str, restarts: int = 0) -> None:
-        """Run the job's controller (``trials resume JOB``) in its own session, its output in the job folder."""
-        from trials.controller.jobs import registry
-
-        job_dir = registry.job_dir_of(self.root, job_id)
-        os.makedirs(job_dir, exist_ok=True)
-        fd = os.open(os.path.join(job_dir, CONTROLLER_LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW,
-                     0o644)
-        try:
-            proc = subprocess.Popen(self.controller_command(job_id), stdin=subprocess.DEVNULL, stdout=fd,
-                                    stderr=fd, cwd=self.cwd, start_new_session=True, env=self.controller_env())
-        finally:
-            os.close(fd)
-        with self._lock:
-            self._controllers[job_id] = _Controller(job_id, proc, restarts)
-        threading.Thread(target=self._watch, args=(job_id, proc), daemon=True, name=f"controller-{job_id}").start()
-
-    def _watch(self, job_id: str, proc: subprocess.Popen[bytes]) -> None:
-        """A controller ended: its job ended, or it died (started again, then the job FAILED with why)."""
-        code = proc.wait()
-        with self._lock:
-            entry = self._controllers.pop(job_id, None)
-            if self._stopping:
-                return
-        restarts = entry.restarts if entry else 0
-        state = self._state(job_id)
-        if state is None or state in FINAL_JOB_STATES:
-            self.log(f"job {job_id} {state or 'gone'}")
-            self._release(job_id)
-            return
-        if code != protocol.EXIT_USAGE and restarts < CONTROLLER_RESTARTS:
-            self.log(f"job {job_id}: its controller exited ({code}) with the job {state}: started again")
-            self._launch(job_id, restarts + 1)
-            return
-        self._fail(job_id, f"the job's controller exited with code {code}: {self._log_tail(job_id)}")
-        self._release(job_id)
-
-    def _watch_external(self, job_id: str, job_dir: str) -> None:
-        """A controller this server did not start (an earlier server's): its place is held until it ends;
-        a job it left unfinished gets one of this server's."""
-        from trials.controller.jobs.lock import lock_holder
-
-        while lock_holder(job_dir) is not None:
-            if self._stopping:
-                return
-            time.sleep(EXTERNAL_POLL_S)
-        state = self._state(job_id)
-        if state is None or state in FINAL_JOB_STATES:
-            self._release(job_id)
-        elif not self._stopping:
-            self.log(f"job {job_id}: the controller an earlier server started is gone with the job {state}: "
-                     f"started again")
-            self._launch(job_id)
-
-    def _state(self, job_id: str) -> str | None:
-        from trials.controller.jobs import view
-
-        try:
-            return str(view.read_job(job_id, root=self.root, storage=self.storage).store.get_meta("state"))
-        except TrialsError:
-            return None
-
-    def _fail(self, job_id: str, message: str) -> None:
-        from trials.controller.jobs import registry
-
-        with contextlib.suppress(TrialsError):
-            h = registry.open_job(job_id, root=self.root, storage=self.storage)
-            h.store.set_meta(state=JobState.FAILED.value, end_time=rfc3339(time.time()),
-                             error={"code": 9, "message": message})
-        self.log(f"job {job_id} FAILED: {message}")
-
-    def _log_tail(self, job_id: str) -> str:
-        from trials.controller.jobs import registry
-        from trials.controller.trial.files import tail_lines
-
-        path = os.path.join(registry.job_dir_of(self.root, job_id), CONTROLLER_LOG)
-        lines = [line for line in tail_lines(path, n=20, max_bytes=4096) if line.strip()]
-        return printable(lines[-1])[:500] if lines else "(no output)"
-
-    def adopt_creations(self) -> tuple[list[str], list[str]]:
-        """On start, what a server stopped mid-create left (see :mod:`record`): ``(adopted, removed)``, the
-        jobs given the API keys they lacked, and the creations that never reached a job (their folders removed)."""
-        from trials.controller.jobs import registry, view
-
-        if not os.path.isdir(self.root):
-            return [], []
-        listed = {row["job_id"] for row in view.list_jobs(self.root, self.storage)} if self.storage else None
-        adopted, removed = [], []
-        for name in sorted(os.listdir(self.root)):
-            job_dir = os.path.join(self.root, name)
-            made = record.read(job_dir)
-            if made is None or os.path.islink(job_dir):
-                continue
-            exists = (name in listed) if listed is not None else os.path.exists(
-                os.path.join(job_dir, JOURNAL_FILE))
-            if not exists:
-                if record.abandon(job_dir):
-                    removed.append(name)
-                continue
-            try:
-                h = registry.open_job(name, root=self.root, storage=self.storage)
-            except TrialsError:
-                continue
-            if not h.store.get_meta("api_parent"):
-                h.store.set_meta(api_parent=made["parent"], api_kind=made["kind"])
-                adopted.append(name)
-        return adopted, removed
-
-    def resume_jobs(self) -> list[str]:
-        """On start: every job made through the API that has not ended runs again, first created first: one a
-        live controller runs holds its place until it ends; the others start, or wait their turn QUEUED."""
-        from trials.controller.jobs import admin, registry, view
-
-        resumed = []
-        rows = sorted(view.list_jobs(self.root, self.storage), key=lambda r: (r["create_time"], r["job_id"]))
-        for row in rows:
-            if row["state"] in FINAL_JOB_STATES:
-                continue
-            try:
-                h = registry.open_job(row["job_id"], root=self.root, storage=self.storage)
-            except TrialsError:
-                continue
-            if not h.store.get_meta("api_parent"):
-                continue
-            if admin.running_controller(h) is not None:
-                with self._lock:
-                    self._admission.adopt(row["job_id"])
-                threading.Thread(target=self._watch_external, args=(row["job_id"], h.job_dir), daemon=True,
-                                 name=f"controller-{row['job_id']}").start()
-                continue
-            self._submit(row["job_id"])
-            resumed.append(row["job_id"])
-        return resumed
-
-    def running(self) -> list[str]:
-        with self._lock:
-            return sorted(self._controllers)
-
-    def waiting(self) -> list[str]:
-        """The jobs waiting for a controller, in the order they will start."""
-        with self._lock:
-            return list(self._admission.waiting)
-
-    def stop(self) -> None:
-        """The server stops; the jobs' controllers go on (as Vertex's jobs outlive a client)."""
-        with self._lock:
-            self._stopping = True
-
 
 def custom_job_rest(tuning: Mapping[str, Any]) -> dict[str, Any]:
     """The CustomJob resource of the one-trial job that ran it (the tuning job's resource): its
@@ -604,13 +394,13 @@ def serve_main(*, root: str, storage: str | None, runtime: str | None, images: S
         print(f"  Cloud Storage (the jobs' buckets, {api.gcs_root}): STORAGE_EMULATOR_HOST={buckets.host}", flush=True)
     else:
         print(f"  no Cloud Storage endpoint: {why}", flush=True)
-    adopted, removed = api.adopt_creations()
+    adopted, removed = record.adopt(api.root, api.storage)
     for job_id in adopted:
         print(f"adopted job {job_id}: the server stopped while creating it", flush=True)
     for job_id in removed:
         print(f"removed the creation of job {job_id} that never made its job (the server stopped during it)",
               flush=True)
-    resumed = api.resume_jobs()
+    resumed = api.runner.resume_jobs()
     if resumed:
         print(f"resumed {len(resumed)} job{'s' if len(resumed) > 1 else ''}: {', '.join(resumed)}", flush=True)
 
@@ -618,14 +408,15 @@ def serve_main(*, root: str, storage: str | None, runtime: str | None, images: S
         server.serve_forever(poll_interval=0.2)
     finally:
         server.begin_stop()
+        server.take_pending()  # (connected before the stop: in flight as well)
         server.server_close()  # no new connection; those open finish their request
         left_open = server.drain()
-        api.stop()
+        api.runner.stop()
         if buckets is not None:
             buckets.stop()
     if left_open:
         print(f"stopped with {left_open} request(s) unanswered after {DRAIN_TIMEOUT_S:.0f} s", flush=True)
-    left, waiting = api.running(), api.waiting()
+    left, waiting = api.runner.running(), api.runner.waiting()
     if left:
         print(f"stopped serving; {len(left)} job{'s' if len(left) > 1 else ''} still running under "
               f"{'their controllers' if len(left) > 1 else 'its controller'} ({', '.join(left)}): "
