@@ -218,7 +218,7 @@ def _host_name(address: str) -> str:
         return name
 
 
-class _Handler(RequestHandler):  # type: ignore[misc]
+class _BucketHandler(RequestHandler):  # type: ignore[misc]
     """The emulator's handler, behind the Host and browser checks; a name through a link is 403 (a
     write, a delete) or 404 (a read: the emulator's own catch), a name clashing with a folder 409."""
 
@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     httpd = _Server((bind, 0), server.BaseHTTPRequestHandler)
     port = httpd.server_address[1]
     store = LocalBuckets(root, f"http://[{bind}]:{port}" if ":" in bind else f"http://{bind}:{port}")
-    handler = type("Handler", (_Handler,), {"allowed": allowed_hosts(bind)})
+    handler = type("Handler", (_BucketHandler,), {"allowed": allowed_hosts(bind)})
     httpd.RequestHandlerClass = lambda *a, **k: handler(store, *a, **k)
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=httpd.shutdown).start())
     threading.Thread(target=_stop_on_eof, args=(httpd,), daemon=True).start()
