@@ -53,7 +53,8 @@ class Store:
     def __init__(self, root: str):
         os.makedirs(root, exist_ok=True)
         # the root's own path is ours (the job's folder, or --gcs-root: a link there is the user's
-        # choice), opened once before any trainer runs; only what is beneath it is never followed
+        # choice), opened once at the start (a sandboxed trainer sees it as /gcs, a mount point it
+        # cannot replace); only what is beneath it is never followed
         self._root = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 
     def close(self) -> None:
