@@ -404,3 +404,15 @@ def test_the_advice_fits_the_trainer(source, how):
     advice = missing_metric_advice("4", ["accuracy"], [], source=source)
     assert advice.startswith("trial 4 ended without the spec's metric accuracy (it reported no metric at all)")
     assert advice.endswith(how)
+
+
+def test_the_heartbeat_of_a_trial_reporting_other_tags_says_what_it_reported():
+    out, clock = io.StringIO(), Clock()
+    p = Progress(total=1, metric_ids=("val_accuracy",), maximize=True, out=out, clock=clock)
+    _started(p, "1")
+    clock.t = 131
+    p(ev.TrialProgress(trial_id="1", step=None, metrics={}, seconds=31.0,
+                       other={"accuracy": (12, 0.69), "loss\x1b[2J": (12, 0.4)}))
+    assert stamped(out.getvalue().splitlines())[-1] == (
+        "trial 1 running, 31s: no step of the spec's metric yet; reported accuracy=0.69 at step 12, "
+        "loss\\x1b[2J=0.4 at step 12")

@@ -145,7 +145,14 @@ class Progress:
                 self._status()
         elif self.mode in ("plain", "json") and now - run.last_beat >= self.heartbeat_s:
             run.last_beat = now
-            where = f"step {event.step}" if event.step is not None else "no step reported yet"
+            if event.step is not None:
+                where = f"step {event.step}"
+            elif event.other:  # it reports, but not the spec's metric: say what, not "nothing"
+                where = "no step of the spec's metric yet; reported " + ", ".join(
+                    f"{printable(tag)}={value:.6g} at step {step}"
+                    for tag, (step, value) in sorted(event.other.items()))
+            else:
+                where = "no step reported yet"
             self._line(f"trial {event.trial_id} running, {event.seconds:.0f}s: {where}"
                        + "".join(f", {m}={v:.6g}" for m, v in event.metrics.items()), event)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from trials.records import JobState, StopReason, TrialState
@@ -154,6 +154,7 @@ class TrialProgress(Event):
     step: int | None  # its last step so far (None: none reported yet)
     metrics: Mapping[str, float]  # the spec metrics that step reported
     seconds: float  # since it started here
+    other: Mapping[str, tuple[int, float]] = field(default_factory=dict)  # tags not in the spec: last (step, value)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

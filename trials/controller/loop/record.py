@@ -101,8 +101,10 @@ def record_trial(store: JobStore, job: JobSpec, metrics: TrialMetrics, run: Runn
         seconds=max(0.0, ended_mono - run.start_mono), params=run.claimed.params,
         detail=tuple(run.failure_detail) if run.failure else (),
         last_step=measurements[-1].step if measurements else None,  # reported, not predicted
-        # ended without the spec's metric: the progress says once what to do about it
-        missing_metric=not outcome.succeeded and not run.failure and "final_measurement" not in outcome.attrs,
+        # ended without the spec's metric on its own (not stopped by the job's end): the progress says once what
+        # to do about it
+        missing_metric=(not outcome.succeeded and not run.failure and not stopped_by_job
+                        and "final_measurement" not in outcome.attrs),
         reported_tags=tuple(sorted(run.reader.reported_tags)), metrics_source=run.reader.source,
         ran_to_end=ran_to_end and run.failure is None,
     )

@@ -38,6 +38,7 @@ from trials.controller.loop.state import LoopOptions, LoopState, TrialRecorded
 from trials.controller.loop.state_lock import state_lock
 from trials.controller.loop.supervisor import TrialSupervisor
 from trials.controller.loop.trial_policy import TrialPolicy
+from trials.controller.policy import tags
 from trials.controller.trial.devices import DeviceAllocator
 from trials.errors import ConfigError, DiskFullError
 from trials.records import StopReason, TrialState
@@ -385,6 +386,7 @@ class JobRunner:
         if not changed:
             return
         self._metrics.warn_unknown_tags(run)
+        self._wrong_tags(run)
         if not self._store_metrics(run) or run.stopping:
             return
         decision = self._metrics.early_stop(run)
@@ -394,6 +396,21 @@ class JobRunner:
             if decision.predicted_final is not None and decision.predicted_x is not None:
                 run.predicted = (decision.predicted_x, decision.predicted_final)
             self._sup.begin_stop(run, now, StopReason.EARLY)  # ACTIVE -> STOPPING
+
+    def _wrong_tags(self, run: RunningTrial) -> None:
+        """A trial that reports only other tags than the spec's, in a job where none reported the spec's metric:
+        the job fails now, not three infeasible trials later (``tags.wrong_tag_failure``)."""
+        reader = run.reader
+        if self.state.job_error is not None or not reader.unknown_tags or reader.n_other_steps < tags.WRONG_TAG_STEPS:
+            return
+        ids = self.job.study.metric_ids
+        seen = self.state.n_succeeded > 0 or any(
+            any(m in r.reader.reported_tags for m in ids) for r in self.running.values())
+        error = tags.wrong_tag_failure(self.job, trial_id=run.trial_id, reported=reader.reported_tags,
+                                       n_other_steps=reader.n_other_steps, spec_metric_seen=seen,
+                                       keep_going=self.opt.keep_going, source=reader.source)
+        if error is not None:
+            self.state.job_error = error  # every running trial stops (JOB_END); the job ends FAILED
 
     @staticmethod
     def _next_metrics_read(run: RunningTrial, now: float) -> float:
@@ -417,7 +434,8 @@ class JobRunner:
         step = max(run.stored) if run.stored else None
         values = run.stored[step] if step is not None else {}
         self.emit(events.TrialProgress(trial_id=run.trial_id, step=step, seconds=max(0.0, now - run.start_mono),
-                                       metrics={m: values[m] for m in self.job.study.metric_ids if m in values}))
+                                       metrics={m: values[m] for m in self.job.study.metric_ids if m in values},
+                                       other=run.reader.other_tags))
 
     def _on_heartbeat(self, shared: SharedJob, now: float) -> None:
         lost = set(shared.beat([r.claimed.storage_id for r in self.running.values() if not r.lost]))

@@ -64,6 +64,8 @@ class TrialMetricsReader:
         self.start_time = float(start_time)
         self._attempt = 0
         self._reported: set[str] = set()
+        self._other: dict[str, tuple[int, float]] = {}  # a tag not among metric_ids -> its last (step, value)
+        self._other_steps: set[int] = set()  # the steps reported under such tags
         self._read_error: str | None = None
         self._skipped: dict[str, str] = {}  # path -> why it is not read (a FIFO, a symlink, ...)
         self._cache: list[Measurement] = []
@@ -141,6 +143,23 @@ class TrialMetricsReader:
         if not self.metric_ids:
             return set()
         return self._reported - self.metric_ids
+
+    @property
+    def other_tags(self) -> dict[str, tuple[int, float]]:
+        """Each reported tag that is not among ``metric_ids``, with its last (step, value) read."""
+        return dict(self._other)
+
+    @property
+    def n_other_steps(self) -> int:
+        """How many steps were reported under tags that are not among ``metric_ids``."""
+        return len(self._other_steps)
+
+    def _note_other(self, tag: str, step: int, value: float) -> None:
+        if self.metric_ids and tag not in self.metric_ids:
+            last = self._other.get(tag)
+            if last is None or step >= last[0]:
+                self._other[tag] = (step, value)
+            self._other_steps.add(step)
 
     @property
     def missing_steps_warning(self) -> str | None:
@@ -395,6 +414,7 @@ class TrialMetricsReader:
                 continue
             self._ht_seen.add(key)
             self._reported.add(line.tag)
+            self._note_other(line.tag, line.step, line.value)
             self._ht_last_step = line.step  # the file is oldest first: the last new line is newest
             changed = True
             if not self.metric_ids or line.tag in self.metric_ids:
@@ -469,6 +489,7 @@ class TrialMetricsReader:
                     continue
                 self._jl_seen.add(key)
                 self._reported.add(tag)
+                self._note_other(tag, m.step, value)
                 changed = True
                 if not self.metric_ids or tag in self.metric_ids:
                     kept[tag] = value
