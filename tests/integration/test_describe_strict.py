@@ -139,10 +139,10 @@ def test_running_then_cancelled(tmp_path: Path) -> None:
             sweep.wait()
     message, body = strict(tmp_path, "live")
     assert message.state.name == "JOB_STATE_CANCELLED" and message.error.code == 1
-    requeued = [t for t in body["trials"] if t["state"] == "REQUESTED"]
-    assert requeued, body["trials"]
-    for t in requeued:  # back in the queue: nothing of the interrupted run is shown as its own
-        assert not {"startTime", "measurements", "finalMeasurement", "endTime"} & set(t)
+    assert body["trials"] and not [t for t in body["trials"] if t["state"] == "REQUESTED"], body["trials"]
+    for t in body["trials"]:  # stopped by the cancel: what it did stays, as a stopped trial ends (SUCCEEDED)
+        assert t["state"] == "SUCCEEDED" and {"startTime", "measurements", "finalMeasurement", "endTime"} <= set(t)
+        assert t["finalMeasurement"]["stepCount"] == t["measurements"][-1]["stepCount"] == "1"
 
 
 @pytest.mark.long

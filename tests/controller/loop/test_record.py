@@ -104,8 +104,10 @@ def test_a_cancelled_trial_goes_back_to_the_queue_and_keeps_what_it_reported(tmp
     rec = job.record(run)
     assert rec.requeued and rec.final == events.TrialRequeued(trial_id=run.trial_id)
     attrs = job.attrs(run)
-    assert attrs["state"] == "REQUESTED" and attrs["start_time"] is None and attrs["requeued"] is True
-    assert [m["step"] for m in attrs["previous_measurements"]] == [1, 2]
+    # what it did stays (never REQUESTED, "not yet suggested"): SUCCEEDED with the last of its steps
+    assert attrs["state"] == "SUCCEEDED" and attrs["start_time"] and attrs["end_time"] and attrs["requeued"] is True
+    assert [m["step"] for m in attrs["measurements"]] == [1, 2] and attrs["final_measurement"]["step"] == 2
+    assert [r["why"] for r in attrs["previous_runs"]] == ["The trial was stopped because the job was cancelled."]
     assert job.h.store.waiting_trials()  # it runs again on resume
 
 

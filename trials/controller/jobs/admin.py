@@ -180,9 +180,9 @@ def repair_job(root: str, job_id: str) -> tuple[int, list[str], str | None]:
 
 
 def _requeue_orphans(h: JobHandle) -> None:
-    """Trials a dead controller left RUNNING: kill their leftover replicas, queue them again (as the
-    controller does on cancel: same id and parameters on resume); under Slurm, its trials' jobs are
-    cancelled (scancel)."""
+    """Trials a dead controller left RUNNING: kill their leftover replicas, record them as a cancel
+    stopped them and queue them again (as the controller does on cancel: same id and parameters on
+    resume); under Slurm, its trials' jobs are cancelled (scancel)."""
     reap_job_leftovers(h)
     if h.store.get_meta("runtime") == "slurm":
         from trials.controller.backend.protocol import BackendError
@@ -191,9 +191,11 @@ def _requeue_orphans(h: JobHandle) -> None:
 
         with contextlib.suppress(BackendError, ConfigError):  # no Slurm here: a resume cancels them
             cancel_left_jobs(job_dir=h.job_dir, job_key=job_key(h.storage_url, h.job_id))
-    for t in h.store.running_trials():
-        h.store.set_trial_attrs(t._trial_id, state=TrialState.REQUESTED.value, end_time=None)
-        h.store.requeue(t._trial_id)
+    from trials.controller.jobs.stopped import requeue_stopped
+    from trials.controller.policy.rerun import CANCELLED_ORPHAN
+
+    for t in h.store.running_trials():  # what they did stays shown (never REQUESTED: they ran)
+        requeue_stopped(h.store, h.job.study, t, why=CANCELLED_ORPHAN)
 
 
 def running_controller(h: JobHandle) -> int | None:

@@ -9,12 +9,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from trials import protocol
+from trials.controller.policy.exits import waits_to_rerun
+from trials.controller.policy.rerun import PREVIOUS_RUNS_ATTR, last_stop
 from trials.printable import printable
 from trials.protocol import format_value
 from trials.records import LIVE_METRICS_ATTR, JobState, TrialState, live_attr, measurement_to_dict, stored_measurements
 from trials.timefmt import duration
 
 STATE_NAMES = {s.value for s in TrialState}
+ENDED_STATES = (TrialState.SUCCEEDED, TrialState.INFEASIBLE)
 REASON_CHARS = 80  # describe's table: a longer reason ends in "…" (its whole text: --format csv, the report)
 
 
@@ -73,9 +76,10 @@ def trial_to_rest(t: Any, params: Mapping[str, Any], metric_ids: Sequence[str], 
     state = trial_state(t)
     out: dict[str, Any] = {"id": str(t.number + 1), "state": state}
     out["parameters"] = [{"parameterId": k, "value": v} for k, v in params.items()]
-    measurements = attrs.get("measurements")
-    if state == TrialState.REQUESTED:  # waiting to run (again): no start time, no measurements of an old run
+    if state == TrialState.REQUESTED:  # not run yet (or, in an older journal, sent back to the queue)
         return out
+    # its recorded measurements once it ended (a run again keeps its steps: shown live from the storage)
+    measurements = attrs.get("measurements") if state in ENDED_STATES else None
     if measurements is None and (t.intermediate_values or live_attr(attrs, LIVE_METRICS_ATTR)):
         measurements = [measurement_to_dict(m) for m in
                         stored_measurements(t.intermediate_values, attrs, metric_ids[0])]
@@ -85,7 +89,7 @@ def trial_to_rest(t: Any, params: Mapping[str, Any], metric_ids: Sequence[str], 
         out["measurements"] = [_measurement(m, metric_ids) for m in measurements] if steps else measurements
     if attrs.get("start_time"):
         out["startTime"] = attrs["start_time"]
-    if attrs.get("end_time") and state in (TrialState.SUCCEEDED, TrialState.INFEASIBLE):
+    if attrs.get("end_time") and state in ENDED_STATES:
         out["endTime"] = attrs["end_time"]
     if state == TrialState.INFEASIBLE and attrs.get("infeasible_reason"):
         out["infeasibleReason"] = attrs["infeasible_reason"]
@@ -124,7 +128,7 @@ def job_to_rest(job_id: str, meta: Mapping[str, Any], trials: Sequence[Any],
 
 
 LOCAL_FIELDS = ("error_detail", "attempts", "stopped_early", "stop_reason", "injected_restarts",
-                "metrics_warning", "unknown_tags", "trial_dir", "worker")
+                "metrics_warning", "unknown_tags", "trial_dir", "worker", PREVIOUS_RUNS_ATTR)
 
 
 def local_details(trials: Sequence[Any]) -> dict[str, dict[str, Any]]:
@@ -135,6 +139,8 @@ def local_details(trials: Sequence[Any]) -> dict[str, dict[str, Any]]:
     for t in trials:
         a = t.user_attrs
         extra = {k: a[k] for k in LOCAL_FIELDS if a.get(k)}
+        if waits_to_rerun(a):  # stopped by its job before its end: it runs again on resume
+            extra.update(stopped_early=True, stop_reason=last_stop(a), runs_again=True)
         if extra:
             out[str(t.number + 1)] = extra
     return out
@@ -208,7 +214,7 @@ def table(trials: Sequence[Any], params_of: Callable[[Any], Mapping[str, Any]], 
         n_steps = 0
         infeasible = None
         if state != TrialState.REQUESTED:  # (trial_to_rest: a queued trial shows nothing of an old run)
-            measurements = a.get("measurements")
+            measurements = a.get("measurements") if state in ENDED_STATES else None
             if measurements is None and (t.intermediate_values or live_attr(a, LIVE_METRICS_ATTR)):
                 measurements = stored_measurements(t.intermediate_values, a, metric_ids[0])
             n_steps = len(measurements) if measurements else 0
@@ -217,11 +223,12 @@ def table(trials: Sequence[Any], params_of: Callable[[Any], Mapping[str, Any]], 
                 final = fm.get("metrics", {})
             if state == TrialState.INFEASIBLE:
                 infeasible = a.get("infeasible_reason")
-        reason = str(infeasible or a.get("stop_reason") or "")
+        rerun = waits_to_rerun(a)
+        reason = str(infeasible or (last_stop(a) if rerun else a.get("stop_reason")) or "")
         detail = a.get("error_detail")
         if detail:  # Vertex's text says only "Error": the exception says why
             reason = f"{_exit_words(reason)}{detail[0]}"
-        cells.append((t, state, params, final, n_steps, reason, bool(a.get("stopped_early"))))
+        cells.append((t, state, params, final, n_steps, reason, rerun or bool(a.get("stopped_early"))))
     param_ids = list(seen)
     header = ["trial", "state", *metric_ids, *param_ids, "steps", "stopped early", "reason"]
     body = [[

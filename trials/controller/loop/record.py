@@ -13,10 +13,10 @@ from trials.controller.loop.effects import Clock
 from trials.controller.loop.metrics import TrialMetrics
 from trials.controller.loop.running import RunningTrial
 from trials.controller.loop.state import TrialRecorded
-from trials.controller.policy import exits
+from trials.controller.policy import exits, rerun
 from trials.controller.policy.outcome import finished_trial, record_finished
 from trials.controller.trial import launch
-from trials.records import StopReason, TrialState, measurement_to_dict
+from trials.records import StopReason, TrialState
 from trials.spec import JobSpec
 from trials.study.store import Claimed, JobStore
 
@@ -65,12 +65,20 @@ def record_trial(store: JobStore, job: JobSpec, metrics: TrialMetrics, run: Runn
     if run.injected:
         extra["injected_restarts"] = run.injected
     if run.stop_reason is not None and run.stop_reason.requeues:
-        # Not the trial's fault: it goes back to the queue and runs again on resume.
-        # ACTIVE -> REQUESTED: a trial not yet run again has no start time and no measurements
-        # (what this run reported stays in its folder and in previous_measurements)
-        store.set_trial_attrs(sid, **extra, state=TrialState.REQUESTED.value, end_time=None,
-                              start_time=None, measurements=None, requeued=True,
-                              previous_measurements=[measurement_to_dict(m) for m in measurements])
+        # Not the trial's fault: it goes back to the queue and runs again on resume, as a new attempt of
+        # the same trial; what this run did stays shown (never REQUESTED: "not yet suggested")
+        if run.stop_reason is StopReason.CANCEL:
+            # ACTIVE -> STOPPING -> SUCCEEDED | INFEASIBLE, as a trial the service stopped ends
+            ended_mono = run.ended_mono if run.ended_mono is not None else clock.monotonic()
+            stored = run.claimed.stored.user_attrs if run.claimed.stored is not None else \
+                store.storage.get_trial(sid).user_attrs
+            outcome = rerun.stopped_outcome(measurements, job.study, reported_tags=run.reader.reported_tags,
+                                            end_time=rfc3339(run.wall_at(ended_mono)), why=rerun.CANCELLED)
+            store.set_trial_attrs(sid, **extra, **rerun.rerun_attrs(
+                outcome, why=rerun.CANCELLED, start_time=stored.get("start_time"),
+                previous_runs=stored.get(rerun.PREVIOUS_RUNS_ATTR), attempts=run.attempts))
+        else:  # a worker left the job: another one carries the trial on, ACTIVE (suggested, not ended)
+            store.set_trial_attrs(sid, **extra, requeued=True)
         store.requeue(sid)
         if shared is not None:
             shared.release(sid)
@@ -90,6 +98,8 @@ def record_trial(store: JobStore, job: JobSpec, metrics: TrialMetrics, run: Runn
         end_time=rfc3339(ended), stopped_early=run.stopped_early,
         stop_detail=run.stop_detail, predicted=run.predicted, stopped_by_job=stopped_by_job,
         custom_job=job.local.custom_job)
+    if outcome.succeeded and "final_measurement" not in outcome.attrs:
+        extra["final_measurement"] = None  # (a CustomJob's: none of an earlier, stopped run of it shows)
     record_finished(store, number=run.claimed.number, storage_id=sid, outcome=outcome, extra=extra)
     if outcome.succeeded and not run.stopped_early:
         metrics.forget_curves()

@@ -212,15 +212,26 @@ def job_failure(
 
 def infeasible_by_end(attrs: Mapping[int, Mapping[str, Any]]) -> list[tuple[str, str]]:
     """(trial id, reason) of the trials infeasible without failing (not failed, not stopped because the
-    job failed), in the order they ended, from ``{number: attributes}`` (``state``, ``failed``,
-    ``infeasible_reason``, ``stopped_by_job``, ``end_time``) (pure)."""
+    job failed or was cancelled), in the order they ended, from ``{number: attributes}``
+    (``INFEASIBLE_ATTRS``) (pure)."""
     rows = sorted((str(a.get("end_time") or ""), number, str(a["infeasible_reason"])) for number, a in attrs.items()
                   if a.get("state") == TrialState.INFEASIBLE and not a.get("failed") and not a.get("stopped_by_job")
-                  and a.get("infeasible_reason"))
+                  and a.get("infeasible_reason") and not waits_to_rerun(a))
     return [(str(number + 1), reason) for _, number, reason in rows]
 
 
-INFEASIBLE_ATTRS = ("state", "failed", "infeasible_reason", "stopped_by_job", "end_time")
+RERUN_ATTR = "rerun_due"  # a trial stopped to run again: the end time of the run that was stopped
+
+
+def waits_to_rerun(attrs: Mapping[str, Any]) -> bool:
+    """Whether a trial is shown as its stopped run ended, waiting to run again (``policy.rerun``): its
+    mark is its end time, which the next run's end replaces (pure)."""
+    due = attrs.get(RERUN_ATTR)
+    return due is not None and due == attrs.get("end_time") and attrs.get("state") in (
+        TrialState.SUCCEEDED, TrialState.INFEASIBLE)
+
+
+INFEASIBLE_ATTRS = ("state", "failed", "infeasible_reason", "stopped_by_job", "end_time", RERUN_ATTR)
 
 
 def same_reason_failure(job: JobSpec, *, infeasible: Sequence[tuple[str, str]], n_succeeded: int,
