@@ -38,5 +38,8 @@ def test_a_controller_that_stops_on_an_error_ends_a_pending_cancel(tmp_path: Pat
     with pytest.raises(RuntimeError):
         job_run.run_job(h, options)
     assert h.store.get_meta("state") == "JOB_STATE_CANCELLED"
-    assert [t.user_attrs.get("state") for t in h.store.frozen_trials()][:1] == ["REQUESTED"]
+    # it ran (never REQUESTED): stopped by the cancel before it reported, INFEASIBLE saying so
+    (first, *_) = h.store.frozen_trials()
+    assert first.user_attrs["state"] == "INFEASIBLE" and first.state.name == "WAITING"
+    assert first.user_attrs["infeasible_reason"].startswith("The trial was stopped because the job was cancelled.")
     assert h.store.running_trials() == []

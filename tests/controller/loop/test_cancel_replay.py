@@ -9,6 +9,8 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.controller.loop.backendkit import FakeBackend, FakeClock, FakeSignals, Script
 from trials.controller.jobs import admin, describe, registry
 from trials.controller.jobs import run as job_run
@@ -149,10 +151,8 @@ def test_a_dead_controllers_trials_cancelled_keep_what_it_stored(tmp_path: Path)
     def die() -> None:  # the controller vanishes: its trials stay RUNNING with the steps it stored
         raise SystemExit(9)
 
-    try:
+    with pytest.raises(SystemExit):
         job.run(lambda trial, attempt: Script(steps=50), at=[(4.5, die)])
-    except SystemExit:
-        pass
     assert len(job.h.store.running_trials()) == 2
     state, _ = admin.cancel(job.h)
     assert state == JobState.CANCELLED

@@ -155,6 +155,7 @@ def run_job(h: JobHandle, options: LoopOptions, *, emit: events.Emit = events.ig
         elif options.runtime == "host":
             backend = HostBackend(launch_dir=options.cwd, job_dir=options.job_dir, gcs_root=options.gcs_root,
                                   pass_env=options.pass_env, warm_endpoint=endpoint)
+            backend = with_packages(backend, h.job, options)
         else:
             if endpoint is not None:
                 endpoint.close()  # the container backend starts its own
@@ -175,6 +176,20 @@ def run_job(h: JobHandle, options: LoopOptions, *, emit: events.Emit = events.ig
             locker.release()
 
 
+def with_packages(backend: ReplicaBackend, job: Any, options: LoopOptions) -> ReplicaBackend:
+    """The host backend, installing the job's ``pythonPackageSpec`` packages first when it has some
+    (and no command given after ``--`` stands in for its module)."""
+    pools = [pool for _, _, pool in job.trial_job.replicas()] if job.trial_job is not None else []
+    sets = [pool.python_package.package_uris for pool in pools
+            if pool.python_package is not None and pool.python_package.package_uris]
+    if not sets or options.local_command:
+        return backend
+    from trials.controller.trial.packages import PackagesBackend
+
+    return PackagesBackend(backend, job_dir=options.job_dir, gcs_root=options.gcs_root, cwd=options.cwd,
+                           package_sets=sets)
+
+
 def accelerators(job: Any) -> dict[str, int]:
     """GPUs per replica name, from each pool's ``machineSpec.acceleratorCount``."""
     if job.trial_job is None:
@@ -186,16 +201,17 @@ def accelerators(job: Any) -> dict[str, int]:
 def _settle_cancel(h: JobHandle) -> None:
     """A controller that ends without its end state (an error, a full disk) never leaves a cancel
     half done: a job a ``trials cancel`` made CANCELLING ends CANCELLED, its trials back in the queue."""
-    from trials.records import JobState, TrialState
+    from trials.controller.jobs.stopped import requeue_stopped
+    from trials.controller.policy.rerun import CANCELLED
+    from trials.records import JobState
     from trials.timefmt import rfc3339
 
     try:
         with state_lock(h.job_dir):
             if h.store.get_meta("state") != JobState.CANCELLING:
                 return
-            for t in h.store.running_trials():
-                h.store.set_trial_attrs(t._trial_id, state=TrialState.REQUESTED.value, end_time=None)
-                h.store.requeue(t._trial_id)
+            for t in h.store.running_trials():  # recorded as the loop records a trial a cancel stopped
+                requeue_stopped(h.store, h.job.study, t, why=CANCELLED)
             h.store.set_meta(state=JobState.CANCELLED.value, end_time=rfc3339(time.time()), controller=None,
                              error={"code": 1, "message": "The job was cancelled."})
     except OSError:
