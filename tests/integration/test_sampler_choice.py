@@ -116,7 +116,8 @@ def test_the_chosen_sampler_runs_and_is_kept_on_resume(job_files):
 @pytest.mark.integration
 @pytest.mark.skipif(not samplers.gp_available(), reason="the default's GP needs scipy (trials[gp])")
 def test_the_default_warped_gp_suggests_in_a_real_job(job_files):
-    """ALGORITHM_UNSPECIFIED with scipy: trials 11 and 12 come from the warped GP (10 random trials first)."""
+    """ALGORITHM_UNSPECIFIED with scipy: trials 7-12 come from the warped GP (half the job's 12 random first),
+    and the job's end says so."""
     spec = (job_files / "spec.yaml").read_text().replace("maxTrialCount: 2", "maxTrialCount: 12")
     (job_files / "spec.yaml").write_text(spec)
     out = trials_cli("sweep", "spec.yaml", "--job-id", "g", "--seed", "3", "--", sys.executable, "train.py",
@@ -128,7 +129,8 @@ def test_the_default_warped_gp_suggests_in_a_real_job(job_files):
     h = open_job("g", root=str(job_files / "trials-jobs"), storage=None)
     by_gp = [t.number for t in h.store.frozen_trials() if any(k.startswith("gp:relative_params")
                                                               for k in t.system_attrs)]
-    assert by_gp == [10, 11]
+    assert by_gp == [6, 7, 8, 9, 10, 11]
+    assert "suggestions: 6 from the gp-warped model, 6 random (its start-up or a fallback)" in out.stdout
 
 
 @pytest.mark.integration

@@ -14,7 +14,7 @@ import math
 import shutil
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -241,6 +241,25 @@ class Progress:
         if len(shown) < len(ids):
             lines.append(f"  +{len(ids) - len(shown)} more running")
         return lines
+
+
+def sampler_words(sampler: object, n_startup: object, n_trials: int) -> str:
+    """The job's first line's words for its sampler: its name, and when its model starts (a sampler with a
+    random start-up that takes the whole job says so: it is never announced as if its model ran)."""
+    name = str(sampler)
+    if name in ("random", "grid") or not isinstance(n_startup, int) or isinstance(n_startup, bool):
+        return f"sampler {name}"
+    if n_startup >= n_trials:
+        return f"sampler {name} (all {n_trials} trials are its random start-up: its model never runs)"
+    return f"sampler {name}"  # (its model runs once the start-up's trials finished: the end line counts)
+
+
+def suggestions_end_line(trials: Iterable[object], sampler: object) -> str | None:
+    """The line after the job's end line: how many trials' parameters the sampler's model chose and how many
+    were random (its start-up, a fallback) or given, as each claim noted; None if no claim noted it."""
+    from trials.study.choice import suggestion_counts, suggestions_words
+
+    return suggestions_words(suggestion_counts(trials), str(sampler) if sampler else None)
 
 
 class _Discard:

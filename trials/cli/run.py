@@ -396,8 +396,10 @@ def _run_held(h: JobHandle, args: argparse.Namespace, signals: Any, *, resume: b
 
 
 def _job_line(h: Job, n_trials: int) -> str:
+    from trials.cli.progress import sampler_words
+
     return (f"job {h.job_id}: {n_trials} trials, {h.job.parallel_trial_count} in parallel, "
-            f"sampler {h.store.get_meta('sampler')}; folder {h.job_dir}")
+            f"{sampler_words(h.store.get_meta('sampler'), h.store.get_meta('startup'), n_trials)}; folder {h.job_dir}")
 
 
 def _outputs_line(h: Job) -> str:
@@ -458,12 +460,14 @@ def _summary(h: Job, args: argparse.Namespace, *, max_parallel: int, chaos: str 
     if args.json_logs:  # the summary as one more JSON line: stdout stays one object per line
         import json
 
+        from trials.study.choice import suggestion_counts
+
         get = job_view.params_of(h)
         print(json.dumps({
             "severity": "INFO" if code == 0 else "ERROR",
             "message": f"job {h.job_id} {state}", "event": "job_summary", "job_id": h.job_id,
             "state": state, "succeeded": n_ok, "stopped_early": n_early, "infeasible": n_bad,
-            "not_run": len(trials) - n_ok - n_bad, "error": error,
+            "not_run": len(trials) - n_ok - n_bad, "error": error, "suggestions": suggestion_counts(trials),
             "best": [{"trial_id": str(t.number + 1), "values": list(t.values), "parameters": get(t)}
                      for t in job_view.best_trials(h)],
         }, default=str))
@@ -471,6 +475,10 @@ def _summary(h: Job, args: argparse.Namespace, *, max_parallel: int, chaos: str 
     ran = f"; at most {max_parallel} in parallel" if max_parallel else "; no trial ran this time"
     print(f"job {h.job_id} {state}: {n_ok} succeeded ({n_early} stopped early), {n_bad} infeasible, "
           f"{len(trials) - n_ok - n_bad} not run{ran}")
+    from trials.cli.progress import suggestions_end_line
+
+    if (words := suggestions_end_line(trials, h.store.get_meta("sampler"))) is not None:
+        print(words)
     if chaos is not None:
         print(chaos)
     if h.store.get_meta("study_stopped"):

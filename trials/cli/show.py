@@ -48,6 +48,8 @@ def _cmd_describe(args: argparse.Namespace) -> int:
     if ahead:
         print(ahead)
     print(describe.format_table(header, body))
+    if made := job_view.suggestions_made_line(meta, h.store.frozen_trials()):  # model or random (issue 48)
+        print(made)
     return 0
 
 

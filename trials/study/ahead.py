@@ -17,10 +17,12 @@ stopping and signals. Here the next trial's parameters are computed while trials
   ahead costs the search: ``benchmarks/suggest_ahead.py``'s quality table); nothing is recorded
   before the claim, so a controller killed with a suggestion in hand loses nothing but that suggestion.
 
-While fewer trials have completed than the sampler's random start-up needs, a suggestion is a
-random one made in the loop at the claim (what the sampler itself would do, without its process). A worker that
-fails or dies makes that one trial random, with a warning; a dead worker is started again for the
-next suggestion, at most :data:`MAX_RESTARTS` times.
+While fewer trials have finished (completed or stopped early: both teach the model, see
+:func:`trials.study.samplers.stopped_as_values`) than the sampler's random start-up needs
+(:func:`trials.study.choice.startup_trials`), a suggestion is a random one made in the loop at the claim
+(what the sampler itself would do, without its process). A worker that fails or dies makes that one
+trial random, with a warning; a dead worker is started again for the next suggestion,
+at most :data:`MAX_RESTARTS` times.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from optuna.trial import FrozenTrial, TrialState
 from trials.spec import StudySpec, Value
 from trials.study import choice
 from trials.study import optuna_internals as internals
-from trials.study.choice import AHEAD_SAMPLERS, WARM_UP
+from trials.study.choice import AHEAD_SAMPLERS, MODEL, SUGGESTED_ATTR, WARM_UP, startup_trials
 
 HEADER = struct.Struct("!Q")
 _EARLY_LOG_MAX = 1 << 20  # what a worker started early printed before its job came, copied into the log
@@ -78,12 +80,17 @@ def _frame(obj: Any) -> bytes:
 
 
 def _stripped(t: FrozenTrial) -> FrozenTrial:
-    """What the worker's mirror keeps of a trial (no attributes, no intermediate values)."""
+    """What the worker's mirror keeps of a trial (no attributes; of its intermediate values, a stopped
+    trial's last one: where it stopped ranks it among the stopped trials)."""
+    last = {}
+    if t.state == TrialState.PRUNED and t.intermediate_values:
+        step = max(t.intermediate_values)
+        last = {step: t.intermediate_values[step]}
     return FrozenTrial(number=t.number, state=t.state, value=None,
                        values=list(t.values) if t.values is not None else None,
                        datetime_start=t.datetime_start, datetime_complete=t.datetime_complete,
                        params=dict(t.params), distributions=dict(t.distributions), user_attrs={},
-                       system_attrs={}, intermediate_values={}, trial_id=internals.storage_id(t))
+                       system_attrs={}, intermediate_values=last, trial_id=internals.storage_id(t))
 
 
 def _fingerprint(t: FrozenTrial) -> tuple[Any, ...]:
@@ -100,12 +107,12 @@ class AheadSuggester:
     """
 
     def __init__(self, store: Any, study: StudySpec, *, sampler_name: str, seed: int | None, log_path: str,
-                 directions: list[optuna.study.StudyDirection], depth: int = 1):
+                 directions: list[optuna.study.StudyDirection], depth: int = 1, n_startup: int | None = None):
         self.store = store
         self.study = study
         self.sampler_name = sampler_name
         self.seed = seed
-        self.n_startup = AHEAD_SAMPLERS[sampler_name]
+        self.n_startup = AHEAD_SAMPLERS[sampler_name] if n_startup is None else n_startup
         self.log_path = log_path
         self.directions = directions
         self._proc: subprocess.Popen[bytes] | None = None
@@ -151,7 +158,7 @@ class AheadSuggester:
         self._results = sum(t.state != TrialState.RUNNING for t in mirrored)
         self._fresh = needed
         self._start_when_due(mirrored)
-        if sum(t.state == TrialState.COMPLETE for t in mirrored) < self.n_startup:
+        if sum(t.state != TrialState.RUNNING for t in mirrored) < self.n_startup:  # (completed or stopped)
             if needed:
                 self._ready = Suggestion(None)  # the sampler's random start-up: made in the loop
             return
@@ -273,7 +280,7 @@ class AheadSuggester:
         self._sent = {}
         try:
             self._write({"init": True, "study": self.study, "sampler": self.sampler_name, "seed": self.seed,
-                         "directions": self.directions, "log": self.log_path})
+                         "directions": self.directions, "log": self.log_path, "n_startup": self.n_startup})
         except OSError:
             self._worker_died()
 
@@ -313,7 +320,7 @@ class AheadSuggester:
                                                            f"parameters were sampled at random")
             else:
                 self.n_model += 1
-                made = Suggestion(dict(answer["params"]), dict(answer.get("system_attrs") or {}),
+                made = Suggestion(dict(answer["params"]), {**(answer.get("system_attrs") or {}), SUGGESTED_ATTR: MODEL},
                                   seconds=float(answer.get("seconds", 0.0)), asked_at=self._asked_at,
                                   results=self._results, fresh=self._fresh)
                 if self._ready is None:
@@ -352,15 +359,17 @@ def for_job(store: Any, study: StudySpec, *, sampler_name: str, seed: int | None
     """The job's ahead suggester when its sampler runs ahead, else None (the loop samples as before).
 
     The store's own sampler becomes a seeded random one: the loop samples with it only the start-up
-    trials and those whose suggestion failed. The worker starts when half the start-up trials have
-    begun (now, for a job past that: a resumed one, OSS Vizier's one-trial start-up), if the job has
-    more trials than its start-up.
+    trials and those whose suggestion failed. The start-up is the store's (``n_startup``, as the job was
+    created: :func:`~trials.study.choice.startup_trials` of its trials). The worker starts with the job, if
+    the job has more trials than its start-up.
     """
     if sampler_name not in AHEAD_SAMPLERS:
         return None
     directions = list(store.study.directions)
     ahead = AheadSuggester(store, study, sampler_name=sampler_name, seed=seed, directions=directions,
-                           log_path=os.path.join(job_dir, "sampler.log"), depth=depth)
+                           log_path=os.path.join(job_dir, "sampler.log"), depth=depth,
+                           n_startup=min(AHEAD_SAMPLERS[sampler_name], getattr(store, "n_startup", None)
+                                         or startup_trials(n_trials, sampler_name)))
     store.study.sampler = optuna.samplers.RandomSampler(seed=seed)
     if n_trials > ahead.n_startup:
         ahead._start_when_due(store.frozen_trials(MIRRORED_STATES))
@@ -501,7 +510,7 @@ def main() -> int:
     if init.get("log"):
         _log_to(str(init["log"]))
     quiet_optuna()
-    sampler = make_sampler(init["sampler"], seed=init["seed"])
+    sampler = make_sampler(init["sampler"], seed=init["seed"], n_startup=int(init.get("n_startup", 10)))
     if init["sampler"] in WARM_UP:
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, 0, niceness + 10)

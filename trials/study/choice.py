@@ -19,14 +19,20 @@ import os
 import site
 import subprocess
 import sys
-from typing import IO
+from collections.abc import Iterable, Mapping
+from typing import IO, Any
 
 from trials.errors import ConfigError
 from trials.spec import Algorithm, StudySpec
 
-# Samplers that suggest ahead in a process of their own (trials.study.ahead), and how many completed
-# trials their random start-up takes
+# Samplers that suggest ahead in a process of their own (trials.study.ahead), and how many finished
+# trials (completed or stopped early) their random start-up takes at most (see :func:`startup_trials`)
 AHEAD_SAMPLERS: dict[str, int] = {"gp": 10, "gp-warped": 10, "vizier": 1}
+MAX_STARTUP = 10  # Optuna's samplers' default n_startup_trials
+MIN_STARTUP = 4  # a model fitted to fewer random trials than this learns little: a job that small stays random
+# A trial's system attribute: how its parameters were chosen (SUGGESTED_BY's values), counted by describe
+SUGGESTED_ATTR = "trials:suggested"
+MODEL, RANDOM, FIXED = "model", "random", "fixed"  # by the sampler's model; at random (start-up, fallback); given
 # What that process imports before its first suggestion (torch: seconds)
 WARM_UP: dict[str, tuple[str, ...]] = {"gp": ("torch", "scipy.optimize"), "gp-warped": ("scipy.optimize",)}
 
@@ -92,6 +98,43 @@ def check_choice(name: str, study: StudySpec, *, source: str = "--sampler") -> s
             raise ConfigError(f"{source} cmaes: expected one metric (CMA-ES is single-objective), "
                               f"got {len(study.metrics)}")
     return name
+
+
+def startup_trials(n_trials: int, sampler_name: str = "tpe") -> int:
+    """How many finished trials (completed or stopped early) a job's sampler takes at random before its
+    model suggests: half the job, at least :data:`MIN_STARTUP` and at most :data:`MAX_STARTUP` (Optuna's
+    default, kept for every job of 20 trials or more), never more than the sampler's own (OSS Vizier: 1).
+
+    A fixed start-up of 10 left a job of 10 trials or fewer all random, and one of 12 with two model-based
+    suggestions at most (issue 48); half the job leaves the model the other half."""
+    rule = min(MAX_STARTUP, max(MIN_STARTUP, -(-max(n_trials, 0) // 2)))
+    return min(rule, AHEAD_SAMPLERS.get(sampler_name, MAX_STARTUP))
+
+
+def suggestion_counts(trials: Iterable[Any]) -> dict[str, int]:
+    """{"model": n, "random": n, "fixed": n}: how the parameters of the ``trials`` (Optuna's FrozenTrials or
+    their replays) were chosen, as each trial's claim noted (:data:`SUGGESTED_ATTR`); a trial claimed
+    before it was noted, or never claimed, is not counted. Only the three known words count (the storage
+    is a file the user can edit)."""
+    counts = {MODEL: 0, RANDOM: 0, FIXED: 0}
+    for t in trials:
+        kind = getattr(t, "system_attrs", {}).get(SUGGESTED_ATTR)
+        if isinstance(kind, str) and kind in counts:
+            counts[kind] += 1
+    return counts
+
+
+def suggestions_words(counts: Mapping[str, int], sampler_name: str | None) -> str | None:
+    """One line saying how a job's parameters were chosen ("suggestions: 6 from the gp-warped model, 6 random
+    (its start-up or a fallback)"), or None when no claim noted it or the search is random or a grid."""
+    if not any(counts.values()) or (sampler_name in ("random", "grid") and not counts.get(MODEL)):
+        return None  # (a random or grid search has no model to speak of)
+    parts = [f"{counts.get(MODEL, 0)} from the {sampler_name or 'sampler'} model"]
+    if counts.get(RANDOM):
+        parts.append(f"{counts[RANDOM]} random (its start-up or a fallback)")
+    if counts.get(FIXED):
+        parts.append(f"{counts[FIXED]} given (grid points or enqueued)")
+    return "suggestions: " + ", ".join(parts)
 
 
 # --- the suggestion process, started early ---------------------------------------------------------
@@ -179,5 +222,6 @@ def kill(proc: subprocess.Popen[bytes]) -> int:
     return proc.wait()
 
 
-__all__ = ["AHEAD_SAMPLERS", "CHOICES", "WARM_UP", "check_choice", "choose_sampler_name", "close", "close_warm",
-           "gp_available", "kill", "spawn", "take", "warm"]
+__all__ = ["AHEAD_SAMPLERS", "CHOICES", "FIXED", "MAX_STARTUP", "MIN_STARTUP", "MODEL", "RANDOM", "SUGGESTED_ATTR",
+           "WARM_UP", "check_choice", "choose_sampler_name", "close", "close_warm", "gp_available", "kill", "spawn",
+           "startup_trials", "suggestion_counts", "suggestions_words", "take", "warm"]

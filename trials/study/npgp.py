@@ -44,6 +44,7 @@ from trials.study.optuna_internals import (
     is_constrained_optimization,
     round_one_normalized_param,
 )
+from trials.study.samplers import stopped_as_values
 
 _STANDARDIZE_EPS = 1e-10
 _EPS = 1e-12  # Optuna's: log utilities are clamped at log(EPS)
@@ -510,7 +511,12 @@ def optimize(acq: Acquisition, space: GPSearchSpace, warm_start: np.ndarray, *,
 
 class NumpyGPSampler(optuna.samplers.GPSampler):
     """GPSampler whose single-objective, unconstrained suggestions are made by this module (no torch);
-    the other cases are Optuna's own (and need torch)."""
+    the other cases are Optuna's own (and need torch).
+
+    Unlike Optuna's GPSampler, it learns from the trials stopped early (PRUNED): they count toward its
+    random start-up, and its GP fits them below every completed trial in Optuna TPE's order of pruned
+    trials (:func:`trials.study.samplers.stopped_as_values`). Optuna's GPSampler reads COMPLETE trials
+    only, so with early stopping on a job whose trials were mostly stopped never left its start-up."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -521,11 +527,16 @@ class NumpyGPSampler(optuna.samplers.GPSampler):
         """GPSampler's, without entering ``torch.device`` (which imports torch)."""
         if search_space == {}:
             return {}
-        trials = internals.study_trials(study, (TrialState.COMPLETE, TrialState.RUNNING))
+        trials = internals.study_trials(study, (TrialState.COMPLETE, TrialState.RUNNING, TrialState.PRUNED))
         completed = [t for t in trials if t.state == TrialState.COMPLETE]
+        stopped = [t for t in trials if t.state == TrialState.PRUNED and search_space.keys() <= t.params.keys()]
         running = [t for t in trials
                    if t.state == TrialState.RUNNING and search_space.keys() <= gp_params(t).keys()]
-        if len(completed) < internals.GPSettings(self).n_startup_trials:
+        if len(completed) + len(stopped) < internals.GPSettings(self).n_startup_trials:
+            return {}  # the start-up counts every finished trial, stopped early or not (issue 48)
+        if len(study.directions) == 1 and stopped:
+            completed = completed + stopped_as_values(completed, stopped, study.direction)
+        if not completed:
             return {}
         params = self._sample_relative_impl(study, completed, running, search_space)
         if params != {}:

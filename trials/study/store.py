@@ -21,12 +21,13 @@ from trials.errors import ConfigError, JobNotFoundError
 from trials.spec import Algorithm, JobSpec, StudySpec, Value
 from trials.study import journal
 from trials.study import optuna_internals as internals
+from trials.study.choice import FIXED, MAX_STARTUP, MODEL, RANDOM, SUGGESTED_ATTR, startup_trials
 from trials.study.database import writes
 from trials.study.database.writes import (
     NotHeldError as NotHeldError,  # re-exported: a batch's lease was another worker's
 )
 from trials.study.names import ATTR_PREFIX as ATTR_PREFIX  # re-exported: where it always was
-from trials.study.samplers import acts_after_trial, make_sampler
+from trials.study.samplers import acts_after_trial, make_sampler, model_ready
 from trials.study.space import fixed_params, iter_grid, mirrors_doubles, suggest, values_from_optuna
 from trials.study.storage import RetryingRDBStorage, quiet_optuna
 
@@ -112,7 +113,7 @@ class JobStore:
     """
 
     def __init__(self, storage: BaseStorage, study: optuna.Study, job_id: str, *,
-                 sampler_name: str = "tpe", sampler_seed: int | None = None):
+                 sampler_name: str = "tpe", sampler_seed: int | None = None, n_startup: int = MAX_STARTUP):
         self.storage = storage
         self.study = study
         self.job_id = job_id
@@ -122,6 +123,7 @@ class JobStore:
         self._ids: dict[int, int] = {}  # trial number -> storage id, of the trials this store claimed
         self.sampler_name = sampler_name  # the job's sampler, and the seed it was made with here
         self.sampler_seed = sampler_seed
+        self.n_startup = n_startup  # the finished trials its sampler takes at random (choice.startup_trials)
 
     # -- creation and opening
     @classmethod
@@ -131,17 +133,18 @@ class JobStore:
         one fsync for all of them, not one per trial and setting: ~0.1-0.3 s for 40 trials here)."""
         quiet_optuna()
         directions = [StudyDirection.MAXIMIZE if m.maximize else StudyDirection.MINIMIZE for m in job.study.metrics]
+        n_startup = startup_trials(job.max_trial_count, sampler_name)
         with journal.one_write(storage):
             try:
                 study = optuna.create_study(
                     storage=storage, study_name=job_id, directions=directions,
-                    sampler=make_sampler(sampler_name, seed=seed), load_if_exists=False,
+                    sampler=make_sampler(sampler_name, seed=seed, n_startup=n_startup), load_if_exists=False,
                 )
             except optuna.exceptions.DuplicatedStudyError:
                 raise ConfigError(f"a job named {job_id!r} already exists in this storage; use "
                                   f"`trials resume {job_id}` or choose another --job-id") from None
-            store = cls(storage, study, job_id, sampler_name=sampler_name, sampler_seed=seed)
-            store.set_meta(spec=dict(spec_dict), sampler=sampler_name, seed=seed, **meta)
+            store = cls(storage, study, job_id, sampler_name=sampler_name, sampler_seed=seed, n_startup=n_startup)
+            store.set_meta(spec=dict(spec_dict), sampler=sampler_name, seed=seed, startup=n_startup, **meta)
             store.add_trials(job.max_trial_count, job)
         return store
 
@@ -162,8 +165,10 @@ class JobStore:
         if seed is None:
             seed = attrs.get(ATTR_PREFIX + "seed")
         seed = resumed_seed(seed, storage, study)
-        study.sampler = make_sampler(sampler_name, seed=seed)
-        return cls(storage, study, job_id, sampler_name=sampler_name, sampler_seed=seed)
+        n_startup = attrs.get(ATTR_PREFIX + "startup")  # (a job made before it was recorded: 10, as then)
+        n_startup = n_startup if isinstance(n_startup, int) and n_startup >= 1 else MAX_STARTUP
+        study.sampler = make_sampler(sampler_name, seed=seed, n_startup=n_startup)
+        return cls(storage, study, job_id, sampler_name=sampler_name, sampler_seed=seed, n_startup=n_startup)
 
     # -- job-level attributes
     def meta(self) -> dict[str, Any]:
@@ -273,12 +278,39 @@ class JobStore:
                     continue
                 if self._pending is not None:  # its writes in this batch need no check (see rdb.apply)
                     self._pending.setdefault(storage_id, writes.TrialWrite()).claimed = True
-                if params is not None and internals.FIXED_PARAMS_ATTR not in (
-                        frozen.system_attrs if frozen is not None else self.storage.get_trial_system_attrs(storage_id)):
+                given = internals.FIXED_PARAMS_ATTR in (
+                    frozen.system_attrs if frozen is not None else self.storage.get_trial_system_attrs(storage_id))
+                if params is not None and not given:
                     self._fix(storage_id, params, study, system_attrs, frozen)  # (an enqueued point is kept)
-                return self._suggested(number, storage_id, study, frozen)
+                kind = self._suggested_by(given, params, system_attrs)
+                claimed = self._suggested(number, storage_id, study, frozen)
+                self._note_suggested(storage_id, kind, frozen)
+                return claimed
             if self._rdb is None or not candidates:
                 return None  # (a database: all 8 taken by others meanwhile, look again)
+
+    def _suggested_by(self, given: bool, params: Mapping[str, Value] | None,
+                      system_attrs: Mapping[str, Any] | None) -> str:
+        """How a claimed trial's parameters are chosen (``choice.SUGGESTED_ATTR``'s value): given (a grid
+        point, an enqueued trial), by the model (suggested ahead by it, or by the job's sampler past its
+        start-up), else at random."""
+        if given:
+            return FIXED
+        if params is not None:
+            return str((system_attrs or {}).get(SUGGESTED_ATTR, RANDOM))
+        if isinstance(self.study.sampler, optuna.samplers.RandomSampler):  # (the start-up of a sampler run ahead)
+            return RANDOM
+        return MODEL if model_ready(self.sampler_name, self.counts(), self.n_startup) else RANDOM
+
+    def _note_suggested(self, storage_id: int, kind: str, frozen: FrozenTrial | None) -> None:
+        """Note on the trial how its parameters were chosen (in the claim's write: its batch)."""
+        if frozen is not None:
+            frozen.system_attrs[SUGGESTED_ATTR] = kind
+        if self._rdb is not None:
+            with self._writing(storage_id) as w:
+                w.system_attrs[SUGGESTED_ATTR] = kind
+            return
+        self.storage.set_trial_system_attr(storage_id, SUGGESTED_ATTR, kind)
 
     def _move_to_running(self, storage_id: int) -> bool:
         """WAITING -> RUNNING if it still is WAITING (a compare-and-set; False: another worker's now)."""

@@ -41,6 +41,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from trials.study import optuna_internals as internals
+from trials.study.samplers import stopped_as_values
 
 logger = logging.getLogger(__name__)
 
@@ -130,8 +131,11 @@ class VizierSampler(optuna.samplers.BaseSampler):
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
         if not search_space or len(study.directions) != 1:
             return {}
-        trials = internals.study_trials(study, (TrialState.COMPLETE, TrialState.RUNNING))
+        trials = internals.study_trials(study, (TrialState.COMPLETE, TrialState.RUNNING, TrialState.PRUNED))
         completed = [t for t in trials if t.state == TrialState.COMPLETE and search_space.keys() <= t.params.keys()]
+        stopped = [t for t in trials if t.state == TrialState.PRUNED and search_space.keys() <= t.params.keys()]
+        # trials stopped early count too, below every completed one (as for the GP: samplers.stopped_as_values)
+        completed = completed + stopped_as_values(completed, stopped, study.direction)
         if not completed:
             return {}
         running = [t for t in trials if t.state == TrialState.RUNNING and t.number != trial.number

@@ -282,15 +282,18 @@ def table(h: Job, *, exact: bool = False) -> tuple[list[str], list[list[str]]]:
 def describe_local(h: Job) -> dict[str, Any]:
     """What only the local run knows, per trial (``describe --format local-json``)."""
     from trials.controller.jobs.describe import local_details
+    from trials.study.choice import suggestion_counts
 
     meta = h.store.meta()
     ahead = suggestions_ahead(meta)
+    trials = h.store.frozen_trials()
     return {"jobId": h.job_id, "jobFolder": h.job_dir, "state": meta.get("state"),
             "baseOutput": meta.get("base_output"), "localCommand": meta.get("local_command"),
             **({"studyStopped": meta["study_stopped"]} if meta.get("study_stopped") else {}),
             **({"suggestionsAhead": ahead} if ahead else {}),
+            "suggestions": suggestion_counts(trials),  # the sampler's model, at random, given (issue 48)
             **({"keptLayers": kept} if (kept := kept_layers(h.job_dir)) else {}),
-            "trials": local_details(h.store.frozen_trials())}
+            "trials": local_details(trials)}
 
 
 def kept_layers(job_dir: str) -> list[dict[str, str]]:
@@ -314,6 +317,14 @@ def suggestions_ahead(meta: Mapping[str, Any]) -> dict[str, float]:
         if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0:
             out[name] = v
     return out
+
+
+def suggestions_made_line(meta: Mapping[str, Any], trials: Iterable[Any]) -> str | None:
+    """``describe``'s line of how the ``trials``' parameters were chosen (by the sampler's model, at random: its
+    start-up or a fallback, or given: ``choice.suggestion_counts``), or None when no claim noted it."""
+    from trials.study.choice import suggestion_counts, suggestions_words
+
+    return suggestions_words(suggestion_counts(trials), str(meta.get("sampler") or "") or None)
 
 
 def suggestions_line(meta: Mapping[str, Any]) -> str | None:

@@ -20,6 +20,7 @@ from trials.controller.report.svg import inline_svg, tips_script, trial_tips
 from trials.errors import ConfigError
 from trials.printable import printable
 from trials.records import TrialState
+from trials.study.choice import suggestions_words
 
 REPORT_DIR = "report"
 INDEX_FILE = "index.html"
@@ -58,12 +59,19 @@ def top_trials(rest: Mapping[str, Any], metric_ids: Sequence[str], maximize: Seq
 
     One metric: sorted best first. Several metrics: the non-dominated trials, best primary first.
     """
+    local = rest.get("trialsLocal", {})
     done = sorted((t for t in rest.get("trials", [])
                    if t["state"] == TrialState.SUCCEEDED and all(m in final_values(t) for m in metric_ids)),
                   key=lambda t: int(t["id"]))
+    # a trial stopped early holds the value where it stopped, not a result: ranked after every trial that
+    # ran to its end (as Optuna's TPE ranks pruned trials), never beside them
+    stopped = [t for t in done if local.get(t["id"], {}).get("stopped_early")]
+    done = [t for t in done if t not in stopped]
     done = ranked(done, lambda t: final_values(t)[metric_ids[0]], maximize=maximize[0])
     if len(metric_ids) == 1:
-        return f"Top {min(n, len(done))} trials by {metric_ids[0]}", done[:n]
+        top = (done + ranked(stopped, lambda t: final_values(t)[metric_ids[0]], maximize=maximize[0]))[:n]
+        after = " (those stopped early after those that ran to their end)" if len(top) > len(done) else ""
+        return f"Top {len(top)} trials by {metric_ids[0]}{after}", top
     front = pareto_front(done, lambda t: [final_values(t)[m] for m in metric_ids], maximize)
     return f"Pareto-optimal trials ({', '.join(metric_ids)})", front[:n]
 
@@ -134,6 +142,8 @@ def render_html(*, job_id: str, rest: Mapping[str, Any], metric_ids: Sequence[st
         "parallel trials": str(rest.get("parallelTrialCount", 1)),
         "algorithm": f"{study.get('algorithm', 'ALGORITHM_UNSPECIFIED')}"
                      + (f" (Optuna sampler: {sampler})" if sampler else ""),
+        "suggestions": (suggestions_words(rest.get("suggestionsLocal") or {}, sampler) or "").removeprefix(
+            "suggestions: "),
         "created": rest.get("createTime", ""), "started": rest.get("startTime", ""),
         "ended": rest.get("endTime", ""), "folder": job_dir,
     }
@@ -284,7 +294,8 @@ def write_report(h: Any, *, out_dir: str | None = None, plots: bool = True) -> R
     target = os.path.realpath(out_dir)  # a link to a folder: the folder is replaced, not the link
     check_replaceable(target)
     # the report's view: the v1 resource plus the local details beside it
-    rest = {**job_view.describe(h), "trialsLocal": job_view.describe_local(h)["trials"]}
+    local = job_view.describe_local(h)
+    rest = {**job_view.describe(h), "trialsLocal": local["trials"], "suggestionsLocal": local["suggestions"]}
     metric_ids = list(h.job.study.metric_ids)
     maximize = [m.maximize for m in h.job.study.metrics]
     note = None
