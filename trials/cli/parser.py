@@ -53,6 +53,10 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep-going", action="store_true",
                    help="run every trial even when the first 3 are infeasible for the same reason (kept by the job)")
     p.add_argument("--json-logs", action="store_true", help="one JSON object per event")
+    p.add_argument("--warm-start", action="store_true",
+                   help="host runtime: fork each `python SCRIPT`/`python -m MODULE` trial from a launcher that "
+                        "already imported what the first trial loaded (in the same sandbox; the default, as on "
+                        "Vertex, is a fresh process); check it first with trials check --warm-start")
     p.add_argument("--gpus", metavar="IDS",
                    help="GPUs to hand out, e.g. 0,1,2 (default: CUDA_VISIBLE_DEVICES when set, as a scheduler "
                         "sets it for its allocation, else nvidia-smi -L)")

@@ -374,7 +374,7 @@ def _run_held(h: JobHandle, args: argparse.Namespace, signals: Any, *, resume: b
         h, echo=args.echo, grace_period_s=args.grace_period, memory_limit_mb=args.memory_limit,
         inject_restarts=args.inject_restarts, slots=getattr(args, "slots", None), seed=args.seed,
         devices=plan, shared=shared, join=join, pass_env=args.pass_env, runtime=runtime, images=images,
-        slurm=slurm,
+        slurm=slurm, warm_start=getattr(args, "warm_start", False),
     )
     if not args.quiet and not args.json_logs:
         who = f"worker {shared.me} joined " if join and shared is not None else ""

@@ -57,7 +57,7 @@ def run_options(h: JobHandle, *, echo: bool, grace_period_s: float | None, memor
                 devices: Any = None, shared: Any = None, join: bool = False,
                 pass_env: Sequence[str] = (), runtime: str | None = None,
                 images: Mapping[str, str] | None = None, keep_going: bool = False,
-                slurm: Mapping[str, Any] | None = None) -> LoopOptions:
+                slurm: Mapping[str, Any] | None = None, warm_start: bool = False) -> LoopOptions:
     """The loop's options from the job's stored settings and this run's (``runtime``, ``images``:
     this run's choice, else the job's)."""
     meta = h.store.meta()
@@ -78,6 +78,7 @@ def run_options(h: JobHandle, *, echo: bool, grace_period_s: float | None, memor
         pass_env=tuple(dict.fromkeys([*(meta.get("pass_env") or ()), *pass_env])),
         suggest_ahead=os.environ.get(protocol.ENV_SUGGEST, "ahead") != "inline",
         keep_going=keep_going or bool(meta.get("keep_going")),
+        warm_start=warm_start,
     )
 
 
@@ -164,7 +165,12 @@ def run_job(h: JobHandle, options: LoopOptions, *, emit: events.Emit = events.ig
 
             backend = ContainerBackend(runtime=container_runtime.find(options.runtime), job_dir=options.job_dir,
                                        gcs_root=options.gcs_root, images=options.images, pass_env=options.pass_env)
-        runner = JobRunner(h.store, h.job, options, backend=backend, emit=emit, signals=signals)
+        policy = None
+        if options.warm_start:
+            from trials.controller.warm.backend import warm_backend
+
+            backend, policy = warm_backend(backend, runtime=options.runtime, job_dir=options.job_dir)
+        runner = JobRunner(h.store, h.job, options, backend=backend, emit=emit, signals=signals, policy=policy)
         if resume and options.shared is None:  # shared jobs take over stale trials instead
             reap_job_leftovers(h)
             runner.state.resume_running()

@@ -68,6 +68,17 @@
 #include <stdint.h>
 #include <unistd.h>
 
+/* Built with -DSHIM_LIBRARY (trials/controller/warm/library.py) the same code is a shared library for a
+ * warm launcher's child (trials/controller/warm/): trials_shim_enter() does all main() does, but where the
+ * trainer would be exec'd, it returns 0 in that process instead (already holding the trainer's modules):
+ * the same cgroup, namespaces, view, /proc, capabilities and waiter as an exec'd trainer gets. */
+#ifdef SHIM_LIBRARY
+#include <setjmp.h>
+static sigjmp_buf trainer_jump;  /* set by trials_shim_enter: the trainer's way back to its caller */
+#define main shim_main
+int shim_main(int argc, char **argv);
+#endif
+
 #ifndef CLONE_INTO_CGROUP
 #define CLONE_INTO_CGROUP 0x200000000ULL
 #endif
@@ -715,6 +726,10 @@ static void run_init(char **argv, int ops_from, int end, int user, uid_t uid, gi
         if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail("prctl", "PR_SET_PDEATHSIG");
         if (getppid() != 1) _exit(137);
         drop_caps();
+#ifdef SHIM_LIBRARY
+        close(note_fd);  /* (close-on-exec: what an exec'd trainer would not hold) */
+        siglongjmp(trainer_jump, 1);
+#endif
         execv(argv[end + 1], argv + end + 1);  /* the controller resolved PATH: no sh fallback */
         report(errno, "exec", argv[end + 1]);
         _exit(127);
@@ -846,7 +861,19 @@ int main(int argc, char **argv) {
     }
     const char *cwd = apply_ops(argv, 4, end);
     if (cwd != NULL && chdir(cwd) != 0) fail("chdir", cwd);
+#ifdef SHIM_LIBRARY
+    return 0;
+#endif
     execv(argv[end + 1], argv + end + 1);  /* the controller resolved PATH: no sh fallback */
     report(errno, "exec", argv[end + 1]);
     return 127;
 }
+
+#ifdef SHIM_LIBRARY
+/* main() in a warm launcher's child: returns 0 in the process that is to run the trainer, else the
+ * setup's exit code; the waiter and init never return (they exit as the trainer did). */
+int trials_shim_enter(int argc, char **argv) {
+    if (sigsetjmp(trainer_jump, 0) != 0) return 0;
+    return shim_main(argc, argv);
+}
+#endif
