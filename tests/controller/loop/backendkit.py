@@ -84,6 +84,7 @@ class FakeReplica:
     leftovers: list[str] = field(default_factory=list)
     upper_dir: str | None = None
     placement: dict = field(default_factory=dict)
+    signal: int | None = None
     signals: list[int] = field(default_factory=list)
     reports: list[str] = field(default_factory=list)
     n_polls: int = 0

@@ -163,3 +163,60 @@ def test_a_dead_controllers_trials_cancelled_keep_what_it_stored(tmp_path: Path)
         assert t.state.name == "WAITING" and t.user_attrs[rerun.PREVIOUS_RUNS_ATTR][-1]["why"] == \
             rerun.CANCELLED_ORPHAN
     assert job.run(lambda trial, attempt: Script(steps=2)) == JobState.SUCCEEDED
+
+
+def test_a_dead_controllers_trials_not_run_again_before_a_cancel_are_shown_as_they_stopped(tmp_path: Path) -> None:
+    """A resume that is cancelled before it runs a dead controller's trials again records them as stopped (start,
+    stored steps, end), never REQUESTED, and queues them again."""
+    job = Job(tmp_path, n=2, parallel=2)
+
+    def die() -> None:
+        raise SystemExit(9)
+
+    with pytest.raises(SystemExit):
+        job.run(lambda trial, attempt: Script(steps=50), at=[(4.5, die)])
+    # Ctrl-C as the resume starts: before its first pass runs them again
+    assert job.run(lambda trial, attempt: Script(steps=50), resume=True, at=[(0.0, signal.SIGINT)]) == \
+        JobState.CANCELLED
+    assert job.started == ["1", "2"]  # (the first controller's): none started again
+    rest = job.rest()
+    assert [t["state"] for t in rest] == ["SUCCEEDED", "SUCCEEDED"]
+    assert all("startTime" in t and "endTime" in t and int(t["finalMeasurement"]["stepCount"]) >= 3 for t in rest)
+    for t in job.trials():
+        assert t.state.name == "WAITING" and t.user_attrs[rerun.PREVIOUS_RUNS_ATTR][-1]["why"] in (
+            rerun.CANCELLED, rerun.CANCELLED_ORPHAN)
+    # resumed again, they run to their end; their stopped runs count once, when these end
+    assert job.run(lambda trial, attempt: Script(steps=2)) == JobState.SUCCEEDED
+    assert [t["state"] for t in job.rest()] == ["SUCCEEDED", "SUCCEEDED"]
+
+
+@pytest.mark.parametrize("cancel", [True, False])
+def test_a_job_ending_before_it_runs_a_dead_controllers_trials_again_shows_them_as_they_stopped(tmp_path, cancel):
+    """LoopState.finish_job with trials reclaimed from a dead controller and not run again (a cancel, or a job that
+    ended otherwise): recorded as stopped with the steps stored, never REQUESTED, and queued again."""
+    from trials.controller.loop.state import LoopState
+
+    job = Job(tmp_path, n=2, parallel=2)
+
+    def die() -> None:
+        raise SystemExit(9)
+
+    with pytest.raises(SystemExit):
+        job.run(lambda trial, attempt: Script(steps=50), at=[(4.5, die)])
+    h = registry.open_job(job.h.job_id, root=str(Path(job.h.job_dir).parent), storage=None)
+    options = job_run.run_options(h, echo=False, grace_period_s=2.0, memory_limit_mb=None, inject_restarts=0.0,
+                                  slots=None, seed=1)
+    state = LoopState(h.store, h.job, options, emit=lambda e: None, clock=job.clock)
+    assert state.resume_running() == 2
+    state.cancel_requested = cancel
+    state.finish_job()
+    job.h = h
+    for t in job.rest():
+        assert t["state"] == "SUCCEEDED" and "startTime" in t and "endTime" in t, t
+    why = rerun.CANCELLED_ORPHAN if cancel else rerun.ENDED_ORPHAN
+    for t in job.trials():
+        assert t.state.name == "WAITING" and t.user_attrs[rerun.PREVIOUS_RUNS_ATTR][-1]["why"] == why
+    # the stopped runs waiting to run again are not yet successes for the failure rules (they count when rerun)
+    fresh = LoopState(h.store, h.job, options, emit=lambda e: None, clock=job.clock)
+    fresh._count_finished()
+    assert fresh.n_succeeded == 0

@@ -87,6 +87,8 @@ class ReplicaHandle(Protocol):
         leftovers: ``"pid (name)"`` of what it left running after it exited (killed by the backend).
         upper_dir: where its writes to the launch folder went (a private copy-on-write view), or None.
         placement: where it ran, for the trial's attempts (``slurmJobId``, ``node``); {} on this host.
+        signal: the signal that ended it (its default action), where the backend can tell; else None (it
+            exited, or the backend gives only a status: an image's runtime, Slurm).
     """
 
     name: str
@@ -96,6 +98,9 @@ class ReplicaHandle(Protocol):
     leftovers: list[str]
     upper_dir: str | None
     placement: dict[str, Any]
+
+    @property
+    def signal(self) -> int | None: ...
 
     def poll(self) -> int | None:
         """The Vertex-style exit status once it exited (the code, or 128 + the signal), else None."""

@@ -273,7 +273,7 @@ class _Probes:
         first, again = run.attempt(self.primary, 0), run.attempt(self.primary, 1)
         if first is not None:
             stop.exit_code = first.handle.poll()
-            stop.signal = getattr(first.handle, "signal", None)  # the host's replicas know; an image's: the status
+            stop.signal = first.handle.signal  # the host's replicas tell it; an image's runtime, only the status
             sent = first.handle.stop_requested_at
             ended = first.handle.exited_mono if first.handle.exited_mono is not None else \
                 (again.start_mono if again is not None else self.clock.monotonic())

@@ -69,6 +69,7 @@ class ContainerReplica:
         self.leftovers: list[str] = []
         self.upper_dir: str | None = None
         self.placement: dict[str, Any] = {}
+        self.signal: int | None = None  # (it tells no signal: only an exit status)
         self.exited_mono: float | None = None
         self._status: int | None = None
         self._last_kill: float | None = None

@@ -82,6 +82,7 @@ class InProcessReplica:
         self.leftovers: list[str] = []
         self.upper_dir: str | None = None
         self.placement: dict[str, Any] = {}
+        self.signal: int | None = None  # (it tells no signal: only an exit status)
         self.outcome: TrialOutcome | None = None
         self._call = call
         self._clock = clock

@@ -191,7 +191,7 @@ def _requeue_orphans(h: JobHandle) -> None:
 
         with contextlib.suppress(BackendError, ConfigError):  # no Slurm here: a resume cancels them
             cancel_left_jobs(job_dir=h.job_dir, job_key=job_key(h.storage_url, h.job_id))
-    from trials.controller.jobs.stopped import requeue_stopped
+    from trials.controller.loop.stopped import requeue_stopped
     from trials.controller.policy.rerun import CANCELLED_ORPHAN
 
     for t in h.store.running_trials():  # what they did stays shown (never REQUESTED: they ran)

@@ -207,7 +207,7 @@ def accelerators(job: Any) -> dict[str, int]:
 def _settle_cancel(h: JobHandle) -> None:
     """A controller that ends without its end state (an error, a full disk) never leaves a cancel
     half done: a job a ``trials cancel`` made CANCELLING ends CANCELLED, its trials back in the queue."""
-    from trials.controller.jobs.stopped import requeue_stopped
+    from trials.controller.loop.stopped import requeue_stopped
     from trials.controller.policy.rerun import CANCELLED
     from trials.records import JobState
     from trials.timefmt import rfc3339

@@ -8,9 +8,9 @@ import socket
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
-from trials.controller.loop import events
+from trials.controller.loop import events, stopped
 from trials.controller.loop.effects import Clock
-from trials.controller.policy import exits, study_stopping
+from trials.controller.policy import exits, rerun, study_stopping
 from trials.controller.trial.devices import DevicePlan
 from trials.records import JobState, StopReason, TrialState
 from trials.spec import JobSpec
@@ -50,7 +50,6 @@ class LoopOptions:
     pass_env: tuple[str, ...] = ()  # withheld host variables passed to replicas anyway (--pass-env)
     suggest_ahead: bool = True  # a model-based sampler suggests while trials run (trials.study.ahead)
     keep_going: bool = False  # --keep-going: trials infeasible for one reason do not end the job
-    warm_start: bool = False  # --warm-start: host trials forked from a launcher holding their imports (warm/)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -284,8 +283,8 @@ class LoopState:
                 self.n_failed += 1
                 reason = a.get("infeasible_reason")
                 self.first_failure = self.first_failure or f"Trial {number + 1}: {reason}"
-            elif a.get("state") == TrialState.SUCCEEDED:
-                self.n_succeeded += 1
+            elif a.get("state") == TrialState.SUCCEEDED and not exits.waits_to_rerun(a):
+                self.n_succeeded += 1  # (a stopped run waiting to run again counts when that run ends)
         self.infeasible = exits.infeasible_by_end(attrs)
 
     def more_to_run(self) -> bool:
@@ -333,9 +332,11 @@ class LoopState:
                     return JobState.CANCELLING.value  # the last worker to stop sets CANCELLED
             elif sum(self.shared.counts()):
                 return str(self.store.get_meta("state"))  # left with trials still to run
-        for claimed in self._pending_resumed:  # left RUNNING by a dead controller, not run again here
-            self.store.set_trial_attrs(claimed.storage_id, state=TrialState.REQUESTED.value, end_time=None)
-            self.store.requeue(claimed.storage_id)
+        for claimed in self._pending_resumed:  # left RUNNING by a dead controller, not run again here:
+            # shown as it stopped (its start, the steps it stored, an end), never REQUESTED, and queued again
+            frozen = claimed.stored or self.store.storage.get_trial(claimed.storage_id)
+            why = rerun.CANCELLED_ORPHAN if self.cancel_requested else rerun.ENDED_ORPHAN
+            stopped.requeue_stopped(self.store, self.job.study, frozen, why=why)
         self._pending_resumed.clear()
         error: dict[str, Any] | None
         if self.job_error is not None:

@@ -27,6 +27,7 @@ from trials.spec import StudySpec
 
 CANCELLED = "The trial was stopped because the job was cancelled."
 CANCELLED_ORPHAN = "The trial was stopped because the job was cancelled after its controller had died."
+ENDED_ORPHAN = ("The trial was stopped because its controller had died and the job ended before it ran again.")
 PREVIOUS_RUNS_ATTR = "previous_runs"
 
 

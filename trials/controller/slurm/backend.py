@@ -109,6 +109,7 @@ class SlurmReplica:
         self.leftovers: list[str] = []
         self.upper_dir: str | None = None
         self.placement: dict[str, Any] = {}
+        self.signal: int | None = None  # (it tells no signal: only an exit status)
         self.submission: _Submission | None = None
         self._status: int | None = None
         self._ended_seen: float | None = None
