@@ -50,6 +50,7 @@ class LoopOptions:
     pass_env: tuple[str, ...] = ()  # withheld host variables passed to replicas anyway (--pass-env)
     suggest_ahead: bool = True  # a model-based sampler suggests while trials run (trials.study.ahead)
     keep_going: bool = False  # --keep-going: trials infeasible for one reason do not end the job
+    warm_start: bool = False  # --warm-start: host trials forked from a launcher holding their imports (warm/)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
