@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 COUNTER = ROOT / "tests" / "scripts" / "counter_trial.py"
 # score = learning_rate * step, to minimize: grid order 0.1 ... 1.1, so each trial runs worse than all before
-# it (the median rule waits for 6 completed trials: trials 1-6 run to their end; 7-11 are behind the leaders)
+# it (the median rule waits for 5 trials: trials 1-5 run to their end; 6-11 are behind the median)
 SPEC = f"""
 metrics: {{score: minimize}}
 parameters:
@@ -51,8 +51,8 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_describe_table_and_csv_show_the_stop(job: Path) -> None:
     rows = list(csv.DictReader(io.StringIO(trials_cli(job, "describe", "st", "--format", "csv").stdout)))
     assert [(r["trial"], r["state"], r["stopped early"]) for r in rows] == [
-        *((str(i), "SUCCEEDED", "") for i in range(1, 7)), *((str(i), "SUCCEEDED", "yes") for i in range(7, 12))]
-    assert "ended in the top quarter" in rows[10]["reason"] and rows[0]["reason"] == ""
+        *((str(i), "SUCCEEDED", "") for i in range(1, 6)), *((str(i), "SUCCEEDED", "yes") for i in range(6, 12))]
+    assert "the median of the running averages" in rows[10]["reason"] and rows[0]["reason"] == ""
     table = trials_cli(job, "describe", "st").stdout.splitlines()
     assert "stopped early" in table[1] and table[12].split()[:2] == ["11", "SUCCEEDED"] and " yes " in table[12]
 
@@ -61,8 +61,8 @@ def test_optuna_storage_has_it_pruned_with_the_reason(job: Path) -> None:
     storage = optuna.storages.JournalStorage(
         optuna.storages.journal.JournalFileBackend(str(job / "jobs" / "st" / "journal.log")))
     trials = optuna.load_study(study_name="st", storage=storage).get_trials(deepcopy=False)
-    assert [t.state.name for t in trials] == ["COMPLETE"] * 6 + ["PRUNED"] * 5
-    assert trials[10].user_attrs["stopped_early"] is True and "top quarter" in trials[10].user_attrs["stop_reason"]
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 5 + ["PRUNED"] * 6
+    assert trials[10].user_attrs["stopped_early"] is True and "median" in trials[10].user_attrs["stop_reason"]
 
 
 def test_best_and_report_never_take_the_stopped_value_as_a_result(job: Path) -> None:

@@ -506,6 +506,10 @@ class JobStore:
     def completed_curves(self) -> list[FrozenTrial]:
         return self.frozen_trials((TrialState.COMPLETE,))
 
+    def finished_curves(self) -> list[FrozenTrial]:
+        """The trials an early-stopping rule compares with: completed, or stopped early (PRUNED)."""
+        return self.frozen_trials((TrialState.COMPLETE, TrialState.PRUNED))
+
     def delete_study(self) -> None:
         """The job's study and its trials, gone from the storage (``trials serve``'s jobs.delete)."""
         self.storage.delete_study(self._study_id)

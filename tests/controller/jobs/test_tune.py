@@ -143,13 +143,13 @@ def test_the_median_rule_stops_the_worse_trials_and_the_stop_reaches_them_before
 
     spec = loads_spec(GRID + "stopping: {type: median}\n")
     result = trials.tune(objective, spec, GridConfig, directory=str(tmp_path))
-    # trials 1-6 complete (the rule needs 6 completed curves); 7-9 are worse at step 1 than the leaders
-    assert last_step == {1: 6, 2: 6, 3: 6, 4: 6, 5: 6, 6: 6, 7: 1, 8: 1, 9: 1}
-    assert [len(t["measurements"]) for t in result.trials] == [6] * 6 + [1] * 3
+    # trials 1-5 complete (the rule needs 5 trials for a bar); 6-9 are worse at step 1 than the median
+    assert last_step == {1: 6, 2: 6, 3: 6, 4: 6, 5: 6, 6: 1, 7: 1, 8: 1, 9: 1}
+    assert [len(t["measurements"]) for t in result.trials] == [6] * 5 + [1] * 4
     assert all(t["state"] == "SUCCEEDED" for t in result.trials)
     attrs = {t.number + 1: t.user_attrs for t in result.store.frozen_trials()}
-    assert [n for n, a in attrs.items() if a.get("stopped_early")] == [7, 8, 9]
-    assert "top quarter" in attrs[7]["stop_reason"]
+    assert [n for n, a in attrs.items() if a.get("stopped_early")] == [6, 7, 8, 9]
+    assert "the median of the running averages up to step 1 of 6 trials" in attrs[7]["stop_reason"]
     assert result.best_trial_id == "1"  # a stopped trial's value is where it stopped
 
 

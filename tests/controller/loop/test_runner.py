@@ -214,9 +214,9 @@ def test_a_trial_over_its_timeout_is_stopped_and_fails(tmp_path: Path) -> None:
 
 
 def test_early_stopping_stops_a_worse_trial(tmp_path: Path) -> None:
-    # the median rule waits for 6 completed trials (MEDIAN_MIN_COMPLETED); each of trials 7-10 runs ahead of every
-    # completed trial (the leaders), trial 11 behind all of them
-    offsets = {"7": -1.0, "8": -2.0, "9": -3.0, "10": -4.0, "11": 10.0}
+    # the median rule waits for 5 trials (MEDIAN_MIN_TRIALS); each of trials 1-10 runs ahead of every trial
+    # before it, trial 11 behind all of them
+    offsets = {str(k): -float(k) for k in range(1, 11)} | {"11": 10.0}
     run = replay(tmp_path, lambda trial, attempt: Script(steps=10, offset=offsets.get(trial, 0.0)),
                  n=11, extra="stopping: {type: median}")
     assert run.state == JobState.SUCCEEDED

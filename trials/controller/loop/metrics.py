@@ -1,5 +1,6 @@
 """What running trials report: new steps to the store (intermediate values), tag warnings, and the
-early-stopping rule's verdict on each trial's curve against the completed trials' curves."""
+early-stopping rule's verdict on each trial's curve against the other trials' curves: the completed ones,
+and those stopped early up to their stop (:mod:`trials.controller.policy.stopping`)."""
 
 from __future__ import annotations
 
@@ -33,10 +34,13 @@ class TrialMetrics:
         self.emit = emit
         self.metric_ids = job.study.metric_ids
         self._warned_tag_sets: set[frozenset[str]] = set()
-        self._curves: list[list[tuple[float, float]]] | None = None
+        self._curves: list[stopping.Reference] | None = None
+        # trials this loop stopped, by trial id: their curves count from the stop on, before their record is read
+        self._stopped_here: dict[str, stopping.Reference] = {}
 
     def forget_curves(self) -> None:
-        """A trial completed: the early-stopping rule compares against one more curve."""
+        """A trial completed: the early-stopping rule compares against one more curve (and reads again
+        those of the trials stopped early since, in the storage)."""
         self._curves = None
 
     def warn_unknown_tags(self, run: RunningTrial) -> None:
@@ -107,7 +111,12 @@ class TrialMetrics:
         if spec is None:
             return None
         current = self.curve(run.reader.measurements(), run.start_wall)
-        return stopping.decide(spec, current, self.completed_curves(), maximize=self.job.study.metrics[0].maximize)
+        others = [r for r in self.completed_curves() if r.trial_id != run.trial_id]
+        decision = stopping.decide(spec, current, others, maximize=self.job.study.metrics[0].maximize)
+        if decision.stop:  # its curve up to here is part of the bar from now on (the bar moves as the job learns)
+            self._stopped_here[run.trial_id] = stopping.Reference(curve=current, trial_id=run.trial_id,
+                                                                   completed=False)
+        return decision
 
     def ended_early(self, measurements: Sequence[Measurement]) -> bool:
         """Whether a trial told to stop ended before the last x completed trials reached (a trial that
@@ -130,17 +139,20 @@ class TrialMetrics:
             out.append((x, stopping.orient(m.metrics[primary.metric_id], primary.maximize)))
         return out
 
-    def completed_curves(self) -> list[list[tuple[float, float]]]:
+    def completed_curves(self) -> list[stopping.Reference]:
+        """The curves the rules compare with: the completed trials', and those of the trials stopped early
+        (up to their stop: from the storage, or as this loop stopped them), each with its trial id."""
         if self._curves is None:
             curves = []
-            for t in self.store.completed_curves():
-                if t.user_attrs.get("stopped_early"):
-                    continue
-                curve = self.curve([measurement_from_dict(d) for d in t.user_attrs.get("measurements", [])])
+            for t in self.store.finished_curves():
+                curve = self.curve([measurement_from_dict(d) for d in t.user_attrs.get("measurements", [])
+                                    if isinstance(d, dict)])
                 if curve:
-                    curves.append(curve)
+                    completed = t.state.name == "COMPLETE" and not t.user_attrs.get("stopped_early")
+                    curves.append(stopping.Reference(curve=curve, trial_id=str(t.number + 1), completed=completed))
             self._curves = curves
-        return self._curves
+        stored = {r.trial_id for r in self._curves}
+        return self._curves + [r for t, r in self._stopped_here.items() if t not in stored]
 
 
 def steps_to_store(measurements: Sequence[Measurement], stored: Mapping[int, Mapping[str, float]]

@@ -1,19 +1,28 @@
 """Pure early-stopping rules for the three automated stopping specs.
 
-Each rule looks at one running trial's curve (x, y) of the primary metric and the curves of the
-trials that ran to completion, and says whether to stop the running trial now. The x-axis is the
-step count, or the elapsed seconds when ``useElapsedDuration`` is set. Values are oriented so that
-larger is better (minimized metrics are negated by the caller via ``orient``).
+Each rule looks at one running trial's curve (x, y) of the primary metric and the curves of the trials
+before it, and says whether to stop the running trial now. The x-axis is the step count, or the elapsed
+seconds when ``useElapsedDuration`` is set. Values are oriented so that larger is better (minimized
+metrics are negated by the caller via ``orient``). The other trials come as :class:`Reference`: a curve,
+its trial id (named in a stop's reason) and whether it ran to its end (completed) or was stopped early.
 
-- median (``medianAutomatedStoppingSpec``): Vertex's rule (best value below the median of the completed
-  trials' running averages) stopped the best slow starters or saved little on our benchmark, so ours
-  asks the question directly: stop when the trial's best value so far is worse, at the same x, than
-  the best value there of every completed trial whose result ranks in the top quarter (the leaders).
-  A slow starter that is on the path of any leader is never stopped; a trial behind all of them is.
-- decay curve (``decayCurveStoppingSpec``): Vertex fits a GP to predict the final value. Our honest
-  equivalent is curve matching: the trial's predicted final value is its current value plus the
-  largest gain any completed trial made from the same x to its end; stop when even that optimistic
-  prediction does not reach the best final value so far.
+- median (``medianAutomatedStoppingSpec``), Vertex's rule: stop a trial whose best value so far is
+  strictly below the median of the other trials' running averages up to the same x. Those trials are
+  the completed ones and the ones stopped early, each with its running average up to x or up to where
+  it ended or stopped if that came first (a stopped trial's curve up to its stop is a measurement of it
+  like any other, as Vizier uses every measurement; a completed trial that ended before x counts the
+  same way). Counting only the completed trials, as
+  this rule did before issue 48, compares each new trial with the survivors of the rule itself: the bar
+  climbs with each stop and, once nothing completes, never moves again (a 20-trial job had 14 trials
+  stopped at step 1 against two trials' first epoch). At an x where fewer than
+  :data:`MEDIAN_MIN_TRIALS` trials give a running average, the rule waits: no bar from one or two first
+  epochs. The reason names the trials whose running averages formed the median.
+- decay curve (``decayCurveStoppingSpec``): Vertex predicts the final value from the curve and stops a
+  trial when its chance of beating the best value so far is very low. Ours predicts from the completed
+  trials' own curves: each completed trial that ran past x says how much a curve gained from x to its
+  end; the trial is stopped when none of those gains (at least :data:`MIN_COMPLETED` of them) would
+  bring its current value to the best final value so far: an estimated chance of 0 in that many. (The
+  gains of a trial stopped early end at its stop, so they say nothing of a final value: not used.)
 - convex (``convexAutomatedStoppingSpec``): Vertex fits a convex (decelerating) curve. Ours assumes
   the gains of the last measurements keep shrinking geometrically, extrapolates to ``maxStepCount``
   (learned as the longest completed curve when unset), and stops when that prediction does not reach
@@ -21,15 +30,11 @@ larger is better (minimized metrics are negated by the caller via ``orient``).
   under-prediction it made on them from the same x), so a curve like the best one is never stopped.
   The prediction is returned so the caller records it as the trial's last measurement, as Vertex does.
 
-Every rule first passes the same guards (``guard``), so a stop always saves work and is never made
-on too little evidence: enough completed trials; completed trials that report more than once (a job
-whose trials report only at the end, such as AI Platform's single report at global_step=1000, has
-nothing to stop early); a trial with enough reports of its own (optionally, far enough into the
-horizon); and never at or beyond the last x any completed trial reached (the trial is about to end).
-The median rule compares best values with best values at the same x, so a trial 0.07 % below a noisy
-median is not stopped unless it is also behind every leader there.
-``ended_early`` says whether a stopped trial really ended before its end (it may have finished while
-being stopped).
+Every rule first passes the same guards (``guard``), so a stop always saves work: completed trials
+that report more than once (a job whose trials report only at the end, such as AI Platform's single
+report at global_step=1000, has nothing to stop early); a trial with enough reports of its own; and
+never at or beyond the last x any completed trial reached (the trial is about to end). ``ended_early``
+says whether a stopped trial really ended before its end (it may have finished while being stopped).
 """
 
 from __future__ import annotations
@@ -44,13 +49,48 @@ from trials.spec import StoppingKind, StoppingSpec
 
 Curve = Sequence[tuple[float, float]]  # (x, value), x increasing
 
-# Chosen in benchmarks/early_stopping.py over five workloads x 5 seeds and checked on 5 held-out seeds
-# (benchmarks/README.md, part 4): no loss of the best result beyond seed noise, no futile stop.
-MIN_COMPLETED = 10  # the decay-curve rule: completed curves needed before it may stop a trial
+# Chosen on benchmarks/combined.py (part 12): real curves of two workloads, the default sampler, 10 seeds.
+MIN_COMPLETED = 5  # the decay-curve rule: completed curves running past x needed before it may stop a trial
 MIN_POINTS = 1  # measurements of the running trial needed (a job whose trials report once: never)
 MIN_FRACTION = 0.0  # no stop before this fraction of the horizon (0.1 and 0.25 cost savings, saved nothing)
-MEDIAN_MIN_COMPLETED = 6  # the median rule's own evidence: completed curves needed
-TOP_FRACTION = 0.25  # median rule: the leaders are the completed trials whose result ranks in this top fraction
+MEDIAN_MIN_TRIALS = 5  # the median rule: trials with a running average at x needed for a bar there
+MEDIAN_MIN_COMPLETED = 1  # ... of which completed (where trials end: a stop must save work)
+SHOWN_TRIALS = 8  # a stop's reason names at most this many trials of its bar ("and N more")
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """Another trial's curve a rule compares with: its id (named in reasons), whether it ran to its end."""
+
+    curve: Curve
+    trial_id: str = ""
+    completed: bool = True
+
+
+def references(curves: Sequence[Curve | Reference]) -> list[Reference]:
+    """Plain curves are completed trials' (with no id); empty curves are left out."""
+    out = []
+    for c in curves:
+        ref = c if isinstance(c, Reference) else Reference(curve=c)
+        if ref.curve:
+            out.append(ref)
+    return out
+
+
+def _completed(curves: Sequence[Curve | Reference]) -> list[Curve]:
+    return [r.curve for r in references(curves) if r.completed]
+
+
+def _names(refs: Sequence[Reference]) -> str:
+    """"trials 3, 5 and 9" (at most SHOWN_TRIALS, then "and N more"); "" when they have no ids."""
+    ids = sorted((r.trial_id for r in refs if r.trial_id), key=lambda t: (len(t), t))
+    if not ids:
+        return ""
+    if len(ids) > SHOWN_TRIALS:
+        shown = ", ".join(ids[:SHOWN_TRIALS]) + f" and {len(ids) - SHOWN_TRIALS} more"
+    else:
+        shown = ", ".join(ids[:-1]) + (" and " if len(ids) > 1 else "") + ids[-1]
+    return f"trial{'s' if len(ids) > 1 else ''} {shown}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,10 +135,10 @@ def horizon(completed: Sequence[Curve]) -> float | None:
     return max(ends) if ends else None
 
 
-def guard(current: Curve, completed: Sequence[Curve], *, min_completed: int = MIN_COMPLETED,
+def guard(current: Curve, others: Sequence[Curve | Reference], *, min_completed: int = MIN_COMPLETED,
           min_points: int = MIN_POINTS, min_fraction: float = MIN_FRACTION) -> bool:
-    """Whether any rule may stop ``current`` now: enough evidence, and a stop would save work."""
-    completed = [c for c in completed if c]
+    """Whether any rule may stop ``current`` now: enough completed trials, and a stop would save work."""
+    completed = _completed(others)
     if len(completed) < min_completed or len(current) < max(min_points, 1):
         return False
     if statistics.median(len(c) for c in completed) < 2:
@@ -108,9 +148,9 @@ def guard(current: Curve, completed: Sequence[Curve], *, min_completed: int = MI
     return end is not None and min_fraction * end <= x < end
 
 
-def ended_early(current: Curve, completed: Sequence[Curve]) -> bool:
+def ended_early(current: Curve, others: Sequence[Curve | Reference]) -> bool:
     """Whether a trial told to stop really ended before its end: its last x is before the horizon."""
-    end = horizon([c for c in completed if c])
+    end = horizon(_completed(others))
     return bool(current) and end is not None and current[-1][0] < end
 
 
@@ -122,71 +162,68 @@ def best_at(curve: Curve, x: float) -> float | None:
     return max(values) if values else None
 
 
-def _quantile(values: Sequence[float], q: float) -> float:
-    """The q-quantile, linearly interpolated between order statistics (numpy's default)."""
-    ordered = sorted(values)
-    pos = q * (len(ordered) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
-def median_rule(current: Curve, completed: Sequence[Curve], *, min_completed: int = MEDIAN_MIN_COMPLETED,
-                min_points: int = MIN_POINTS, min_fraction: float = MIN_FRACTION, top: float = TOP_FRACTION,
-                maximize: bool = True, elapsed: bool = False) -> StopDecision:
-    """Stop when the trial's best value so far is worse than the best value at the same point of every
-    completed trial whose result ranks in the ``top`` fraction (the leaders): none of the trials that
-    ended near the top was this far behind there (``elapsed``: the curves' x is seconds, else steps;
-    it words the reason)."""
-    if not guard(current, completed, min_completed=min_completed, min_points=min_points,
-                 min_fraction=min_fraction):
+def median_rule(current: Curve, others: Sequence[Curve | Reference], *, min_trials: int = MEDIAN_MIN_TRIALS,
+                min_completed: int = MEDIAN_MIN_COMPLETED, min_points: int = MIN_POINTS,
+                min_fraction: float = MIN_FRACTION, maximize: bool = True, elapsed: bool = False) -> StopDecision:
+    """Vertex's median rule: stop when the trial's best value so far is strictly below the median of the
+    other trials' running averages up to the same x, every trial with a report at or before x counted (one
+    that completed or was stopped before x: its running average up to its end or stop). Waits where fewer
+    than ``min_trials`` give one (``elapsed``: the curves' x is seconds, else steps; it words the reason)."""
+    if not guard(current, others, min_completed=min_completed, min_points=min_points, min_fraction=min_fraction):
         return KEEP
     x = current[-1][0]
-    pairs = [(at, final) for c in completed
-             if (at := best_at(c, x)) is not None and (final := best_at(c, c[-1][0])) is not None]
-    if len(pairs) < max(min_completed, 1):
-        return KEEP
-    cut = _quantile([final for _, final in pairs], 1 - top)
-    leaders = [at for at, final in pairs if final >= cut]
-    bar = min(leaders)
+    formed = []
+    for ref in references(others):
+        average = running_average_at(ref.curve, x)  # (a trial that ended or stopped before x: up to its end)
+        if average is not None:
+            formed.append((ref, average))
+    if len(formed) < max(min_trials, 1):
+        return KEEP  # too few trials reached x for a bar: wait
+    bar = statistics.median(a for _, a in formed)
     best = max((v for _, v in current if not math.isnan(v)), default=-math.inf)
-    if best < bar:
-        worse = "below" if maximize else "above"
-        where = f"{x:g} s" if elapsed else f"step {x:g}"
-        shown = _show(best, maximize) if best > -math.inf else "NaN (no number reported)"
-        return StopDecision(True, f"best value {shown} is {worse} {_show(bar, maximize)}: at "
-                                  f"{where}, each of the {len(leaders)} completed trials (of {len(pairs)}) that "
-                                  f"ended in the top {_fraction(top)} had reached {_show(bar, maximize)} or better")
-    return KEEP
+    if not best < bar:
+        return KEEP
+    worse = "below" if maximize else "above"
+    where = f"{x:g} s" if elapsed else f"step {x:g}"
+    shown = _show(best, maximize) if best > -math.inf else "NaN (no number reported)"
+    n_stopped = sum(1 for r, _ in formed if not r.completed)
+    of = f" ({n_stopped} stopped early, up to their stop)" if n_stopped else ""
+    names = _names([r for r, _ in formed])
+    return StopDecision(True, f"best value {shown} is {worse} {_show(bar, maximize)}, the median of the running "
+                              f"averages up to {where} of {len(formed)} trials{of}" + (f": {names}" if names else ""))
 
 
-def _fraction(top: float) -> str:
-    return {0.5: "half", 0.25: "quarter"}.get(top, f"{top * 100:g} %")
-
-
-def decay_curve_rule(current: Curve, completed: Sequence[Curve], *, min_completed: int = MIN_COMPLETED,
+def decay_curve_rule(current: Curve, others: Sequence[Curve | Reference], *, min_completed: int = MIN_COMPLETED,
                      min_points: int = MIN_POINTS, min_fraction: float = MIN_FRACTION,
                      maximize: bool = True) -> StopDecision:
-    if not guard(current, completed, min_completed=min_completed, min_points=min_points,
-                 min_fraction=min_fraction):
+    """Stop when none of the gains the completed trials made from x to their end (at least
+    ``min_completed`` of them) would bring the trial's current value to the best final value so far."""
+    if not guard(current, others, min_completed=min_completed, min_points=min_points, min_fraction=min_fraction):
         return KEEP
     x, y = current[-1]
     if math.isnan(y):
         return KEEP
-    best_final = max(c[-1][1] for c in completed if c)
+    completed = [r for r in references(others) if r.completed]
+    best_ref = max(completed, key=lambda r: r.curve[-1][1])
+    best_final = best_ref.curve[-1][1]
     gains = []
-    for c in completed:
+    for ref in completed:
+        c = ref.curve
         at = value_at(c, x)
         if at is None or c[-1][0] <= x:
             continue
-        gains.append(max(v for xx, v in c if xx >= x) - at)
-    if len(gains) < min_completed:
-        return KEEP
-    optimistic = y + max(gains)
+        gains.append((max(v for xx, v in c if xx >= x) - at, ref))
+    if len(gains) < max(min_completed, 1):
+        return KEEP  # too few completed curves run past x: wait
+    largest = max(g for g, _ in gains)
+    optimistic = y + largest
     if optimistic < best_final:
-        return StopDecision(True, f"even the largest remaining gain seen ({max(gains):.6g}) would "
-                                  f"end at {_show(optimistic, maximize)}, worse than the best "
-                                  f"{_show(best_final, maximize)}")
+        names = _names([r for _, r in gains])
+        best_name = f" (trial {best_ref.trial_id})" if best_ref.trial_id else ""
+        return StopDecision(True, f"even the largest gain from here of the {len(gains)} completed trials that ran "
+                                  f"past it ({largest:.6g}{': ' + names if names else ''}) would end at "
+                                  f"{_show(optimistic, maximize)}, worse than the best "
+                                  f"{_show(best_final, maximize)}{best_name}")
     return KEEP
 
 
@@ -208,7 +245,7 @@ def _convex_extrapolate(points: Curve, horizon: float) -> float | None:
 
 def convex_rule(
     current: Curve,
-    completed: Sequence[Curve],
+    others: Sequence[Curve | Reference],
     *,
     max_step: float | None,
     min_step: float | None,
@@ -216,6 +253,7 @@ def convex_rule(
     maximize: bool = True,
 ) -> StopDecision:
     need = min_measurements if min_measurements is not None else 5
+    completed = _completed(others)
     if len(completed) <= need or len(current) < max(need, 3) or not guard(current, completed, min_completed=need + 1):
         return KEEP
     end = max_step if max_step else max(c[-1][0] for c in completed if c)
@@ -244,14 +282,15 @@ def convex_rule(
     return KEEP
 
 
-def decide(spec: StoppingSpec, current: Curve, completed: Sequence[Curve], *,
+def decide(spec: StoppingSpec, current: Curve, others: Sequence[Curve | Reference], *,
            maximize: bool = True) -> StopDecision:
-    """Apply the stopping spec's rule to one running trial (``maximize`` only words the reason)."""
+    """Apply the stopping spec's rule to one running trial (``maximize`` only words the reason); ``others``:
+    the other trials' curves (plain curves are completed trials')."""
     if spec.kind is StoppingKind.MEDIAN:
-        return median_rule(current, completed, maximize=maximize, elapsed=spec.use_elapsed_duration)
+        return median_rule(current, others, maximize=maximize, elapsed=spec.use_elapsed_duration)
     if spec.kind is StoppingKind.DECAY_CURVE:
-        return decay_curve_rule(current, completed, maximize=maximize)
+        return decay_curve_rule(current, others, maximize=maximize)
     return convex_rule(
-        current, completed, max_step=spec.max_step_count, min_step=spec.min_step_count,
+        current, others, max_step=spec.max_step_count, min_step=spec.min_step_count,
         min_measurements=spec.min_measurement_count, maximize=maximize,
     )
