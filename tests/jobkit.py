@@ -1,9 +1,30 @@
-"""A finished job in a real journal storage, made without processes (for report/describe/CLI tests)."""
+"""A finished job in a real journal storage, made without processes (for report/describe/CLI tests), and
+the folder a test shares live with its sandboxed trials."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from trials.controller.jobs import registry
 from trials.spec.load import loads_spec
+
+SHARED_BUCKET = "test-signals"
+
+
+def shared_folder(gcs_root: str | Path) -> Path:
+    """A folder a test and its trials see alike, live: a bucket under the job's gcs root (``--gcs-root``).
+
+    A sandboxed host trial sees the rest of the host copy-on-write, as a container sees its image: what it
+    writes elsewhere (an events file in ``tmp_path``) never reaches the test, and what the test writes
+    there after the trial started (a gate file) may never reach the trial. Only its trial folder, its
+    ``AIP_*`` folders and the job's buckets are written through; the buckets are at the same host path
+    in the trial (and at ``/gcs``), so give the job a gcs root of the test's own and pass the trainer
+    paths in here. Unsandboxed (``TRIALS_SANDBOX=off``, Slurm nodes) it is a plain folder.
+    """
+    folder = Path(gcs_root) / SHARED_BUCKET
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
 
 SINGLE = """
 display_name: rep

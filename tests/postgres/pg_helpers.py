@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+from jobkit import shared_folder
+
 TRAINER = str(Path(__file__).resolve().parent / "pg_trainer.py")
 
 
@@ -48,7 +50,7 @@ def create_job(tmp_path, url, job_id, stale_after_s=None, gated=False, **spec):
                               spec_path=str(spec_path), storage=url,
                               base_output_dir=str(tmp_path / "outputs"),  # the trainer checkpoints to AIP_*
                               project_number=None, local_command=None, cwd=str(tmp_path),
-                              stale_after_s=stale_after_s)
+                              gcs_root=str(gcs_root(tmp_path)), stale_after_s=stale_after_s)
     return h
 
 
@@ -67,15 +69,18 @@ def trials_cli(tmp_path, *argv, timeout=30):
                           text=True, timeout=timeout)
 
 
+def gcs_root(tmp_path):
+    """The job's buckets (``/gcs``): what its sandboxed trials write there reaches the host, live."""
+    return tmp_path / "gcs"
+
+
 def events_path(tmp_path):
-    """Outside the launch folder (the workers' cwd): a trial's writes there stay in its own overlay."""
-    folder = tmp_path.with_name(tmp_path.name + "-events")
-    folder.mkdir(exist_ok=True)
-    return folder / "events.jsonl"
+    """In the job's buckets: a sandboxed trial's writes anywhere else stay in its own layer."""
+    return shared_folder(gcs_root(tmp_path)) / "events.jsonl"
 
 
 def gate_path(tmp_path):
-    """The file a gated trial waits for (beside the events file, outside the launch folder)."""
+    """The file a gated trial waits for (beside the events file: the trial sees it appear)."""
     return events_path(tmp_path).with_name("gate")
 
 
