@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from jobkit import shared_folder
 
 from trials.controller.trial import devices
 from trials.controller.trial.devices import (
@@ -205,7 +206,7 @@ TRAINER = str(Path(__file__).resolve().parents[2] / "postgres" / "pg_trainer.py"
 
 
 def gpu_spec(tmp_path, *, accelerators, parallel, points=4):
-    events = tmp_path / "events.jsonl"
+    events = shared_folder(tmp_path / "gcs") / "events.jsonl"  # the job's buckets: see sweep()
     values = ", ".join(f"{0.1 * (i + 1):.1f}" for i in range(points))
     args = json.dumps([f"--events={events}", "--epochs=3", "--sleep=0.1"])
     spec = tmp_path / "gpu.yaml"
@@ -221,10 +222,12 @@ def gpu_spec(tmp_path, *, accelerators, parallel, points=4):
 
 
 def sweep(tmp_path, *argv, env=None):
-    # From a folder of its own: the trainers' events file is outside their (copy-on-write) launch folder.
+    # From a folder of its own; the trainers see the host copy-on-write but for the job's buckets, which
+    # hold their events file.
     launch = tmp_path / "launch"
     launch.mkdir(exist_ok=True)
-    return subprocess.run([sys.executable, "-m", "trials", "sweep", *argv], cwd=launch,
+    return subprocess.run([sys.executable, "-m", "trials", "sweep", *argv, "--gcs-root", str(tmp_path / "gcs")],
+                          cwd=launch,
                           capture_output=True, text=True, timeout=60,
                           env=None if env is None else {**os.environ, **env})
 
