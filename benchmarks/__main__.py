@@ -21,6 +21,7 @@ PARTS = {
     "read": "benchmarks.read_scale",
     "suggest": "benchmarks.suggest_ahead",
     "slurm": "benchmarks.slurm_overhead",
+    "combined": "benchmarks.combined",
 }
 
 
