@@ -54,8 +54,7 @@ def variants() -> dict[str, dict[str, Any]]:
         out[f"rank-gated c{mc} rho{rho:g}"] = {"rule": "rank_gated", "min_completed": mc, "rho": rho}
     for mc, mp in itertools.product((3, 5, 10), (1, 2)):
         out[f"decay c{mc} p{mp}"] = {"rule": "decay_curve", "min_completed": mc, "min_points": mp}
-    out["default_median"].update(min_completed=st.MEDIAN_MIN_COMPLETED, min_points=st.MIN_POINTS,
-                                 min_fraction=st.MIN_FRACTION, top=st.TOP_FRACTION)
+    out["default_median"].update(min_points=st.MIN_POINTS, min_fraction=st.MIN_FRACTION)
     out["default_decay_curve"].update(min_completed=st.MIN_COMPLETED, min_points=st.MIN_POINTS,
                                       min_fraction=st.MIN_FRACTION)
     return out
@@ -103,6 +102,26 @@ def _rank_gated(current: Curve, completed: Sequence[Curve], min_completed: int, 
     return max(v for _, v in current) < statistics.median(early)
 
 
+def _leaders(current: Curve, completed: Sequence[Curve], min_completed: int, top: float) -> bool:
+    """The median spec's rule of issue 16: stop when the trial's best value so far is worse, at the same x,
+    than the best value there of every completed trial whose final ranks in the ``top`` fraction."""
+    from trials.controller.policy import stopping as st
+
+    if not st.guard(current, completed, min_completed=min_completed):
+        return False
+    x = current[-1][0]
+    pairs = [(at, final) for c in completed
+             if (at := st.best_at(c, x)) is not None and (final := st.best_at(c, c[-1][0])) is not None]
+    if len(pairs) < max(min_completed, 1):
+        return False
+    finals = sorted(f for _, f in pairs)
+    pos = (1 - top) * (len(finals) - 1)
+    lo = int(pos)
+    cut = finals[lo] + (finals[min(lo + 1, len(finals) - 1)] - finals[lo]) * (pos - lo)
+    best = max((v for _, v in current if v == v), default=float("-inf"))
+    return best < min(at for at, final in pairs if final >= cut)
+
+
 def _old_median(current: Curve, completed: Sequence[Curve]) -> bool:
     from trials.controller.policy import stopping as st
 
@@ -139,8 +158,10 @@ def decider(v: dict[str, Any]) -> Callable[[Curve, Sequence[Curve]], bool]:
         return _old_median
     if rule == "old_decay_curve":
         return _old_decay
-    if rule == "median":
-        return lambda cur, done: st.median_rule(cur, done, top=v.get("top", st.TOP_FRACTION), **kw).stop
+    if rule == "median" and "top" in v:  # the leaders' rule of issue 16 (the product rule before issue 48)
+        return lambda cur, done: _leaders(cur, done, v["min_completed"], v["top"])
+    if rule == "median":  # the product rule (Vertex's median); this replay gives it completed curves only
+        return lambda cur, done: st.median_rule(cur, done, **kw).stop
     if rule == "decay_curve":
         return lambda cur, done: st.decay_curve_rule(cur, done, **kw).stop
     return lambda cur, done: st.convex_rule(cur, done, max_step=None, min_step=None, min_measurements=None).stop
