@@ -45,6 +45,7 @@ ENV_SANDBOX = "TRIALS_SANDBOX"  # "off": replicas run as plain children, without
 ENV_OUTAGE_TIMEOUT = "TRIALS_OUTAGE_TIMEOUT"  # seconds a database outage may last before a worker gives up
 ENV_CGROUP = "TRIALS_CGROUP"  # "off": no cgroup per replica; orphans are found through the subreaper instead
 ENV_OUTPUT_ROOT = "TRIALS_OUTPUT_ROOT"  # outside a tuning job: where local runs write (default ./trials-output)
+ENV_SERVE_TOKEN = "TRIALS_SERVE_TOKEN"  # `trials serve`'s token, fixed (as --token, unseen in ps); never passed on
 # "off": `trials resume` of a job with nothing to run opens it with Optuna and runs its loop (cli.run._resume_ended)
 ENV_RESUME_FAST = "TRIALS_RESUME_FAST"
 OFF_VALUES = ("off", "0", "no", "false")  # what turns one of the variables above off

@@ -240,25 +240,47 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-plots", action="store_true", help="tables only, no matplotlib")
     p.set_defaults(handler=_cmd_report)
 
-    p = sub.add_parser("serve", help="serve Vertex AI's v1 JobService REST API on localhost, for the aiplatform SDK")
-    _job_args(p)
-    p.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080; 0 picks a free one)")
-    p.add_argument("--host", default="127.0.0.1",
+    p = sub.add_parser("serve", help="serve Vertex AI's v1 JobService REST API on localhost, for the aiplatform SDK",
+                       description="Serve Vertex AI's v1 JobService REST API (HyperparameterTuningJobs, CustomJobs) "
+                                   "on localhost: each job created through it runs as `trials resume JOB` would run "
+                                   "it, with the job options below.")
+    g = p.add_argument_group("where jobs live")
+    g.add_argument("--root", default=protocol.DEFAULT_JOBS_ROOT,
+                   help=f"directory holding one folder per job, and the buckets (ROOT/gcs) "
+                        f"(default ./{protocol.DEFAULT_JOBS_ROOT})")
+    g.add_argument("--storage", help="Optuna storage URL (default: journal file in the job folder)")
+    g = p.add_argument_group("the server")
+    g.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080; 0 picks a free one)")
+    g.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1; requests to another Host name are refused)")
-    p.add_argument("--token", metavar="TOKEN",
+    g.add_argument("--token", metavar="TOKEN",
                    help="the bearer token every request must carry (default: $TRIALS_SERVE_TOKEN, else a random "
                         "one; either way printed and kept in ROOT/serve.token, mode 0600); a --token is "
                         "visible to other accounts in ps, the variable is not")
-    p.add_argument("--no-auth", action="store_true",
+    g.add_argument("--no-auth", action="store_true",
                    help="answer requests without a token: anyone who reaches the port runs commands as you")
-    p.add_argument("--max-running-jobs", type=_positive_int, metavar="N",
+    g.add_argument("--quiet", action="store_true", help="print only where it serves")
+    g = p.add_argument_group("every job it runs", "as `trials sweep` takes them, given to each job's controller")
+    g.add_argument("--runtime", metavar="NAME",
+                   help="where replicas run: host (processes, the default), podman or docker (each replica a "
+                        "container of its pool's image), container (podman where both exist), slurm")
+    g.add_argument("--image", action="append", default=[], metavar="URI=LOCAL",
+                   help="with a container runtime: run the local image LOCAL where a job names URI "
+                        "(repeatable; a job gets the entries its pools name)")
+    g.add_argument("--gpus", metavar="IDS",
+                   help="GPUs to hand out, e.g. 0,1 (default: CUDA_VISIBLE_DEVICES when set, else nvidia-smi -L): "
+                        "each running job hands them to its own trials (jobs running at once may share one; "
+                        "--max-running-jobs 1 avoids it); a job asking for more per trial is refused at its "
+                        "create (429)")
+    g.add_argument("--ignore-accelerators", action="store_true",
+                   help="run every job on CPU whatever accelerators its machineSpec asks for "
+                        "(CUDA_VISIBLE_DEVICES='')")
+    g.add_argument("--memory-limit", type=_positive_int, metavar="MB",
+                   help="per-replica memory limit; over it the replica is OOM-killed (the trial fails as on Vertex)")
+    g.add_argument("--max-running-jobs", type=_positive_int, metavar="N",
                    help="jobs run at once (default: the machine's cores); the others wait JOB_STATE_QUEUED "
                         "and start in creation order")
-    p.add_argument("--runtime", metavar="NAME", help="where each job's replicas run: host (default), podman or docker")
-    p.add_argument("--image", action="append", default=[], metavar="URI=LOCAL",
-                   help="with a container runtime: run the local image LOCAL where a job names URI; repeatable")
-    p.add_argument("--project-number", metavar="N", help="what trials get as CLOUD_ML_PROJECT_ID")
-    p.add_argument("--quiet", action="store_true", help="print only where it serves")
+    g.add_argument("--project-number", metavar="N", help="what trials get as CLOUD_ML_PROJECT_ID")
     p.set_defaults(handler=_cmd_serve)
 
     return parser

@@ -1,21 +1,23 @@
 """The controllers of the jobs ``trials serve`` made: each job run by ``trials resume JOB`` in its own
-session, at most ``max_running_jobs`` at once (the others wait QUEUED, see :mod:`admission`), a dead one
-started again, a job left unfinished by an earlier server resumed in creation order."""
+session with the server's job options (:mod:`options`), at most ``max_running_jobs`` at once (the others
+wait QUEUED, see :mod:`admission`), a dead one started again up to ``CONTROLLER_RESTARTS`` times (then
+the job FAILED saying how its controllers died), a job left unfinished by an earlier server resumed in
+creation order."""
 
 from __future__ import annotations
 
-import contextlib
 import os
+import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from trials import protocol
 from trials.controller.api.admission import Admission, default_max_running_jobs
-from trials.controller.api.guard import ENV_SERVE_TOKEN
+from trials.controller.api.options import JobOptions
 from trials.errors import TrialsError
 from trials.printable import printable
 from trials.records import FINAL_JOB_STATES, JobState
@@ -24,6 +26,26 @@ from trials.timefmt import rfc3339
 CONTROLLER_RESTARTS = 3  # a controller that dies with its job unfinished is started again this often
 CONTROLLER_LOG = "serve-controller.log"
 EXTERNAL_POLL_S = 1.0  # how often a controller the server did not start is checked for its end
+NO_OUTPUT = "(no output)"
+CODE_REFUSED, CODE_INTERNAL = 9, 13  # google.rpc.Code of a job failed here: FAILED_PRECONDITION, INTERNAL
+
+
+def death(code: int) -> str:
+    """How a controller ended, from its ``Popen.returncode``: ``killed by SIGKILL``, ``exited with code 1``."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def deaths_said(deaths: list[str]) -> str:
+    """``4 times (killed by SIGKILL each time)``, or each death in turn when they differ."""
+    n = f"{len(deaths)} time{'s' if len(deaths) > 1 else ''}"
+    if len(set(deaths)) == 1:
+        return f"{n} ({deaths[0]}{' each time' if len(deaths) > 1 else ''})"
+    return f"{n} ({'; '.join(deaths)})"
 
 
 @dataclass
@@ -39,7 +61,7 @@ class Controllers:
 
     Args:
         root: the folder of job folders; storage: the jobs' Optuna storage URL (None: a journal each).
-        runtime, images: ``--runtime`` and ``--image`` of each controller.
+        options: the job options every controller gets (runtime, images, GPUs, memory limit).
         python: the interpreter the controllers run under.
         max_running_jobs: controllers at once (``--max-running-jobs``); the other jobs wait QUEUED.
         endpoint: the server's Cloud Storage endpoint (``STORAGE_EMULATOR_HOST``), given to every
@@ -49,14 +71,14 @@ class Controllers:
 
     root: str
     storage: str | None = None
-    runtime: str | None = None
-    images: Sequence[str] = ()
+    options: JobOptions = field(default_factory=JobOptions)
     python: str = sys.executable
     max_running_jobs: int = field(default_factory=default_max_running_jobs)
     endpoint: str | None = None
     cwd: str = field(default_factory=os.getcwd)
     log: Callable[[str], None] = lambda line: None
     _running: dict[str, _Controller] = field(default_factory=dict)
+    _deaths: dict[str, list[str]] = field(default_factory=dict)  # how each job's controllers died, in turn
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stopping: bool = False
     _admission: Admission = field(init=False)
@@ -68,23 +90,31 @@ class Controllers:
     def shares_endpoint(self) -> bool:
         """Whether the jobs' replicas use the server's Cloud Storage endpoint (host runtime: they reach its
         loopback address) rather than one their controller starts."""
-        return self.endpoint is not None and self.runtime in (None, "host")
+        return self.endpoint is not None and self.options.on_host
 
     def controller_command(self, job_id: str) -> list[str]:
+        """``trials resume JOB`` with the server's job options (of ``--image``, the URIs the job's pools name)."""
         cmd = [self.python, "-m", "trials", "resume", job_id, "--root", self.root, "--quiet"]
         if self.storage:
             cmd += ["--storage", self.storage]
-        if self.runtime:
-            cmd += ["--runtime", self.runtime]
-        for image in self.images:
-            cmd += ["--image", image]
+        cmd += self.options.resume_args(images_used=self.images_of(job_id) if self.options.images else ())
         if self.shares_endpoint:
             cmd += ["--pass-env", protocol.ENV_STORAGE_EMULATOR_HOST]
         return cmd
 
+    def images_of(self, job_id: str) -> list[str]:
+        """The images the job's pools name (none when the job cannot be read: its controller says why)."""
+        from trials.controller.container.preflight import pool_images
+        from trials.controller.jobs import view
+
+        try:
+            return pool_images(view.read_job(job_id, root=self.root, storage=self.storage).job)
+        except TrialsError:
+            return []
+
     def controller_env(self) -> dict[str, str]:
         """The controllers' environment: the server's, without its token, with its storage endpoint."""
-        env = {k: v for k, v in os.environ.items() if k != ENV_SERVE_TOKEN}
+        env = {k: v for k, v in os.environ.items() if k != protocol.ENV_SERVE_TOKEN}
         if self.shares_endpoint and self.endpoint is not None:
             env[protocol.ENV_STORAGE_EMULATOR_HOST] = self.endpoint
         return env
@@ -117,8 +147,7 @@ class Controllers:
         try:
             self.start(job_id, restarts)
         except (OSError, TrialsError) as err:
-            self.fail(job_id, f"the job's controller could not be started: {printable(str(err))[:300]}")
-            self.release(job_id)
+            self.fail(job_id, f"The job's controller could not be started: {printable(str(err))[:300]}")
 
     def start(self, job_id: str, restarts: int = 0) -> None:
         """Run the job's controller (``trials resume JOB``) in its own session, its output in the job folder."""
@@ -138,7 +167,7 @@ class Controllers:
         threading.Thread(target=self._watch, args=(job_id, proc), daemon=True, name=f"controller-{job_id}").start()
 
     def _watch(self, job_id: str, proc: subprocess.Popen[bytes]) -> None:
-        """A controller ended: its job ended, or it died (started again, then the job FAILED with why)."""
+        """A controller ended: its job ended, or it died (started again, then the job FAILED saying how)."""
         code = proc.wait()
         with self._lock:
             entry = self._running.pop(job_id, None)
@@ -150,12 +179,24 @@ class Controllers:
             self.log(f"job {job_id} {state or 'gone'}")
             self.release(job_id)
             return
-        if code != protocol.EXIT_USAGE and restarts < CONTROLLER_RESTARTS:
-            self.log(f"job {job_id}: its controller exited ({code}) with the job {state}: started again")
+        log = os.path.join(self.job_dir(job_id), CONTROLLER_LOG)
+        if code == protocol.EXIT_USAGE:  # it refused the job (a runtime, image or device it cannot use)
+            self.fail(job_id, f"The job's controller refused to run it: {self.log_tail(job_id)} ({log})",
+                      code=CODE_REFUSED)
+            return
+        with self._lock:
+            deaths = self._deaths.setdefault(job_id, [])
+            deaths.append(death(code))
+        if restarts < CONTROLLER_RESTARTS:  # RUNNING -> (controller dead) -> RUNNING under a new one
+            self.log(f"job {job_id}: its controller (pid {proc.pid}) {deaths[-1]} with the job {state}: started "
+                     f"again ({restarts + 1} of {CONTROLLER_RESTARTS})")
             self.launch(job_id, restarts + 1)
             return
-        self.fail(job_id, f"the job's controller exited with code {code}: {self.log_tail(job_id)}")
-        self.release(job_id)
+        tail = self.log_tail(job_id)
+        self.fail(job_id, f"Internal error: the job's controller died with the job unfinished {deaths_said(deaths)}, "
+                          f"and was started again {CONTROLLER_RESTARTS} times, the limit. Its output: {log}"
+                          + ("" if tail == NO_OUTPUT else f", ending: {tail}"),
+                  why=f"The trial was stopped because its job failed: its controller died {deaths_said(deaths)}.")
 
     def _watch_external(self, job_id: str, job_dir: str) -> None:
         """A controller this server did not start (an earlier server's): its place is held until it ends;
@@ -182,14 +223,44 @@ class Controllers:
         except TrialsError:
             return None
 
-    def fail(self, job_id: str, message: str) -> None:
+    def job_dir(self, job_id: str) -> str:
         from trials.controller.jobs import registry
 
-        with contextlib.suppress(TrialsError):
-            h = registry.open_job(job_id, root=self.root, storage=self.storage)
-            h.store.set_meta(state=JobState.FAILED.value, end_time=rfc3339(time.time()),
-                             error={"code": 9, "message": message})
-        self.log(f"job {job_id} FAILED: {message}")
+        return registry.job_dir_of(self.root, job_id)
+
+    def fail(self, job_id: str, message: str, *, code: int = CODE_INTERNAL,
+             why: str = "The trial was stopped because its job failed.") -> None:
+        """The job has no controller and gets none: FAILED with ``message``; the trials a dead controller
+        left running keep what they did (recorded as stopped, ``why``, and queued for a resume) and their
+        leftover processes are killed. A controller someone else started meanwhile keeps the job (and its
+        place) until it ends. Then the next waiting jobs start."""
+        from trials.controller.jobs import registry
+        from trials.controller.jobs.lock import lock_holder, reap_job_leftovers, repair_journal
+        from trials.controller.loop.state_lock import state_lock
+        from trials.controller.loop.stopped import requeue_stopped
+
+        job_dir = self.job_dir(job_id)
+        try:
+            with state_lock(job_dir):  # (as `trials cancel`: no controller ends the job meanwhile)
+                if lock_holder(job_dir) is not None:  # a `trials resume` started by hand runs it now
+                    self.log(f"job {job_id}: a controller the server did not start runs it")
+                    threading.Thread(target=self._watch_external, args=(job_id, job_dir), daemon=True,
+                                     name=f"controller-{job_id}").start()
+                    return
+                repair_journal(registry.job_url(job_id, root=self.root, storage=self.storage))
+                h = registry.open_job(job_id, root=self.root, storage=self.storage)
+                if h.store.get_meta("state") not in FINAL_JOB_STATES:  # (not cancelled meanwhile)
+                    reap_job_leftovers(h)
+                    for t in h.store.running_trials():  # ACTIVE -> SUCCEEDED | INFEASIBLE, WAITING to rerun
+                        requeue_stopped(h.store, h.job.study, t, why=why)
+                    h.store.set_meta(state=JobState.FAILED.value, end_time=rfc3339(time.time()),
+                                     error={"code": code, "message": message})
+                    self.log(f"job {job_id} FAILED: {message}")
+        except (OSError, TrialsError) as err:
+            self.log(f"job {job_id}: could not be marked FAILED ({printable(str(err))[:200]}): {message}")
+        with self._lock:
+            self._deaths.pop(job_id, None)
+        self.release(job_id)
 
     def log_tail(self, job_id: str) -> str:
         from trials.controller.jobs import registry
@@ -197,7 +268,7 @@ class Controllers:
 
         path = os.path.join(registry.job_dir_of(self.root, job_id), CONTROLLER_LOG)
         lines = [line for line in tail_lines(path, n=20, max_bytes=4096) if line.strip()]
-        return printable(lines[-1])[:500] if lines else "(no output)"
+        return printable(lines[-1])[:500] if lines else NO_OUTPUT
 
     def resume_jobs(self) -> list[str]:
         """On start: every job made through the API that has not ended runs again, first created first: one a

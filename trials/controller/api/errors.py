@@ -6,8 +6,8 @@ from typing import Any
 
 # Google's status name of each HTTP code the server answers (google.rpc.Code over REST).
 STATUS_NAMES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
-                409: "ALREADY_EXISTS", 415: "INVALID_ARGUMENT", 500: "INTERNAL", 501: "UNIMPLEMENTED",
-                503: "UNAVAILABLE"}
+                409: "ALREADY_EXISTS", 415: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL",
+                501: "UNIMPLEMENTED", 503: "UNAVAILABLE"}
 
 
 class ApiError(Exception):

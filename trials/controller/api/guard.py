@@ -24,8 +24,8 @@ from typing import Protocol
 from trials.controller.api.errors import ApiError
 from trials.errors import ConfigError
 from trials.printable import printable
+from trials.protocol import ENV_SERVE_TOKEN
 
-ENV_SERVE_TOKEN = "TRIALS_SERVE_TOKEN"  # the token, fixed (as --token does, without showing it in ps)
 TOKEN_FILE = "serve.token"  # under the server's root, mode 0600: the token alone, for scripts and gcloud
 _TOKEN = re.compile(r"[A-Za-z0-9._~+/-]+=*")  # RFC 6750's b64token: what an Authorization header carries
 _LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost", "ip6-loopback"})

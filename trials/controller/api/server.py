@@ -11,9 +11,11 @@ Requests are handled in :meth:`Api.handle` (method, path, query, body → status
 HTTP layer (:mod:`listener`) only wraps, after :mod:`guard` let the request in (its token, Host,
 Origin, Content-Type); errors are Google's shape ``{"error": {"code", "message", "status"}}``.
 At most ``--max-running-jobs`` controllers run at once (:mod:`admission`); the others' jobs wait
-``JOB_STATE_QUEUED``. A job created through the API runs its command as the server's user: the
-token is the boundary, and what a job names on the host (its outputs, its packages) is ``gs://`` or
-under the server's root.
+``JOB_STATE_QUEUED``. Every job runs with the server's job options (:mod:`options`: the runtime and
+its image map, the GPUs or ``--ignore-accelerators``, the memory limit); one that asks for more
+accelerators than the server hands out is refused at its create. A job created through the API runs
+its command as the server's user: the token is the boundary, and what a job names on the host (its
+outputs, its packages) is ``gs://`` or under the server's root.
 """
 
 from __future__ import annotations
@@ -21,23 +23,25 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shlex
 import shutil
 import signal
 import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from trials import protocol
 from trials.controller.api import record
 from trials.controller.api.admission import default_max_running_jobs
-from trials.controller.api.controllers import Controllers
+from trials.controller.api.controllers import CODE_INTERNAL, Controllers
 from trials.controller.api.errors import ApiError
 from trials.controller.api.guard import Guard
 from trials.controller.api.listener import DRAIN_TIMEOUT_S, MAX_BODY_BYTES, Listener
+from trials.controller.api.options import JobOptions, check_accelerators, check_options, server_gpus
 from trials.controller.api.request import check_host_paths, check_id, int_param, json_body, parse_filter
 from trials.errors import ConfigError, JobNotFoundError, TrialsError
 from trials.printable import printable
@@ -64,8 +68,8 @@ class Api:
     Args:
         root: the folder of job folders (``trials sweep --root``).
         storage: an Optuna storage URL the jobs' studies go in instead of a journal per job.
-        runtime: ``--runtime`` of each job's controller (host when None).
-        images: ``--image URI=LOCAL`` of each job's controller.
+        options: what every job's controller gets (``--runtime``, ``--image``, ``--gpus``,
+            ``--ignore-accelerators``, ``--memory-limit``), checked by :func:`options.check_options`.
         project_number: what a trial's ``CLOUD_ML_PROJECT_ID`` is (the path's project is kept as given
             in resource names).
         python: the interpreter the controllers run under.
@@ -77,9 +81,8 @@ class Api:
 
     root: str
     storage: str | None = None
-    runtime: str | None = None
+    options: JobOptions = field(default_factory=JobOptions)
     project_number: str | None = None
-    images: Sequence[str] = ()
     python: str = sys.executable
     max_running_jobs: int = field(default_factory=default_max_running_jobs)
     endpoint: str | None = None
@@ -88,11 +91,12 @@ class Api:
     _operations: dict[str, dict[str, Any]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _cwd: str = field(default_factory=os.getcwd)
+    _gpus: tuple[tuple[str, ...], str] | None = None  # the GPUs jobs share, found at the first job asking
 
     def __post_init__(self) -> None:
         if self.controllers is None:
-            self.controllers = Controllers(root=self.root, storage=self.storage, runtime=self.runtime,
-                                           images=tuple(self.images), python=self.python,
+            self.controllers = Controllers(root=self.root, storage=self.storage, options=self.options,
+                                           python=self.python,
                                            max_running_jobs=self.max_running_jobs, endpoint=self.endpoint,
                                            cwd=self.cwd, log=self.log)
 
@@ -176,11 +180,12 @@ class Api:
         try:
             job = (parse_spec(spec, source=field_name) if kind == TUNING
                    else custom_job(spec, source=field_name))
-            if self.runtime in (None, "host"):
+            if self.options.on_host:
                 check_command(job, None, field_name)
         except ConfigError as err:
             raise ApiError(400, str(err)) from None
         check_host_paths(job, f"{field_name}.{_SPEC_KEY[kind]}", root=self.root, cwd=self.cwd)
+        check_accelerators(job, self.options, f"{field_name}.{_SPEC_KEY[kind]}", self.gpus)
         job_id = self._claim_id(parent, kind)  # its folder and API record, before the job (see `record`)
         job_dir = registry.job_dir_of(self.root, job_id)
         try:
@@ -283,6 +288,15 @@ class Api:
         return op
 
     # --- creation ----------------------------------------------------------------------------
+    def gpus(self) -> tuple[tuple[str, ...], str]:
+        """The GPUs the jobs' trials share and where that came from (found once: ``nvidia-smi -L`` is slow)."""
+        from trials.controller.trial.devices import detect_gpus
+
+        with self._lock:
+            if self._gpus is None:
+                self._gpus = server_gpus(self.options, os.environ, detect_gpus)
+            return self._gpus
+
     def _exists(self, job_id: str) -> bool:
         from trials.controller.jobs import registry
 
@@ -311,7 +325,8 @@ class Api:
 
 def custom_job_rest(tuning: Mapping[str, Any]) -> dict[str, Any]:
     """The CustomJob resource of the one-trial job that ran it (the tuning job's resource): its
-    ``jobSpec``, its state and times; its trial failed (INFEASIBLE) = the CustomJob FAILED with why."""
+    ``jobSpec``, its state and times; its trial failed (INFEASIBLE) = the CustomJob FAILED with why, unless
+    the service itself failed it (its controllers died: an internal error, the job's own)."""
     name = str(tuning["name"]).replace(f"/{TUNING}/", f"/{CUSTOM}/")
     out: dict[str, Any] = {"name": name, "displayName": tuning.get("displayName")}
     if "trialJobSpec" in tuning:
@@ -321,7 +336,7 @@ def custom_job_rest(tuning: Mapping[str, Any]) -> dict[str, Any]:
     state, error = tuning.get("state"), tuning.get("error")
     trial = (tuning.get("trials") or [None])[0]
     if (state in (JobState.SUCCEEDED, JobState.FAILED) and trial is not None
-            and trial.get("state") == TrialState.INFEASIBLE):
+            and trial.get("state") == TrialState.INFEASIBLE and (error or {}).get("code") != CODE_INTERNAL):
         state = JobState.FAILED.value
         error = {"code": 3, "message": trial.get("infeasibleReason") or "The replica failed."}
     out["state"] = state
@@ -339,17 +354,22 @@ def make_server(api: Api, host: str = "127.0.0.1", port: int = 0, guard: Guard |
     return Listener((host, port), api.handle, guard or Guard.for_server(token=None, bind=host, token_file="-"))
 
 
-def serve_main(*, root: str, storage: str | None, runtime: str | None, images: Sequence[str] = (),
+def serve_main(*, root: str, storage: str | None, options: JobOptions | None = None,
                project_number: str | None, host: str, port: int, quiet: bool = False, token: str | None = None,
                no_auth: bool = False, max_running_jobs: int | None = None) -> int:
     """``trials serve``: answer until SIGINT/SIGTERM, then the requests in flight; the jobs it started go
-    on under their controllers."""
+    on under their controllers, each with ``options``.
+
+    Raises:
+        ConfigError: a bad option (before anything listens).
+    """
     from trials.controller.api import guard as guards
     from trials.controller.gcs import emulator
 
     secret, source = guards.choose_token(token, no_auth=no_auth, environ=os.environ)
     if max_running_jobs is not None and max_running_jobs < 1:
         raise ConfigError(f"--max-running-jobs must be >= 1, got {max_running_jobs}")
+    options = check_options(options or JobOptions())
     os.makedirs(root, exist_ok=True)
     root = os.path.abspath(root)
     try:
@@ -374,7 +394,7 @@ def serve_main(*, root: str, storage: str | None, runtime: str | None, images: S
         signal.signal(sig, stop)
     os.makedirs(os.path.join(root, "gcs"), exist_ok=True)
     buckets, why = emulator.start(os.path.join(root, "gcs"))
-    api = Api(root=root, storage=storage, runtime=runtime, images=tuple(images), project_number=project_number,
+    api = Api(root=root, storage=storage, options=options, project_number=project_number,
               max_running_jobs=max_running_jobs or default_max_running_jobs(),
               endpoint=buckets.host if buckets is not None else None, log=log)
     where = f"http://{host}:{server.server_address[1]}"
@@ -394,6 +414,9 @@ def serve_main(*, root: str, storage: str | None, runtime: str | None, images: S
         print(f"  Cloud Storage (the jobs' buckets, {api.gcs_root}): STORAGE_EMULATOR_HOST={buckets.host}", flush=True)
     else:
         print(f"  no Cloud Storage endpoint: {why}", flush=True)
+    given = options.resume_args(images_used=list(options.image_map()))
+    if given:
+        print(f"  every job runs with {shlex.join(given)}", flush=True)
     adopted, removed = record.adopt(api.root, api.storage)
     for job_id in adopted:
         print(f"adopted job {job_id}: the server stopped while creating it", flush=True)
