@@ -253,7 +253,7 @@ class Controllers:
                     reap_job_leftovers(h)
                     for t in h.store.running_trials():  # ACTIVE -> SUCCEEDED | INFEASIBLE, WAITING to rerun
                         requeue_stopped(h.store, h.job.study, t, why=why)
-                    h.store.set_meta(state=JobState.FAILED.value, end_time=rfc3339(time.time()),
+                    h.store.set_meta(state=JobState.FAILED.value, end_time=rfc3339(time.time()), controller=None,
                                      error={"code": code, "message": message})
                     self.log(f"job {job_id} FAILED: {message}")
         except (OSError, TrialsError) as err:
