@@ -391,3 +391,38 @@ def test_an_exit_while_the_controller_is_busy_is_timed_at_its_sigchld_not_at_the
     assert replica.exited_mono is not None
     assert started <= replica.exited_mono <= seen + 1.0 < reaped - 1.0, (
         started, replica.exited_mono, seen, reaped, state)
+
+
+def test_memory_limit_holds_a_child_that_left_the_group_with_setsid(tmp_path: Path) -> None:
+    """The limit is the replica's whole tree (its cgroup), not its process group: a grandchild that called setsid()
+    and grows past it is killed, and the replica ends as an OOM (137), as a container would."""
+    from trials.controller.process.tree import CgroupTree
+
+    tree = CgroupTree.create("workerpool0-0")
+    if tree is None:
+        pytest.skip("no writable cgroup v2 here: the subreaper fallback (orphans.OrphanTree) tracks the tree instead")
+    replica = start(tmp_path, py("proc_memory_setsid.py"), memory_limit_mb=64, tree=tree)
+    deadline = time.monotonic() + 20
+    while replica.poll() is None and time.monotonic() < deadline:
+        check_memory_all([replica])
+        time.sleep(0.02)
+    assert replica.oom_killed is True, "the setsid() grandchild outgrew the limit unseen"
+    assert replica.exit_status == 137
+    assert tree.pids() == []  # nothing of the tree is left
+
+
+def test_a_kernel_memory_limit_is_written_to_the_cgroup_and_its_oom_kill_read_back(tmp_path: Path) -> None:
+    """Where the cgroup has a memory controller (not on this kind of machine: cgroup v1 memory), the kernel holds
+    the limit: memory.max, no swap beyond it, the whole tree killed together; an oom_kill in memory.events is the
+    replica's OOM. A folder with the controller's files stands in for the cgroup."""
+    from trials.controller.process.tree import CgroupTree
+
+    for name in ("memory.max", "memory.swap.max", "memory.oom.group", "memory.events"):
+        (tmp_path / name).write_text("")
+    tree = CgroupTree(str(tmp_path))
+    assert tree.limit_memory(64 * 1024 * 1024) is True
+    assert [(tmp_path / n).read_text() for n in ("memory.max", "memory.swap.max", "memory.oom.group")] == [
+        str(64 * 1024 * 1024), "0", "1"]
+    (tmp_path / "memory.events").write_text("low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\noom_group_kill 1\n")
+    assert tree.oom_kills() == 1
+    assert CgroupTree(str(tmp_path / "none")).limit_memory(1) is False  # no controller: the poll, as before

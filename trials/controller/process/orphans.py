@@ -191,6 +191,13 @@ class OrphanTree:
         if self.leader is not None:
             _leaders.discard(self.leader)
 
+    def limit_memory(self, limit_bytes: int) -> bool:
+        """No cgroup here: the controller polls the tree's resident memory (False)."""
+        return False
+
+    def oom_kills(self) -> int:
+        return 0
+
 
 def _trial_orphans() -> list[int]:
     """Every live child of the controller started for a trial, other than the replica leaders."""

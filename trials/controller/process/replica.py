@@ -16,7 +16,7 @@ from typing import Any
 from trials import files
 from trials.controller.process import exit_times
 from trials.controller.process.echo import Echo
-from trials.controller.process.groups import Now, group_alive, group_rss_bytes, kill_group
+from trials.controller.process.groups import Now, group_alive, group_rss_bytes, kill_group, read_stat
 from trials.controller.process.tree import ProcessTree
 
 _STOP_POLL_S = 0.01
@@ -84,6 +84,8 @@ class Replica:
         self._kill = kill
         self._alive = alive
         self.tree = tree  # every descendant, also those that left the group with setsid()
+        # the kernel holds the tree to memory_limit_mb (the cgroup's memory.max, set before the trainer started)
+        self.kernel_memory_limit = False
         self.upper_dir: str | None = None  # sandboxed: where its writes to the launch folder are
         self.placement: dict[str, Any] = {}  # on this host
         self.leftovers: list[str] = []  # "pid (name)" of descendants killed after the leader exited
@@ -154,13 +156,31 @@ class Replica:
         """
         if self.memory_limit_mb is None or self.oom_killed:
             return self.oom_killed
-        return self._enforce_memory(group_rss_bytes([self.pgid])[self.pgid])
+        if self.kernel_memory_limit:
+            return self._kernel_oom()
+        return self._enforce_memory(self._tree_rss() if self.tree is not None else
+                                    group_rss_bytes([self.pgid])[self.pgid])
+
+    def _tree_rss(self) -> int:
+        """Resident memory summed over the whole tree: a child that called setsid() counts too."""
+        assert self.tree is not None
+        page = os.sysconf("SC_PAGE_SIZE")
+        return sum(stat.rss_pages for pid in self.tree.pids() if (stat := read_stat(pid)) is not None) * page
+
+    def _kernel_oom(self) -> bool:
+        """The kernel holds the tree to the limit (``memory.max``): an OOM kill it made is this replica's."""
+        if self.tree is not None and self.tree.oom_kills() > 0:
+            self.oom_killed = True
+            self.tree.kill()  # (memory.oom.group killed them all; a kernel without it: the rest now)
+        return self.oom_killed
 
     def _enforce_memory(self, rss_bytes: int) -> bool:
         if self.memory_limit_mb is None or rss_bytes <= self.memory_limit_mb * 1024 * 1024:
             return False
         self.oom_killed = True
         self.send_signal_group(signal.SIGKILL)
+        if self.tree is not None:
+            self.tree.kill()  # what left the group (setsid) goes too: the limit is the tree's
         return True
 
     def begin_stop(self, now: float) -> float:
@@ -225,8 +245,10 @@ def check_memory_all(replicas: Iterable[Replica]) -> list[Replica]:
     limited = [r for r in replicas if r.memory_limit_mb is not None and not r.oom_killed]
     if not limited:
         return []
-    rss = group_rss_bytes({r.pgid for r in limited})
-    return [r for r in limited if r._enforce_memory(rss[r.pgid])]
+    killed = [r for r in limited if (r.kernel_memory_limit or r.tree is not None) and r.check_memory()]
+    by_group = [r for r in limited if not r.kernel_memory_limit and r.tree is None]
+    rss = group_rss_bytes({r.pgid for r in by_group}) if by_group else {}
+    return killed + [r for r in by_group if r._enforce_memory(rss[r.pgid])]
 
 
 

@@ -88,6 +88,9 @@ def start_replica(
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             logs[path] = files.open_log(path)
         offsets = {path: os.fstat(fd).st_size for path, fd in logs.items()}
+        # the kernel's limit where the replica's cgroup has a memory controller: set before the trainer is born
+        # in it; else the controller polls the tree's resident memory (Replica.check_memory)
+        limited = tree is not None and memory_limit_mb is not None and tree.limit_memory(memory_limit_mb * 1024 * 1024)
         prctl = libc_prctl() if wrapper is None else None
         try:
             proc = subprocess.Popen(
@@ -120,7 +123,7 @@ def start_replica(
         echoes = [Echo(path, offsets[path], f"[{name}] ", echo) for path in paths]
     for thread in echoes:
         thread.start()
-    return Replica(
+    replica = Replica(
         proc,
         name=name,
         argv=argv,
@@ -131,6 +134,8 @@ def start_replica(
         echoes=echoes,
         tree=tree,
     )
+    replica.kernel_memory_limit = limited
+    return replica
 
 
 def _raise_shim_error(proc: Any, fd: int, name: str, program: str, cwd: str,

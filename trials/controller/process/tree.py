@@ -60,6 +60,9 @@ def cgroup_parent() -> str | None:
             return None
     except OSError:
         return None
+    # replicas' memory limits by the kernel (memory.max) where the hierarchy has the controller to give
+    with contextlib.suppress(OSError), open(os.path.join(folder, "cgroup.subtree_control"), "w", encoding="ascii") as f:
+        f.write("+memory")
     atexit.register(_remove, folder)
     return folder
 
@@ -142,6 +145,22 @@ class ProcessTree(Protocol):
     def signal(self, sig: int, *, skip_group: int | None = None) -> list[int]: ...
     def kill(self) -> None: ...
     def remove(self) -> None: ...
+    def limit_memory(self, limit_bytes: int) -> bool: ...
+    def oom_kills(self) -> int: ...
+
+
+def memory_events_oom_kills(path: str) -> int:
+    """The ``oom_kill`` count of a cgroup's ``memory.events`` (0 when it cannot be read)."""
+    try:
+        with open(path, encoding="ascii") as f:
+            text = f.read(4096)
+    except (OSError, ValueError):
+        return 0
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "oom_kill" and value.strip().isdigit():
+            return int(value)
+    return 0
 
 
 class CgroupTree:
@@ -187,6 +206,24 @@ class CgroupTree:
                 os.kill(pid, sig)
                 sent.append(pid)
         return sent
+
+    def limit_memory(self, limit_bytes: int) -> bool:
+        """Make the kernel hold the tree to ``limit_bytes`` (``memory.max``, no swap beyond it, the whole tree
+        killed together on an OOM: ``memory.oom.group``); False where this cgroup has no memory controller
+        (cgroup v1 machines, a parent that does not delegate it): the controller then polls the tree's RSS."""
+        try:
+            with open(os.path.join(self.path, "memory.max"), "w", encoding="ascii") as f:
+                f.write(str(int(limit_bytes)))
+        except OSError:
+            return False
+        for name, value in (("memory.swap.max", "0"), ("memory.oom.group", "1")):
+            with contextlib.suppress(OSError), open(os.path.join(self.path, name), "w", encoding="ascii") as f:
+                f.write(value)
+        return True
+
+    def oom_kills(self) -> int:
+        """How many processes the kernel killed in the tree for its memory limit (``memory.events``)."""
+        return memory_events_oom_kills(os.path.join(self.path, "memory.events"))
 
     def kill(self) -> None:
         """SIGKILL the whole tree (``cgroup.kill`` where the kernel has it: no process escapes)."""
