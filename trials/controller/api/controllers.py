@@ -177,6 +177,8 @@ class Controllers:
         state = self.state(job_id)
         if state is None or state in FINAL_JOB_STATES:
             self.log(f"job {job_id} {state or 'gone'}")
+            with self._lock:
+                self._deaths.pop(job_id, None)
             self.release(job_id)
             return
         log = os.path.join(self.job_dir(job_id), CONTROLLER_LOG)
