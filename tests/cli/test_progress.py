@@ -285,6 +285,7 @@ def test_json_logs_are_one_cloud_logging_object_per_line():
     assert records[0]["params"]["lr"] == 0.027599337346012304  # the record keeps the exact value
     assert records[3]["values"] == [0.25] and records[3]["stopped_early"] is True
     assert all(isinstance(r["timestampSeconds"], int) for r in records)
+    assert {r["schema"] for r in records} == {1}  # the events' JSON form's version (loop/events.py)
 
 
 def _sweep(tmp_path, *flags, tty=False):

@@ -199,7 +199,8 @@ class Progress:
     def _emit_json(self, event: ev.Event, message: str) -> None:
         # Cloud Logging's special fields: `message` is the display text, `severity` the level.
         record = {"severity": "WARNING" if isinstance(event, ev.JobWarning) else "INFO", "message": message,
-                  "event": event.name, "timestampSeconds": int(time.time()), **event.fields()}
+                  "event": event.name, "schema": ev.SCHEMA_VERSION, "timestampSeconds": int(time.time()),
+                  **event.fields()}
         self.out.write(json.dumps(record, default=str) + "\n")
         self.out.flush()
 

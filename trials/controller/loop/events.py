@@ -23,6 +23,10 @@ from trials.records import JobState, StopReason, TrialState
 JsonValue = str | int | float | bool | None | list["JsonValue"] | dict[str, "JsonValue"]
 Params = Mapping[str, str | int | float]
 
+# The version of the events' JSON form (``--json-logs``: each line's ``schema``): raised when a field changes
+# meaning or goes away; a field that is added does not raise it (readers ignore what they do not know).
+SCHEMA_VERSION = 1
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Event:
