@@ -16,7 +16,8 @@ def jobs(tmp_path: Path):
 
 
 @pytest.fixture
-def gate(tmp_path_factory) -> Path:
-    """A file the fault trainer's ``--gate`` waits for, outside the launch folder (a sandboxed trial
-    sees that folder as it was when it started; this one it sees live)."""
-    return tmp_path_factory.mktemp("gate") / "go"
+def gate(jobs: Jobs) -> Path:
+    """A file the fault trainer's ``--gate`` waits for, in the shared bucket (a sandboxed trial sees the
+    rest of the host as it was when it started; this one it sees live): sweep with ``--gcs-root
+    jobs.gcs_root``."""
+    return jobs.shared() / "go"

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from jobkit import shared_folder
+
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 TRAINER = str(SCRIPTS / "fault_trainer.py")
 
@@ -36,6 +38,12 @@ class Jobs:
         self.tag = uuid.uuid4().hex[:8]
         self.started: list[subprocess.Popen] = []
         self.gcs_endpoint = gcs_endpoint  # the local Cloud Storage endpoint: a process per controller
+        self.gcs_root = root / "gcs"  # buckets of the test's own: sweep ... --gcs-root with shared()
+
+    def shared(self) -> Path:
+        """A folder the test and its trials see alike, live (``jobkit.shared_folder``) when the sweep is
+        given ``--gcs-root jobs.gcs_root``: a sandboxed trial's writes elsewhere stay in its own layer."""
+        return shared_folder(self.gcs_root)
 
     def job_id(self, name: str) -> str:
         return f"{name}-{self.tag}"

@@ -17,8 +17,8 @@ def test_cancel_without_a_live_controller_ends_the_job_and_its_replicas(jobs, ga
     jobs.gcs_endpoint = True  # the dead controller's local Cloud Storage endpoint must not outlive it either
     job_id = jobs.job_id("deadcancel")
     spec = jobs.spec(n=3, parallel=2)
-    proc = jobs.start("sweep", spec, "--job-id", job_id, "--grace-period", "0.5", "--",
-                      "python", TRAINER, "--epochs=5", "--sleep=0.05", f"--gate={gate}")
+    proc = jobs.start("sweep", spec, "--job-id", job_id, "--grace-period", "0.5", "--gcs-root", str(jobs.gcs_root),
+                      "--", "python", TRAINER, "--epochs=5", "--sleep=0.05", f"--gate={gate}")
     deadline = time.monotonic() + 60
     while not all((jobs.job_dir(job_id) / t / "hypertune.metrics").exists() for t in ("1", "2")):
         assert proc.poll() is None, proc.communicate()

@@ -15,8 +15,8 @@ def test_extending_a_running_job_says_so_and_the_running_controller_runs_them(jo
     # every trial's last step waits for the gate: the job runs until the extension is seen
     job_id = jobs.job_id("extend")
     spec = jobs.spec(n=2, parallel=parallel)
-    proc = jobs.start("sweep", spec, "--job-id", job_id, "--grace-period", "0.5", "--",
-                      "python", TRAINER, "--epochs=3", "--sleep=0.05", f"--gate={gate}")
+    proc = jobs.start("sweep", spec, "--job-id", job_id, "--grace-period", "0.5", "--gcs-root", str(jobs.gcs_root),
+                      "--", "python", TRAINER, "--epochs=3", "--sleep=0.05", f"--gate={gate}")
     deadline = time.monotonic() + 60
     # parallel 1: trial 1 holds the only slot; parallel 2: both trials claimed, the queue is empty
     while not all((jobs.job_dir(job_id) / str(i) / "hypertune.metrics").exists() for i in range(1, parallel + 1)):

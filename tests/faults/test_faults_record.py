@@ -61,9 +61,10 @@ def plan(gates: Path, trial_id: str, **what: object) -> None:
 
 
 @pytest.fixture
-def gates(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The gated trainer's folder, outside the launch folder (each sandboxed trial has its own view of that)."""
-    return tmp_path_factory.mktemp("gates")
+def gates(jobs: Jobs) -> Path:
+    """The gated trainer's folder, the shared bucket (a sandboxed trial sees the rest of the host
+    copy-on-write): its sweep gets ``--gcs-root jobs.gcs_root``."""
+    return jobs.shared()
 
 
 def states(jobs: Jobs, job_id: str) -> list[str]:
@@ -141,8 +142,8 @@ def test_trials_added_while_the_last_trial_is_recorded_are_run_by_the_running_co
     # next_claim's 3rd call: after trials 1 and 2, the claim of trial 1's free slot finds none left
     ctl = hooked(jobs, ctl_dir, ["pause:JobRunner._finalize:after:1", "pause:LoopState.next_claim:after:3",
                                  "pause:JobRunner._finalize:before:2"],
-                 "sweep", jobs.spec(n=2, parallel=2), "--job-id", job_id, "--grace-period", "0.5", "--",
-                 "python", GATED, str(gates))
+                 "sweep", jobs.spec(n=2, parallel=2), "--job-id", job_id, "--grace-period", "0.5",
+                 "--gcs-root", str(jobs.gcs_root), "--", "python", GATED, str(gates))
     wait_file(ctl_dir / "JobRunner._finalize-after-1.reached", procs=[ctl])
     go(ctl_dir, "JobRunner._finalize-after-1")
     # trial 2 ends only once the controller found no trial left to claim (ending in the same pass as
@@ -188,8 +189,8 @@ def test_a_failed_job_resumes_with_a_higher_failure_budget_and_its_stopped_trial
     job_id = jobs.job_id("failbudget")
     plan(gates, "1", wait_for="reported-2", exit=1)  # trial 1 fails while trial 2 runs
     plan(gates, "2", wait_for="never")  # trial 2 runs until the job's failure stops it
-    out = jobs.cli("sweep", jobs.spec(n=4, parallel=2), "--job-id", job_id, "--grace-period", "0.5", "--",
-                   "python", GATED, str(gates), timeout=120)
+    out = jobs.cli("sweep", jobs.spec(n=4, parallel=2), "--job-id", job_id, "--grace-period", "0.5",
+                   "--gcs-root", str(jobs.gcs_root), "--", "python", GATED, str(gates), timeout=120)
     assert out.returncode == 1, out.stdout + out.stderr
     assert "JOB_STATE_FAILED" in out.stdout
     rest = jobs.describe(job_id)
@@ -238,7 +239,7 @@ def test_a_wall_clock_set_back_mid_trial_changes_no_duration_and_no_end_before_i
     ctl_dir = tmp_path / "ctl"
     plan(gates, "1", wait_for="go-1")
     ctl = hooked(jobs, ctl_dir, ["clock-jump"], "sweep", jobs.spec(n=1), "--job-id", job_id,
-                 "--grace-period", "0.5", "--", "python", GATED, str(gates))
+                 "--grace-period", "0.5", "--gcs-root", str(jobs.gcs_root), "--", "python", GATED, str(gates))
     wait_file(gates / "reported-1", procs=[ctl])
     (ctl_dir / "jump").touch()  # from now on the controller's time.time() is 2 h behind
     (gates / "go-1").touch()
