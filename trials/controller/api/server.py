@@ -212,8 +212,7 @@ class Api:
             raise missing from None
         if (h.store.get_meta("api_kind") or TUNING) != kind:
             raise missing
-        rest = view.describe(h)
-        return rest if kind == TUNING else custom_job_rest(rest)
+        return _as_api(h, kind)
 
     def list_jobs(self, parent: str, query: Mapping[str, str], kind: str = TUNING) -> dict[str, Any]:
         from trials.controller.jobs import view
@@ -229,8 +228,7 @@ class Api:
                 continue  # (a broken job folder is not listed; `trials list` shows it)
             if (h.store.get_meta("api_kind") or TUNING) != kind:
                 continue
-            rest = view.describe(h)
-            rest = rest if kind == TUNING else custom_job_rest(rest)
+            rest = _as_api(h, kind)
             if rest["name"].startswith(parent + "/") and keep(rest):
                 jobs.append(rest)
         out: dict[str, Any] = {}
@@ -322,6 +320,17 @@ class Api:
             except FileExistsError:
                 continue
             return job_id
+
+def _as_api(h: Any, kind: str) -> dict[str, Any]:
+    """A job's v1 resource as the API serves it: its error in the SDK's words, naming the trainer's output."""
+    from trials.controller.jobs import view
+    from trials.controller.jobs.api_words import api_error
+
+    rest = view.describe(h)
+    if rest.get("error"):
+        rest["error"] = api_error(rest["error"], job_dir=h.job_dir)
+    return rest if kind == TUNING else custom_job_rest(rest)
+
 
 def custom_job_rest(tuning: Mapping[str, Any]) -> dict[str, Any]:
     """The CustomJob resource of the one-trial job that ran it (the tuning job's resource): its
