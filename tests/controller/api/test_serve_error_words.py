@@ -38,5 +38,10 @@ def test_a_failed_api_jobs_error_names_the_sdk_field_and_the_trainers_output(tmp
         assert "no data here" in (job_dir / "1" / "workerpool0-0.stderr.log").read_text()
         listed = serve.ok("GET", TUNING_JOBS)["hyperparameterTuningJobs"]
         assert [j["error"]["message"] for j in listed] == [message]  # the list says the same
+        # delete takes the job's packages' environments (ROOT/.packages/JOB) with it
+        kept = tmp_path / "root" / ".packages" / job_dir.name / "abc"
+        kept.mkdir(parents=True)
+        serve.ok("DELETE", path)
+        assert not job_dir.exists() and not kept.parent.exists()
     finally:
         serve.stop()

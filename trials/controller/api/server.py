@@ -263,9 +263,12 @@ class Api:
                                 f"for it to end before deleting it", "FAILED_PRECONDITION")
         if self.storage is not None:
             h.store.delete_study()
+        from trials.controller.trial.packages import packages_dir
+
         job_dir = registry.job_dir_of(self.root, job_id)
-        if os.path.isdir(job_dir) and not os.path.islink(job_dir):
-            shutil.rmtree(job_dir)
+        for folder in (job_dir, packages_dir(job_dir)):  # the job, and its packages' environments beside it
+            if os.path.isdir(folder) and not os.path.islink(folder):
+                shutil.rmtree(folder)
         self.log(f"{_NOUN[kind]} {job_id} deleted")
         now = rfc3339(time.time())
         op_id = str(secrets.randbelow(10**18))
