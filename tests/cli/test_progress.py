@@ -170,7 +170,8 @@ def test_live_view_shows_each_running_trials_last_step_and_metric(monkeypatch):
                            "params": {}}))
     assert stamped(screen(out.getvalue()))[2:] == [
         "trial 2 SUCCEEDED after 5 steps, 16.0s: accuracy=0.95",
-        "1/4 done, 1 running, 0 failed, best accuracy=0.95 (trial 2), ETA 45s",
+        # 2 not started at 16 s each and trial 10's last second of it, over the 2 slots seen
+        "1/4 done, 1 running, 0 failed, best accuracy=0.95 (trial 2), ETA 16s",
         "  trial 10  no step yet  15s",
     ]
     p(event("job_cancelling", {}))
@@ -417,3 +418,23 @@ def test_the_heartbeat_of_a_trial_reporting_other_tags_says_what_it_reported():
     assert stamped(out.getvalue().splitlines())[-1] == (
         "trial 1 running, 31s: no step of the spec's metric yet; reported accuracy=0.69 at step 12, "
         "loss\\x1b[2J=0.4 at step 12")
+
+
+def test_the_eta_goes_down_while_trials_run_and_no_new_one_finishes():
+    """Two slots, trials of 10 s: the estimate counts the running trials' progress, so it falls as they run (the
+    job's elapsed time over the trials done rose until the next one finished: 36 s then 54 s here)."""
+    out, clock = Terminal(), Clock()
+    p = Progress(total=8, metric_ids=("accuracy",), maximize=True, out=out, clock=clock)
+    _started(p, "1", "2")
+    clock.t += 10
+    for trial_id in ("1", "2"):
+        p(event("trial_done", {"trial_id": trial_id, "state": "SUCCEEDED", "values": [0.9], "steps": 5,
+                               "seconds": 10.0, "params": {}}))
+    _started(p, "3", "4")
+    etas = []
+    for t in (2.0, 5.0, 8.0):
+        clock.t = 110 + t  # (the Clock starts at 100)
+        for trial_id in ("3", "4"):
+            p(ev.TrialProgress(trial_id=trial_id, step=1, metrics={"accuracy": 0.5}, seconds=t))
+        etas.append(p._eta(clock()))
+    assert etas == [28.0, 25.0, 22.0]  # 4 not started x 10 s + the running trials' rest, over 2 slots
