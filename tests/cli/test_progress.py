@@ -438,3 +438,17 @@ def test_the_eta_goes_down_while_trials_run_and_no_new_one_finishes():
             p(ev.TrialProgress(trial_id=trial_id, step=1, metrics={"accuracy": 0.5}, seconds=t))
         etas.append(p._eta(clock()))
     assert etas == [28.0, 25.0, 22.0]  # 4 not started x 10 s + the running trials' rest, over 2 slots
+
+
+def test_the_end_line_says_when_its_value_is_the_best_steps_not_the_last():
+    """The live view shows each step's value; with BEST_MEASUREMENT the end line's value is another step's: labelled."""
+    out, clock = Terminal(), Clock()
+    p = Progress(total=2, metric_ids=("accuracy",), maximize=True, out=out, clock=clock)
+    _started(p, "1", "2")
+    p(event("trial_done", {"trial_id": "1", "state": "SUCCEEDED", "values": [0.711], "steps": 12, "seconds": 9.0,
+                           "params": {}, "last_step": 12, "final_step": 9}))
+    p(event("trial_done", {"trial_id": "2", "state": "SUCCEEDED", "values": [0.69], "steps": 12, "seconds": 9.0,
+                           "params": {}, "last_step": 12, "final_step": 12}))
+    lines = stamped(screen(out.getvalue()))
+    assert "trial 1 SUCCEEDED after 12 steps, 9.0s: accuracy=0.711 (the best, at step 9 of 12)" in lines
+    assert "trial 2 SUCCEEDED after 12 steps, 9.0s: accuracy=0.69" in lines

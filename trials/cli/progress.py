@@ -175,6 +175,10 @@ class Progress:
             if best is not None:
                 self.best_trial, self.best = best
         result = f"{self.metric_ids[0]}={values[0]:.6g}" if values else event.reason or ""
+        if values and event.final_step is not None and event.last_step is not None and \
+                event.final_step != event.last_step and not event.stopped_early:
+            # the spec selects the best measurement: say so, or it reads as the last step's value
+            result += f" (the best, at step {event.final_step} of {event.last_step})"
         n = event.steps  # how many steps it reported; last_step: the last one's number
         when = f"after {n} step{'' if n == 1 else 's'}"
         if event.stopped_early:

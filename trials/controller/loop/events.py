@@ -142,6 +142,7 @@ class TrialDone(Event):
     params: Params
     detail: tuple[str, ...] = ()  # the exception and the traceback's tail of a failure
     last_step: int | None = None  # the last step it reported (not predicted)
+    final_step: int | None = None  # its final measurement's step (the spec's selection: the last, or the best)
     missing_metric: bool = False  # it ended without the spec's objective metric
     reported_tags: tuple[str, ...] = ()
     metrics_source: str | None = None  # where its metrics were read: "metrics.jsonl" or "hypertune"

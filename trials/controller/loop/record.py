@@ -111,6 +111,7 @@ def record_trial(store: JobStore, job: JobSpec, metrics: TrialMetrics, run: Runn
         seconds=max(0.0, ended_mono - run.start_mono), params=run.claimed.params,
         detail=tuple(run.failure_detail) if run.failure else (),
         last_step=measurements[-1].step if measurements else None,  # reported, not predicted
+        final_step=_final_step(outcome.attrs.get("final_measurement")),
         # ended without the spec's metric on its own (not stopped by the job's end): the progress says once what
         # to do about it
         missing_metric=(not outcome.succeeded and not run.failure and not stopped_by_job
@@ -123,3 +124,9 @@ def record_trial(store: JobStore, job: JobSpec, metrics: TrialMetrics, run: Runn
                          conflicts=conflicts,
                          lost_steps=lost_steps, repeated_steps=f"trial {run.trial_id}: {repeated}" if repeated else "",
                          warnings=tuple(warnings), final=done)
+
+
+def _final_step(final: object) -> int | None:
+    """The step of a final measurement as recorded (a dict), else None."""
+    step = final.get("step") if isinstance(final, dict) else None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
