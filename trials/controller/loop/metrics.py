@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from trials import protocol
 from trials.controller.loop import events
 from trials.controller.loop.running import RunningTrial
 from trials.controller.policy import stopping
@@ -54,7 +55,10 @@ class TrialMetrics:
         names = ", ".join(sorted(tags))
         spec_ids = ", ".join(self.metric_ids)
         if self.metric_ids[0] in run.reader.reported_tags:
-            # reported beside the objective: deliberate extra metrics, kept but not tuned
+            # reported beside the objective: deliberate extra metrics, kept but not tuned. A trials.main trainer's
+            # (ctx.report(step, accuracy=…, loss=…): its TensorBoard scalars) are its design: nothing to say
+            if run.reader.source == protocol.METRICS_LOG:
+                return
             self.emit(events.JobNote(trial_id=run.trial_id, message=(
                 f"trial {run.trial_id} also reports {names}, not in the spec (spec metrics: "
                 f"{spec_ids}): recorded in metrics.jsonl, not tuned")))
