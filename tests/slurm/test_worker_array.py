@@ -14,6 +14,8 @@ import time
 import uuid
 from pathlib import Path
 
+from jobkit import shared_folder
+
 REPO = Path(__file__).resolve().parents[2]
 TRAINER = REPO / "tests" / "postgres" / "pg_trainer.py"  # checkpoints, logs start/end with CUDA_VISIBLE_DEVICES
 
@@ -60,13 +62,13 @@ def create_job(tmp_path, pg_url, points=4):
     from trials.spec.load import load_spec
 
     job_id = "s" + uuid.uuid4().hex[:12]
-    side = tmp_path.with_name(tmp_path.name + "-events")  # outside the launch folder (each trial's overlay)
-    side.mkdir()
+    # the workers' trials are sandboxed host trials: the host copy-on-write but for the job's buckets
+    side = shared_folder(tmp_path / "gcs")
     events, gate = side / "events.jsonl", side / "gate"
     spec = write_spec(tmp_path / "job.yaml", events=events, gate=gate, points=points)
     registry.create_job(load_spec(str(spec)), root=str(tmp_path / "jobs"), job_id=job_id, spec_path=str(spec),
                         storage=pg_url, base_output_dir=str(tmp_path / "outputs"), project_number=None,
-                        local_command=None, cwd=str(tmp_path))
+                        local_command=None, cwd=str(tmp_path), gcs_root=str(tmp_path / "gcs"))
     return job_id, events, gate
 
 
