@@ -2,7 +2,9 @@
 
 Wraps the host backend. For each set of start-up variables (:func:`command.startup_key`) the first trial
 runs fresh as the survey (:mod:`child`: it writes which modules it loaded from outside the launch
-folder); a launcher (:mod:`launcher`) then imports those and nothing else, and each later trial is a
+folder); a launcher (:mod:`launcher`) imports those and nothing else (it starts with the survey, on the
+top-level imports of a ``python SCRIPT`` trial's script, and imports the rest once the survey ended:
+its import then overlaps the first trials instead of following them), and each later trial is a
 fork of it that enters the same cgroup, namespaces and copy-on-write view the exec shim builds for a
 fresh replica (the shim's own code, built as a library: :mod:`library`), so the trial is a replica like
 any other to the loop: its argv, environment, working folder, cgroup, sandbox, SIGTERM and grace, exit
@@ -15,6 +17,7 @@ A replica that fails warm is started again fresh once (:class:`WarmRetry`): its 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -51,7 +54,7 @@ class _Slot:
 
     env: dict[str, str]
     survey: tuple[Replica, str] | None = None  # the first trial and its survey file
-    names: list[str] | None = None
+    names: list[str] | None = None  # what the launcher imports (the script's imports, then the survey's)
     launcher: LauncherProcess | None = None
     old: list[LauncherProcess] = field(default_factory=list)  # replaced, closed once their children end
     failed: str = ""
@@ -153,20 +156,28 @@ class WarmBackend:
                 self._advance(slot, wait=False)
 
             handle.on_end = survey_ended
+            names = self._script_imports(form)
+            if names:  # the launcher imports what the script imports while the survey runs
+                slot.names = names
+                self._new_launcher(slot)
         else:
             slot.failed = "the first trial's replica is not a host process"
         return handle
 
+    def _script_imports(self, form: command.WarmCommand) -> list[str]:
+        if form.kind != "script":
+            return []
+        try:
+            source = files.read_regular(form.target, max_bytes=command.MAX_SCRIPT_BYTES + 1)
+        except OSError:
+            return []
+        return command.script_imports(source) if len(source) <= command.MAX_SCRIPT_BYTES else []
+
     def _advance(self, slot: _Slot, *, wait: bool) -> None:
-        """Start the slot's launcher once its survey ended; with ``wait``, give one that imports a little time."""
-        if slot.names is None and slot.survey is not None and slot.survey[0].poll() is not None:
-            replica, path = slot.survey
-            slot.survey = None
-            slot.names = self._read_survey(path)
-            if slot.names is None:
-                slot.failed = f"the first trial wrote no list of its modules ({path})"
-            else:
-                self._new_launcher(slot)
+        """Once the slot's survey ended, start its launcher, or have the one started on the script's imports
+        import the rest; with ``wait``, give a launcher that imports a little time."""
+        if slot.survey is not None and slot.survey[0].poll() is not None:
+            self._surveyed(slot)
         launcher = slot.launcher
         if launcher is None:
             return
@@ -186,6 +197,29 @@ class WarmBackend:
             if not old.children:
                 old.close()
                 slot.old.remove(old)
+
+    def _surveyed(self, slot: _Slot) -> None:
+        assert slot.survey is not None
+        _, path = slot.survey
+        slot.survey = None
+        names = self._read_survey(path)
+        launcher = slot.launcher
+        if names is None:
+            slot.failed = f"the first trial wrote no list of its modules ({path})"
+            if launcher is not None:  # (started on the script's imports)
+                slot.old.append(launcher)
+                slot.launcher = None
+            return
+        slot.failed = ""
+        slot.names = list(dict.fromkeys([*(slot.names or ()), *names]))
+        if launcher is None or launcher.gone:
+            self._new_launcher(slot)
+            return
+        known = set(launcher.names)
+        extra = [name for name in names if name not in known]
+        if extra:
+            with contextlib.suppress(LauncherGone):  # (seen as gone below: the next trials run fresh)
+                launcher.add(extra)
 
     def _read_survey(self, path: str) -> list[str] | None:
         try:

@@ -53,8 +53,12 @@ def python_signals() -> None:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 
 
-def run(kind: str, target: str, args: Sequence[str], *, survey: str | None = None) -> NoReturn:
-    """Run the trainer as ``__main__`` and exit as the interpreter would have."""
+def run(kind: str, target: str, args: Sequence[str], *, survey: str | None = None, first: bool = True) -> NoReturn:
+    """Run the trainer as ``__main__`` and exit as the interpreter would have.
+
+    ``first``: ``sys.path[0]`` is this process's own first entry (``python -m``'s folder), which becomes the
+    trainer's; else (a launcher's child: the launcher took its own off the path) the trainer's is put first.
+    """
     import runpy
 
     code = 0
@@ -62,11 +66,11 @@ def run(kind: str, target: str, args: Sequence[str], *, survey: str | None = Non
         try:
             if kind == "module":
                 sys.argv = ["-m", *args]
-                sys.path[0] = os.getcwd()
+                _first_path(os.getcwd(), first)
                 runpy._run_module_as_main(target, alter_argv=True)  # type: ignore[attr-defined]  # python -m's
             else:
                 sys.argv = [target, *args]
-                sys.path[0] = os.path.dirname(os.path.realpath(target))
+                _first_path(os.path.dirname(os.path.realpath(target)), first)
                 runpy.run_path(target, run_name="__main__")
         except SystemExit as stop:
             code = _exit_code(stop.code)
@@ -80,6 +84,13 @@ def run(kind: str, target: str, args: Sequence[str], *, survey: str | None = Non
         if survey is not None:
             _write_survey(survey, kind, target)
     _exit_fast(code)
+
+
+def _first_path(folder: str, replace: bool) -> None:
+    if replace:
+        sys.path[0] = folder
+    else:
+        sys.path.insert(0, folder)
 
 
 def _exit_code(value: object) -> int:
@@ -151,7 +162,7 @@ def become_trainer(env: Mapping[str, str], kind: str, target: str, args: Sequenc
     os.environ.update(env)
     python_signals()
     reseed()
-    run(kind, target, args)
+    run(kind, target, args, first=False)
 
 
 def main(argv: Sequence[str]) -> NoReturn:

@@ -10,6 +10,7 @@ variable but the per-trial ones, so none is missed).
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -21,6 +22,7 @@ PER_TRIAL = frozenset({"CLUSTER_SPEC", "TF_CONFIG", "CUDA_VISIBLE_DEVICES", "MAS
                        "WORLD_SIZE", "RANK"})
 NEVER_PRELOAD = ("jax", "jaxlib")  # jax starts its backend threads on first use: never in a launcher
 MAX_PRELOAD = 20_000  # module names read from a survey
+MAX_SCRIPT_BYTES = 1 << 20  # a script larger than this is not read for its imports
 _MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
@@ -94,3 +96,23 @@ def preload_names(data: object) -> list[str]:
             continue
         names.append(name)
     return list(dict.fromkeys(names))
+
+
+def script_imports(source: bytes) -> list[str]:
+    """The absolute imports a script makes unconditionally at its top level (``import a.b``: ``a.b``;
+    ``from a.b import c``: ``a.b`` and ``a.b.c``, which may be a module), in order; [] when it does not
+    parse. What a launcher may import before the first trial told what it loaded: the script itself
+    imports each as it starts (one that is not a module, or a module of the launch folder, fails to
+    import in the launcher and is skipped)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    names: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+            names.extend(f"{node.module}.{alias.name}" for alias in node.names if alias.name != "*")
+    return preload_names(names)

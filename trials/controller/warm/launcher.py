@@ -14,6 +14,9 @@ each way:
   ``trials_shim_enter``, which returns in the process the shim would have exec'd the trainer in), then
   becomes the trainer (:func:`trials.controller.warm.child.become_trainer`). Answer ``{"started": ID,
   "pid": PID}`` or ``{"refused": ID, "why": ..., "restart": bool}``.
+- ``{"import": [NAMES]}``: import these too (the first trial's survey, when the launcher started on its
+  script's own imports), collect and freeze again; answer ``{"imported": N, "failed": [...], ...}``.
+  A start asked after it forks with them (one line at a time, in order).
 - ``{"exit": PID, "returncode": RC, "mono": T}`` when a child ends (its wait status as Popen gives it,
   the monotonic time it was reaped).
 
@@ -160,7 +163,11 @@ class Launcher:
                     self.fds += fds
                     while b"\n" in self.buffer:
                         line, self.buffer = self.buffer.split(b"\n", 1)
-                        self.start(json.loads(line))
+                        message = json.loads(line)
+                        if "import" in message:
+                            self.more(message["import"])
+                        else:
+                            self.start(message)
                 else:
                     try:
                         while os.read(self.wake_r, 512):
@@ -178,6 +185,20 @@ class Launcher:
             if pid == 0:
                 return
             self.send({"exit": pid, "returncode": os.waitstatus_to_exitcode(status), "mono": time.monotonic()})
+
+    def more(self, names: Sequence[str]) -> None:
+        """Import more modules (what the first trial loaded beyond its script's own imports), then as at the
+        start: collect, freeze, settle; each later fork has them."""
+        import gc
+
+        started = time.monotonic()
+        failed = preload(names, ())
+        self.files = {**preloaded_files(), **self.files}  # (a file seen before keeps its first stamp)
+        gc.collect()
+        gc.freeze()
+        settle()
+        self.send({"imported": len(names) - len(failed), "failed": failed[:20],
+                   "seconds": time.monotonic() - started, "threads": n_threads()})
 
     def start(self, request: Mapping[str, Any]) -> None:
         fds, self.fds = self.fds[:MAX_FDS], self.fds[MAX_FDS:]

@@ -56,6 +56,7 @@ class LauncherProcess:
         self.ready: dict[str, Any] | None = None
         self.gone = False
         self.retired = False  # a newer launcher serves its key: close once its children ended
+        self.imported: list[dict[str, Any]] = []  # the answers to :meth:`add`
         self.exits: dict[int, tuple[int, float]] = {}
         self.children: set[int] = set()
         self._replies: dict[int, dict[str, Any]] = {}
@@ -89,8 +90,27 @@ class LauncherProcess:
             self.children.discard(pid)
         elif "ready" in message:
             self.ready = message
+        elif "imported" in message:
+            self.imported.append(message)
         elif "started" in message or "refused" in message:
             self._replies[int(message.get("started", message.get("refused", -1)))] = message
+
+    def add(self, names: Sequence[str]) -> None:
+        """Have the launcher import ``names`` too (each start asked later forks with them).
+
+        Raises:
+            LauncherGone: the launcher's socket is closed.
+        """
+        line = json.dumps({"import": list(names)}).encode() + b"\n"
+        try:
+            self.sock.setblocking(True)
+            self.sock.sendall(line)
+        except OSError as err:
+            self.gone = True
+            raise LauncherGone(f"the launcher's socket: {err.strerror or err}") from None
+        finally:
+            self.sock.setblocking(False)
+        self.names = tuple(dict.fromkeys([*self.names, *names]))
 
     def start(self, payload: Mapping[str, Any], fds: Sequence[int]) -> dict[str, Any]:
         """Ask for a child; the launcher's answer (``started`` with its ``pid``, or ``refused``).
