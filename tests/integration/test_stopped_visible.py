@@ -52,7 +52,7 @@ def test_describe_table_and_csv_show_the_stop(job: Path) -> None:
     rows = list(csv.DictReader(io.StringIO(trials_cli(job, "describe", "st", "--format", "csv").stdout)))
     assert [(r["trial"], r["state"], r["stopped early"]) for r in rows] == [
         *((str(i), "SUCCEEDED", "") for i in range(1, 6)), *((str(i), "SUCCEEDED", "yes") for i in range(6, 12))]
-    assert "the median of the running averages" in rows[10]["reason"] and rows[0]["reason"] == ""
+    assert "the worst there of the" in rows[10]["reason"] and rows[0]["reason"] == ""
     table = trials_cli(job, "describe", "st").stdout.splitlines()
     assert "stopped early" in table[1] and table[12].split()[:2] == ["11", "SUCCEEDED"] and " yes " in table[12]
 
@@ -62,7 +62,7 @@ def test_optuna_storage_has_it_pruned_with_the_reason(job: Path) -> None:
         optuna.storages.journal.JournalFileBackend(str(job / "jobs" / "st" / "journal.log")))
     trials = optuna.load_study(study_name="st", storage=storage).get_trials(deepcopy=False)
     assert [t.state.name for t in trials] == ["COMPLETE"] * 5 + ["PRUNED"] * 6
-    assert trials[10].user_attrs["stopped_early"] is True and "median" in trials[10].user_attrs["stop_reason"]
+    assert trials[10].user_attrs["stopped_early"] is True and "leaders" in trials[10].user_attrs["stop_reason"]
 
 
 def test_best_and_report_never_take_the_stopped_value_as_a_result(job: Path) -> None:
