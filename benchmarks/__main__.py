@@ -22,6 +22,7 @@ PARTS = {
     "suggest": "benchmarks.suggest_ahead",
     "slurm": "benchmarks.slurm_overhead",
     "combined": "benchmarks.combined",
+    "warm": "benchmarks.warm_start",
 }
 
 
