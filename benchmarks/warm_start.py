@@ -1,4 +1,4 @@
-"""Part 12 (issue 51): an import-heavy trainer's sweep, warm (``--warm-start``) against fresh and in-process.
+"""Part warm (issue 51): an import-heavy trainer's sweep, warm (``--warm-start``) against fresh and in-process.
 
 The trainer is ``trainers/torch_digits.py`` (argparse + hypertune, ``import torch, sklearn``, an MLP on
 scikit-learn's digits, Adam: the first optimizer made imports ``torch._dynamo``), copied into a

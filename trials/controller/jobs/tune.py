@@ -4,8 +4,11 @@ unit tests and notebooks.
 
 Trials run one after another in this process (the loop has one slot): Python threads would fight
 over the GIL for CPU-bound objectives (measured here: ``study.optimize(n_jobs=2)`` with a pure-Python
-objective is ×0.63 *slower*), so ``parallelTrialCount`` is ignored; use ``trials sweep`` for parallel
-trials. There are no restarts either: an exception fails the trial at once, as exit code 1 would
+objective is ×0.63 *slower*), so a ``parallelTrialCount`` above 1 is not used, and ``tune`` says so
+when it starts (a ``UserWarning``); use ``trials sweep`` for parallel trials (``--warm-start`` for an
+import-heavy trainer: the warm part of benchmarks/README.md). The spec's ``args`` (its first worker
+pool's, as Vertex gives them to the chief) come first in every trial's flags, then ``tune``'s own
+``args``. There are no restarts either: an exception fails the trial at once, as exit code 1 would
 (``trials.controller.inprocess.backend.exit_status``).
 """
 
@@ -99,7 +102,8 @@ def tune(
         directory: where trial directories go (models, checkpoints, logs), kept afterwards.
             Default: a temporary directory, removed when ``tune`` returns or raises.
         seed: sampler seed.
-        args: extra flags given to every trial (like a container spec's ``args``).
+        args: extra flags given to every trial, after the spec's own ``args`` (its first worker pool's
+            ``containerSpec``/``pythonPackageSpec`` ``args``), as Vertex orders them.
         on_trial: called with each finished trial (Vertex REST shape).
         checkpoint_format: as in :func:`trials.main`: ``"auto"`` (default), ``"json"``, ``"npz"``,
             ``"torch"``, ``"pickle"`` or a CheckpointFormat.
@@ -116,6 +120,19 @@ def tune(
         ...                      max_trial_count=20)  # doctest: +SKIP
         >>> result.best_value, result.best_parameters  # doctest: +SKIP
     """
+    if not isinstance(spec, JobSpec):
+        from trials.spec.load import load_spec
+
+        source = os.fspath(spec)
+        spec = load_spec(spec)
+    else:
+        source = "the spec"
+    if spec.parallel_trial_count > 1:
+        import warnings
+
+        warnings.warn(f"trials.tune runs one trial at a time in this process: parallelTrialCount "
+                      f"{spec.parallel_trial_count} in {source} is not used (`trials sweep` runs that many at a "
+                      f"time, each trial a process)", UserWarning, stacklevel=2)
     run = functools.partial(_tune, objective, spec, Config, max_trial_count=max_trial_count,
                             storage=storage, job_id=job_id, seed=seed, args=args, on_trial=on_trial,
                             checkpoint_format=checkpoint_format)
@@ -165,6 +182,7 @@ def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec,
         from trials.spec.load import load_spec
 
         spec = load_spec(spec)
+    spec_args = _spec_args(spec)
     job = spec if max_trial_count is None else replace(spec, max_trial_count=max_trial_count)
     protocol.check_job_id(job_id)
     run_options = RunOptions(install_signals=False, tensorboard=False, checkpoint_format=checkpoint_format)
@@ -179,14 +197,14 @@ def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec,
     # without one, nothing is decided while a trial runs: each is a whole call in this thread
     backend = InProcessBackend(objective, Config, study=study, options=run_options, turns=study.stopping is not None)
     # One trial at a time (see the module's docstring), a replica that is a call: its command is the
-    # backend's placeholder and the flags, ``args`` first as a container spec's would be
+    # backend's placeholder and the flags: the spec's args, ``args``, then the trial's parameters
     from trials.controller.jobs.registry import resolve_base_output
 
     # AIP_* only when the spec has a base output directory, as for a sweep and on Vertex
     options = LoopOptions(job_dir=job_dir, base_output=resolve_base_output(job, None),
                           gcs_root=os.path.join(job_dir, "gcs"),
                           project_number=protocol.DEFAULT_PROJECT_NUMBER, cwd=os.getcwd(),
-                          local_command=(COMMAND, *args), slots=1, poll_interval_s=0.0, seed=seed)
+                          local_command=(COMMAND, *spec_args, *args), slots=1, poll_interval_s=0.0, seed=seed)
     results: list[dict[str, Any]] = []
     first_error: BaseException | None = None
 
@@ -214,6 +232,14 @@ def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec,
     result = TuneResult(job_id=job_id, job_dir=job_dir, state=state, trials=results, best=best,
                         store=store, metric_ids=tuple(study.metric_ids), error=error.get("message"))
     return result, first_error
+
+
+def _spec_args(job: JobSpec) -> tuple[str, ...]:
+    """The args Vertex gives the trial's chief: its first worker pool's (none without a trial job)."""
+    if job.trial_job is None:
+        return ()
+    pool = next((p for p in job.trial_job.worker_pools if p is not None), None)
+    return pool.args if pool is not None else ()
 
 
 def _final_value(trial: Mapping[str, Any], metric_id: str) -> float | None:
