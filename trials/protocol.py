@@ -115,7 +115,6 @@ EXIT_STOPPED = 75  # stopped on request (SIGTERM or a stop file): step finished,
 EXIT_INTERRUPTED = 130  # Ctrl-C on the CLI
 
 DEFAULT_PROJECT_NUMBER = "000000000000"  # CLOUD_ML_PROJECT_ID of local jobs (--project-number sets another)
-IMAGE_RUNTIMES = ("podman", "docker")  # --runtime values whose replicas run in their pools' images (slurm, host: not)
 REPLICA_PORT = 2222  # the port in CLUSTER_SPEC/TF_CONFIG of a one-replica trial, as on Vertex
 DEFAULT_JOBS_ROOT = "trials-jobs"  # where job folders go without --root (relative to the current folder)
 

@@ -191,6 +191,35 @@ def test_a_killed_controller_leaves_containers_the_resume_removes(tmp_path, cont
     assert podman_ps(container_env, label) == []
 
 
+def test_cancel_of_a_job_whose_controller_was_killed_removes_its_containers_and_networks(tmp_path, container_env):
+    job_dir = tmp_path / "jobs" / "dead"
+    sweep = subprocess.Popen(  # two pools: each trial on a network of its own, with its keeper container
+        [sys.executable, "-m", "trials", "sweep", str(two_pools(tmp_path, "--mode=sleep", "--sleep=120", trials=1)),
+         "--root", str(tmp_path / "jobs"), "--job-id", "dead", *IMAGE_FLAGS],
+        cwd=tmp_path, env=container_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    label = f"trials.job_dir={job_dir}"
+    try:
+        assert _wait_for(lambda: len(podman_ps(container_env, label)) >= 2), "the replicas never started"
+    finally:
+        sweep.kill()  # SIGKILL: no clean-up of its own
+        sweep.wait()
+    assert podman_ps(container_env, label)  # they outlived it (120 s of sleep)
+    assert _networks(container_env, label)
+    run = run_trials("cancel", "dead", "--root", str(tmp_path / "jobs"), cwd=tmp_path, env=container_env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "JOB_STATE_CANCELLED" in run.stdout
+    assert podman_ps(container_env, label) == []  # removed now, not when a later controller opens the job
+    assert _networks(container_env, label) == []
+    (trial,) = describe(tmp_path, container_env, "dead")["trials"]
+    assert trial["state"] != "ACTIVE"
+
+
+def _networks(env, label: str) -> list[str]:
+    out = subprocess.run(["podman", "network", "ls", "--filter", f"label={label}", "--format", "{{.Name}}"],
+                         capture_output=True, text=True, env=env)
+    return out.stdout.split()
+
+
 def test_a_python_package_is_installed_from_the_jobs_bucket_into_its_executor_image(tmp_path, container_env, sdist):
     gcs = tmp_path / "gcs"
     (gcs / "bucket" / "pkgs").mkdir(parents=True)

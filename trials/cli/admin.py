@@ -10,22 +10,23 @@ from trials.errors import ConfigError
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from trials.controller.container import runtime as container_runtime
+    from trials.controller.jobs import backends
     from trials.controller.trial import view as trial_view
     from trials.spec.load import load_spec
     from trials.spec.text import summary
 
     job = load_spec(args.spec)
-    runtime = "slurm" if args.runtime == "slurm" else container_runtime.choose(args.runtime) if args.runtime else "host"
+    runtime = backends.choose(args.runtime)
     images = container_runtime.parse_image_map(args.image)
     print(summary(job))
-    if runtime in ("host", "slurm"):
+    if not runtime.in_image:
         try:
             trial_view.check_command(job, args.local_command, args.spec)
         except ConfigError as err:  # valid for Vertex; `trials sweep` refuses it without `-- COMMAND`
             print(f"note: {err}")
             return protocol.EXIT_OK
     for line in trial_view.sample_view(job, local_command=args.local_command or None,
-                                       pass_env=args.pass_env, runtime=runtime, images=images):
+                                       pass_env=args.pass_env, runtime=runtime.name, images=images):
         print(line)
     if args.trainer is not None:
         from trials.controller.trial import preflight
@@ -51,20 +52,19 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if not args.time_limit > 0:
         raise ConfigError(f"--time-limit must be > 0 seconds, got {args.time_limit}")
     from trials.controller.container import runtime as container_runtime
+    from trials.controller.jobs import backends
 
-    if args.runtime == "slurm":
-        raise ConfigError("--runtime slurm: trials check runs its probes on this host (or in containers: --runtime "
-                          "podman); a Slurm job's trials run with trials sweep SPEC --runtime slurm")
-    runtime = container_runtime.choose(args.runtime) if args.runtime else "host"
+    runtime = backends.choose(args.runtime)
+    if not runtime.probes:
+        raise ConfigError(f"--runtime {runtime.name}: trials check runs its probes on this host (or in containers: "
+                          f"--runtime podman); a {runtime.name} job's trials run with trials sweep SPEC --runtime "
+                          f"{runtime.name}")
     images = container_runtime.parse_image_map(args.image)
-    if runtime != "host":
-        from trials.controller.container.preflight import check_images
-
-        check_images(container_runtime.find(runtime), job, images)
+    backends.preflight(runtime, job, images)
     options = CheckOptions(
         time_limit_s=args.time_limit, grace_s=args.grace_period, params=parse_params(args.params, job.study),
         local_command=args.local_command or None, folder=args.keep, pass_env=tuple(args.pass_env),
-        runtime=runtime, images=images, strict=args.strict,
+        runtime=runtime.name, images=images, strict=args.strict,
     )
     return check_main(job, options, fmt=args.format)
 

@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # each command imports what it needs when it runs
     from typing import Any
 
     from trials.cli.progress import Progress
+    from trials.controller.backend.registry import BackendEntry
     from trials.controller.gcs.emulator import Warm
     from trials.controller.jobs.registry import JobHandle
     from trials.controller.jobs.view import Job
@@ -67,10 +68,10 @@ def _sweep(args: argparse.Namespace, endpoint: Warm | None) -> int:
     from trials.controller.trial.view import check_command
 
     runtime, images = _runtime(job, args, stored=None)  # a missing runtime or image: before a job folder
-    slurm = _slurm_options(args, None, runtime, folders=[args.root, args.gcs_root or args.root, os.getcwd()])
-    if runtime in ("host", "slurm"):  # in an image, a pool without a command runs the image's ENTRYPOINT
+    own = _own_options(args, None, runtime, folders=[args.root, args.gcs_root or args.root, os.getcwd()])
+    if not runtime.in_image:  # in an image, a pool without a command runs the image's ENTRYPOINT
         check_command(job, command, args.spec)  # before a job folder and id are used up
-    if not args.no_trainer_check and runtime == "host":
+    if not args.no_trainer_check and runtime.trainer_preflight:
         from trials.controller.trial import preflight
 
         argv = preflight.trainer_command(job, command or None)
@@ -85,8 +86,10 @@ def _sweep(args: argparse.Namespace, endpoint: Warm | None) -> int:
         local_command=command or None, seed=args.seed, gcs_root=args.gcs_root, stale_after_s=args.stale_after,
         pass_env=args.pass_env, sampler=args.sampler,
     )
-    if runtime != "host":
-        h.store.set_meta(runtime=runtime, images=images, **({"slurm": slurm} if slurm is not None else {}))
+    from trials.controller.backend import registry as backend_registry
+
+    if runtime is not backend_registry.get(None):  # (a job of the default runtime keeps none)
+        h.store.set_meta(runtime=runtime.name, images=images, **({runtime.name: own} if own is not None else {}))
     return _run_and_report(h, args, resume=False, plan=plan, endpoint=endpoint)
 
 
@@ -103,61 +106,32 @@ def _warm_suggester(job: JobSpec, sampler: str | None) -> None:
 
 
 def _runtime(job: JobSpec, args: argparse.Namespace, *, stored: Any,
-             stored_images: Any = None) -> tuple[str, dict[str, str]]:
+             stored_images: Any = None) -> tuple[BackendEntry, dict[str, str]]:
     """``--runtime`` and ``--image``, else the job's own: checked (the runtime starts containers, every
-    image exists locally) before anything is written."""
-    name = stored if isinstance(stored, str) else "host"
-    images = dict(stored_images) if isinstance(stored_images, dict) else {}
-    if args.runtime == "slurm" or (not args.runtime and name == "slurm"):
-        if args.image:
-            raise ConfigError("--image: a local image stands in for a spec's only with a container runtime "
-                              "(--runtime podman or docker), got --runtime slurm")
-        return "slurm", {}
-    if getattr(args, "partition", None) or getattr(args, "slurm_arg", None):
-        raise ConfigError(f"--partition and --slurm-arg need --runtime slurm, got runtime {args.runtime or name!r}")
-    if args.runtime or args.image or name != "host":  # (a host job's start-up needs no container module)
-        from trials.controller.container import runtime as container_runtime
+    image exists locally, its own flags apply) before anything is written."""
+    from trials.controller.backend import registry
+    from trials.controller.jobs import backends
 
-        name = container_runtime.choose(args.runtime) if args.runtime else name
-        images.update(container_runtime.parse_image_map(args.image))
-    if name == "host":
-        if images:
-            raise ConfigError("--image: a local image stands in for a spec's only with a container runtime "
-                              "(--runtime podman or docker)")
-        return name, images
+    runtime = backends.choose(args.runtime, stored)
+    registry.check_flags(runtime, args)
+    if not runtime.takes_images:
+        return runtime, {}
     from trials.controller.container import runtime as container_runtime
-    from trials.controller.container.preflight import check_images
 
-    check_images(container_runtime.find(name), job, images)
-    return name, images
+    images = dict(stored_images) if isinstance(stored_images, dict) else {}
+    images.update(container_runtime.parse_image_map(args.image))
+    backends.preflight(runtime, job, images)
+    return runtime, images
 
 
-def _slurm_options(args: argparse.Namespace, stored: Any, runtime: str, *,
-                   folders: list[str]) -> dict[str, Any] | None:
-    """``--partition`` and ``--slurm-arg`` (else the job's own), checked, and the shared-folder check on a
-    node (before anything is written); None for another runtime."""
-    if runtime != "slurm":
-        return None
-    from trials.controller.slurm import commands, preflight
-    from trials.controller.slurm.backend import package_root
-    from trials.controller.slurm.script import check_slurm_arg
+def _own_options(args: argparse.Namespace, stored: Any, runtime: BackendEntry, *,
+                 folders: list[str]) -> dict[str, Any] | None:
+    """The runtime's own options (``--partition``, ``--slurm-arg`` of Slurm), else the job's, checked
+    (before anything is written); None: the runtime has none."""
+    from trials.controller.jobs import backends
 
-    have = dict(stored) if isinstance(stored, dict) else {}
-    partition = args.partition or have.get("partition")
-    extra = list(have.get("args") or [])
-    if args.slurm_arg:
-        extra = []
-        for arg in args.slurm_arg:
-            try:
-                extra.append(check_slurm_arg(arg))
-            except ValueError as err:
-                raise ConfigError(f"--slurm-arg: {err}") from None
-    slurm = commands.Slurm()
-    warning = preflight.check_shared(slurm, [f for f in folders if f], package_root=package_root(),
-                                     partition=partition, extra=extra)
-    if warning and not args.quiet:
-        print(f"trials: warning: {warning}")
-    return {"partition": partition, "args": extra}
+    return backends.own_options(runtime, args, stored, folders=folders,
+                                say=(lambda line: None) if args.quiet else print)
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
@@ -181,14 +155,15 @@ def _cmd_resume(args: argparse.Namespace) -> int:
         job_run.set_command(h, args.local_command)
     meta = h.store.meta()
     runtime, images = _runtime(h.job, args, stored=meta.get("runtime"), stored_images=meta.get("images"))
-    if runtime in ("host", "slurm"):
+    if not runtime.in_image:
         job_run.check_runnable(h)
-    slurm = _slurm_options(args, meta.get("slurm"), runtime,
-                           folders=[h.job_dir, meta.get("gcs_root") or h.job_dir, meta.get("cwd") or h.job_dir])
-    if (args.runtime or args.image) and (runtime, images) != (meta.get("runtime") or "host", meta.get("images") or {}):
-        h.store.set_meta(runtime=runtime, images=images)  # kept by the job from now on
-    if slurm is not None and slurm != meta.get("slurm"):
-        h.store.set_meta(slurm=slurm)
+    own = _own_options(args, meta.get(runtime.name), runtime,
+                       folders=[h.job_dir, meta.get("gcs_root") or h.job_dir, meta.get("cwd") or h.job_dir])
+    if (args.runtime or args.image) and (runtime.name, images) != (meta.get("runtime") or "host",
+                                                                    meta.get("images") or {}):
+        h.store.set_meta(runtime=runtime.name, images=images)  # kept by the job from now on
+    if own is not None and own != meta.get(runtime.name):
+        h.store.set_meta(**{runtime.name: own})
     added, holder = 0, None
     if args.max_trial_count is not None or counts:
         added, holder = job_admin.change(h, max_trial_count=args.max_trial_count, counts=counts)
@@ -308,7 +283,7 @@ def _with_overrides(job: JobSpec, args: argparse.Namespace) -> JobSpec:
     return job
 
 
-def _device_plan(job: JobSpec, args: argparse.Namespace, runtime: str = "host") -> DevicePlan:
+def _device_plan(job: JobSpec, args: argparse.Namespace, runtime: BackendEntry | None = None) -> DevicePlan:
     """Check the worker options (before a sweep creates its job) and plan the GPUs (under Slurm, the
     cluster assigns them: this host hands out none)."""
     from trials.controller.trial import devices
@@ -319,10 +294,10 @@ def _device_plan(job: JobSpec, args: argparse.Namespace, runtime: str = "host") 
         if not args.stale_after >= MIN_STALE_AFTER_S:
             raise ConfigError(f"--stale-after must be >= {MIN_STALE_AFTER_S:g} seconds (the job's lease "
                               f"timeout; workers heartbeat 6 times within it), got {args.stale_after}")
-    if runtime == "slurm":
+    if runtime is not None and not runtime.local_gpus:
         if args.gpus is not None:
-            raise ConfigError("--gpus: under --runtime slurm the cluster assigns each trial its GPUs "
-                              "(machineSpec.acceleratorCount), got --gpus " + repr(args.gpus))
+            raise ConfigError(f"--gpus: under --runtime {runtime.name} the cluster assigns each trial its GPUs "
+                              f"(machineSpec.acceleratorCount), got --gpus {args.gpus!r}")
         return devices.DevicePlan()
     return devices.plan(job, gpus=args.gpus, ignore_accelerators=args.ignore_accelerators)
 
@@ -351,20 +326,23 @@ def _run_and_report(h: JobHandle, args: argparse.Namespace, *, resume: bool, joi
 
 def _run_held(h: JobHandle, args: argparse.Namespace, signals: Any, *, resume: bool, join: bool,
               plan: DevicePlan | None, endpoint: Warm | None = None) -> int:
+    from trials.controller.backend import registry
+    from trials.controller.jobs import backends
     from trials.controller.jobs import run as job_run
     from trials.controller.loop.events import JobWarning
     from trials.storage_url import redact
 
-    plan = plan or _device_plan(h.job, args, args.runtime or h.store.get_meta("runtime") or "host")
+    plan = plan or _device_plan(h.job, args, backends.choose(args.runtime, h.store.get_meta("runtime")))
     runtime, images = None, None
-    slurm = None
+    own = None
     if join and (args.runtime or args.image or args.partition or args.slurm_arg):  # this worker's own runtime
         runtime, images = _runtime(h.job, args, stored=h.store.get_meta("runtime"),
                                    stored_images=h.store.get_meta("images"))
-    if join and (runtime or h.store.get_meta("runtime")) == "slurm":  # (the job's is the default)
-        slurm = _slurm_options(args, h.store.get_meta("slurm"), "slurm",
-                               folders=[h.job_dir, h.store.get_meta("gcs_root") or h.job_dir,
-                                        h.store.get_meta("cwd") or h.job_dir])
+    chosen = runtime or registry.get(h.store.get_meta("runtime"))  # (the job's is the default)
+    if join:
+        own = _own_options(args, h.store.get_meta(chosen.name), chosen,
+                           folders=[h.job_dir, h.store.get_meta("gcs_root") or h.job_dir,
+                                    h.store.get_meta("cwd") or h.job_dir])
     if args.keep_going and not h.store.get_meta("keep_going"):
         h.store.set_meta(keep_going=True)  # kept by the job, as its other run settings are
     progress = _progress(h, args, h.store.n_trials())
@@ -373,8 +351,9 @@ def _run_held(h: JobHandle, args: argparse.Namespace, signals: Any, *, resume: b
     options = job_run.run_options(
         h, echo=args.echo, grace_period_s=args.grace_period, memory_limit_mb=args.memory_limit,
         inject_restarts=args.inject_restarts, slots=getattr(args, "slots", None), seed=args.seed,
-        devices=plan, shared=shared, join=join, pass_env=args.pass_env, runtime=runtime, images=images,
-        slurm=slurm, warm_start=getattr(args, "warm_start", False),
+        devices=plan, shared=shared, join=join, pass_env=args.pass_env,
+        runtime=runtime.name if runtime is not None else None, images=images, own=own,
+        warm_start=getattr(args, "warm_start", False),
     )
     if not args.quiet and not args.json_logs:
         who = f"worker {shared.me} joined " if join and shared is not None else ""

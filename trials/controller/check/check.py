@@ -138,12 +138,14 @@ def run_check(job: JobSpec, options: CheckOptions, *, echo: Callable[[str], None
         KeyboardInterrupt: a stop signal (Ctrl-C) cancelled a probe; its replicas were stopped.
     """
     params = first_params(job.study, options.params)
-    if options.runtime == "host":  # in an image, a pool without a command runs the image's ENTRYPOINT
+    from trials.controller.backend import registry
+
+    in_image = registry.get(options.runtime).in_image
+    if not in_image:  # in an image, a pool without a command runs the image's ENTRYPOINT
         _check_command(job, options.local_command)
     folder = options.folder or tempfile.mkdtemp(prefix="trials-check-")
     os.makedirs(folder, exist_ok=True)
     notes: list[str] = []
-    in_image = options.runtime != "host"
     if backend is None and in_image:
         from trials.controller.container import runtime as container_runtime
         from trials.controller.container.backend import ContainerBackend

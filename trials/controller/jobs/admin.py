@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from trials.controller.jobs.lock import lock_holder, reap_job_leftovers, repair_journal
+from trials.controller.jobs.lock import lock_holder, repair_journal
 from trials.controller.jobs.registry import job_dir_of
 from trials.controller.jobs.run import is_shared, shared_job
 from trials.controller.loop.state_lock import state_lock
@@ -180,17 +180,13 @@ def repair_job(root: str, job_id: str) -> tuple[int, list[str], str | None]:
 
 
 def _requeue_orphans(h: JobHandle) -> None:
-    """Trials a dead controller left RUNNING: kill their leftover replicas, record them as a cancel
-    stopped them and queue them again (as the controller does on cancel: same id and parameters on
-    resume); under Slurm, its trials' jobs are cancelled (scancel)."""
-    reap_job_leftovers(h)
-    if h.store.get_meta("runtime") == "slurm":
-        from trials.controller.backend.protocol import BackendError
-        from trials.controller.slurm.backend import cancel_left_jobs, job_key
-        from trials.errors import ConfigError
+    """Trials a dead controller left RUNNING: remove what it left running through the job's runtime
+    (``jobs.backends.clean_dead``: host process groups killed, containers and their networks
+    removed, Slurm jobs cancelled), record them as a cancel stopped them and queue them again (as the
+    controller does on cancel: same id and parameters on resume)."""
+    from trials.controller.jobs import backends
 
-        with contextlib.suppress(BackendError, ConfigError):  # no Slurm here: a resume cancels them
-            cancel_left_jobs(job_dir=h.job_dir, job_key=job_key(h.storage_url, h.job_id))
+    backends.clean_dead(h, h.store.get_meta("runtime"))
     from trials.controller.loop.stopped import requeue_stopped
     from trials.controller.policy.rerun import CANCELLED_ORPHAN
 

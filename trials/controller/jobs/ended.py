@@ -11,6 +11,7 @@ caller runs the slow path, which stays the one source of truth: see :func:`read_
 
 from __future__ import annotations
 
+from trials.controller.backend import registry
 from trials.controller.jobs import view
 from trials.controller.jobs.lock import lock_holder
 from trials.controller.policy import study_stopping
@@ -55,7 +56,8 @@ def _ended(job_id: str, *, root: str, storage: str | None) -> view.JobView | Non
     meta = h.store.meta()
     if meta.get("state") != JobState.SUCCEEDED:
         return None
-    if (meta.get("runtime") or "host") != "host" or meta.get("images") or meta.get("slurm"):
+    runtime = registry.RUNTIMES.get(meta.get("runtime") or registry.HOST)
+    if runtime is None or not runtime.plain or meta.get("images") or meta.get(registry.SLURM):
         return None
     if any(accelerator_counts(h.job)) or h.job.local.inject_restarts or study_stopping.from_job(h.job) is not None:
         return None

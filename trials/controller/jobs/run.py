@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from trials import protocol
 from trials.controller.backend.protocol import ReplicaBackend
+from trials.controller.jobs import backends
 from trials.controller.jobs.lock import ControllerLock, reap_job_leftovers, repair_journal
 from trials.controller.loop import events
 from trials.controller.loop.runner import JobRunner
 from trials.controller.loop.signals import LoopSignals
 from trials.controller.loop.state import LoopOptions
 from trials.controller.loop.state_lock import state_lock
-from trials.controller.process.host import HostBackend
 from trials.errors import ConfigError
 from trials.study.storage import RetryingRDBStorage
 
@@ -57,16 +57,19 @@ def run_options(h: JobHandle, *, echo: bool, grace_period_s: float | None, memor
                 devices: Any = None, shared: Any = None, join: bool = False,
                 pass_env: Sequence[str] = (), runtime: str | None = None,
                 images: Mapping[str, str] | None = None, keep_going: bool = False,
-                slurm: Mapping[str, Any] | None = None, warm_start: bool = False) -> LoopOptions:
-    """The loop's options from the job's stored settings and this run's (``runtime``, ``images``:
-    this run's choice, else the job's)."""
+                own: Mapping[str, Any] | None = None, warm_start: bool = False) -> LoopOptions:
+    """The loop's options from the job's stored settings and this run's (``runtime``, ``images``,
+    ``own``: this run's choice of runtime, its images, the runtime's own options; else the job's)."""
     meta = h.store.meta()
     local = h.job.local
+    name = runtime or meta.get("runtime") or "host"
+    stored = meta.get(name)
+    kept: Mapping[str, Any] = own if own is not None else stored if isinstance(stored, dict) else {}
     return LoopOptions(
-        runtime=runtime or meta.get("runtime") or "host",
+        runtime=name,
         images={**(meta.get("images") or {}), **(images or {})},
-        slurm_partition=(slurm if slurm is not None else meta.get("slurm") or {}).get("partition"),
-        slurm_args=tuple((slurm if slurm is not None else meta.get("slurm") or {}).get("args") or ()),
+        slurm_partition=kept.get("partition"),
+        slurm_args=tuple(kept.get("args") or ()),
         job_dir=h.job_dir, base_output=meta.get("base_output"), gcs_root=meta["gcs_root"],
         project_number=meta["project_number"], cwd=meta["cwd"],
         local_command=tuple(meta["local_command"]) if meta.get("local_command") else None,
@@ -142,29 +145,7 @@ def run_job(h: JobHandle, options: LoopOptions, *, emit: events.Emit = events.ig
             locker.release()
 
     try:
-        backend: ReplicaBackend
-        if options.runtime == "slurm":
-            if endpoint is not None:
-                endpoint.close()  # nodes cannot reach a local endpoint
-            from trials.controller.slurm.backend import SlurmBackend, job_key
-
-            backend = SlurmBackend(job_dir=options.job_dir, job_key=job_key(h.storage_url, h.job_id),
-                                   accelerators=accelerators(h.job),
-                                   partition=options.slurm_partition, extra=options.slurm_args,
-                                   timeout_s=h.job.trial_job.scheduling.timeout_s if h.job.trial_job else None,
-                                   grace_s=options.grace_period_s)
-        elif options.runtime == "host":
-            backend = HostBackend(launch_dir=options.cwd, job_dir=options.job_dir, gcs_root=options.gcs_root,
-                                  pass_env=options.pass_env, warm_endpoint=endpoint)
-            backend = with_packages(backend, h.job, options)
-        else:
-            if endpoint is not None:
-                endpoint.close()  # the container backend starts its own
-            from trials.controller.container import runtime as container_runtime
-            from trials.controller.container.backend import ContainerBackend
-
-            backend = ContainerBackend(runtime=container_runtime.find(options.runtime), job_dir=options.job_dir,
-                                       gcs_root=options.gcs_root, images=options.images, pass_env=options.pass_env)
+        backend: ReplicaBackend = backends.build(h, options, endpoint)
         policy = None
         if options.warm_start:
             from trials.controller.warm.backend import warm_backend
@@ -180,28 +161,6 @@ def run_job(h: JobHandle, options: LoopOptions, *, emit: events.Emit = events.ig
         if locker and not ended:
             _settle_cancel(h)
             locker.release()
-
-
-def with_packages(backend: ReplicaBackend, job: Any, options: LoopOptions) -> ReplicaBackend:
-    """The host backend, installing the job's ``pythonPackageSpec`` packages first when it has some
-    (and no command given after ``--`` stands in for its module)."""
-    pools = [pool for _, _, pool in job.trial_job.replicas()] if job.trial_job is not None else []
-    sets = [pool.python_package.package_uris for pool in pools
-            if pool.python_package is not None and pool.python_package.package_uris]
-    if not sets or options.local_command:
-        return backend
-    from trials.controller.trial.packages import PackagesBackend
-
-    return PackagesBackend(backend, job_dir=options.job_dir, gcs_root=options.gcs_root, cwd=options.cwd,
-                           package_sets=sets)
-
-
-def accelerators(job: Any) -> dict[str, int]:
-    """GPUs per replica name, from each pool's ``machineSpec.acceleratorCount``."""
-    if job.trial_job is None:
-        return {}
-    return {protocol.replica_name(i, j): int(pool.machine_spec.accelerator_count or 0)
-            for i, j, pool in job.trial_job.replicas()}
 
 
 def _settle_cancel(h: JobHandle) -> None:

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
 from trials import protocol
+from trials.controller.backend import registry
 from trials.controller.backend.protocol import MAX_INTERNAL_RETRIES, BackendError, ReplicaBackend, ReplicaStart
 from trials.controller.loop.effects import Clock
 from trials.controller.loop.running import RunningTrial
@@ -83,7 +84,7 @@ class TrialLauncher:
         for d in (paths.model_dir, paths.checkpoint_dir, paths.tensorboard_dir):
             if d is not None:  # no base output directory: the trainer saves where it chooses
                 os.makedirs(protocol.local_path(d, self.opt.gcs_root), exist_ok=True)
-        in_image = self.opt.runtime in protocol.IMAGE_RUNTIMES
+        in_image = registry.get(self.opt.runtime).in_image
         n_replicas = len(self.job.trial_job.replicas()) if self.job.trial_job else 1
         ports = [free_port() for _ in range(n_replicas)] if n_replicas > 1 else [protocol.REPLICA_PORT]
         launches = launch.build_replicas(

@@ -7,6 +7,7 @@ import shlex
 from collections.abc import Collection, Mapping, Sequence
 
 from trials import protocol
+from trials.controller.backend import registry
 from trials.controller.trial import launch
 from trials.spec import JobSpec, WorkerPoolSpec
 from trials.spec.text import sample_trial
@@ -49,7 +50,7 @@ def sample_view(job: JobSpec, *, local_command: Sequence[str] | None, pass_env: 
     assert job.trial_job is not None
     base_output = job.trial_job.base_output_directory  # None: no AIP_* (as on Vertex)
     paths = launch.trial_paths(JOB_DIR, base_output, "1")
-    in_image = runtime in protocol.IMAGE_RUNTIMES
+    in_image = registry.get(runtime).in_image
     base_env = {} if in_image else launch.clean_base_env(environ, pass_env)
     n = len(job.trial_job.replicas()) if job.trial_job else 1
     primary = launch.build_replicas(
