@@ -13,10 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from trials.controller.api.errors import ApiError
+from trials.controller.backend import registry
 from trials.errors import ConfigError
 from trials.spec.model import JobSpec
-
-HOST, SLURM = "host", "slurm"
 
 
 @dataclass(frozen=True)
@@ -43,8 +42,8 @@ class JobOptions:
 
     @property
     def on_host(self) -> bool:
-        """Whether replicas run as host processes (the default runtime)."""
-        return self.runtime in (None, HOST)
+        """Whether replicas run as host processes that use the server's Cloud Storage endpoint (host)."""
+        return registry.get(self.runtime).local_endpoint
 
     def image_map(self) -> dict[str, str]:
         """``--image`` as ``{URI: LOCAL}`` (checked by :func:`check_options`)."""
@@ -80,26 +79,26 @@ def check_options(options: JobOptions) -> JobOptions:
     """
     from dataclasses import replace
 
+    from trials.controller.jobs import backends
     from trials.controller.trial.devices import parse_gpus_flag
 
-    runtime = options.runtime
-    if runtime not in (None, HOST, SLURM):
+    entry = backends.choose(options.runtime)
+    runtime = options.runtime and entry.name
+    if entry.takes_images:
         from trials.controller.container import runtime as container_runtime
 
-        runtime = container_runtime.choose(runtime)
-        if runtime != HOST:
-            container_runtime.find(runtime)  # installed (RuntimeUnavailable names the fix)
+        container_runtime.find(entry.name)  # installed (RuntimeUnavailable names the fix)
     if options.images:
-        if runtime in (None, HOST, SLURM):
+        if not entry.takes_images:
             raise ConfigError(f"--image: a local image stands in for a job's only with a container runtime "
-                              f"(--runtime podman or docker), got --runtime {runtime or HOST}")
+                              f"(--runtime podman or docker), got --runtime {entry.name}")
         options.image_map()
     if options.gpus is not None:
         if options.ignore_accelerators:
             raise ConfigError(f"--gpus {options.gpus} and --ignore-accelerators: choose one (--ignore-accelerators "
                               f"runs every job on CPU)")
-        if runtime == SLURM:
-            raise ConfigError(f"--gpus: under --runtime slurm the cluster assigns each trial its GPUs "
+        if not entry.local_gpus:
+            raise ConfigError(f"--gpus: under --runtime {entry.name} the cluster assigns each trial its GPUs "
                               f"(machineSpec.acceleratorCount), got --gpus {options.gpus!r}")
         parse_gpus_flag(options.gpus)
     if options.memory_limit_mb is not None and options.memory_limit_mb < 1:
@@ -148,7 +147,7 @@ def check_accelerators(job: JobSpec, options: JobOptions, where: str,
     Raises:
         ApiError: 429, naming the pools that ask, what the server has and the two flags.
     """
-    if options.ignore_accelerators or options.runtime == SLURM:
+    if options.ignore_accelerators or not registry.get(options.runtime).local_gpus:
         return
     need, asks = accelerators_needed(job)
     if need == 0:
