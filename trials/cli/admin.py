@@ -64,7 +64,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     options = CheckOptions(
         time_limit_s=args.time_limit, grace_s=args.grace_period, params=parse_params(args.params, job.study),
         local_command=args.local_command or None, folder=args.keep, pass_env=tuple(args.pass_env),
-        runtime=runtime.name, images=images, strict=args.strict,
+        runtime=runtime.name, images=images, strict=args.strict, warm_start=args.warm_start,
     )
     return check_main(job, options, fmt=args.format)
 

@@ -176,6 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true",
                    help="fail, not warn, when the trainer does not resume after a restart or handle SIGTERM "
                         "(Vertex recommends both; a trainer that checkpoints and starts over fails either way)")
+    p.add_argument("--warm-start", action="store_true",
+                   help="also say whether the trainer is safe to run with trials sweep --warm-start: the same "
+                        "trial run fresh, then twice forked from a warm launcher, must report the same values "
+                        "(3 more runs)")
     p.add_argument("--keep", metavar="DIR", help="keep the runs' folders (logs, outputs) in DIR")
     p.add_argument("--base-output-dir", metavar="DIR",
                    help="run as with a baseOutputDirectory (AIP_* set), as `trials sweep --base-output-dir` does; "

@@ -54,6 +54,7 @@ class CheckOptions:
     runtime: str = "host"  # or podman / docker: the probes run as containers of the pools' images
     images: Mapping[str, str] = field(default_factory=dict)  # --image URI=LOCAL
     strict: bool = False  # --strict: what Vertex recommends (resume, SIGTERM handled) is required
+    warm_start: bool = False  # --warm-start: also run the trial fresh and warm (trials.controller.check.warm)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -166,10 +167,13 @@ def run_check(job: JobSpec, options: CheckOptions, *, echo: Callable[[str], None
                      signals=signals)
     try:
         obs = probes.observe(notes, echo, sandboxed=sandboxed, in_image=in_image)
+        lines = scorecard.judge(obs)
+        if options.warm_start:
+            lines.append(probes.warm(obs, echo))
     finally:
         if not options.folder:
             _remove_tree(folder)
-    return CheckResult(lines=scorecard.judge(obs), notes=notes, params=params, folder=folder, observations=obs)
+    return CheckResult(lines=lines, notes=notes, params=params, folder=folder, observations=obs)
 
 
 class _Probes:
@@ -228,6 +232,41 @@ class _Probes:
                     notes.append("the restarted run was stopped by the time box")
                 obs.stop = self.stop_seen(run, policy)
         return obs
+
+    def warm(self, obs: scorecard.Observations, echo: Callable[[str], None]) -> scorecard.Line:
+        """The warm-start probe's line (:mod:`trials.controller.check.warm`): the host's trials only."""
+        from trials.controller.check import warm
+
+        if not isinstance(self.backend, HostBackend):
+            return warm.judge(warm.WarmSeen(skipped=f"--warm-start forks host trials only (the check ran "
+                                                    f"--runtime {self.options.runtime})"), None)
+        clean = obs.clean.reports if obs.clean.exit_code == 0 and not obs.clean.stopped_by_check else None
+        # each run may take three times the clean run (a warm child that hangs ends at its timeout)
+        timeout_s = min(self.options.time_limit_s, max(60.0, 3 * obs.clean.duration_s))
+        seen = warm.run_warm(self.job, self.params, folder=self.folder, host=self.backend, say=echo,
+                             run_job=lambda job, root, backend: self._run_one(root, backend, timeout_s))
+        return warm.judge(seen, clean)
+
+    def _run_one(self, root: str, backend: ReplicaBackend, timeout_s: float) -> str:
+        """A one-trial job in ``root`` with the check's parameters through ``backend``, no probe policy, the
+        trial stopped after ``timeout_s``; its state."""
+        job = _one_trial(self.job)
+        if job.trial_job is not None:
+            job = replace(job, trial_job=replace(job.trial_job, scheduling=replace(job.trial_job.scheduling,
+                                                                                   timeout_s=timeout_s)))
+        h = registry.create_job(
+            job, root=root, job_id=CHECK_JOB_ID, spec_path=None, storage=None,
+            base_output_dir=os.path.join(root, "outputs") if _has_base(self.job) else None,
+            project_number=self.options.project_number,
+            local_command=self.options.local_command, cwd=os.path.abspath(self.options.cwd),
+            gcs_root=os.path.join(self.folder, "gcs"), pass_env=self.options.pass_env)
+        h.store.fix_params(0, self.params, self.job.study)
+        options = job_run.run_options(h, runtime="host", images={}, echo=False, grace_period_s=self.options.grace_s,
+                                      memory_limit_mb=None, inject_restarts=0.0, slots=1, seed=None)
+        state = JobRunner(h.store, h.job, options, backend=backend, clock=self.clock, signals=self.signals).run()
+        if state == JobState.CANCELLED:
+            raise KeyboardInterrupt
+        return state
 
     def run(self, name: str, policy: ProbePolicy, *, hold: Hold | None = None) -> ProbeBackend:
         """One probe: a one-trial job in ``<folder>/<name>/``, run by the job loop until it ends
