@@ -281,6 +281,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "(CUDA_VISIBLE_DEVICES='')")
     g.add_argument("--memory-limit", type=_positive_int, metavar="MB",
                    help="per-replica memory limit; over it the replica is OOM-killed (the trial fails as on Vertex)")
+    g.add_argument("--warm-start", action="store_true",
+                   help="host runtime: fork each job's `python SCRIPT`/`python -m MODULE` trials from a launcher "
+                        "that already imported what its first trial loaded (default, as on Vertex: a fresh "
+                        "process); check a trainer first with trials check --warm-start")
     g.add_argument("--max-running-jobs", type=_positive_int, metavar="N",
                    help="jobs run at once (default: the machine's cores); the others wait JOB_STATE_QUEUED "
                         "and start in creation order")

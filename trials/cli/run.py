@@ -492,7 +492,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from trials.controller.api.server import serve_main
 
     options = JobOptions(runtime=args.runtime, images=tuple(args.image), gpus=args.gpus,
-                         ignore_accelerators=args.ignore_accelerators, memory_limit_mb=args.memory_limit)
+                         ignore_accelerators=args.ignore_accelerators, memory_limit_mb=args.memory_limit,
+                         warm_start=args.warm_start)
     return serve_main(root=args.root, storage=args.storage, options=options, project_number=args.project_number,
                       host=args.host, port=args.port, quiet=args.quiet, token=args.token, no_auth=args.no_auth,
                       max_running_jobs=args.max_running_jobs)

@@ -1,5 +1,6 @@
 """What ``trials serve`` gives every job it runs, as ``trials sweep`` takes it: the runtime and its image map,
-the GPUs its trials get (``--gpus``, or none: ``--ignore-accelerators``) and the replicas' memory limit.
+the GPUs its trials get (``--gpus``, or none: ``--ignore-accelerators``), the replicas' memory limit and
+``--warm-start`` (host trials forked from a launcher that holds their imports).
 
 The options are checked once, before the server listens (a bad one is one line and exit code 2, as the
 CLI's), then passed to each job's controller (``trials resume JOB``); a job that asks for more accelerators
@@ -28,6 +29,7 @@ class JobOptions:
         gpus: ``--gpus IDS``, the GPUs to hand out (None: ``CUDA_VISIBLE_DEVICES``, else ``nvidia-smi -L``).
         ignore_accelerators: run every replica on CPU whatever its ``machineSpec`` asks.
         memory_limit_mb: each replica's memory limit (over it the replica is OOM-killed).
+        warm_start: ``--warm-start``: each job's host trials forked from a warm launcher (host runtime only).
 
     Example:
         >>> JobOptions(ignore_accelerators=True, memory_limit_mb=512).resume_args(images_used=())
@@ -39,6 +41,7 @@ class JobOptions:
     gpus: str | None = None
     ignore_accelerators: bool = False
     memory_limit_mb: int | None = None
+    warm_start: bool = False
 
     @property
     def on_host(self) -> bool:
@@ -66,6 +69,8 @@ class JobOptions:
             out.append("--ignore-accelerators")
         if self.memory_limit_mb is not None:
             out += ["--memory-limit", str(self.memory_limit_mb)]
+        if self.warm_start:
+            out.append("--warm-start")
         return out
 
 
@@ -75,7 +80,8 @@ def check_options(options: JobOptions) -> JobOptions:
     Raises:
         ConfigError: a runtime that is unknown or not installed, an ``--image`` that is no ``URI=LOCAL`` or
             comes without a container runtime, ``--gpus`` listing a device twice or beside
-            ``--ignore-accelerators`` or under Slurm, a memory limit below 1 MB.
+            ``--ignore-accelerators`` or under Slurm, a memory limit below 1 MB, ``--warm-start`` with a
+            runtime that is not the host's.
     """
     from dataclasses import replace
 
@@ -84,6 +90,9 @@ def check_options(options: JobOptions) -> JobOptions:
 
     entry = backends.choose(options.runtime)
     runtime = options.runtime and entry.name
+    if options.warm_start and entry.name != "host":
+        raise ConfigError(f"--warm-start: expected the host runtime, got --runtime {entry.name} (a container or a "
+                          f"Slurm job's trials start fresh, as Vertex's do)")
     if entry.takes_images:
         from trials.controller.container import runtime as container_runtime
 
