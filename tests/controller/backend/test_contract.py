@@ -67,6 +67,7 @@ class Kit:
     monotonic: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     lacks: dict[str, str] = field(default_factory=dict)  # case -> why it cannot have it
+    stop_status: int = 143  # a replica that ends on the stop it was asked for (in-process: 75, as asked)
     opened: bool = False
 
     def wait_exit(self, h: ReplicaHandle, timeout_s: float = 90.0) -> int:
@@ -164,6 +165,55 @@ def _container(tmp: Path, name: str, require: str, monkeypatch: pytest.MonkeyPat
     return Kit(backend, start)
 
 
+def _slurm(tmp: Path, cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Kit:
+    from trials.controller.slurm.backend import SlurmBackend
+
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+    (tmp / "launch").mkdir(exist_ok=True)
+    backend = SlurmBackend(job_dir=str(tmp / "job"), job_key=f"contract-{tmp.name}", grace_s=GRACE_S)
+    return Kit(backend, lambda case, t: backend.start(_request(t, case)))
+
+
+def _objective(config: Any, ctx: Any) -> None:
+    """The in-process cases (the case in ``config.case``): the objective is the program."""
+    if config.case == 1:
+        raise RuntimeError("the objective failed")
+    if config.case == 2:  # runs until the stop it is asked for reaches it
+        for step in ctx.steps(10_000_000):
+            ctx.report(step, score=0.5)
+            time.sleep(0.01)
+        return
+    ctx.report(1, score=0.5)
+
+
+def _in_process(tmp: Path) -> Kit:
+    import dataclasses
+
+    from trials.controller.inprocess.backend import COMMAND, InProcessBackend
+    from trials.runtime.context import RunOptions
+    from trials.spec.load import loads_spec
+
+    @dataclasses.dataclass
+    class Config:
+        case: int = 0
+
+    study = loads_spec("metrics: {score: maximize}\nparameters:\n  case: {type: integer, min: 0, max: 2}\n"
+                       "max_trial_count: 1\n").study
+    backend = InProcessBackend(_objective, Config, study=study,
+                               options=RunOptions(install_signals=False, tensorboard=False))
+    number = {"exit0": 0, "exit1": 1, "term-exits": 2}
+
+    def start(case: str, t: Path) -> ReplicaHandle:
+        request = _request(t, case, argv=(COMMAND, f"--case={number[case]}"))
+        env = {**request.env, protocol.ENV_JOB_ID: "job", protocol.ENV_TRIAL_DIR: request.trial_dir,
+               protocol.ENV_STOP_FILE: str(Path(request.trial_dir) / protocol.STOP_FILE)}
+        return backend.start(dataclasses.replace(request, env=env))
+    nothing = "in-process, nothing can be killed and nothing is started: a stop is a request the objective honours"
+    return Kit(backend, start, lacks={"exit0-logs": "in-process, the objective's prints are the caller's",
+                                      "ignores-term": nothing, "leaves-child": nothing},
+               stop_status=protocol.EXIT_STOPPED)
+
+
 def _scripted(tmp: Path) -> Kit:
     clock = FakeClock()
     cases: list[str] = []
@@ -177,7 +227,22 @@ def _scripted(tmp: Path) -> Kit:
                lacks={"exit0-logs": no_process, "leaves-child": no_process})
 
 
-BACKENDS = ["host-sandbox", "host-plain", "podman", "docker", "scripted"]
+BACKENDS = ["host-sandbox", "host-plain", "podman", "docker", "slurm", "in-process", "scripted"]
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A two-node Slurm cluster of the tests/slurm kit (skipped where Slurm is missing, failed instead
+    under ``TRIALS_REQUIRE_SLURM=1``)."""
+    sys.path.insert(0, str(HERE.parent.parent / "slurm"))
+    from slurmkit import MiniCluster, need_slurm
+
+    need_slurm()
+    cluster = MiniCluster(tmp_path_factory.mktemp("slurm")).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture(params=BACKENDS)
@@ -185,9 +250,13 @@ def kit(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Monk
     name = request.param
     if name.startswith("host"):
         made = _host(tmp_path, sandboxed=name == "host-sandbox")
+    elif name == "slurm":
+        made = _slurm(tmp_path, request.getfixturevalue("slurm_cluster"), monkeypatch)
     elif name in ("podman", "docker"):
         made = _container(tmp_path, name, "TRIALS_REQUIRE_CONTAINERS" if name == "podman" else "TRIALS_REQUIRE_DOCKER",
                           monkeypatch)
+    elif name == "in-process":
+        made = _in_process(tmp_path)
     else:
         made = _scripted(tmp_path)
     made.backend.open(lambda line: None)
@@ -226,7 +295,7 @@ def test_what_it_prints_goes_to_its_log_files(kit: Kit, tmp_path: Path) -> None:
 
 
 def _ready(kit: Kit, tmp_path: Path, h: ReplicaHandle) -> None:
-    if kit.lacks.get("leaves-child"):  # scripted: it runs as soon as it starts
+    if kit.lacks.get("leaves-child"):  # scripted, in-process: it runs as soon as it starts
         return
     deadline = time.monotonic() + 90
     while not (tmp_path / "job" / "1" / "ready").exists():
@@ -240,13 +309,14 @@ def test_a_stop_ends_a_replica_that_exits_on_sigterm_with_143_within_the_grace(k
     try:
         _ready(kit, tmp_path, h)
         status, _ = kit.stop(h, grace_s=60.0)  # ended by the TERM: the stop never waits out this grace
-        assert status == 143
+        assert status == kit.stop_status
         assert h.stop_requested_at is not None and h.oom_killed is False
     finally:
         h.close()
 
 
 def test_a_replica_that_ignores_sigterm_is_killed_after_the_grace_with_137(kit: Kit, tmp_path: Path) -> None:
+    _needs(kit, "ignores-term")
     h = kit.start("ignores-term", tmp_path)
     try:
         _ready(kit, tmp_path, h)
