@@ -343,3 +343,67 @@ def test_nothing_it_started_runs_on_after_its_exit(kit: Kit, tmp_path: Path) -> 
     time.sleep(2.0)
     assert ticks.stat().st_size == size, "a child of the replica still runs after its stop steps"
     assert all(isinstance(line, str) for line in h.leftovers)  # what was killed, where the backend can tell
+
+
+# --- a dead controller's replicas, found and cleaned ---------------------------------------------------
+TICKER = """import os, time
+trial = os.environ["TRIALS_TRIAL_DIR"]
+if os.fork() == 0:  # a child in the replica's group: it outlives a leader the controller's death takes
+    while True:
+        with open(os.path.join(trial, "ticks"), "a") as f:
+            f.write(".")
+        time.sleep(0.1)
+time.sleep(600)
+"""
+
+
+def _job_spec(tmp: Path) -> Path:
+    import json
+
+    body = {"studySpec": {"metrics": [{"metricId": "score", "goal": "MAXIMIZE"}],
+                          "parameters": [{"parameterId": "x", "doubleValueSpec": {"minValue": 0.1, "maxValue": 0.9}}]},
+            "maxTrialCount": 1, "parallelTrialCount": 1,
+            "trialJobSpec": {"workerPoolSpecs": [{"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": 1,
+                                                  "containerSpec": {"imageUri": IMAGE_URI}}]}}
+    path = tmp / "spec.json"
+    path.write_text(json.dumps(body))
+    return path
+
+
+def _ticking(ticks: Path, wait_s: float = 2.0) -> bool:
+    size = ticks.stat().st_size if ticks.exists() else -1
+    time.sleep(wait_s)
+    return ticks.exists() and ticks.stat().st_size != size
+
+
+@pytest.mark.parametrize("runtime", ["host", "podman", "slurm"])
+def test_cancel_of_a_job_whose_controller_was_killed_ends_what_it_left_running(
+        runtime: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    flags = ["--runtime", runtime]
+    if runtime == "podman":
+        _container(tmp_path, "podman", "TRIALS_REQUIRE_CONTAINERS", monkeypatch)
+        flags += ["--image", f"{IMAGE_URI}={BASE_IMAGE}"]
+    elif runtime == "slurm":
+        monkeypatch.setenv("SLURM_CONF", str(request.getfixturevalue("slurm_cluster").conf))
+    python = sys.executable if runtime != "podman" else "python3"
+    root = tmp_path / "jobs"
+    sweep = subprocess.Popen([sys.executable, "-m", "trials", "sweep", str(_job_spec(tmp_path)), "--root", str(root),
+                              "--job-id", "dead", *flags, "--", python, "-c", TICKER],
+                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ticks = root / "dead" / "1" / "ticks"
+    try:
+        deadline = time.monotonic() + 120
+        while not ticks.exists():
+            assert sweep.poll() is None, "the controller ended before its trial ticked"
+            assert time.monotonic() < deadline, "the trial never ticked"
+            time.sleep(0.2)
+    finally:
+        sweep.kill()  # SIGKILL: no clean-up of its own
+        sweep.wait()
+    cancel = subprocess.run([sys.executable, "-m", "trials", "cancel", "dead", "--root", str(root)], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=180)
+    assert cancel.returncode == 0, cancel.stdout + cancel.stderr
+    assert "JOB_STATE_CANCELLED" in cancel.stdout
+    deadline = time.monotonic() + 60  # (a Slurm job's end after scancel is the cluster's to make)
+    while _ticking(ticks):
+        assert time.monotonic() < deadline, f"{runtime}: what the dead controller left still runs after the cancel"
