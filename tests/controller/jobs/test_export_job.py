@@ -55,7 +55,7 @@ def test_a_job_exports_its_stored_spec_with_its_trial_count(tmp_path, capsys, fm
     message, body = _vertex_job(capsys.readouterr().out, fmt)  # the spec's own gs:// base, as given
     assert message.trial_job_spec.base_output_directory.output_uri_prefix == "gs://my-bucket/argparse-hypertune"
     assert main(["export", "exp", "--root", str(tmp_path), "--format", fmt, "--image-uri", IMAGE,
-                 "--base-output-dir", "gs://b/out/"]) == 0
+                 "--base-output-dir", "gs://b/out/", "--with-local-command"]) == 0
     out = capsys.readouterr().out
     message, body = _vertex_job(out, fmt)
     assert message.trial_job_spec.base_output_directory.output_uri_prefix == "gs://b/out/"
@@ -66,7 +66,7 @@ def test_a_job_exports_its_stored_spec_with_its_trial_count(tmp_path, capsys, fm
     assert list(pool.container_spec.args) == ["--epochs=10"]
     assert [p.parameter_id for p in message.study_spec.parameters] == ["learning_rate", "l2", "batch_size"]
     assert message.study_spec.median_automated_stopping_spec is not None
-    # the command after -- is what the trial ran: it replaces the ENTRYPOINT, arguments included
+    # asked for, the command after -- is what the trial ran: it replaces the ENTRYPOINT, arguments included
     assert list(pool.container_spec.command) == ["python", "train.py", "--job-dir", "gs://b/run"]
     assert "trialsLocal" not in body
 
