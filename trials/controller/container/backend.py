@@ -30,6 +30,7 @@ from typing import Any
 
 from trials import protocol
 from trials.controller.backend.protocol import BackendError, ReplicaStart
+from trials.controller.backend.stopping import StopSteps
 from trials.controller.container import runtime as rt
 from trials.controller.container.network import KEEPER_REPLICA, TrialNetwork, TrialNetworks, remove_left_networks
 from trials.controller.container.reference import check_reference
@@ -41,7 +42,6 @@ from trials.errors import ConfigError
 
 GCS_MOUNT = "/gcs"
 PACKAGES_MOUNT = "/trials-packages"
-_KILL_EVERY_S = 1.0  # SIGKILL is sent again at most this often while a container has not exited
 
 # A pythonPackageSpec replica, as Vertex's prebuilt containers run it: install the packages, then
 # `python -m MODULE ARGS`. argv: N, the N package paths, the module, its arguments.
@@ -55,7 +55,7 @@ _PACKAGE_RUNNER = (
 )
 
 
-class ContainerReplica:
+class ContainerReplica(StopSteps):
     """One replica attempt running as a container (the runtime's ``run`` client is its child process)."""
 
     def __init__(self, client: Replica, *, runtime: rt.Runtime, container: str, memory_limited: bool = False):
@@ -94,22 +94,6 @@ class ContainerReplica:
             self._killed = self._killed or sig == signal.SIGKILL
             with contextlib.suppress(rt.RuntimeUnavailable):  # a runtime too slow to answer: the next stop step
                 self.runtime.call("kill", "--signal", str(int(sig)), "--", self.container, timeout=30)
-
-    def begin_stop(self, now: float) -> float:
-        if self.stop_requested_at is not None:
-            return self.stop_requested_at
-        self.stop_requested_at = now
-        self.send_signal_group(signal.SIGTERM)
-        return now
-
-    def advance_stop(self, now: float, grace_s: float) -> bool:
-        started = self.begin_stop(now)
-        if self.poll() is not None:
-            return True
-        if now - started >= grace_s and (self._last_kill is None or now - self._last_kill >= _KILL_EVERY_S):
-            self._last_kill = now
-            self.send_signal_group(signal.SIGKILL)
-        return False
 
     def record(self) -> dict[str, Any] | None:
         return {"name": self.name, "container": self.container, "runtime": self.runtime.name,

@@ -43,6 +43,7 @@ from typing import Any
 import trials
 from trials import files, protocol
 from trials.controller.backend.protocol import BackendError, ReplicaStart
+from trials.controller.backend.stopping import StopSteps
 from trials.controller.container.backend import controller_alive, replica_count
 from trials.controller.process.echo import Echo
 from trials.controller.process.groups import process_start_time
@@ -92,8 +93,10 @@ class _Submission:
         self.submitted_mono = time.monotonic()
 
 
-class SlurmReplica:
+class SlurmReplica(StopSteps):
     """One replica attempt: a task of a Slurm job (submitted with the trial's other starting replicas)."""
+
+    kill_every_s = KILL_EVERY_S
 
     def __init__(self, backend: SlurmBackend, request: ReplicaStart, *, gpus: int, port: int):
         self.backend = backend
@@ -258,25 +261,12 @@ class SlurmReplica:
                     r._finish(1, wall=None, node="", oom=False, leftovers=())
 
     # ---------------------------------------------------------------- stopping
-    def begin_stop(self, now: float) -> float:
-        if self.stop_requested_at is not None:
-            return self.stop_requested_at
-        self.stop_requested_at = now
+    def deliver_term(self) -> None:
         if self.submission is None and self._status is None:
             self.backend.drop_pending(self.trial_id, only=self)  # never submitted: nothing ran
             self._finish(128 + signal.SIGTERM, wall=None, node="", oom=False, leftovers=())
-        elif self.poll() is None:
-            self.send_signal_group(signal.SIGTERM)
-        return now
-
-    def advance_stop(self, now: float, grace_s: float) -> bool:
-        started = self.begin_stop(now)
-        if self.poll() is not None:
-            return True
-        if now - started >= grace_s and (self._last_kill is None or now - self._last_kill >= KILL_EVERY_S):
-            self._last_kill = now
-            self.send_signal_group(signal.SIGKILL)
-        return False
+        else:
+            super().deliver_term()
 
     def send_signal_group(self, sig: int) -> None:
         if self._status is not None or self.submission is None:
