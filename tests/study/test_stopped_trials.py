@@ -16,7 +16,8 @@ from optuna.trial import TrialState, create_trial
 from trials.spec.load import loads_spec
 from trials.study import ahead
 from trials.study.choice import MODEL, RANDOM, SUGGESTED_ATTR, startup_trials, suggestion_counts, suggestions_words
-from trials.study.samplers import gp_available, stopped_as_values
+from trials.study.npgp import stopped_as_values
+from trials.study.samplers import gp_available
 from trials.study.storage import open_storage
 from trials.study.store import JobStore
 

@@ -18,7 +18,7 @@ stopping and signals. Here the next trial's parameters are computed while trials
   before the claim, so a controller killed with a suggestion in hand loses nothing but that suggestion.
 
 While fewer trials have finished (completed or stopped early: both teach the model, see
-:func:`trials.study.samplers.stopped_as_values`) than the sampler's random start-up needs
+:func:`trials.study.npgp.stopped_as_values`) than the sampler's random start-up needs
 (:func:`trials.study.choice.startup_trials`), a suggestion is a random one made in the loop at the claim
 (what the sampler itself would do, without its process). A worker that fails or dies makes that one
 trial random, with a warning; a dead worker is started again for the next suggestion,

@@ -26,8 +26,10 @@ against Optuna's torch code where torch is installed; part 3 of the benchmarks c
 
 from __future__ import annotations
 
+import copy
 import json
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -44,7 +46,6 @@ from trials.study.optuna_internals import (
     is_constrained_optimization,
     round_one_normalized_param,
 )
-from trials.study.samplers import stopped_as_values
 
 _STANDARDIZE_EPS = 1e-10
 _EPS = 1e-12  # Optuna's: log utilities are clamped at log(EPS)
@@ -509,13 +510,61 @@ def optimize(acq: Acquisition, space: GPSearchSpace, warm_start: np.ndarray, *,
     return np.asarray(xs[int(np.argmax(fvals))], dtype=np.float64)
 
 
+# -- trials stopped early, as values a GP can fit (also OSS Vizier's requests: trials.study.vizier)
+def _pruned_score(trial: FrozenTrial, maximize: bool) -> tuple[float, float]:
+    """Optuna TPE's ``_get_pruned_trial_score`` (optuna/samplers/_tpe/sampler.py), lower is better: a trial
+    that got further first, then its value at its last step (NaN: the worst at that step)."""
+    if not trial.intermediate_values:
+        return 1.0, 0.0
+    step, value = max(trial.intermediate_values.items())
+    if math.isnan(value):
+        return -step, math.inf
+    return -step, -value if maximize else value
+
+
+def stopped_as_values(completed: Sequence[FrozenTrial], stopped: Sequence[FrozenTrial],
+                      direction: StudyDirection) -> list[FrozenTrial]:
+    """The trials stopped early (PRUNED) as completed trials with a value a model can fit: copies, each
+    valued below every completed trial, in Optuna TPE's order of pruned trials.
+
+    Optuna's TPE (``_split_trials``, optuna/samplers/_tpe/sampler.py) ranks every completed trial above
+    every pruned one, and pruned trials among themselves by how far they got (a later last step first),
+    then by their value at that step. A GP needs numbers, not an order: the stopped trials get values
+    spaced below the worst completed value by the completed values' mean gap (equal scores, equal
+    values), so that order is exactly what the model sees; a sampler that warps its values by rank
+    (:mod:`trials.study.warped_gp`, as OSS Vizier's half-rank warp does) then sees the stopped trials as
+    the bottom of its ranking, whatever the gap. With no completed trial yet, the stopped trials' order
+    alone is their value. Why below and not at the last value: a trial is stopped because it was behind
+    the trials that completed at the same step, and what its value there says of its end is only that it
+    would rank low; its early value read as a final one would rank it above completed trials that ended
+    poorly but ran to their end (issue 48)."""
+    maximize = direction == StudyDirection.MAXIMIZE
+    sign = 1.0 if maximize else -1.0
+    finals = [sign * t.values[0] for t in completed if t.values and math.isfinite(t.values[0])]
+    if finals:
+        worst = min(finals)
+        gap = (max(finals) - worst) / max(1, len(finals) - 1)
+        if not gap > 0:
+            gap = max(abs(worst) * 0.01, 1e-3)
+    else:
+        worst, gap = 0.0, 1.0
+    scores = sorted({_pruned_score(t, maximize) for t in stopped})
+    rank = {score: i for i, score in enumerate(scores)}
+    out = []
+    for t in stopped:
+        shadow = copy.copy(t)
+        shadow.values = [sign * (worst - gap * (1 + rank[_pruned_score(t, maximize)]))]
+        out.append(shadow)
+    return out
+
+
 class NumpyGPSampler(optuna.samplers.GPSampler):
     """GPSampler whose single-objective, unconstrained suggestions are made by this module (no torch);
     the other cases are Optuna's own (and need torch).
 
     Unlike Optuna's GPSampler, it learns from the trials stopped early (PRUNED): they count toward its
     random start-up, and its GP fits them below every completed trial in Optuna TPE's order of pruned
-    trials (:func:`trials.study.samplers.stopped_as_values`). Optuna's GPSampler reads COMPLETE trials
+    trials (:func:`stopped_as_values`). Optuna's GPSampler reads COMPLETE trials
     only, so with early stopping on a job whose trials were mostly stopped never left its start-up."""
 
     def __init__(self, **kwargs: Any) -> None:

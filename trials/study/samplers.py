@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import copy
-import math
 import warnings
-from collections.abc import Sequence
 
 import optuna
-from optuna.study import StudyDirection
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
 # (the choice itself imports no Optuna: the command line makes it before loading Optuna)
 from trials.study.choice import CHOICES, MAX_STARTUP, check_choice, choose_sampler_name, gp_available
@@ -61,52 +57,5 @@ def model_ready(name: str, counts: dict[TrialState, int], n_startup: int) -> boo
     return done >= (1 if name == "vizier" else n_startup)
 
 
-def _pruned_score(trial: FrozenTrial, maximize: bool) -> tuple[float, float]:
-    """Optuna TPE's ``_get_pruned_trial_score`` (optuna/samplers/_tpe/sampler.py), lower is better: a trial
-    that got further first, then its value at its last step (NaN: the worst at that step)."""
-    if not trial.intermediate_values:
-        return 1.0, 0.0
-    step, value = max(trial.intermediate_values.items())
-    if math.isnan(value):
-        return -step, math.inf
-    return -step, -value if maximize else value
-
-
-def stopped_as_values(completed: Sequence[FrozenTrial], stopped: Sequence[FrozenTrial],
-                      direction: StudyDirection) -> list[FrozenTrial]:
-    """The trials stopped early (PRUNED) as completed trials with a value a model can fit: copies, each
-    valued below every completed trial, in Optuna TPE's order of pruned trials.
-
-    Optuna's TPE (``_split_trials``, optuna/samplers/_tpe/sampler.py) ranks every completed trial above
-    every pruned one, and pruned trials among themselves by how far they got (a later last step first),
-    then by their value at that step. A GP needs numbers, not an order: the stopped trials get values
-    spaced below the worst completed value by the completed values' mean gap (equal scores, equal
-    values), so that order is exactly what the model sees; a sampler that warps its values by rank
-    (:mod:`trials.study.warped_gp`, as OSS Vizier's half-rank warp does) then sees the stopped trials as
-    the bottom of its ranking, whatever the gap. With no completed trial yet, the stopped trials' order
-    alone is their value. Why below and not at the last value: a trial is stopped because it was behind
-    the trials that completed at the same step, and what its value there says of its end is only that it
-    would rank low; its early value read as a final one would rank it above completed trials that ended
-    poorly but ran to their end (issue 48)."""
-    maximize = direction == StudyDirection.MAXIMIZE
-    sign = 1.0 if maximize else -1.0
-    finals = [sign * t.values[0] for t in completed if t.values and math.isfinite(t.values[0])]
-    if finals:
-        worst = min(finals)
-        gap = (max(finals) - worst) / max(1, len(finals) - 1)
-        if not gap > 0:
-            gap = max(abs(worst) * 0.01, 1e-3)
-    else:
-        worst, gap = 0.0, 1.0
-    scores = sorted({_pruned_score(t, maximize) for t in stopped})
-    rank = {score: i for i, score in enumerate(scores)}
-    out = []
-    for t in stopped:
-        shadow = copy.copy(t)
-        shadow.values = [sign * (worst - gap * (1 + rank[_pruned_score(t, maximize)]))]
-        out.append(shadow)
-    return out
-
-
 __all__ = ["CHOICES", "acts_after_trial", "check_choice", "choose_sampler_name", "gp_available", "make_sampler",
-           "model_ready", "stopped_as_values"]
+           "model_ready"]

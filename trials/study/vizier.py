@@ -41,7 +41,6 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from trials.study import optuna_internals as internals
-from trials.study.samplers import stopped_as_values
 
 logger = logging.getLogger(__name__)
 
@@ -134,7 +133,9 @@ class VizierSampler(optuna.samplers.BaseSampler):
         trials = internals.study_trials(study, (TrialState.COMPLETE, TrialState.RUNNING, TrialState.PRUNED))
         completed = [t for t in trials if t.state == TrialState.COMPLETE and search_space.keys() <= t.params.keys()]
         stopped = [t for t in trials if t.state == TrialState.PRUNED and search_space.keys() <= t.params.keys()]
-        # trials stopped early count too, below every completed one (as for the GP: samplers.stopped_as_values)
+        # trials stopped early count too, below every completed one (as for the GP: npgp.stopped_as_values)
+        from trials.study.npgp import stopped_as_values
+
         completed = completed + stopped_as_values(completed, stopped, study.direction)
         if not completed:
             return {}

@@ -11,7 +11,7 @@ its trial id (named in a stop's reason) and whether it ran to its end (completed
   12) that rule only stops clearly bad trials on rising curves (a trial's best is above its own running
   average) and saved 13-18 % of the work. Ours asks whether the trial is on the path of any leader: it
   is stopped when its value at x is below the value there of every leader, the top :data:`MEDIAN_TOP`
-  of the other trials ranked as the sampler ranks them (``samplers.stopped_as_values``: completed ones
+  of the other trials ranked as the sampler ranks them (``npgp.stopped_as_values``: completed ones
   by their final value, above those stopped early, which rank by how far they got). Every trial counts,
   a stopped one with its curve up to its stop, so the bar moves as the job learns: each stop adds a
   trial to the ranking, so the top quarter takes in more of the completed trials and the bar comes down
@@ -166,7 +166,7 @@ def best_at(curve: Curve, x: float) -> float | None:
 
 
 def _rank_key(ref: Reference) -> tuple[int, float, float]:
-    """How the sampler ranks a finished trial (larger is better; ``samplers.stopped_as_values``, Optuna TPE's
+    """How the sampler ranks a finished trial (larger is better; ``npgp.stopped_as_values``, Optuna TPE's
     order): every completed trial by its final value above every stopped one, those by how far they got,
     then by their value there (NaN: the worst)."""
     x, y = ref.curve[-1]
