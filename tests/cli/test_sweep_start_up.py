@@ -139,10 +139,12 @@ def test_a_job_commands_numpy_starts_no_blas_thread_pool_and_no_trial_inherits_t
     (tmp_path / "train.py").write_text(BLAS_TRAINER)
     (tmp_path / "spec.yaml").write_text(SPEC)
     program = textwrap.dedent(f"""
-        import atexit, json, os, sys
+        import atexit, json, os, sys, threading
         import trials.cli, trials.startup
         def report():
-            print(json.dumps({{"numpy": "numpy" in sys.modules, "threads": len(os.listdir("/proc/self/task")),
+            # native threads only: OpenBLAS's pool is none of Python's (the controller's own threads are)
+            native = len(os.listdir("/proc/self/task")) - threading.active_count()
+            print(json.dumps({{"numpy": "numpy" in sys.modules, "threads": 1 + native,
                               "set": "OPENBLAS_NUM_THREADS" in os.environ}}), flush=True)
         atexit.register(report)  # (trials.cli.run ends the process: atexit handlers run first)
         sys.argv = ["trials", "sweep", "spec.yaml", "--root", "jobs", "--quiet", "--", sys.executable, "train.py"]
