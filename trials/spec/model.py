@@ -9,7 +9,6 @@ adds file/path context to the messages.
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeAlias
@@ -365,8 +364,5 @@ class JobSpec:
     # Fields of the input form that have no Vertex field (legacy only): listed by validate.
     dropped: tuple[str, ...] = field(default=(), compare=False)
 
-
-def is_finite_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 LOCAL_IMAGE_URI = "local"  # the image of a trial that runs a local command, not a container

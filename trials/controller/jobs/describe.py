@@ -21,12 +21,6 @@ ENDED_STATES = (TrialState.SUCCEEDED, TrialState.INFEASIBLE)
 REASON_CHARS = 80  # describe's table: a longer reason ends in "…" (its whole text: --format csv, the report)
 
 
-def _value(v: Any) -> Any:
-    if isinstance(v, float) and v.is_integer() and abs(v) < 2**53:
-        return v
-    return v
-
-
 def _measurement(d: Mapping[str, Any], order: Sequence[str]) -> dict[str, Any]:
     out: dict[str, Any] = {"stepCount": str(int(d["step"]))}
     if d.get("elapsed_s") is not None:

@@ -119,9 +119,6 @@ class LoopState:
     def accepting_trials(self) -> bool:
         return self.job_stop_reason is None
 
-    def request_cancel(self) -> None:
-        self.cancel_requested = True
-
     def resume_running(self) -> int:
         """Queue the trials left RUNNING by a dead controller to run again (same id and params)."""
         for frozen in self.store.running_trials():

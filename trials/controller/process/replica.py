@@ -74,7 +74,6 @@ class Replica:
         self.stderr_path = stderr_path
         self.memory_limit_mb = memory_limit_mb
         self.start_time = start_time
-        self.started_at = time.monotonic()
         self.returncode: int | None = None
         self.exited_mono: float | None = None  # monotonic time the leader exited (see ``exit_times``)
         self.oom_killed = False

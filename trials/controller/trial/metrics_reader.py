@@ -187,11 +187,6 @@ class TrialMetricsReader:
         time since the read before, how fast the file fills."""
         return self._ht_taken
 
-    @property
-    def skipped_files(self) -> dict[str, str]:
-        """Metric files skipped because they are not regular files: path -> why."""
-        return dict(self._skipped)
-
     def _junk_notes(self) -> list[str]:
         notes = []
         for path, lines in self._junk.items():

@@ -164,11 +164,6 @@ class SharedJob:
             with self.engine.begin() as conn:
                 conn.execute(text(f"SELECT 1 FROM {LEASE_TABLE} WHERE 1 = 0"))
 
-    def _now(self, conn: Any) -> float:
-        if self._now_sql is None:
-            return time.time()
-        return float(conn.execute(text(f"SELECT {self._now_sql}")).scalar_one())
-
     @contextlib.contextmanager
     def _claim_lock(self) -> Iterator[Any]:
         """Serialize count + claim per job across workers; yields the lock's connection (None: no
