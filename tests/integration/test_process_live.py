@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from trials.controller.process.groups import group_alive, parse_proc_stat, process_start_time, reap_leftovers
-from trials.controller.process.replica import check_memory_all, tail_lines
+from trials.controller.process.replica import check_memory_all
 from trials.controller.process.spawn import start_replica
+from trials.controller.trial.files import tail_lines
 from trials.errors import ConfigError
 
 pytestmark = [

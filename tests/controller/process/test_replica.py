@@ -17,8 +17,9 @@ from trials.controller.process.groups import (
     process_start_time,
     reap_leftovers,
 )
-from trials.controller.process.replica import Replica, free_port, stop_action, tail_lines
+from trials.controller.process.replica import Replica, free_port, stop_action
 from trials.controller.process.spawn import start_replica
+from trials.controller.trial.files import tail_lines
 from trials.errors import ConfigError
 
 TERM, KILL = signal.SIGTERM, signal.SIGKILL

@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from trials import files
 from trials.controller.process import exit_times
 from trials.controller.process.echo import Echo
 from trials.controller.process.groups import Now, group_alive, group_rss_bytes, kill_group, read_stat
@@ -249,22 +248,6 @@ def check_memory_all(replicas: Iterable[Replica]) -> list[Replica]:
     rss = group_rss_bytes({r.pgid for r in by_group}) if by_group else {}
     return killed + [r for r in by_group if r._enforce_memory(rss[r.pgid])]
 
-
-
-def tail_lines(path: str, n: int = 20, max_bytes: int = 64_000) -> list[str]:
-    """The last ``n`` lines of a log, reading at most ``max_bytes`` from its end ([] if missing)."""
-    try:
-        with os.fdopen(files.open_regular(path, os.O_RDONLY), "rb") as log:
-            size = log.seek(0, os.SEEK_END)
-            start = max(0, size - max_bytes)
-            log.seek(start)
-            data = log.read()
-    except OSError:
-        return []
-    lines = data.decode("utf-8", "replace").splitlines()
-    if start > 0 and len(lines) > 1:
-        lines = lines[1:]  # the first line was cut in the middle
-    return lines[-n:] if n > 0 else []
 
 
 def free_port() -> int:
