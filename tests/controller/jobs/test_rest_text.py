@@ -183,4 +183,4 @@ def test_a_database_job_is_described_whole(tmp_path, capsys):
     ('{\n  "a": "b ~"\n}', True), ("", True), ("a\tb", False), ("a\rb", False), ("a\x7fb", False),
     ("a\x00b", False), ("caf\u00e9", False), ("\u2028", False), ("a\x1b[2J", False)])
 def test_only_printable_ascii_and_newlines_pass(text: str, ok: bool) -> None:
-    assert rest_text._printable(text) is ok
+    assert rest_text._is_printable(text) is ok

@@ -97,12 +97,12 @@ def _well_formed(jobs: Any) -> bool:
         if type(digest) is not str or type(texts) is not dict:
             return False
         for sid, text in texts.items():
-            if type(sid) is not int or type(text) is not str or not _printable(text):
+            if type(sid) is not int or type(text) is not str or not _is_printable(text):
                 return False
     return True
 
 
-def _printable(text: str) -> bool:
+def _is_printable(text: str) -> bool:
     """Printable ASCII and newlines only (28 MB in ~20 ms: a regular expression took 0.5 s)."""
     return text.isascii() and not text.encode("ascii").translate(None, _EXPECTED)
 
