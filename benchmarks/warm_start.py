@@ -356,6 +356,10 @@ def summarize(runs: Mapping[str, list[dict[str, Any]]], sizes: Sizes, *, started
              f"median of {len(runs['warm'])} interleaved rounds")
     print(report.table(title, ["variant", "wall s", "rounds s", "x optuna", "x fresh", "trial s (median)",
                                "values vs fresh"], rows))
+    paired = {v: statistics.median(w["wall_s"] / o["wall_s"] for w, o in zip(runs["warm"], runs[v], strict=True))
+              for v in ("optuna", "fresh", "tune")}
+    print("warm / the other, round by round (median): "
+          + ", ".join(f"{labels[v]} {ratio:.2f}" for v, ratio in paired.items()))
     for goal, ok in goals.items():
         print(f"goal: {goal}: {report.verdict(ok)}")
     for v in VARIANTS:
@@ -367,7 +371,8 @@ def summarize(runs: Mapping[str, list[dict[str, Any]]], sizes: Sizes, *, started
     print(parts_table(parts))
     print(f"load average (1 min) over the run: {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} CPUs")
     data = {"sizes": {"n_trials": sizes.n_trials, "epochs": sizes.epochs, "slots": sizes.slots},
-            "started": started, "loads": list(loads), "median_wall_s": medians, "goals": goals,
+            "started": started, "loads": list(loads), "median_wall_s": medians, "paired_ratios": paired,
+            "goals": goals,
             "differences": same, "runs": runs, "parts": parts}
     path = report.write_result(PART, data, out_dir=out_dir)
     print(f"results: {path}")
