@@ -85,3 +85,22 @@ def test_a_warm_trial_imports_what_was_not_preloaded_from_the_first_pythonpath_e
         assert (status, lines(text)) == (0, {"warm": "True", "later": "3"}), (text, b.said)
     finally:
         b.close()
+
+
+def test_a_pythonpath_entry_in_the_launch_folder_is_the_warm_trials_too(tmp_path):
+    """The launcher takes the launch folder off its own path (it must not import from there), but a fresh
+    trainer has it (PYTHONPATH=src is common): before, a warm trial could not import its own package."""
+    b = Bench(tmp_path, """
+        import helper
+        print("warm=" + str(WARM))
+        print("helper=" + helper.VALUE)
+    """)
+    (b.launch / "src").mkdir()
+    (b.launch / "src" / "helper.py").write_text("VALUE = 'mine'\n")
+    try:
+        env = {"PYTHONPATH": f"{b.launch / 'src'}:{b.site}"}
+        assert b.run(**env)[0] == 0
+        status, text = b.run(**env)
+        assert (status, lines(text)) == (0, {"warm": "True", "helper": "mine"}), (text, b.said)
+    finally:
+        b.close()

@@ -87,6 +87,8 @@ def run(kind: str, target: str, args: Sequence[str], *, survey: str | None = Non
 
 
 def _first_path(folder: str, replace: bool) -> None:
+    if getattr(sys.flags, "safe_path", False):  # (3.11 PYTHONSAFEPATH: python puts no script or working folder first)
+        return
     if replace:
         sys.path[0] = folder
     else:

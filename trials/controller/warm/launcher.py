@@ -3,9 +3,9 @@
 ``python -m trials.controller.warm.launcher LIBRARY PRELOAD EXCLUDED…``, its stdin a Unix socket to the
 controller (:mod:`trials.controller.warm.backend`). It imports the modules named in the PRELOAD file (the
 survey's, validated by the controller) and nothing else: no framework op, no CUDA; never a module from the
-launch or job folders (EXCLUDED are taken off ``sys.path``); then ``gc.freeze()`` (else each child's
-first collections touch, so copy, every page of the imported objects). Then it serves, one JSON line
-each way:
+launch or job folders (EXCLUDED are taken off ``sys.path``; each child gets a trainer's path back); then
+``gc.freeze()`` (else each child's first collections touch, so copy, every page of the imported objects).
+Then it serves, one JSON line each way:
 
 - ``{"start": ID, "shim": [...], "env": {...}, "kind", "target", "args"}`` with the replica's stdout and
   stderr descriptors: unless a fork hazard is found (:func:`fork_hazard`: a thread, CUDA initialised, a
@@ -103,6 +103,13 @@ def settle() -> None:
     os.waitpid(pid, 0)
 
 
+def trainer_path() -> list[str]:
+    """This interpreter's ``sys.path`` as a trainer's starts (before :func:`preload` takes the launch and job
+    folders off it): without the first entry, ``python -m``'s folder, whose place the trainer's own takes
+    (:func:`trials.controller.warm.child.run`), unless safe-path mode left it out."""
+    return list(sys.path) if getattr(sys.flags, "safe_path", False) else list(sys.path[1:])
+
+
 def preload(names: Sequence[str], excluded: Sequence[str]) -> list[str]:
     """Import ``names`` (each in turn; a failing one is skipped), none from ``excluded`` folders; returns
     the names that failed."""
@@ -125,10 +132,12 @@ def preload(names: Sequence[str], excluded: Sequence[str]) -> list[str]:
 class Launcher:
     """The serving loop (see the module's docstring)."""
 
-    def __init__(self, sock: socket.socket, library: str, files: Mapping[str, tuple[int, int]]):
+    def __init__(self, sock: socket.socket, library: str, files: Mapping[str, tuple[int, int]],
+                 path: Sequence[str] = ()):
         import ctypes
 
         self.sock = sock
+        self.path = list(path)  # a child's sys.path (:func:`trainer_path`)
         self.files = dict(files)
         self.lib = ctypes.PyDLL(library)  # keeps the GIL: the child's one thread runs on after the call
         self.lib.trials_shim_enter.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
@@ -232,6 +241,7 @@ class Launcher:
             argv = (self._ctypes.c_char_p * (len(words) + 1))(*[w.encode() for w in words], None)
             code = self.lib.trials_shim_enter(len(words), argv)
             if code == 0:  # the trainer: in its cgroup, namespaces and view
+                sys.path[:] = [*self.path, *(p for p in sys.path if p not in self.path)]
                 child.become_trainer(request["env"], request["kind"], request["target"], request["args"])
         except BaseException:  # noqa: BLE001 - the child must never return into the launcher's loop
             import traceback
@@ -255,12 +265,13 @@ def main(argv: Sequence[str]) -> None:
     with open(preload_file, encoding="utf-8") as f:
         names = json.load(f)
     started = time.monotonic()
+    path = trainer_path()
     failed = preload(names, excluded)
     files = preloaded_files()
     gc.collect()
     gc.freeze()  # the imports' objects stay out of every collection: no child copies their pages for it
     settle()
-    launcher = Launcher(sock, library, files)
+    launcher = Launcher(sock, library, files, path)
     launcher.send({"ready": len(names) - len(failed), "failed": failed[:20], "seconds": time.monotonic() - started,
                    "threads": n_threads()})
     launcher.serve()
