@@ -87,7 +87,8 @@ def test_a_warm_trial_imports_what_was_not_preloaded_from_the_first_pythonpath_e
         b.close()
 
 
-def test_a_pythonpath_entry_in_the_launch_folder_is_the_warm_trials_too(tmp_path):
+@pytest.mark.parametrize("entry", ["absolute", "relative"])
+def test_a_pythonpath_entry_in_the_launch_folder_is_the_warm_trials_too(tmp_path, entry):
     """The launcher takes the launch folder off its own path (it must not import from there), but a fresh
     trainer has it (PYTHONPATH=src is common): before, a warm trial could not import its own package."""
     b = Bench(tmp_path, """
@@ -98,7 +99,8 @@ def test_a_pythonpath_entry_in_the_launch_folder_is_the_warm_trials_too(tmp_path
     (b.launch / "src").mkdir()
     (b.launch / "src" / "helper.py").write_text("VALUE = 'mine'\n")
     try:
-        env = {"PYTHONPATH": f"{b.launch / 'src'}:{b.site}"}
+        src = str(b.launch / "src") if entry == "absolute" else "src"  # (made absolute by each interpreter)
+        env = {"PYTHONPATH": f"{src}:{b.site}"}
         assert b.run(**env)[0] == 0
         status, text = b.run(**env)
         assert (status, lines(text)) == (0, {"warm": "True", "helper": "mine"}), (text, b.said)

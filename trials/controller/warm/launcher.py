@@ -1,6 +1,7 @@
 """The warm launcher's process: imports a trainer's modules once, then forks each trial into its sandbox.
 
-``python -m trials.controller.warm.launcher LIBRARY PRELOAD EXCLUDED…``, its stdin a Unix socket to the
+``python -m trials.controller.warm.launcher LIBRARY PRELOAD LAUNCH_DIR EXCLUDED…`` (the launch folder, the
+trainers' working folder, is excluded too), its stdin a Unix socket to the
 controller (:mod:`trials.controller.warm.backend`). It imports the modules named in the PRELOAD file (the
 survey's, validated by the controller) and nothing else: no framework op, no CUDA; never a module from the
 launch or job folders (EXCLUDED are taken off ``sys.path``; each child gets a trainer's path back); then
@@ -103,11 +104,17 @@ def settle() -> None:
     os.waitpid(pid, 0)
 
 
-def trainer_path() -> list[str]:
+def trainer_path(launch_dir: str) -> list[str]:
     """This interpreter's ``sys.path`` as a trainer's starts (before :func:`preload` takes the launch and job
     folders off it): without the first entry, ``python -m``'s folder, whose place the trainer's own takes
-    (:func:`trials.controller.warm.child.run`), unless safe-path mode left it out."""
-    return list(sys.path) if getattr(sys.flags, "safe_path", False) else list(sys.path[1:])
+    (:func:`trials.controller.warm.child.run`), unless safe-path mode left it out; a relative ``PYTHONPATH``
+    entry, which the interpreter made absolute against this process's folder, against ``launch_dir``, the
+    trainer's working folder."""
+    path = list(sys.path) if getattr(sys.flags, "safe_path", False) else list(sys.path[1:])
+    here = os.getcwd()
+    moved = {os.path.abspath(os.path.join(here, entry)): os.path.abspath(os.path.join(launch_dir, entry))
+             for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry and not os.path.isabs(entry)}
+    return [moved.get(p, p) for p in path]
 
 
 def preload(names: Sequence[str], excluded: Sequence[str]) -> list[str]:
@@ -258,14 +265,15 @@ def main(argv: Sequence[str]) -> None:
     from trials.controller.warm import child
 
     if len(argv) < 2:
-        print("usage: python -m trials.controller.warm.launcher LIBRARY PRELOAD [EXCLUDED...]", file=sys.stderr)
+        print("usage: python -m trials.controller.warm.launcher LIBRARY PRELOAD [LAUNCH_DIR [EXCLUDED...]]",
+              file=sys.stderr)
         raise SystemExit(2)
     library, preload_file, *excluded = argv
     sock = socket.socket(fileno=0)
     with open(preload_file, encoding="utf-8") as f:
         names = json.load(f)
     started = time.monotonic()
-    path = trainer_path()
+    path = trainer_path(excluded[0] if excluded else os.getcwd())
     failed = preload(names, excluded)
     files = preloaded_files()
     gc.collect()
