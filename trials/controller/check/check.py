@@ -14,6 +14,7 @@ backend adds (:mod:`trials.controller.check.probe`). The verdicts are in
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -172,7 +173,7 @@ def run_check(job: JobSpec, options: CheckOptions, *, echo: Callable[[str], None
             lines.append(probes.warm(obs, echo))
     finally:
         if not options.folder:
-            _remove_tree(folder)
+            shutil.rmtree(folder, ignore_errors=True)
     return CheckResult(lines=lines, notes=notes, params=params, folder=folder, observations=obs)
 
 
@@ -377,12 +378,6 @@ def _replica_names(job: JobSpec) -> list[str]:
 
 def _flags_text(job: JobSpec, params: Mapping[str, Value]) -> str:
     return " ".join(launch.trial_flags(job.study, params)) or "no flags"
-
-
-def _remove_tree(top: str) -> None:
-    import shutil
-
-    shutil.rmtree(top, ignore_errors=True)
 
 
 def check_main(job: JobSpec, options: CheckOptions, *, fmt: str, out: Callable[[str], None] = print) -> int:
