@@ -17,11 +17,11 @@ import pytest
 
 from trials.controller.trial import packages
 
+pytestmark = pytest.mark.integration  # real pip installs into real venvs (not the fast part)
+
 ROOT = Path(__file__).resolve().parents[3]
 TASK = """\
 import argparse, hypertune
-
-pytestmark = pytest.mark.integration  # real pip installs into real venvs (not the fast part)
 p = argparse.ArgumentParser()
 p.add_argument("--x", type=float, required=True)
 a = p.parse_args()
