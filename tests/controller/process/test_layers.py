@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 from trials.controller.process import layers
@@ -31,6 +32,22 @@ def test_a_replicas_last_failed_attempt_is_kept_and_a_succeeded_one_goes(tmp_pat
     assert not (tmp_path / "1" / "sandbox" / "workerpool0-0.1" / "work").exists()  # scratch of the overlays
     assert [k.path for k in layers.kept_layers(str(tmp_path))] == [
         str(tmp_path / "1" / "sandbox" / "workerpool0-0.1"), str(tmp_path / "1" / "sandbox" / "workerpool1-0.0")]
+
+
+def removal_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "trials-layers"]
+
+
+def test_the_removals_thread_ends_with_its_work_and_starts_again_for_more(tmp_path: Path) -> None:
+    # a process running job after job in-process (trials.tune) keeps no idle thread a job, and a fork
+    # after a job (the report's drawing child, which needs a process of one thread) is not refused
+    keep = layers.Layers()
+    keep.ended(layer(tmp_path / "1", "workerpool0-0.0"), failed=False)
+    keep.drain()
+    assert removal_threads() == [] and names(tmp_path) == set()
+    keep.ended(layer(tmp_path / "2", "workerpool0-0.0"), failed=False)
+    keep.drain()
+    assert removal_threads() == [] and names(tmp_path) == set()
 
 
 def test_the_kept_layers_stay_within_the_bound_oldest_first(tmp_path: Path) -> None:

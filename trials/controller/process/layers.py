@@ -7,8 +7,10 @@ controller did not ask for, or a kill for memory): then it is kept for debugging
 replica's earlier kept one, while all the job's kept layers stay under ``KEEP_MAX_BYTES`` (the oldest go
 first; one bigger than that is not kept). ``trials gc JOB`` removes what is kept (:func:`collect`).
 
-The removals run on one thread of their own, so a big layer never holds up the job loop;
-:meth:`Layers.drain` waits for them (the backend's close).
+The removals run on one thread of their own, so a big layer never holds up the job loop; it ends when
+nothing is left to remove (a process running job after job in-process keeps no idle thread per job, and
+a later fork, as the report's drawing child, finds none); :meth:`Layers.drain` waits for them and for it
+(the backend's close).
 """
 
 from __future__ import annotations
@@ -106,20 +108,28 @@ class Layers:
 
     def ended(self, state_dir: str, *, failed: bool) -> None:
         """The attempt whose layers are in ``state_dir`` ended (its processes are gone)."""
-        with self._lock:
+        with self._lock:  # (the thread ends, under this lock, only when it finds the queue empty)
+            self._queue.put((state_dir, failed))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="trials-layers", daemon=True)
                 self._thread.start()
-        self._queue.put((state_dir, failed))
 
     def drain(self) -> None:
-        """Wait until every ended attempt's layers are removed or kept."""
-        if self._thread is not None:
-            self._queue.join()
+        """Wait until every ended attempt's layers are removed or kept, and the removals' thread has ended."""
+        self._queue.join()
+        with self._lock:
+            thread = self._thread
+        if thread is not None:
+            thread.join()
 
     def _run(self) -> None:
         while True:
-            state_dir, failed = self._queue.get()
+            with self._lock:
+                try:
+                    state_dir, failed = self._queue.get_nowait()
+                except queue.Empty:
+                    self._thread = None
+                    return
             try:
                 self.settle(state_dir, failed=failed)
             except OSError:
