@@ -40,7 +40,7 @@ def bad_objective(config, ctx):
 
 def test_contract_passes_for_a_well_behaved_objective(pytester):
     pytester.makepyfile(objective_mod=GOOD)
-    pytester.makepyfile(test_contract='''
+    pytester.makepyfile(test_objective_contract='''
 from objective_mod import Config, SPEC, objective
 from trials.pytest_plugin import ObjectiveContract
 
@@ -57,7 +57,7 @@ class TestGood(ObjectiveContract):
 
 def test_contract_without_spec_skips_the_parameter_check(pytester):
     pytester.makepyfile(objective_mod=GOOD)
-    pytester.makepyfile(test_contract='''
+    pytester.makepyfile(test_objective_contract='''
 import objective_mod
 from trials.pytest_plugin import ObjectiveContract
 
@@ -73,7 +73,7 @@ class TestGood(ObjectiveContract):
 
 def test_contract_catches_a_badly_behaved_objective(pytester):
     pytester.makepyfile(objective_mod=GOOD + BAD)
-    pytester.makepyfile(test_contract='''
+    pytester.makepyfile(test_objective_contract='''
 from objective_mod import Config, bad_objective
 from trials.pytest_plugin import ObjectiveContract
 
@@ -166,7 +166,7 @@ def never_stops(config, ctx):
 def test_contract_reports_an_objective_that_ignores_stop_requests(pytester):
     """Issue 15.2: SIGTERM twice used to make the runtime os._exit(75) pytest mid-suite."""
     pytester.makepyfile(objective_mod=GOOD + IGNORES_STOP)
-    pytester.makepyfile(test_contract='''
+    pytester.makepyfile(test_objective_contract='''
 from objective_mod import Config, ignores_stop, never_stops
 from trials.pytest_plugin import ObjectiveContract
 
