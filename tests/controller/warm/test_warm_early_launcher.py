@@ -106,3 +106,45 @@ def test_a_pythonpath_entry_in_the_launch_folder_is_the_warm_trials_too(tmp_path
         assert (status, lines(text)) == (0, {"warm": "True", "helper": "mine"}), (text, b.said)
     finally:
         b.close()
+
+
+def test_a_trial_waits_for_a_launcher_whose_imports_are_slow_rather_than_start_fresh(tmp_path):
+    """A fresh start would import as much itself (the launcher started first); before, a trial waited 5 s, then
+    ran fresh: under load torch and sklearn took longer to import than that."""
+    b = Bench(tmp_path, """
+        import os, time
+        import slow
+        print("warm=" + str(WARM))
+        if os.environ["CLOUD_ML_TRIAL_ID"] == "1":
+            time.sleep(3)
+    """)
+    (b.site / "slow.py").write_text("import time\ntime.sleep(7)\n")
+    try:
+        survey, log = b.start()
+        status, text = b.run()
+        assert (status, lines(text)) == (0, {"warm": "True"}), (text, b.said)
+        deadline = time.monotonic() + 120
+        while survey.poll() is None:
+            assert time.monotonic() < deadline, Path(log).read_text()
+            time.sleep(0.02)
+    finally:
+        b.close()
+
+
+def test_a_launcher_that_never_finishes_importing_is_dropped_and_said(tmp_path, monkeypatch):
+    from trials.controller.warm import backend
+
+    monkeypatch.setattr(backend, "IMPORT_CAP_S", 3.0)
+    b = Bench(tmp_path, """
+        import stuck
+        print("warm=" + str(WARM))
+    """)
+    (b.site / "stuck.py").write_text(
+        "import os, time\nif os.environ.get('CLOUD_ML_TRIAL_ID') is None:  # (only in the launcher)\n"
+        "    time.sleep(3600)\n")
+    try:
+        assert lines(b.run()[1]) == {"warm": "False"}  # the survey
+        assert lines(b.run()[1]) == {"warm": "False"}
+        assert any("did not finish importing in 3 s" in line for line in b.said), b.said
+    finally:
+        b.close()

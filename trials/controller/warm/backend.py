@@ -43,7 +43,9 @@ from trials.controller.warm.child import SURVEY_FILE
 from trials.controller.warm.process import LauncherGone, LauncherProcess, WarmProc, WarmReplica
 from trials.errors import ConfigError
 
-READY_WAIT_S = 5.0  # a trial waits this long for a launcher still importing (its own imports take as long)
+# A trial waits for a launcher still importing (a fresh start would import as much itself, and more: the
+# launcher started first), until this long after the launcher started; a launcher not ready by then is dropped.
+IMPORT_CAP_S = 30.0
 MAX_SURVEY_BYTES = 4 << 20
 WARM_DIR = "warm"  # in the job folder: the launchers' logs and preload lists
 
@@ -175,15 +177,16 @@ class WarmBackend:
 
     def _advance(self, slot: _Slot, *, wait: bool) -> None:
         """Once the slot's survey ended, start its launcher, or have the one started on the script's imports
-        import the rest; with ``wait``, give a launcher that imports a little time."""
+        import the rest; with ``wait``, wait for a launcher that imports (at most :data:`IMPORT_CAP_S` from its
+        start: one not ready by then is closed, and the trials run fresh)."""
         if slot.survey is not None and slot.survey[0].poll() is not None:
             self._surveyed(slot)
         launcher = slot.launcher
         if launcher is None:
             return
         launcher.pump()
+        deadline = launcher.started + IMPORT_CAP_S
         if launcher.ready is None and wait and not launcher.gone:
-            deadline = time.monotonic() + READY_WAIT_S
             while launcher.ready is None and not launcher.gone and time.monotonic() < deadline:
                 import select
 
@@ -192,6 +195,10 @@ class WarmBackend:
         if launcher.gone and launcher.ready is None:
             slot.failed = f"the warm launcher ended while importing (see {self._folder()})"
             slot.launcher = None
+        elif launcher.ready is None and time.monotonic() >= deadline:
+            slot.failed = f"the warm launcher did not finish importing in {IMPORT_CAP_S:g} s (see {self._folder()})"
+            slot.launcher = None
+            launcher.close()
         for old in list(slot.old):
             old.pump()
             if not old.children:

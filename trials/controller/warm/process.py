@@ -49,6 +49,7 @@ class LauncherProcess:
         finally:
             theirs.close()
             os.close(log)
+        self.started = time.monotonic()
         self.sock = ours
         self.sock.setblocking(False)
         self.tag = tag
