@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from benchmarks import warm_start as ws
 from trials.spec.load import loads_spec
 from trials.study.space import grid_size
@@ -27,6 +29,8 @@ def test_compare_names_the_first_step_that_differs_and_a_short_run():
 
 
 def test_the_stamped_trainer_runs_and_writes_its_three_stamps(tmp_path):
+    pytest.importorskip("torch", reason="the warm benchmark's trainer needs torch (and scikit-learn)")
+    pytest.importorskip("sklearn", reason="the warm benchmark's trainer needs scikit-learn")
     with open(ws.TRAINER, encoding="utf-8") as f:
         (tmp_path / "train.py").write_text(ws.probe_source(f.read()))
     env = {**os.environ, "TRIALS_PROBE_OUT": str(tmp_path / "probe"), "OMP_NUM_THREADS": "1",
