@@ -103,6 +103,15 @@ def test_two_metrics_get_a_pareto_front(tmp_path) -> None:
     assert "accuracy (higher is better)" in _texts(svg) and "size (lower is better)" in _texts(svg)
 
 
+def _as_one_thread(monkeypatch) -> None:
+    """The report forks its drawing child only in a process of one thread (a fork copies no other thread); a
+    test worker may hold threads of its own (its runner's, another test's library threads), so these tests, which
+    are about the fork's output, see one."""
+    import threading
+
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
+
+
 def test_plots_drawn_in_two_processes_are_the_ones_drawn_in_one(tmp_path, monkeypatch) -> None:
     """The learning curves and the importances are drawn in a forked child while the rest are drawn
     here: the page and every PNG are byte for byte those of drawing all in one process; a child that
@@ -111,6 +120,7 @@ def test_plots_drawn_in_two_processes_are_the_ones_drawn_in_one(tmp_path, monkey
     from trials.controller.report import plots
 
     monkeypatch.setattr(plots, "_cpus", lambda: 2)
+    _as_one_thread(monkeypatch)
     outcomes = [("ok", [0.5 + 0.02 * i + 0.01 * s for s in range(5)], False) for i in range(12)]
     fake_job(tmp_path, CONDITIONAL, outcomes=outcomes)
     out = {}
@@ -153,6 +163,7 @@ def test_a_plot_that_fails_here_ends_the_drawing_child(tmp_path, monkeypatch) ->
     from trials.controller.report import plots
 
     monkeypatch.setattr(plots, "_cpus", lambda: 2)
+    _as_one_thread(monkeypatch)
     fake_job(tmp_path, CONDITIONAL, outcomes=[("ok", [0.5 + 0.02 * i], False) for i in range(6)])
     children: list[int] = []
     real_fork, real_draw = plots._fork_drawing, plots._draw_one
