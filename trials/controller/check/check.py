@@ -264,6 +264,7 @@ class _Probes:
         h.store.fix_params(0, self.params, self.job.study)
         options = job_run.run_options(h, runtime="host", images={}, echo=False, grace_period_s=self.options.grace_s,
                                       memory_limit_mb=None, inject_restarts=0.0, slots=1, seed=None)
+        options.keep_going = True  # the check watches the trainer: no job rule (a wrong tag's) cuts its run short
         state = JobRunner(h.store, h.job, options, backend=backend, clock=self.clock, signals=self.signals).run()
         if state == JobState.CANCELLED:
             raise KeyboardInterrupt
@@ -284,6 +285,7 @@ class _Probes:
         options = job_run.run_options(h, runtime=self.options.runtime, images=dict(self.options.images),
                                       echo=False, grace_period_s=self.options.grace_s, memory_limit_mb=None,
                                       inject_restarts=0.0, slots=1, seed=None)
+        options.keep_going = True  # the check watches the trainer: no job rule (a wrong tag's) cuts its run short
         probe = ProbeBackend(self.backend, primary=self.primary, outputs_root=root, cwd=options.cwd,
                              exclude=self.folder, clock=self.clock.monotonic, hold=hold)
         policy.release = probe.release
