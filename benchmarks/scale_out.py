@@ -84,15 +84,23 @@ def spec_dict(n_trials: int, parallel: int, work_ms: float, times: str, sleep_ms
     }
 
 
+def times_file(workdir: str) -> str:
+    """Where the trials append their times: in the job's buckets (``create``'s gcs root), which the host sandbox
+    binds through to every trial (elsewhere a trial's writes stay in its copy-on-write layer: nothing recorded)."""
+    os.makedirs(os.path.join(workdir, "gcs"), exist_ok=True)
+    return os.path.join(workdir, "gcs", "times.txt")
+
+
 def create(workdir: str, storage: str | None, job_id: str, spec: dict):
-    os.makedirs(os.path.join(workdir, "launch"), exist_ok=True)  # times.txt stays outside the trials' view
+    os.makedirs(os.path.join(workdir, "launch"), exist_ok=True)
     from trials.controller.jobs import registry
     from trials.spec.load import parse_spec
 
     job = parse_spec(spec, source="<benchmark>")
     return registry.create_job(job, root=os.path.join(workdir, "jobs"), job_id=job_id, spec_path=None,
                                  storage=storage, base_output_dir=None, project_number=None,
-                                 local_command=None, cwd=os.path.join(workdir, "launch"), seed=1)
+                                 local_command=None, cwd=os.path.join(workdir, "launch"), seed=1,
+                                 gcs_root=os.path.join(workdir, "gcs"))
 
 
 def trials_cmd(*argv: str) -> list[str]:
@@ -115,7 +123,7 @@ def run_workers(workdir: str, url: str, job_id: str, n_workers: int) -> None:
 def throughput(url: str, n_workers: int, n_trials: int, work_ms: float) -> float:
     with tempfile.TemporaryDirectory(prefix="scale-out-") as workdir:
         job_id = f"bench-{uuid.uuid4().hex[:10]}"
-        times = os.path.join(workdir, "times.txt")
+        times = times_file(workdir)
         create(workdir, url, job_id, spec_dict(n_trials, n_workers, work_ms, times))
         t0 = time.monotonic()
         run_workers(workdir, url, job_id, n_workers)
@@ -199,7 +207,7 @@ def worker_statements(url: str, n_trials: int) -> dict[str, float]:
 
     with tempfile.TemporaryDirectory(prefix="scale-out-") as workdir:
         job_id = f"bench-{uuid.uuid4().hex[:10]}"
-        times = os.path.join(workdir, "times.txt")
+        times = times_file(workdir)
         create(workdir, url, job_id, spec_dict(n_trials, 1, 0, times))
         t0 = time.perf_counter()
         with counted_statements() as counts, contextlib.redirect_stdout(io.StringIO()):
@@ -262,7 +270,7 @@ def resume_to_first_trial_s(url: str, n_trials: int) -> float:
 
     with tempfile.TemporaryDirectory(prefix="scale-out-") as workdir:
         job_id = f"bench-{uuid.uuid4().hex[:10]}"
-        times = os.path.join(workdir, "times.txt")
+        times = times_file(workdir)
         h = create(workdir, url, job_id, spec_dict(n_trials, 1, 0, times))
         run_cycles(h, n_trials // 2, workdir)
         h.store.set_meta(state=JobState.CANCELLED.value)
@@ -289,7 +297,7 @@ def sleeping_workers(url: str, n_workers: int, n_trials: int, sleep_ms: float) -
     its first and last trial starts; median seconds from a worker's launch to its first trial)."""
     with tempfile.TemporaryDirectory(prefix="scale-out-") as workdir:
         job_id = f"bench-{uuid.uuid4().hex[:10]}"
-        times = os.path.join(workdir, "times.txt")
+        times = times_file(workdir)
         h = create(workdir, url, job_id, spec_dict(n_trials, n_workers, 0, times, sleep_ms=sleep_ms))
         launched = time.time()
         run_workers(workdir, url, job_id, n_workers)
@@ -378,7 +386,7 @@ def lane_gap_s(url: str | None, n_trials: int) -> float:
     """Median gap between consecutive trial starts on one lane (no-op trials)."""
     with tempfile.TemporaryDirectory(prefix="scale-out-") as workdir:
         job_id = f"bench-{uuid.uuid4().hex[:10]}"
-        times = os.path.join(workdir, "times.txt")
+        times = times_file(workdir)
         spec = spec_dict(n_trials, 1, 0, times)
         if url is None:
             import json

@@ -6,7 +6,7 @@ import io
 import os
 from pathlib import Path
 
-from benchmarks.scale_out import counted_statements, create, spec_dict
+from benchmarks.scale_out import counted_statements, create, spec_dict, times_file
 
 BUDGET_PER_TRIAL = 15  # issue 27's goal (it was ~88)
 N_TRIALS = 12
@@ -15,13 +15,11 @@ MAX_START_AND_END = 60  # opening the job, the worker's view and table, the summ
 
 def run_worker_counted(tmp_path, pg_url, job_id, n_trials):
     from trials.cli import main
-    from trials.controller.jobs.registry import job_dir_of
 
     tmp_path.mkdir()
     # in the job's buckets (its default gcs root): a sandboxed trial's writes elsewhere stay in its own layer
-    times = Path(job_dir_of(str(tmp_path / "jobs"), job_id)) / "gcs" / "times.txt"
+    times = Path(times_file(str(tmp_path)))  # in the job's buckets, which the trials keep
     create(str(tmp_path), pg_url, job_id, spec_dict(n_trials, 1, 0, str(times)))
-    times.parent.mkdir(parents=True, exist_ok=True)
     with counted_statements() as counts, contextlib.redirect_stdout(io.StringIO()):
         code = main(["worker", job_id, "--storage", pg_url, "--root", os.path.join(tmp_path, "jobs"), "--quiet"])
     assert code == 0
