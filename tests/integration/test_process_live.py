@@ -105,7 +105,7 @@ def wait_gone(pid: int, timeout_s: float) -> bool:
 def test_exit_codes_are_reported_as_is(tmp_path: Path, code: int) -> None:
     replica = start(tmp_path, py("proc_exit.py", str(code)), memory_limit_mb=1024)
     assert wait_exit(replica) == code
-    assert replica.signal is None and replica.oom_killed is False
+    assert replica.poll().signal is None and replica.oom_killed is False
     assert replica.check_memory() is False
     replica.close()
     assert tail_lines(replica.stdout_path) == ["out line"]
@@ -116,7 +116,7 @@ def test_exit_codes_are_reported_as_is(tmp_path: Path, code: int) -> None:
 def test_death_by_signal_is_128_plus_signal(tmp_path: Path, name: str, status: int) -> None:
     replica = start(tmp_path, py("proc_signal.py", name))
     assert wait_exit(replica) == status
-    assert replica.signal == getattr(signal, name)
+    assert replica.poll().signal == getattr(signal, name)
 
 
 def test_env_is_exact_and_output_is_appended_across_attempts(
@@ -323,7 +323,7 @@ def test_in_a_cgroup_the_trainer_runs_in_it_from_the_start_and_its_status_is_the
     tree = _tree_or_skip("live-status")
     replica = start(tmp_path, py("proc_cgroup.py", *args), tree=tree)
     assert wait_exit(replica) == status
-    assert replica.signal == sig
+    assert replica.poll().signal == sig
     pid, cgroup = _first_line(Path(replica.stdout_path))
     assert tree.path.endswith(cgroup.split("::", 1)[1])  # its first instruction already ran in the cgroup
     assert pid != replica.pid  # the shim waits as the group's leader; the trainer is its child
@@ -386,7 +386,7 @@ def test_an_exit_while_the_controller_is_busy_is_timed_at_its_sigchld_not_at_the
         # if it fails: was SIGCHLD blocked here, pending, or its handler replaced?
         state = {"blocked": signal.SIGCHLD in signal.pthread_sigmask(signal.SIG_BLOCK, []),
                  "pending": signal.SIGCHLD in signal.sigpending(), "handler": signal.getsignal(signal.SIGCHLD)}
-        assert replica.poll() == 0
+        assert replica.poll().status == 0
     finally:
         restore()
     assert replica.exited_mono is not None

@@ -218,7 +218,7 @@ def test_a_planted_log_link_is_not_followed_without_the_sandbox(tmp_path):
     r = start_replica([sys.executable, "-c", "print('out')"], env=dict(os.environ), cwd=str(tmp_path),
                       stdout_path=str(log), stderr_path=str(log), name="workerpool0-0")
     r._proc.wait(timeout=60)
-    assert r.poll() == 0
+    assert r.poll().status == 0
     assert victim.read_text() == "precious\n"
     assert not log.is_symlink() and log.read_text() == "out\n"
 

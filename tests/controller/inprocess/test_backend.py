@@ -9,7 +9,7 @@ import pytest
 
 from trials import protocol
 from trials.controller.backend.protocol import ReplicaStart
-from trials.controller.inprocess.backend import COMMAND, STOP_REASON, InProcessBackend, exit_status
+from trials.controller.inprocess.backend import COMMAND, STOP_REASON, InProcessBackend, InProcessReplica, exit_status
 from trials.controller.loop.running import ExitAction, decide_exit
 from trials.errors import ConfigError
 from trials.records import StopReason
@@ -23,6 +23,11 @@ STUDY = loads_spec("metrics: {score: maximize}\nparameters:\n  x: {type: double,
 @dataclasses.dataclass
 class Config:
     x: float = 0.5
+
+
+def status(replica: InProcessReplica) -> int | None:
+    ended = replica.poll()
+    return None if ended is None else ended.status
 
 
 def backend_for(objective, *, turns: bool = True) -> InProcessBackend:
@@ -55,9 +60,11 @@ def test_the_objective_runs_only_inside_poll_one_report_at_a_time(tmp_path):
     assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 1  # written before the loop's turn
     assert replica.poll() is None and seen == [("start", 0.25), 1]
     assert replica.poll() is None and seen[-1] == 2
-    assert replica.poll() == protocol.EXIT_OK and seen[-1] == 3
-    assert replica.exited_mono is not None and replica.record() is None and replica.leftovers == []
-    assert replica.poll() == protocol.EXIT_OK  # an ended call: the same status, nothing runs
+    assert status(replica) == protocol.EXIT_OK and seen[-1] == 3
+    ended = replica.poll()
+    assert ended is not None and ended.how == "exit" and ended.leftovers == () and ended.placement == {}
+    assert ended.exited_mono == replica.exited_mono and replica.record() is None
+    assert status(replica) == protocol.EXIT_OK  # an ended call: the same status, nothing runs
 
 
 def test_a_stop_request_reaches_the_objective_before_its_next_step(tmp_path):
@@ -73,7 +80,7 @@ def test_a_stop_request_reaches_the_objective_before_its_next_step(tmp_path):
     replica = backend_for(objective).start(request(tmp_path))
     assert replica.poll() is None and replica.poll() is None  # parked after its 2nd report
     assert replica.begin_stop(5.0) == 5.0 and replica.begin_stop(6.0) == 5.0  # once
-    assert replica.poll() == protocol.EXIT_STOPPED  # a stop the loop asked for
+    assert status(replica) == protocol.EXIT_STOPPED  # a stop the loop asked for
     assert reported == [1, 2] and reasons == [STOP_REASON]
 
 
@@ -89,7 +96,7 @@ def test_advance_stop_lets_a_stubborn_objective_run_to_its_end_nothing_is_killed
     assert replica.advance_stop(1000.0, grace_s=0.0) is False
     assert replica.advance_stop(1000.0, grace_s=0.0) is True  # it returned
     # the runtime's status of a call told to stop; whether it ended early is the loop's call (from its steps)
-    assert replica.poll() == protocol.EXIT_STOPPED
+    assert status(replica) == protocol.EXIT_STOPPED
 
 
 def test_an_exception_ends_the_call_with_exit_1_its_traceback_in_the_stderr_log(tmp_path):
@@ -102,7 +109,7 @@ def test_an_exception_ends_the_call_with_exit_1_its_traceback_in_the_stderr_log(
     backend = backend_for(boom)
     replica = backend.start(request(tmp_path))
     assert replica.poll() is None
-    assert replica.poll() == protocol.EXIT_ERROR
+    assert status(replica) == protocol.EXIT_ERROR
     log = (tmp_path / protocol.stderr_log("workerpool0-0")).read_text()
     assert log.startswith("Traceback (most recent call last):") and log.endswith("RuntimeError: diverged\n")
     assert backend.take_error("1") is raised
@@ -124,7 +131,7 @@ def test_a_replica_closed_before_it_ended_is_released_and_stops_at_its_next_step
     assert replica.poll() is None  # parked in its first report
     backend.close()  # the job ended first (an error in the loop, Ctrl-C in the caller)
     assert replica.join(timeout_s=10) and reported == [1]
-    assert replica.poll() == protocol.EXIT_STOPPED  # its own stop (the release asked it): never called a failure
+    assert status(replica) == protocol.EXIT_STOPPED  # its own stop (the release asked it): never called a failure
 
 
 def test_a_replica_closed_before_its_first_turn_never_calls_the_objective(tmp_path):
@@ -148,7 +155,7 @@ def test_calls_get_the_callers_context_variables(tmp_path):
     var.set("the caller's")
     replica = backend_for(lambda config, ctx: seen.append((var.get(), threading.current_thread().name))).start(
         request(tmp_path))
-    assert replica.poll() == protocol.EXIT_OK
+    assert status(replica) == protocol.EXIT_OK
     assert seen == [("the caller's", "trials.tune workerpool0-0")]
 
 
@@ -162,7 +169,7 @@ def test_without_turns_the_whole_call_is_made_in_start_in_the_callers_thread(tmp
 
     replica = backend_for(objective, turns=False).start(request(tmp_path))
     assert seen == [threading.current_thread()]  # done before start returned
-    assert replica.exited_mono is not None and replica.poll() == protocol.EXIT_OK
+    assert replica.exited_mono is not None and status(replica) == protocol.EXIT_OK
     assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 3
 
 
@@ -183,7 +190,7 @@ def test_a_keyboard_interrupt_in_a_call_with_turns_is_raised_in_the_loops_thread
     assert replica.poll() is None
     with pytest.raises(KeyboardInterrupt):
         replica.poll()
-    assert replica.poll() == protocol.EXIT_ERROR  # raised once; the call's status stays a failure
+    assert status(replica) == protocol.EXIT_ERROR  # raised once; the call's status stays a failure
 
 
 @pytest.mark.parametrize("code,stop_requested,status", [

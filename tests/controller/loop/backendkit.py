@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from trials import protocol
-from trials.controller.backend.protocol import ReplicaStart
+from trials.controller.backend.protocol import ReplicaExit, ReplicaStart
+from trials.controller.backend.stopping import StopSteps
 
 
 class FakeClock:
@@ -61,8 +62,11 @@ class Script:
     crash_at_step: int | None = None  # exits with crash_code instead of reporting this step
     crash_code: int = 139
     exit_on_poll: int | None = None  # exits with crash_code just before its n-th poll sees it
-    on_term: str = "exit"  # "exit": dies at once (143); "ignore": only SIGKILL ends it
+    on_term: str = "exit"  # "exit": exits at once (with term_code); "ignore": only SIGKILL ends it
     term_code: int = 143
+    oom_at_step: int | None = None  # killed over its memory limit instead of reporting this step (137)
+    leftovers: tuple[str, ...] = ()  # what it leaves running when it exits (killed by its stop steps)
+    placement: dict[str, str] = field(default_factory=dict)
     offset: float = 0.0  # added to every reported value
     first_step: int = 1  # the global_step of its first report (a trainer resuming from a checkpoint)
     tag: str = "loss"  # the metric tag it reports (another than the spec's: every trial is infeasible)
@@ -70,27 +74,30 @@ class Script:
     torn_s: float = 0.0  # the file is in the middle of a rewrite (torn) the first torn_s of every second
 
 
-@dataclass
-class FakeReplica:
+@dataclass(eq=False)
+class FakeReplica(StopSteps):
+    """A scripted replica: the shared stop steps, with signals that only go in ``signals``."""
+
     clock: FakeClock
     name: str
     env: dict[str, str]
     script: Script
     start: float = 0.0
     returncode: int | None = None
-    exited_mono: float | None = None
-    stop_requested_at: float | None = None
+    exited_mono: float | None = None  # the exit's own time, where the script says it (else the poll's)
     oom_killed: bool = False
-    leftovers: list[str] = field(default_factory=list)
-    upper_dir: str | None = None
-    placement: dict = field(default_factory=dict)
-    signal: int | None = None
+    killed: bool = False  # SIGKILL ended it
     signals: list[int] = field(default_factory=list)
     reports: list[str] = field(default_factory=list)
     n_polls: int = 0
+    kill_every_s = 0.0
 
     def __post_init__(self) -> None:
         self.start = self.clock.t
+
+    @property
+    def upper_dir(self) -> str | None:
+        return None
 
     def _run(self) -> None:
         """Catch up with the clock: report the steps that came due, exit when the script says."""
@@ -98,6 +105,9 @@ class FakeReplica:
         elapsed = self.clock.t - self.start
         due = min(s.steps, int(elapsed / s.step_s + 1e-9))
         for step in range(len(self.reports) + 1, due + 1):
+            if step == s.oom_at_step:
+                self.returncode, self.oom_killed = 137, True
+                return
             if step == s.crash_at_step:
                 self.returncode = s.crash_code
                 return
@@ -124,35 +134,32 @@ class FakeReplica:
             text = text[: len(text) // 2 + 7]  # what a reader sees between the truncation and the last write
         Path(self.env[protocol.ENV_METRIC_FILE]).write_text(text)
 
-    def poll(self) -> int | None:
+    def poll(self) -> ReplicaExit | None:
         self.n_polls += 1
         if self.returncode is None and self.script.exit_on_poll == self.n_polls:
             self.returncode = self.script.crash_code  # exited since the last poll
         if self.returncode is None:
             self._run()
-        return self.returncode
+        if self.returncode is None:
+            return None
+        if self.exited_mono is None:
+            self.exited_mono = self.clock.monotonic()  # seen now: the loop's clock
+        left = self.script.leftovers if self.stop_requested_at is not None else ()  # killed by the stop steps
+        if self.killed:
+            return ReplicaExit.of_returncode(-signal.SIGKILL, exited_mono=self.exited_mono, leftovers=left)
+        return ReplicaExit.of_status(self.returncode, exited_mono=self.exited_mono, oom=self.oom_killed,
+                                     leftovers=left, placement=self.script.placement)
 
-    def begin_stop(self, now: float) -> float:
-        if self.stop_requested_at is None:
-            self.stop_requested_at = now
-            if self.returncode is None:
-                self.signals.append(signal.SIGTERM)
-                if self.script.on_term == "exit":
-                    self.returncode = self.script.term_code
-        return self.stop_requested_at
-
-    def advance_stop(self, now: float, grace_s: float) -> bool:
-        started = self.begin_stop(now)
-        if self.poll() is not None:
-            return True
-        if now - started >= grace_s:
-            self.send_signal_group(signal.SIGKILL)
-        return False
+    def deliver_term(self) -> None:
+        if self.returncode is None:
+            self.signals.append(signal.SIGTERM)
+            if self.script.on_term == "exit":
+                self.returncode = self.script.term_code
 
     def send_signal_group(self, sig: int) -> None:
         self.signals.append(sig)
         if sig == signal.SIGKILL and self.returncode is None:
-            self.returncode = 137
+            self.returncode, self.killed = 137, True
 
     def record(self) -> dict[str, Any] | None:
         return {"name": self.name, "pid": 1_000_000, "pgid": 1_000_000, "start_time": None}

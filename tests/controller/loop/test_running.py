@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.controller.loop.backendkit import FakeClock, FakeReplica, Script
+from trials.controller.backend.protocol import ReplicaExit
 from trials.controller.loop.running import ExitAction, RunningTrial, decide_exit
 from trials.controller.trial import launch
 from trials.controller.trial.metrics_reader import TrialMetricsReader
@@ -93,12 +94,12 @@ def test_each_exit_is_seen_once_and_the_trial_ends_when_every_exit_is_booked(tmp
     assert isinstance(primary, FakeReplica) and isinstance(other, FakeReplica)
     assert run.new_exits() == {} and not run.all_exits_classified()
     primary.returncode = 0
-    assert run.new_exits() == {"workerpool0-0": 0}
-    entry = run.record_exit("workerpool0-0", 0, oom_killed=False, mono=102.5)
+    assert {name: e.status for name, e in run.new_exits().items()} == {"workerpool0-0": 0}
+    entry = run.record_exit("workerpool0-0", ReplicaExit(status=0, exited_mono=102.5))
     assert entry["exitStatus"] == 0 and entry["time"] == "2027-01-15T08:00:02.500000Z"
     assert run.new_exits() == {}  # booked: not seen again
     other.returncode = 143
-    run.record_exit("workerpool1-0", 143, oom_killed=False, mono=101.0)
+    run.record_exit("workerpool1-0", ReplicaExit(status=143, exited_mono=101.0))
     assert run.all_exits_classified()
     assert run.ended_mono == 102.5  # the trial ends with its last replica, not its last booking
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from tests.controller.loop.backendkit import FakeClock, FakeReplica, Script
 from trials import protocol
+from trials.controller.backend.protocol import ReplicaExit
 from trials.controller.loop import events
 from trials.controller.loop.chaos import Chaos
 from trials.controller.loop.running import RunningTrial
@@ -69,10 +70,16 @@ def exit_now(run: RunningTrial, name: str, status: int) -> None:
     replica.returncode = status
 
 
+def exited(run: RunningTrial, name: str) -> ReplicaExit:
+    ended = run.replicas[name].poll()
+    assert ended is not None
+    return ended
+
+
 def test_the_primary_succeeding_stops_the_other_replicas_quietly(tmp_path):
     sup, run, clock, said, store, _ = setup(tmp_path)
     exit_now(run, "workerpool0-0", 0)
-    sup.on_exit(run, "workerpool0-0", 0, clock.t)
+    sup.on_exit(run, "workerpool0-0", exited(run, "workerpool0-0"), clock.t)
     assert run.stop_reason is StopReason.SUCCESS
     others = [run.replicas[n] for n in NAMES[1:]]
     assert all(isinstance(r, FakeReplica) and r.signals == [15] for r in others)  # SIGTERM each
@@ -83,7 +90,7 @@ def test_the_primary_succeeding_stops_the_other_replicas_quietly(tmp_path):
 def test_a_crash_restarts_that_replica_once_its_group_is_gone(tmp_path):
     sup, run, clock, said, _, launcher = setup(tmp_path)
     exit_now(run, "workerpool1-0", 3)
-    sup.on_exit(run, "workerpool1-0", 3, clock.t)
+    sup.on_exit(run, "workerpool1-0", exited(run, "workerpool1-0"), clock.t)
     assert run.restart_at == {"workerpool1-0": clock.t} and run.exited == {"workerpool1-0": 3}
     assert said == [events.ReplicaRestart(trial_id="1", replica="workerpool1-0", restarts=1,
                                           why="exit 3, worker restart 1 of 5")]
@@ -96,7 +103,7 @@ def test_a_crash_restarts_that_replica_once_its_group_is_gone(tmp_path):
 def test_restart_job_on_worker_restart_restarts_every_replica_and_charges_only_the_cause(tmp_path):
     sup, run, clock, _, _, launcher = setup(tmp_path, restart_all=True)
     exit_now(run, "workerpool1-1", 3)
-    sup.on_exit(run, "workerpool1-1", 3, clock.t)
+    sup.on_exit(run, "workerpool1-1", exited(run, "workerpool1-1"), clock.t)
     assert set(run.restart_at) == set(NAMES)
     sup.on_restarts_due(run, clock.t)  # the fakes exit on SIGTERM at once
     assert sorted(launcher.starts) == [(n, 1) for n in NAMES]
@@ -106,7 +113,7 @@ def test_restart_job_on_worker_restart_restarts_every_replica_and_charges_only_t
 def test_a_transient_exit_runs_the_whole_trial_again(tmp_path):
     sup, run, clock, said, _, launcher = setup(tmp_path)
     exit_now(run, "workerpool0-0", 139)
-    sup.on_exit(run, "workerpool0-0", 139, clock.t)
+    sup.on_exit(run, "workerpool0-0", exited(run, "workerpool0-0"), clock.t)
     assert run.job_retries == 1 and set(run.restart_at) == set(NAMES)
     assert isinstance(said[0], events.ReplicaRestart) and "job retry 1 of 3" in said[0].why
     sup.on_restarts_due(run, clock.t)
@@ -116,7 +123,7 @@ def test_a_transient_exit_runs_the_whole_trial_again(tmp_path):
 def test_a_user_error_fails_the_trial_and_stops_the_others_once(tmp_path):
     sup, run, clock, said, _, _ = setup(tmp_path)
     exit_now(run, "workerpool1-0", 1)
-    sup.on_exit(run, "workerpool1-0", 1, clock.t)
+    sup.on_exit(run, "workerpool1-0", exited(run, "workerpool1-0"), clock.t)
     assert run.stop_reason is StopReason.FAILED
     assert run.failure == ("The replica workerpool1-0 exited with a non-zero status of 1. "
                            "Termination reason: Error.")

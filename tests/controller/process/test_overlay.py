@@ -58,7 +58,8 @@ def run_in_view(tmp_path: Path, code: str) -> tuple[str, Path]:
     while replica.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
     replica.close()
-    assert replica.poll() == 0, out.read_text()
+    ended = replica.poll()
+    assert ended is not None and ended.status == 0, out.read_text()
     assert replica.upper_dir is not None
     return out.read_text(), Path(replica.upper_dir)
 

@@ -57,7 +57,8 @@ def run_replica(tmp_path: Path, box_on: bool) -> list[int]:
     while replica.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
     replica.close()
-    assert replica.poll() == 0, out.read_text()
+    ended = replica.poll()
+    assert ended is not None and ended.status == 0, out.read_text()
     return [int(c) for c in out.read_text().strip().strip("[]").split(",")]
 
 

@@ -17,7 +17,7 @@ from trials.controller.process.groups import (
     process_start_time,
     reap_leftovers,
 )
-from trials.controller.process.replica import Replica, free_port, stop_action
+from trials.controller.process.replica import Replica, free_port
 from trials.controller.process.spawn import start_replica
 from trials.controller.trial.files import tail_lines
 from trials.errors import ConfigError
@@ -84,28 +84,20 @@ class World:
 
 
 @pytest.mark.parametrize(
-    ("elapsed_s", "running", "action"),
-    [(0.0, True, "wait"), (9.99, True, "wait"), (10.0, True, "kill"), (50.0, True, "kill"),
-     (0.0, False, "done"), (50.0, False, "done")],
-)
-def test_stop_action(elapsed_s: float, running: bool, action: str) -> None:
-    assert stop_action(elapsed_s=elapsed_s, grace_s=10.0, running=running) == action
-
-
-@pytest.mark.parametrize(
     ("returncode", "status", "sig"),
     [(0, 0, None), (1, 1, None), (3, 3, None), (-9, 137, 9), (-11, 139, 11), (-6, 134, 6),
      (-15, 143, 15)],
 )
 def test_exit_status_is_vertex_style(returncode: int, status: int, sig: int | None) -> None:
     replica = World(rc=returncode).replica()
-    assert replica.poll() == status == replica.exit_status
-    assert replica.signal == sig
+    ended = replica.poll()
+    assert ended is not None and ended.status == status == replica.exit_status
+    assert ended.signal == sig and ended.how == ("exit" if sig is None else "signal")
 
 
 def test_running_replica_has_no_status() -> None:
     replica = World().replica()
-    assert replica.poll() is None and replica.exit_status is None and replica.signal is None
+    assert replica.poll() is None and replica.exit_status is None
 
 
 def test_stop_of_a_cooperative_replica_sends_only_term() -> None:

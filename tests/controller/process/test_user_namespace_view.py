@@ -59,7 +59,7 @@ while replica.poll() is None and time.monotonic() < deadline:
     time.sleep(0.01)
 replica.close()
 kept.drain()
-print(json.dumps({"exit": replica.poll(), "said": box.describe(), "log": open(log).read(),
+print(json.dumps({"exit": replica.poll().status, "said": box.describe(), "log": open(log).read(),
                   "layers": os.listdir(os.path.join(trial, "sandbox"))}))
 """
 

@@ -106,6 +106,12 @@ def _request(tmp_path: Path, name: str, *, trial: str = "1", names=TWO, attempt:
                         stderr_path=str(trial_dir / f"{name}.err"), memory_limit_mb=memory_limit_mb)
 
 
+def st(replica: sb.SlurmReplica) -> int | None:
+    """Its status once it ended, else None."""
+    ended = replica.poll()
+    return None if ended is None else ended.status
+
+
 def _backend(tmp_path: Path, slurm: FakeSlurm, **kw) -> sb.SlurmBackend:
     backend = sb.SlurmBackend(job_dir=str(tmp_path / "job"), slurm=slurm, **kw)  # type: ignore[arg-type]
     backend.open(lambda line: None)
@@ -160,7 +166,7 @@ def test_a_restart_of_one_replica_while_the_other_runs_is_submitted_alone(tmp_pa
     worker = backend.start(_request(tmp_path, "workerpool1-0"))
     slurm.running("101", components=2)
     _write_exit(worker, 1)
-    assert worker.poll() == 1 and chief.poll() is None
+    assert st(worker) == 1 and chief.poll() is None
     again = backend.start(_request(tmp_path, "workerpool1-0", attempt=1))
     assert len(slurm.scripts) == 2 and again.submission is not None and again.submission is not chief.submission
     second = slurm.scripts[1]
@@ -195,8 +201,8 @@ def test_stopping_every_replica_is_term_then_kill_through_the_entries_and_scance
     slurm.running("101", components=2, state="CANCELLED")
     for r in (chief, worker):
         _write_exit(r, 137)
-        assert r.advance_stop(63.0, 10.0) is True and r.poll() == 137
-        assert r.oom_killed is False
+        assert r.advance_stop(63.0, 10.0) is True and st(r) == 137
+        assert r.poll().oom_killed is False
 
 
 def test_stopping_a_job_still_queued_cancels_it(tmp_path, slurm):
@@ -236,7 +242,7 @@ def test_a_job_gone_from_squeue_without_an_exit_file_is_137_after_the_grace(tmp_
     end = time.monotonic() + 10
     while r.poll() is None and time.monotonic() < end:
         time.sleep(0.05)
-    assert r.poll() == 137 and r.placement["slurmState"] == "GONE"
+    assert st(r) == 137 and r.placement["slurmState"] == "GONE"
 
 
 @pytest.mark.parametrize(("state", "status"), [("NODE_FAIL", 137), ("PREEMPTED", 137), ("OUT_OF_MEMORY", 137),
@@ -247,8 +253,8 @@ def test_a_job_ended_without_an_exit_file_gets_a_status_from_its_slurm_state(tmp
     backend = _backend(tmp_path, slurm)
     r = backend.start(_request(tmp_path, "workerpool0-0", names=("workerpool0-0",)))
     slurm.running("101", state=state)
-    assert r.poll() == status and r.placement["slurmState"] == state
-    assert r.oom_killed is (state == "OUT_OF_MEMORY")
+    assert st(r) == status and r.placement["slurmState"] == state
+    assert r.poll().oom_killed is (state == "OUT_OF_MEMORY")
     log = Path(r.request.stderr_path).read_text() if os.path.exists(r.request.stderr_path) else ""
     assert ("wrote no exit" in log) == (status == 1)
 
@@ -260,7 +266,7 @@ def test_an_exit_file_that_arrives_within_the_grace_wins_over_the_slurm_state(tm
     slurm.running("101", state="COMPLETED")
     assert r.poll() is None
     _write_exit(r, 0)
-    assert r.poll() == 0 and "slurmState" not in r.placement
+    assert st(r) == 0 and "slurmState" not in r.placement
 
 
 def _dead_pid() -> int:
@@ -332,7 +338,7 @@ def test_close_cancels_what_still_runs(tmp_path, slurm):
     slurm.running("101")
     slurm.running("102", state="COMPLETED")
     _write_exit(done, 0)
-    assert done.poll() == 0 and r.poll() is None
+    assert st(done) == 0 and r.poll() is None
     backend.close()
     assert slurm.cancels == [("101", None)]
 
@@ -341,7 +347,7 @@ def test_a_stop_of_a_replica_never_submitted_is_sigterm_and_nothing_is_submitted
     backend = _backend(tmp_path, slurm)
     chief = backend.start(_request(tmp_path, "workerpool0-0"))
     chief.begin_stop(5.0)
-    assert chief.poll() == 128 + signal.SIGTERM and slurm.scripts == [] and slurm.cancels == []
+    assert st(chief) == 128 + signal.SIGTERM and slurm.scripts == [] and slurm.cancels == []
 
 
 def test_stopping_every_replica_of_a_job_sends_each_trainer_one_term_through_its_signal_file(tmp_path, slurm):
@@ -418,7 +424,7 @@ def test_a_forged_exit_file_of_a_running_one_task_job_is_ignored_and_the_trial_g
     slurm.running("101", state="FAILED")
     slurm.codes["101"] = (3, 0)
     _write_exit(r, 3)
-    assert r.poll() == 3 and r.placement["node"] == "n1"  # where Slurm ran it, not what a file says
+    assert st(r) == 3 and r.placement["node"] == "n1"  # where Slurm ran it, not what a file says
     assert r.placement["exitFile"] == "an exit file said status 0 while Slurm said the job was RUNNING (not counted)"
     assert set(slurm.word_queries) == {("101", backend.job_name("2"))}
 
@@ -428,11 +434,11 @@ def test_an_exit_file_that_disagrees_with_slurms_exit_code_loses_and_both_sides_
     slurm.running("101", state="FAILED")
     slurm.codes["101"] = (1, 0)
     _write_exit(r, 0, node="forged", leftovers=["1 (x\x1b[2J)"])
-    assert r.poll() == 1
+    assert st(r) == 1
     said = r.placement["exitFile"]
     assert said == ("the exit file says status 0, Slurm (scontrol) says the job ended FAILED with exit code 1:0: "
                     "Slurm's status 1 counts")
-    assert r.placement["slurmState"] == "FAILED" and r.placement["node"] == "n1" and r.leftovers == []
+    assert r.placement["slurmState"] == "FAILED" and r.placement["node"] == "n1" and r.poll().leftovers == ()
     assert f"trials: Slurm job 101: {said}" in Path(r.request.stderr_path).read_text()
 
 
@@ -443,15 +449,15 @@ def test_an_exit_file_that_agrees_with_slurm_counts_whole(tmp_path, slurm, state
     slurm.running("101", state=state)
     slurm.codes["101"] = code
     _write_exit(r, status, oom=status == 137, leftovers=["7 (sleep)"])
-    assert r.poll() == status and "exitFile" not in r.placement
-    assert r.oom_killed is (status == 137) and r.leftovers == ["7 (sleep)"]
+    assert st(r) == status and "exitFile" not in r.placement
+    assert r.poll().oom_killed is (status == 137) and r.poll().leftovers == ("7 (sleep)",)
 
 
 def test_a_job_cancelled_before_it_ran_never_confirms_a_success(tmp_path, slurm):
     _backend_, r = _one(tmp_path, slurm)
     slurm.running("101", state="CANCELLED")  # ExitCode 0:0: no script ever ran
     _write_exit(r, 0)
-    assert r.poll() == 143 and "Slurm's status 143 counts" in r.placement["exitFile"]
+    assert st(r) == 143 and "Slurm's status 143 counts" in r.placement["exitFile"]
 
 
 def test_an_exit_file_of_a_job_slurm_no_longer_knows_is_not_counted(tmp_path, slurm):
@@ -460,7 +466,7 @@ def test_an_exit_file_of_a_job_slurm_no_longer_knows_is_not_counted(tmp_path, sl
     assert r.poll() is None
     slurm.rows = []  # gone from squeue and scontrol, and no accounting (sacct)
     _write_exit(r, 0)
-    assert r.poll() == 137  # as a VM that vanished: a worker restart
+    assert st(r) == 137  # as a VM that vanished: a worker restart
     assert "Slurm no longer knows the job" in r.placement["exitFile"]
 
 
@@ -469,7 +475,7 @@ def test_an_exit_file_of_a_renamed_job_is_not_counted(tmp_path, slurm):
     slurm.running("101", state="COMPLETED")
     slurm.words["101"] = "the job's name is not trials-x-2 (renamed: 'y JobState=COMPLETED'...)"
     _write_exit(r, 0)
-    assert r.poll() == 137 and "cannot be read (the job's name is not" in r.placement["exitFile"]
+    assert st(r) == 137 and "cannot be read (the job's name is not" in r.placement["exitFile"]
 
 
 def test_scontrol_busy_when_the_job_ended_is_asked_again_at_the_next_poll(tmp_path, slurm):
@@ -479,7 +485,7 @@ def test_scontrol_busy_when_the_job_ended_is_asked_again_at_the_next_poll(tmp_pa
     slurm.word_error = "scontrol did not answer in 30s"
     assert r.poll() is None
     slurm.word_error = None
-    assert r.poll() == 0
+    assert st(r) == 0
 
 
 def test_scontrol_still_saying_running_when_squeue_said_ended_waits(tmp_path, slurm):
@@ -489,7 +495,7 @@ def test_scontrol_still_saying_running_when_squeue_said_ended_waits(tmp_path, sl
     _write_exit(r, 0)
     assert r.poll() is None
     del slurm.words["101"]
-    assert r.poll() == 0
+    assert st(r) == 0
 
 
 def test_an_exit_file_of_a_job_still_queued_is_ignored_even_with_several_tasks(tmp_path, slurm):
@@ -521,7 +527,7 @@ def test_a_primarys_success_in_a_running_job_of_several_tasks_waits_for_the_job_
     assert worker.poll() is None  # held too: the loop must see the primary's success with it
     slurm.running("101", components=2, state="FAILED")
     slurm.codes["101"] = (143, 0)  # srun: the highest of its tasks' statuses
-    assert chief.poll() == 0 and worker.poll() == 143
+    assert st(chief) == 0 and st(worker) == 143
     assert chief.placement["node"] == "n1" and "exitFile" not in chief.placement and slurm.cancels == []
 
 
@@ -538,7 +544,7 @@ def test_a_job_of_several_tasks_bounds_each_claim_by_slurms_exit_code(tmp_path, 
     slurm.running("101", components=2, state=state)
     slurm.codes["101"] = code
     _write_exit(worker, claim)
-    assert worker.poll() == status
+    assert st(worker) == status
     assert ("exitFile" in worker.placement) == (claim != status)
 
 
@@ -554,7 +560,7 @@ def test_others_that_do_not_carry_out_the_kill_after_a_primarys_success_are_canc
     assert chief.poll() is None and slurm.cancels == [("101", "KILL"), ("101", None)]  # a hung node
     slurm.running("101", components=2, state="CANCELLED")
     slurm.codes["101"] = (0, 9)
-    assert chief.poll() == 0  # its success, within what Slurm says of the job (137: the highest of its tasks')
+    assert st(chief) == 0  # its success, within what Slurm says of the job (137: the highest of its tasks')
 
 
 def test_an_exit_file_makes_slurms_word_asked_at_once_so_its_end_is_not_a_state_period_late(
@@ -572,5 +578,5 @@ def test_an_exit_file_makes_slurms_word_asked_at_once_so_its_end_is_not_a_state_
     end = time.monotonic() + 10
     while r.poll() is None and time.monotonic() < end:
         time.sleep(0.01)
-    assert r.poll() == 0 and len(slurm.queries) == n  # scontrol's word, asked at once, not squeue's next read
+    assert st(r) == 0 and len(slurm.queries) == n  # scontrol's word, asked at once, not squeue's next read
     assert len(slurm.word_queries) == 1

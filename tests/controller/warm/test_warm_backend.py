@@ -63,7 +63,9 @@ class Bench:
             if not handle.running():  # type: ignore[attr-defined]
                 break
             time.sleep(0.02)
-        return handle.poll(), Path(log).read_text()  # type: ignore[return-value]
+        ended = handle.poll()
+        assert ended is not None
+        return ended.status, Path(log).read_text()
 
     def close(self) -> None:
         self.warm.close()
@@ -241,5 +243,7 @@ def test_a_warm_trial_stops_on_sigterm_and_keeps_its_exit_status(bench):
     handle.begin_stop(time.monotonic())
     while not handle.advance_stop(time.monotonic(), 30.0):
         time.sleep(0.02)
-    assert handle.poll() == 128 + signal.SIGTERM
+    ended = handle.poll()
+    assert ended is not None and (ended.status, ended.how, ended.signal) == (128 + signal.SIGTERM, "signal",
+                                                                             signal.SIGTERM)
     assert b.run() == (7, "warm=True\n")

@@ -2,25 +2,32 @@
 
 The loop decides; a backend starts a replica and tells the loop what it did, through the two
 protocols below and nothing else (no ``getattr``, no ``isinstance`` on a handle). The loop asks
-each handle the same questions whichever backend made it: has it exited, with which Vertex-style
-status, when; stop it (SIGTERM, a grace period, SIGKILL); what did it leave running; where did its
-writes to the launch folder go.
+each handle the same questions whichever backend made it: has it ended (``poll``: None while it
+runs, then its :class:`ReplicaExit`: the Vertex-style status, when, how, what it left running,
+where it ran); stop it (SIGTERM, a grace period, SIGKILL: the steps are
+:class:`~trials.controller.backend.stopping.StopSteps`, each handle adds only how a signal reaches
+its replica and when all of it is gone); where did its writes to the launch folder go.
 
 Backends:
     - host processes: :class:`trials.controller.process.host.HostBackend` (the exec shim, the
       namespace sandbox, a cgroup or the subreaper, the local Cloud Storage endpoint);
     - containers of the pools' images: :class:`trials.controller.container.backend.ContainerBackend`
       (podman or docker);
+    - Slurm jobs: :class:`trials.controller.slurm.backend.SlurmBackend`;
     - in-process calls: :class:`trials.controller.inprocess.backend.InProcessBackend` (``trials.tune``);
     - the scripted backend of the loop's replay tests (``tests/controller/loop/backendkit.py``).
+They all pass one contract suite (``tests/controller/backend/test_backend_contract.py``).
 
 Modelled on pytest-xdist's ``scheduler/protocol.py`` and syne-tune's ``backend/trial_backend.py``.
 """
 
 from __future__ import annotations
 
+import enum
+import signal as signals
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol, TextIO
 
 MAX_INTERNAL_RETRIES = 2  # Vertex retries an attempt that failed for an internal error (3 attempts in all)
@@ -75,35 +82,106 @@ class ReplicaStart:
     package_uris: tuple[str, ...] = ()
 
 
-class ReplicaHandle(Protocol):
-    """One started replica attempt, as its backend reports it.
+class ExitHow(str, enum.Enum):
+    """How a replica ended (members only ever get added)."""
+
+    EXIT = "exit"  # it exited with a code (what a backend that sees only a status says, but for its own SIGKILL)
+    SIGNAL = "signal"  # a signal ended it (``signal`` says which)
+    OOM = "oom"  # killed for going over its memory limit (the kernel's OOM killer, or the backend at the limit)
+    LOST = "lost"  # its end could not be observed (a Slurm job that vanished, a warm launcher that died)
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicaExit:
+    """How one replica attempt ended, as its backend saw it (what ``ReplicaHandle.poll`` returns).
 
     Attributes:
-        name: the replica's name.
-        oom_killed: it was killed for going over its memory limit.
-        stop_requested_at: when the loop began stopping it (monotonic), or None.
-        exited_mono: when it exited (monotonic), noted at the exit itself; None while it runs or
-            when the backend cannot tell (the loop then takes the moment it saw the exit).
-        leftovers: ``"pid (name)"`` of what it left running after it exited (killed by the backend).
-        upper_dir: where its writes to the launch folder went (a private copy-on-write view), or None.
-        placement: where it ran, for the trial's attempts (``slurmJobId``, ``node``); {} on this host.
-        signal: the signal that ended it (its default action), where the backend can tell; else None (it
-            exited, or the backend gives only a status: an image's runtime, Slurm).
+        status: Vertex-style: the exit code, or 128 + the signal (SIGKILL, an OOM kill, a lost node: 137).
+        exited_mono: when it ended (monotonic seconds): noted at the exit itself where the backend can
+            (the host's SIGCHLD, a Slurm entry's exit file), else the moment its backend saw it.
+        how: exit, signal, oom or lost.
+        signal: the signal that ended it, where the backend can tell (the host's replicas; a SIGKILL the
+            backend itself sent, for one that sees only a status); else None.
+        leftovers: ``"pid (name)"`` of what it left running after it exited, killed by the backend (filled
+            in by the stop steps that follow the exit: a later ``poll`` returns the record with them).
+        placement: where it ran, for the trial's attempts (``slurmJobId``, ``node``); empty on this host.
+
+    Example:
+        >>> ReplicaExit.of_returncode(-9, exited_mono=12.5).status
+        137
     """
 
-    name: str
-    oom_killed: bool
-    stop_requested_at: float | None
-    exited_mono: float | None
-    leftovers: list[str]
-    upper_dir: str | None
-    placement: dict[str, Any]
+    status: int
+    exited_mono: float
+    how: ExitHow = ExitHow.EXIT
+    signal: int | None = None
+    leftovers: tuple[str, ...] = ()
+    placement: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.status < 0:
+            raise ValueError(f"status must be >= 0 (Vertex-style), got {self.status=}")
+        if self.how is ExitHow.SIGNAL and (self.signal is None or self.status != 128 + self.signal):
+            raise ValueError(f"an exit by signal needs status 128 + signal, got {self.status=} {self.signal=}")
+        object.__setattr__(self, "how", ExitHow(self.how))
+        object.__setattr__(self, "leftovers", tuple(self.leftovers))
+        object.__setattr__(self, "placement", MappingProxyType(dict(self.placement)))
 
     @property
-    def signal(self) -> int | None: ...
+    def oom_killed(self) -> bool:
+        return self.how is ExitHow.OOM
 
-    def poll(self) -> int | None:
-        """The Vertex-style exit status once it exited (the code, or 128 + the signal), else None."""
+    @classmethod
+    def of_returncode(cls, returncode: int, *, exited_mono: float, oom: bool = False,
+                      leftovers: tuple[str, ...] = ()) -> ReplicaExit:
+        """The record of a process's ``returncode`` (negative: the signal that ended it)."""
+        sig = -returncode if returncode < 0 else None
+        how = ExitHow.OOM if oom else ExitHow.SIGNAL if sig is not None else ExitHow.EXIT
+        return cls(status=returncode if sig is None else 128 + sig, exited_mono=exited_mono, how=how, signal=sig,
+                   leftovers=leftovers)
+
+    @classmethod
+    def of_status(cls, status: int, *, exited_mono: float, oom: bool = False, lost: bool = False,
+                  killed: bool = False, leftovers: tuple[str, ...] = (),
+                  placement: Mapping[str, str] | None = None) -> ReplicaExit:
+        """The record of a backend that sees only a status (an image's runtime, Slurm): 137 after a SIGKILL it
+        sent (``killed``; a SIGKILL cannot be caught) is that signal; any other status is an exit."""
+        kill = 128 + signals.SIGKILL
+        how = (ExitHow.OOM if oom else ExitHow.LOST if lost
+               else ExitHow.SIGNAL if killed and status == kill else ExitHow.EXIT)
+        sig = signals.SIGKILL if how is not ExitHow.EXIT and status == kill else None
+        return cls(status=status, exited_mono=exited_mono, how=how, signal=sig if how is not ExitHow.LOST else None,
+                   leftovers=leftovers, placement=placement or {})
+
+
+class ReplicaHandle(Protocol):
+    """One started replica attempt, as its backend reports it: behaviour only, nothing the loop sets.
+
+    ``begin_stop``/``advance_stop`` are :class:`~trials.controller.backend.stopping.StopSteps`' (SIGTERM once,
+    the grace, SIGKILL again until all of it is gone), which every handle extends with its own delivery.
+    """
+
+    @property
+    def name(self) -> str:
+        """The replica's name (its label)."""
+        ...
+
+    @property
+    def upper_dir(self) -> str | None:
+        """Where its writes to the launch folder go (a private copy-on-write view, known at its start), or None."""
+        ...
+
+    @property
+    def stop_requested_at(self) -> float | None:
+        """When its stop began (monotonic; ``begin_stop``), or None: never told to stop."""
+        ...
+
+    def poll(self) -> ReplicaExit | None:
+        """None while it runs; then how it ended (the same record at every later call, but for the
+        ``leftovers`` the stop steps after its exit add)."""
         ...
 
     def begin_stop(self, now: float) -> float:
@@ -146,7 +224,7 @@ class ReplicaBackend(Protocol):
         ...
 
     def check_memory(self) -> None:
-        """Kill each of its running replicas that is over its memory limit (its ``oom_killed`` tells)."""
+        """Kill each of its running replicas that is over its memory limit (its exit then says ``oom``)."""
         ...
 
     def close(self) -> None:

@@ -305,7 +305,8 @@ class _Probes:
         if a is None:
             return scorecard.RunSeen(stopped_by_check=stopped, outside_writes=outside)
         first = policy.first_report_mono.get(number) if name == self.primary else None
-        return run_seen(name=name, env=a.env, trial_dir=a.trial_dir, exit_code=a.handle.poll(),
+        ended = a.handle.poll()
+        return run_seen(name=name, env=a.env, trial_dir=a.trial_dir, exit_code=None if ended is None else ended.status,
                         duration_s=_ended(a, self.clock) - a.start_mono, stopped=stopped,
                         first_report_s=None if first is None else max(0.0, first - a.start_mono),
                         outside=outside)
@@ -316,10 +317,12 @@ class _Probes:
         stop = scorecard.StopSeen(grace_s=grace_s, sent_after_steps=list(policy.sent_after_steps))
         first, again = run.attempt(self.primary, 0), run.attempt(self.primary, 1)
         if first is not None:
-            stop.exit_code = first.handle.poll()
-            stop.signal = first.handle.signal  # the host's replicas tell it; an image's runtime, only the status
+            exited = first.handle.poll()
+            stop.exit_code = None if exited is None else exited.status
+            # the host's replicas tell the signal; an image's runtime and Slurm, only the status
+            stop.signal = None if exited is None else exited.signal
             sent = first.handle.stop_requested_at
-            ended = first.handle.exited_mono if first.handle.exited_mono is not None else \
+            ended = exited.exited_mono if exited is not None else \
                 (again.start_mono if again is not None else self.clock.monotonic())
             took = None if sent is None else max(0.0, ended - sent)
             stop.exit_after_s = took if took is not None and took < grace_s else None  # None: killed
@@ -333,7 +336,8 @@ class _Probes:
 
 
 def _ended(a: Attempt, clock: Clock) -> float:
-    return a.handle.exited_mono if a.handle.exited_mono is not None else clock.monotonic()
+    ended = a.handle.poll()
+    return ended.exited_mono if ended is not None else clock.monotonic()
 
 
 def _check_command(job: JobSpec, local_command: Sequence[str] | None) -> None:

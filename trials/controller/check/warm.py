@@ -99,7 +99,8 @@ def run_warm(job: JobSpec, params: Mapping[str, Value], *, folder: str, host: Ho
                 seen.runs.append(WarmRun(warm=False, exit_code=None))
                 continue
             request, handle, forked = record.starts[before]
-            seen.runs.append(WarmRun(warm=forked, exit_code=handle.poll(),
+            ended = handle.poll()
+            seen.runs.append(WarmRun(warm=forked, exit_code=None if ended is None else ended.status,
                                      reports=read_reports(request.env.get(protocol.ENV_METRIC_FILE, ""))))
     finally:
         warm.close()

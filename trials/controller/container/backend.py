@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from trials import protocol
-from trials.controller.backend.protocol import BackendError, ReplicaStart
+from trials.controller.backend.protocol import BackendError, ReplicaExit, ReplicaStart
 from trials.controller.backend.stopping import StopSteps
 from trials.controller.container import runtime as rt
 from trials.controller.container.network import KEEPER_REPLICA, TrialNetwork, TrialNetworks, remove_left_networks
@@ -64,29 +64,25 @@ class ContainerReplica(StopSteps):
         self.runtime = runtime
         self.container = container
         self.name = client.name
-        self.oom_killed = False
-        self.stop_requested_at: float | None = None
-        self.leftovers: list[str] = []
-        self.upper_dir: str | None = None
-        self.placement: dict[str, Any] = {}
-        self.signal: int | None = None  # (it tells no signal: only an exit status)
-        self.exited_mono: float | None = None
-        self._status: int | None = None
-        self._last_kill: float | None = None
+        self._exit: ReplicaExit | None = None
         self._killed = False  # we sent SIGKILL (else a 137 under a memory limit is the OOM killer's)
 
-    def poll(self) -> int | None:
-        if self._status is not None:
-            return self._status
-        status = self.client.poll()
-        if status is None:
+    @property
+    def upper_dir(self) -> str | None:
+        return None  # its writes stay in its container
+
+    def poll(self) -> ReplicaExit | None:
+        if self._exit is not None:
+            return self._exit
+        ended = self.client.poll()
+        if ended is None:
             return None
-        self.exited_mono = self.client.exited_mono
         # The client exits as the container did (128 + a signal too), and the container is gone (--rm). A
         # SIGKILL we did not send, under a memory limit, is the kernel's OOM killer (the cgroup's limit).
-        self.oom_killed = self.memory_limited and status == 128 + signal.SIGKILL and not self._killed
-        self._status = status
-        return status
+        status = ended.status
+        oom = self.memory_limited and status == 128 + signal.SIGKILL and not self._killed
+        self._exit = ReplicaExit.of_status(status, exited_mono=ended.exited_mono, oom=oom, killed=self._killed)
+        return self._exit
 
     def send_signal_group(self, sig: int) -> None:
         """Signal the container's main process (the runtime forwards it); a gone container is fine."""

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from trials import protocol
-from trials.controller.backend.protocol import BackendError
+from trials.controller.backend.protocol import BackendError, ReplicaExit
 from trials.controller.container import runtime as rt
 from trials.controller.gcs import emulator as gcs_emulator
 from trials.printable import printable
@@ -43,7 +43,7 @@ class Exited(Protocol):
 
     container: str
 
-    def poll(self) -> int | None: ...
+    def poll(self) -> ReplicaExit | None: ...
 
 
 @dataclass(slots=True, kw_only=True)
@@ -126,7 +126,7 @@ class TrialNetworks:
 
     def _clear(self, net: TrialNetwork) -> None:
         """A replica whose runtime client was killed may have left its container: gone before reuse."""
-        left = [r.container for r in net.replicas if (r.poll() or 0) >= 128]
+        left = [r.container for r in net.replicas if (ended := r.poll()) is not None and ended.status >= 128]
         if left:
             self.runtime.call("rm", "--force", "--", *left)
 

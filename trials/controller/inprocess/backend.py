@@ -29,10 +29,10 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
 
 from trials import files, protocol
-from trials.controller.backend.protocol import ReplicaStart
+from trials.controller.backend.protocol import ReplicaExit, ReplicaStart
+from trials.controller.backend.stopping import StopSteps
 from trials.errors import ConfigError
 from trials.runtime import entrypoint
 from trials.runtime.context import RunOptions, TrialContext
@@ -65,9 +65,12 @@ def exit_status(code: int, *, stop_requested: bool) -> int:
     return protocol.EXIT_ERROR
 
 
-class InProcessReplica:
+class InProcessReplica(StopSteps):
     """One replica attempt: one call of the objective, in its own thread taking turns with the job loop
     (``turns``), or whole inside :meth:`start`, in the caller's thread.
+
+    Its stop steps are :class:`StopSteps`' with a stop request for every signal: nothing can be killed
+    in-process, and an objective that never looks at ``should_stop`` runs to its end.
 
     Attributes:
         outcome: how the call ended (the runtime's ``TrialOutcome``: exit code, exception), None while it runs.
@@ -76,13 +79,7 @@ class InProcessReplica:
     def __init__(self, *, name: str, call: Callable[[Callable[[TrialContext], None]], TrialOutcome],
                  clock: Callable[[], float], stderr_path: str, thread_name: str, turns: bool = True):
         self.name = name
-        self.oom_killed = False
-        self.stop_requested_at: float | None = None
         self.exited_mono: float | None = None
-        self.leftovers: list[str] = []
-        self.upper_dir: str | None = None
-        self.placement: dict[str, Any] = {}
-        self.signal: int | None = None  # (it tells no signal: only an exit status)
         self.outcome: TrialOutcome | None = None
         self._call = call
         self._clock = clock
@@ -145,7 +142,7 @@ class InProcessReplica:
     def _on_context(self, ctx: TrialContext) -> None:
         with self._cond:
             self._ctx = ctx
-            if self.stop_requested_at is not None:
+            if self._stop_requested_at is not None:
                 ctx.request_stop(STOP_REASON)
         if self._thread is not None:
             ctx.on_report = self._on_report
@@ -191,14 +188,18 @@ class InProcessReplica:
     def _release(self, reason: str) -> None:
         """No more turns: ask the objective to stop and let it run on alone (the caller holds the lock)."""
         self._released = True
-        if self.stop_requested_at is None:
-            self.stop_requested_at = self._clock()
+        if self._stop_requested_at is None:
+            self._stop_requested_at = self._clock()
         if self._ctx is not None:
             self._ctx.request_stop(reason)
         self._cond.notify_all()
 
-    def poll(self) -> int | None:
-        """Let the objective run to its next report or its end; its exit status once it ended, else None.
+    @property
+    def upper_dir(self) -> str | None:
+        return None  # it shares this process's folder
+
+    def poll(self) -> ReplicaExit | None:
+        """Let the objective run to its next report or its end; how it ended, else None.
 
         Raises:
             KeyboardInterrupt: the call ended with one (the job ends).
@@ -208,26 +209,25 @@ class InProcessReplica:
             self._raise_interrupt()
             if self.outcome is None:
                 return None
-            return exit_status(self.outcome.exit_code, stop_requested=self.stop_requested_at is not None)
+            assert self.exited_mono is not None
+            status = exit_status(self.outcome.exit_code, stop_requested=self._stop_requested_at is not None)
+            return ReplicaExit(status=status, exited_mono=self.exited_mono)
+
+    def running(self) -> bool:
+        """Let the objective run to its next report or its end; whether it runs on."""
+        with self._cond:
+            self._step()
+            return self.outcome is None
 
     def begin_stop(self, now: float) -> float:
         """Ask the objective to stop (``ctx.request_stop``: at its next step or ``should_stop``)."""
-        with self._cond:
-            if self.stop_requested_at is None:
-                self.stop_requested_at = now
-                if self._ctx is not None:
-                    self._ctx.request_stop(STOP_REASON)
-            return self.stop_requested_at
+        with self._cond:  # (the objective's thread reads it in ``_on_context``)
+            return super().begin_stop(now)
 
-    def advance_stop(self, now: float, grace_s: float) -> bool:
-        """Let the objective run to its next report or its end; True once it ended.
-
-        There is nothing to SIGKILL after ``grace_s``: a call cannot be killed, and an objective that
-        never looks at ``should_stop`` runs to its end.
-        """
-        with self._cond:
-            self._step()
-            return self.outcome is not None
+    def deliver_term(self) -> None:
+        """The stop request (the lock is held): the objective sees it at its next step or ``should_stop``."""
+        if self._ctx is not None:
+            self._ctx.request_stop(STOP_REASON)
 
     def send_signal_group(self, sig: int) -> None:
         """No signal reaches a call: any one (the loop's SIGKILL of a second Ctrl-C) is a stop request."""

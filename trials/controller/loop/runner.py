@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from trials import protocol
-from trials.controller.backend.protocol import INTERNAL_ERROR_MESSAGE, BackendError, ReplicaBackend
+from trials.controller.backend.protocol import INTERNAL_ERROR_MESSAGE, BackendError, ReplicaBackend, ReplicaExit
 from trials.controller.loop import events
 from trials.controller.loop.chaos import Chaos
 from trials.controller.loop.effects import Clock, Signals, Suggestions, SystemClock
@@ -357,11 +357,11 @@ class JobRunner:
         with self._events.held(), self.store.batch():
             self._pass_on(run, now, exits)
 
-    def _pass_on(self, run: RunningTrial, now: float, exits: dict[str, int]) -> None:
+    def _pass_on(self, run: RunningTrial, now: float, exits: dict[str, ReplicaExit]) -> None:
         self._on_metrics(run, now, final=bool(exits))
         self._tell_progress(run, now)
-        for name, status in exits.items():
-            self._sup.on_exit(run, name, status, now)
+        for name, ended in exits.items():
+            self._sup.on_exit(run, name, ended, now)
         self._sup.on_restarts_due(run, now)
         self._sup.on_timers(run, now, self.state.job_stop_reason)
         self._sup.on_policy(run, now)  # the caller's trial policy: go on, interrupt, stop
@@ -480,10 +480,11 @@ class JobRunner:
             self._alloc.release(run.trial_id)
         for name, r in run.replicas.items():
             r.close()
-            if r.leftovers:  # killed after its leader exited
+            ended = r.poll()
+            if ended is not None and ended.leftovers:  # killed after its leader exited
                 self.emit(events.JobWarning(trial_id=run.trial_id, message=(
-                    f"trial {run.trial_id}: {name} exited and left {len(r.leftovers)} processes running; "
-                    f"killed them: {', '.join(r.leftovers)}")))
+                    f"trial {run.trial_id}: {name} exited and left {len(ended.leftovers)} processes running; "
+                    f"killed them: {', '.join(ended.leftovers)}")))
         if not run.lost:
             try:
                 # its last steps, attributes, state and lease: one journal write, one database transaction

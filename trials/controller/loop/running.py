@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trials.controller.backend.protocol import ReplicaHandle
+from trials.controller.backend.protocol import ReplicaExit, ReplicaHandle
 from trials.controller.policy import exits
 from trials.controller.trial import launch
 from trials.controller.trial.metrics_reader import TrialMetricsReader
@@ -146,15 +146,15 @@ class RunningTrial:
     def launch_of(self, name: str) -> launch.ReplicaLaunch:
         return next(lau for lau in self.launches if lau.name == name)
 
-    def new_exits(self) -> dict[str, int]:
+    def new_exits(self) -> dict[str, ReplicaExit]:
         """THE poll of a tick: replicas whose exit is not classified yet and that have exited now."""
         out = {}
         for name, replica in self.replicas.items():
             if name in self.exited:
                 continue
-            status = replica.poll()
-            if status is not None:
-                out[name] = status
+            ended = replica.poll()
+            if ended is not None:
+                out[name] = ended
         return out
 
     def all_exits_classified(self) -> bool:
@@ -165,12 +165,13 @@ class RunningTrial:
         """The wall time of a moment of this run: its start's wall time plus the monotonic time since."""
         return wall_after(self.start_wall, self.start_mono, mono)
 
-    def record_exit(self, name: str, status: int, *, oom_killed: bool, mono: float) -> dict[str, Any]:
-        """Book an exit (once): the replica's attempt ends with ``status`` at ``mono`` (monotonic seconds)."""
-        self.exited[name] = status
+    def record_exit(self, name: str, ended: ReplicaExit) -> dict[str, Any]:
+        """Book an exit (once): the replica's attempt ended as ``ended`` says (its status, when, an OOM kill)."""
+        mono = ended.exited_mono
+        self.exited[name] = ended.status
         self.ended_mono = mono if self.ended_mono is None else max(self.ended_mono, mono)
-        entry = {"replica": name, "attempt": self.running_attempt.get(name, 0), "exitStatus": status,
-                 "time": rfc3339(self.wall_at(mono)), "oomKilled": bool(oom_killed)}
+        entry = {"replica": name, "attempt": self.running_attempt.get(name, 0), "exitStatus": ended.status,
+                 "time": rfc3339(self.wall_at(mono)), "oomKilled": ended.oom_killed}
         self.attempts.append(entry)
         return entry
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TextIO
 
-from trials.controller.backend.protocol import INTERNAL_ERROR_MESSAGE, BackendError, ReplicaHandle
+from trials.controller.backend.protocol import INTERNAL_ERROR_MESSAGE, BackendError, ReplicaExit
 from trials.controller.loop import events
 from trials.controller.loop.chaos import Chaos
 from trials.controller.loop.effects import Clock
@@ -47,18 +47,15 @@ class TrialSupervisor:
         self.trial_policy: TrialPolicy = trial_policy or LoopRules()  # the caller's say (check's probes)
         self.n_injected = 0
 
-    def _exit_mono(self, r: ReplicaHandle) -> float:
-        """When the replica exited (monotonic): noted at its SIGCHLD (``exit_times``), or now."""
-        return r.exited_mono if r.exited_mono is not None else self.clock.monotonic()
-
-    def on_exit(self, run: RunningTrial, name: str, status: int, now: float) -> None:
+    def on_exit(self, run: RunningTrial, name: str, ended: ReplicaExit, now: float) -> None:
         r = run.replicas[name]
-        entry = run.record_exit(name, status, oom_killed=r.oom_killed, mono=self._exit_mono(r))
-        entry.update(r.placement)  # where it ran (a Slurm job and node), for describe's local view
+        status = ended.status
+        entry = run.record_exit(name, ended)
+        entry.update(ended.placement)  # where it ran (a Slurm job and node), for describe's local view
         r.close()
         lau = run.launch_of(name)
         decision = decide_exit(
-            status, replica=name, is_primary=lau.is_primary, oom_killed=r.oom_killed,
+            status, replica=name, is_primary=lau.is_primary, oom_killed=ended.oom_killed,
             told_to_stop=r.stop_requested_at is not None, trial_stop=run.stop_reason,
             restart_pending=name in run.restart_at, n_crash_restarts=run.n_crash_restarts(name),
             stderr_tail=stderr_tail(run.paths.trial_dir, name, status) if status else (),
@@ -114,8 +111,9 @@ class TrialSupervisor:
             if not r.advance_stop(now, self.grace_s):
                 continue
             del run.restart_at[name]
-            if name not in run.exited:  # stopped for the restart; its exit is booked, not judged
-                run.record_exit(name, r.poll() or 0, oom_killed=r.oom_killed, mono=self._exit_mono(r))
+            ended = r.poll()
+            if name not in run.exited and ended is not None:  # stopped for the restart: booked, not judged
+                run.record_exit(name, ended)
                 r.close()
             if run.stopping:
                 continue

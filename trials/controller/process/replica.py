@@ -1,7 +1,9 @@
 """A running replica: its own process group, output in log files, stop TERM -> grace -> KILL.
 
 Started by :func:`trials.controller.process.spawn.start_replica`; the process groups themselves are read
-through /proc by :mod:`trials.controller.process.groups`.
+through /proc by :mod:`trials.controller.process.groups`. The stop steps are
+:class:`~trials.controller.backend.stopping.StopSteps`'; a host replica adds its delivery (the group and
+the rest of its tree) and what only the host sees: it runs until its group and tree are gone.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from trials.controller.backend.protocol import ReplicaExit
+from trials.controller.backend.stopping import StopSteps
 from trials.controller.process import exit_times
 from trials.controller.process.echo import Echo
 from trials.controller.process.groups import Now, group_alive, group_rss_bytes, kill_group, read_stat
@@ -21,22 +25,7 @@ from trials.controller.process.tree import ProcessTree
 _STOP_POLL_S = 0.01
 
 
-
-def stop_action(*, elapsed_s: float, grace_s: float, running: bool) -> str:
-    """The next step of stopping a replica: ``"done"``, ``"wait"`` or ``"kill"``.
-
-    Args:
-        elapsed_s: time since SIGTERM was sent to the group.
-        grace_s: how long the group may take to exit after SIGTERM.
-        running: whether the leader or any other process of its group is still running.
-    """
-    if not running:
-        return "done"
-    return "kill" if elapsed_s >= grace_s else "wait"  # KILL is re-sent until the group is gone
-
-
-
-class Replica:
+class Replica(StopSteps):
     """One running replica: a process group led by ``pid``, with its output in two log files.
 
     Build it with :func:`start_replica`. The constructor takes the process and the signalling
@@ -48,6 +37,8 @@ class Replica:
         >>> r.stop(grace_s=10.0)  # doctest: +SKIP
         143
     """
+
+    kill_every_s = 0.0  # SIGKILL at every stop step after the grace: a fork bomb's new children go too
 
     def __init__(
         self,
@@ -76,22 +67,28 @@ class Replica:
         self.returncode: int | None = None
         self.exited_mono: float | None = None  # monotonic time the leader exited (see ``exit_times``)
         self.oom_killed = False
-        self.stop_requested_at: float | None = None
-        self.killed_at: float | None = None
+        self._exit: ReplicaExit | None = None
         self._echoes = list(echoes)
         self._kill = kill
         self._alive = alive
         self.tree = tree  # every descendant, also those that left the group with setsid()
         # the kernel holds the tree to memory_limit_mb (the cgroup's memory.max, set before the trainer started)
         self.kernel_memory_limit = False
-        self.upper_dir: str | None = None  # sandboxed: where its writes to the launch folder are
-        self.placement: dict[str, Any] = {}  # on this host
-        self.leftovers: list[str] = []  # "pid (name)" of descendants killed after the leader exited
+        self._upper_dir: str | None = None  # sandboxed: where its writes to the launch folder are
+        self.leftovers: tuple[str, ...] = ()  # "pid (name)" of descendants killed after the leader exited
         self.on_end: Callable[[Replica], None] | None = None  # once all of it is gone (its sandbox layers)
         self._stopped_running = False  # told to stop while the leader still ran
 
     def __repr__(self) -> str:
         return f"Replica(name={self.name!r}, pid={self.pid}, returncode={self.returncode})"
+
+    @property
+    def upper_dir(self) -> str | None:
+        return self._upper_dir
+
+    def place_upper_dir(self, path: str) -> None:
+        """Where its writes to the launch folder go (its sandbox's upper layer), set by who started it."""
+        self._upper_dir = path
 
     @property
     def exit_status(self) -> int | None:
@@ -100,23 +97,26 @@ class Replica:
         return None if rc is None else (rc if rc >= 0 else 128 - rc)
 
     @property
-    def signal(self) -> int | None:
-        """The number of the signal that ended the leader, or None."""
-        rc = self.returncode
-        return -rc if rc is not None and rc < 0 else None
-
-    @property
     def failed_on_its_own(self) -> bool:
         """It exited non-zero without being told to stop, or was killed for going over its memory limit."""
         return self.oom_killed or (self.exit_status not in (None, 0) and not self._stopped_running)
 
-    def poll(self) -> int | None:
-        """Reap the leader if it exited; return its Vertex-style exit status, else None."""
+    def poll(self) -> ReplicaExit | None:
+        """Reap the leader if it exited; how it ended, else None."""
         if self.returncode is None:
             self.returncode = self._proc.poll()
-            if self.returncode is not None:
-                self.exited_mono = exit_times.take(self.pid) or time.monotonic()
-        return self.exit_status
+            if self.returncode is None:
+                return None
+            self.exited_mono = self._exit_time()
+        if self._exit is None or self._exit.leftovers != self.leftovers or self._exit.oom_killed != self.oom_killed:
+            assert self.exited_mono is not None
+            self._exit = ReplicaExit.of_returncode(self.returncode, exited_mono=self.exited_mono,
+                                                   oom=self.oom_killed, leftovers=self.leftovers)
+        return self._exit
+
+    def _exit_time(self) -> float:
+        """When the leader exited: noted by the SIGCHLD handler, else now."""
+        return exit_times.take(self.pid) or time.monotonic()
 
     def record(self) -> dict[str, Any]:
         """What :func:`reap_leftovers` needs to find this group again from another controller."""
@@ -134,14 +134,14 @@ class Replica:
                 self.tree.signal(sig, skip_group=self.pgid)
 
     def running(self) -> bool:
-        """Whether the leader, any process left in its group, or any descendant still runs."""
+        """Whether the leader, any process left in its group, or any descendant still runs (the stop's end)."""
         if self.poll() is None or self._alive(self.pgid):
             return True
         return self.tree is not None and bool(self.tree.pids())
 
     def _note_leftovers(self) -> None:
         if self.tree is not None and self.returncode is not None and not self.leftovers:
-            self.leftovers = self.tree.describe(self.tree.pids())
+            self.leftovers = tuple(self.tree.describe(self.tree.pids()))
 
     def check_memory(self) -> bool:
         """Kill the group with SIGKILL when its summed RSS is over ``memory_limit_mb``.
@@ -181,26 +181,11 @@ class Replica:
             self.tree.kill()  # what left the group (setsid) goes too: the limit is the tree's
         return True
 
-    def begin_stop(self, now: float) -> float:
-        """Send SIGTERM to the group (once) and start the grace period; returns when it started."""
-        if self.stop_requested_at is not None:
-            return self.stop_requested_at
-        self.stop_requested_at = now  # RUNNING -> STOPPING
+    def deliver_term(self) -> None:
+        """SIGTERM to the group and its tree, noting first what outlived a leader that exited."""
         self._stopped_running = self.poll() is None
         self._note_leftovers()  # the leader is gone: what still runs outlived it
-        if self.running():
-            self.send_signal_group(signal.SIGTERM)
-        return now
-
-    def advance_stop(self, now: float, grace_s: float) -> bool:
-        """One non-blocking stop step; True once the leader is reaped and its group is gone."""
-        started = self.begin_stop(now)
-        action = stop_action(elapsed_s=now - started, grace_s=grace_s, running=self.running())
-        if action == "kill":
-            if self.killed_at is None:
-                self.killed_at = now  # STOPPING -> KILLED
-            self.send_signal_group(signal.SIGKILL)
-        return action == "done"
+        super().deliver_term()
 
     def stop(
         self,

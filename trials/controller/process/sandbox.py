@@ -235,7 +235,7 @@ def start_sandboxed(sandbox: Sandbox, argv: Sequence[str], *, env: Mapping[str, 
         except BaseException:
             _remove_tree(state)  # (the shim's failed start left nothing mounted: its namespace is gone)
             raise
-        started.upper_dir = upper_dir(state)
+        started.place_upper_dir(upper_dir(state))
         if layers is not None:
             started.on_end = lambda r: layers.ended(state, failed=r.failed_on_its_own)
     if orphan_tree is not None:

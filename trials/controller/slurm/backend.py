@@ -42,7 +42,7 @@ from typing import Any
 
 import trials
 from trials import files, protocol
-from trials.controller.backend.protocol import BackendError, ReplicaStart
+from trials.controller.backend.protocol import BackendError, ReplicaExit, ReplicaStart
 from trials.controller.backend.stopping import StopSteps
 from trials.controller.container.backend import controller_alive, replica_count
 from trials.controller.process.echo import Echo
@@ -106,18 +106,12 @@ class SlurmReplica(StopSteps):
         self.gpus = gpus
         self.port = port
         self.argv = list(request.argv)
-        self.oom_killed = False
-        self.stop_requested_at: float | None = None
-        self.exited_mono: float | None = None
-        self.leftovers: list[str] = []
-        self.upper_dir: str | None = None
-        self.placement: dict[str, Any] = {}
-        self.signal: int | None = None  # (it tells no signal: only an exit status)
+        self.placement: dict[str, str] = {}  # its Slurm job, then its node (in its exit record)
         self.submission: _Submission | None = None
         self._status: int | None = None
+        self._exit: ReplicaExit | None = None
         self._ended_seen: float | None = None
         self._killed = False
-        self._last_kill: float | None = None
         self._submit_failures = 0
         self._nodes = ""  # the job's nodes as squeue last said
         self._early_claim: tuple[int, str] | None = None  # an exit file seen while Slurm said the job ran
@@ -136,10 +130,17 @@ class SlurmReplica(StopSteps):
                 echo.start()
                 self._echoes.append(echo)
 
+    @property
+    def upper_dir(self) -> str | None:
+        return None  # its writes go where its node's run them
+
     # ---------------------------------------------------------------- status
-    def poll(self) -> int | None:
-        if self._status is not None:
-            return self._status
+    def poll(self) -> ReplicaExit | None:
+        if self._exit is None:
+            self._poll()
+        return self._exit
+
+    def _poll(self) -> int | None:
         if self.submission is None:
             self._submit_lazily()
             if self.submission is None:
@@ -234,15 +235,17 @@ class SlurmReplica(StopSteps):
                 leftovers: Sequence[str], state: str = "") -> int:
         self._status = status
         now_mono, now_wall = time.monotonic(), time.time()
-        self.exited_mono = now_mono - max(0.0, now_wall - wall) if wall is not None else now_mono
+        exited_mono = now_mono - max(0.0, now_wall - wall) if wall is not None else now_mono
         if self.submission is not None:  # (a file's time: never before the job was submitted)
-            self.exited_mono = max(self.exited_mono, self.submission.submitted_mono)
-        self.oom_killed = oom and not self._killed or state == "OUT_OF_MEMORY"
-        self.leftovers = [printable(x) for x in leftovers]
+            exited_mono = max(exited_mono, self.submission.submitted_mono)
         if node or self._nodes:
             self.placement["node"] = printable(node or self._nodes)
         if state:
             self.placement["slurmState"] = state
+        lost = (state in slurm_states.LOST or state == "GONE") and not self._killed  # its end was not seen
+        self._exit = ReplicaExit.of_status(status, exited_mono=exited_mono, killed=self._killed, lost=lost,
+                                           oom=oom and not self._killed or state == "OUT_OF_MEMORY",
+                                           leftovers=tuple(printable(x) for x in leftovers), placement=self.placement)
         return status
 
     def _note(self, text: str) -> None:

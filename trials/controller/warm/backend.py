@@ -303,7 +303,7 @@ class WarmBackend:
                               memory_limit_mb=request.memory_limit_mb, start_time=process_start_time(pid),
                               echoes=echoes, tree=tree)
         if state is not None:
-            replica.upper_dir = sandboxing.upper_dir(state)
+            replica.place_upper_dir(sandboxing.upper_dir(state))
             layers = self.host.layers
             if layers is not None:
                 replica.on_end = lambda r: layers.ended(state, failed=r.failed_on_its_own)

@@ -8,6 +8,7 @@ trials, are the launcher's, so their exits come over the socket (:class:`WarmPro
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import select
@@ -18,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from trials import files
+from trials.controller.backend.protocol import ExitHow, ReplicaExit
 from trials.controller.process.deathsig import die_with_parent, libc_prctl
 from trials.controller.process.replica import Replica
 
@@ -168,6 +170,7 @@ class WarmProc:
         self.pid = pid
         self.returncode: int | None = None
         self.exit_mono: float | None = None
+        self.lost = False  # the launcher died before it told this child's exit
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -176,16 +179,20 @@ class WarmProc:
             if got is not None:
                 self.returncode, self.exit_mono = got
             elif self.launcher.gone:  # the launcher died: its children died with it (PR_SET_PDEATHSIG)
-                self.returncode, self.exit_mono = -9, time.monotonic()
+                self.returncode, self.exit_mono, self.lost = -9, time.monotonic(), True
         return self.returncode
 
 
 class WarmReplica(Replica):
-    """A replica forked by a launcher: its exit time is the launcher's reap, not this process's poll."""
+    """A replica forked by a launcher: its exit time is the launcher's reap, not this process's poll; one
+    whose launcher died before it told the exit is lost."""
 
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            self.returncode = self._proc.poll()
-            if self.returncode is not None:
-                self.exited_mono = self._proc.exit_mono or time.monotonic()
-        return self.exit_status
+    def _exit_time(self) -> float:
+        return self._proc.exit_mono or time.monotonic()
+
+    def poll(self) -> ReplicaExit | None:
+        ended = super().poll()
+        if ended is None or not self._proc.lost or ended.how is ExitHow.LOST:
+            return ended
+        self._exit = dataclasses.replace(ended, how=ExitHow.LOST, signal=None)
+        return self._exit
