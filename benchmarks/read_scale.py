@@ -26,11 +26,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from benchmarks import report
 from trials.controller.jobs.rest_text import SUFFIX as REST_TEXT_SUFFIX
 from trials.controller.report.page import IMPORTANCES_CACHE
+from trials.records import JobState
 
 PART = "read"
 GOAL_READ_S = 0.5
@@ -86,7 +88,8 @@ def build_job(root: str, job_id: str, n_trials: int, *, n_metrics: int = 1, seed
                                 base_output_dir=None, project_number=None, local_command=["python", "train.py"],
                                 seed=seed)
         store = h.store
-        store.set_meta(state="JOB_STATE_RUNNING", start_time=rfc3339(wall))
+        meta = store.meta()
+        store.write_meta(replace(meta, state=JobState.RUNNING, start_time=rfc3339(wall)), since=meta)
         for i in range(n_trials - n_waiting):
             with store.batch():
                 claimed = store.claim(job.study)
@@ -134,8 +137,9 @@ def build_job(root: str, job_id: str, n_trials: int, *, n_metrics: int = 1, seed
             with store.batch():
                 record_finished(store, number=claimed.number, storage_id=claimed.storage_id, outcome=outcome,
                                 extra=extra)
-        store.set_meta(state="JOB_STATE_SUCCEEDED" if not n_running else "JOB_STATE_RUNNING",
-                       end_time=rfc3339(wall))
+        meta = store.meta()
+        store.write_meta(replace(meta, state=JobState.SUCCEEDED if not n_running else JobState.RUNNING,
+                                 end_time=rfc3339(wall)), since=meta)
     return h.job_dir
 
 

@@ -45,6 +45,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 
 DEFAULT_URL = os.environ.get("TRIALS_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -273,7 +274,8 @@ def resume_to_first_trial_s(url: str, n_trials: int) -> float:
         times = times_file(workdir)
         h = create(workdir, url, job_id, spec_dict(n_trials, 1, 0, times))
         run_cycles(h, n_trials // 2, workdir)
-        h.store.set_meta(state=JobState.CANCELLED.value)
+        meta = h.store.meta()
+        h.store.write_meta(replace(meta, state=JobState.CANCELLED), since=meta)
         t0 = time.time()
         proc = subprocess.Popen(trials_cmd("resume", job_id, "--storage", url, "--root", os.path.join(workdir, "jobs"),
                                            "--quiet"), cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -69,7 +69,9 @@ def _waited(root: str, job_id: str) -> dict[str, float]:
     from trials.study.store import JobStore
 
     store = JobStore.open(open_storage(f"journal:{os.path.join(root, job_id, 'journal.log')}"), job_id)
-    return {key: float(store.get_meta(key) or 0.0) for key in ("suggest_wait_s", "suggestions", "suggest_cpu_s")}
+    meta = store.meta()
+    return {"suggest_wait_s": meta.suggest_wait_s or 0.0, "suggestions": float(meta.suggestions or 0.0),
+            "suggest_cpu_s": meta.suggest_cpu_s or 0.0}
 
 
 def trainer_argv(sizes: co.Sizes, workload: str) -> list[str]:

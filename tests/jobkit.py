@@ -3,7 +3,9 @@ the folder a test shares live with its sandboxed trials."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from trials.controller.jobs import registry
 from trials.spec.load import loads_spec
@@ -76,5 +78,20 @@ def fake_job(tmp_path, text=SINGLE, *, outcomes, storage=None):
                 attrs.update(measurements=ms, error_detail=list(outcome[3]))
             h.store.set_trial_attrs(c.storage_id, **attrs)
             h.store.fail(c.number)
-    h.store.set_meta(state="JOB_STATE_SUCCEEDED")
+    write_meta(h.store, state="JOB_STATE_SUCCEEDED")
     return registry.open_job("rep", root=str(tmp_path / "jobs"), storage=storage)
+
+
+def write_meta(store: Any, **changes: Any) -> None:
+    """Change fields of a job's record as trials does (``dataclasses.replace`` refuses a name that is no field)."""
+    meta = store.meta()
+    store.write_meta(replace(meta, **changes), since=meta)
+
+
+def write_members(store: Any, **members: Any) -> None:
+    """Write members of a job's record as they are, as an earlier trials (or an editor of the journal) did."""
+    from trials.study import optuna_internals as internals
+    from trials.study.names import meta_attr
+
+    for name, value in members.items():
+        store.storage.set_study_user_attr(internals.study_id(store.study), meta_attr(name), value)

@@ -15,7 +15,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "trials"
 
 VOCABULARY = {f"trials.{m}" for m in (
-    "errors", "files", "hypertune_file", "jsontext", "printable", "protocol", "records", "storage_url", "timefmt")}
+    "errors", "files", "hypertune_file", "job_meta", "jsontext", "printable", "protocol", "records", "storage_url",
+    "timefmt")}
 ENTRY = {"trials", "trials.__main__", "trials.cli", "trials.pytest_plugin", "trials.testing",
          "trials.startup", "trials._dataclass_code"}  # (the command processes' set-up: trials.startup)
 # role -> the roles it may import (itself included); the arrows point one way

@@ -89,6 +89,12 @@ class JobNotFoundError(StorageError, LookupError):
         return cls(f"no job {job_id!r} in the storage" + (f": did you mean {close}?" if close else ""))
 
 
+class JobMetaError(StorageError, ValueError):
+    """A job's metadata this trials cannot read: written by a newer trials, or a member of the wrong type."""
+
+    exit_code = 2
+
+
 class DiskFullError(TrialsError, OSError):
     """The disk holding the job filled up (or a file-size limit was hit): the job is paused.
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from jobkit import write_meta
 
 from trials.controller.jobs import admin, registry
 from trials.controller.jobs.lock import ControllerLock
@@ -179,7 +180,7 @@ def test_max_trial_count_adds_trials_and_runs_them(random_job):
 def test_a_cancelled_job_runs_its_remaining_trials(random_job):
     h = registry.open_job("j", root=str(random_job.parent), storage=None)
     admin.change(h, max_trial_count=3)  # a trial left to run, as a cancel leaves one
-    h.store.set_meta(state="JOB_STATE_CANCELLED", error={"code": 1, "message": "The job was cancelled."})
+    write_meta(h.store, state="JOB_STATE_CANCELLED", error={"code": 1, "message": "The job was cancelled."})
     run = _trials(random_job.parent.parent, "resume", "j")
     assert run.returncode == 0, run.stderr
     assert "trial 3 started" in run.stdout and "JOB_STATE_SUCCEEDED: 3 succeeded" in run.stdout
@@ -187,11 +188,11 @@ def test_a_cancelled_job_runs_its_remaining_trials(random_job):
 
 def test_a_cancelled_job_with_every_trial_ended_is_resumed_by_the_slow_path(job):
     h = registry.open_job("j", root=str(job.parent), storage=None)
-    h.store.set_meta(state="JOB_STATE_CANCELLED", error={"code": 1, "message": "The job was cancelled."})
+    write_meta(h.store, state="JOB_STATE_CANCELLED", error={"code": 1, "message": "The job was cancelled."})
     run = _trials(job.parent.parent, "resume", "j")
     assert run.returncode == 0, run.stderr
     assert "JOB_STATE_SUCCEEDED: 2 succeeded (0 stopped early), 1 infeasible, 0 not run; no trial ran" in run.stdout
-    assert registry.open_job("j", root=str(job.parent), storage=None).store.get_meta("state") == "JOB_STATE_SUCCEEDED"
+    assert registry.open_job("j", root=str(job.parent), storage=None).store.meta().state == "JOB_STATE_SUCCEEDED"
 
 
 def test_a_requeued_trial_runs_again(random_job):
@@ -202,7 +203,7 @@ def test_a_requeued_trial_runs_again(random_job):
     assert claimed is not None
     h.store.set_trial_attrs(claimed.storage_id, state="REQUESTED", requeued=True)
     h.store.requeue(claimed.storage_id)
-    h.store.set_meta(state="JOB_STATE_SUCCEEDED")
+    write_meta(h.store, state="JOB_STATE_SUCCEEDED")
     run = _trials(random_job.parent.parent, "resume", "j")
     assert run.returncode == 0, run.stderr
     assert "3 succeeded (0 stopped early), 0 infeasible, 0 not run; at most 1 in parallel" in run.stdout
@@ -214,7 +215,7 @@ def test_a_trial_left_running_is_resumed(random_job):
     claimed = h.store.claim(h.job.study)
     assert claimed is not None
     h.store.set_trial_attrs(claimed.storage_id, state="ACTIVE")
-    h.store.set_meta(state="JOB_STATE_SUCCEEDED")  # (as no controller writes it: the check is the trials')
+    write_meta(h.store, state="JOB_STATE_SUCCEEDED")  # (as no controller writes it: the check is the trials')
     run = _trials(random_job.parent.parent, "resume", "j")
     assert run.returncode == 0, run.stderr
     assert "trial 3 resumed" in run.stdout and "3 succeeded" in run.stdout

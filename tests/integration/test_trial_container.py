@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from jobkit import write_meta
 
 from trials.controller.process.groups import read_stat
 
@@ -107,7 +108,7 @@ def test_resume_can_give_the_command_a_job_lacks(tmp_path):
     h = jobs.create_job(load_spec(str(spec)), root=str(tmp_path / "trials-jobs"), job_id="old",
                         spec_path=str(spec), storage=None, base_output_dir=None, project_number=None,
                         local_command=["python", TRAINER], cwd=str(tmp_path))
-    h.store.set_meta(local_command=None)  # as a job created before the check was
+    write_meta(h.store, local_command=None)  # as a job created before the check was
     proc = trials_cli("resume", "old", cwd=tmp_path, check=False)
     assert proc.returncode == 2 and "trials resume old -- python train.py" in proc.stderr
     trials_cli("resume", "old", "--", "python", TRAINER, cwd=tmp_path)

@@ -34,7 +34,7 @@ def _assert_every_trial_ran_once(tmp_path, url, job_id, n):
     starts = sorted(e["trial"] for e in events(tmp_path) if e["event"] == "start")
     assert starts == [str(i + 1) for i in range(n)], starts
     h = registry.open_job(job_id, root=str(tmp_path / "jobs"), storage=url)
-    assert h.store.get_meta("state") == "JOB_STATE_SUCCEEDED"
+    assert h.store.meta().state == "JOB_STATE_SUCCEEDED"
     assert [t.user_attrs.get("state") for t in h.store.frozen_trials()] == ["SUCCEEDED"] * n
     assert SharedJob(h.store).leases([t._trial_id for t in h.store.frozen_trials()]) == {}  # none left
 

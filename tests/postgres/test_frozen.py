@@ -121,5 +121,5 @@ def test_a_silent_partition_is_reported_like_an_outage_and_the_job_recovers(tmp_
     from trials.controller.jobs import registry
 
     h = registry.open_job(job_id, root="unused", storage=pg_url)
-    assert h.store.get_meta("state") == "JOB_STATE_SUCCEEDED"
+    assert h.store.meta().state == "JOB_STATE_SUCCEEDED"
     assert [t.user_attrs["state"] for t in h.store.frozen_trials()] == ["SUCCEEDED", "SUCCEEDED"]

@@ -46,7 +46,7 @@ def test_a_worker_that_lost_its_lease_drops_the_trial_and_goes_on(tmp_path, pg_u
     assert "UpdateFinishedTrialError" not in out_a and "internal error" not in out_a, out_a
     assert "another worker took it over" in out_a, out_a
     h = open_job(tmp_path, pg_url, job_id)
-    assert h.store.get_meta("state") == "JOB_STATE_SUCCEEDED"
+    assert h.store.meta().state == "JOB_STATE_SUCCEEDED"
     trials = h.store.frozen_trials()
     assert [t.user_attrs["state"] for t in trials] == ["SUCCEEDED", "SUCCEEDED"]
     steps = [m["step"] for m in trials[number].user_attrs["measurements"]]

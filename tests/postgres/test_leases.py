@@ -91,7 +91,7 @@ def test_a_worker_with_a_short_stale_after_does_not_take_over_a_healthy_workers_
     starts = [e["trial"] for e in events(tmp_path) if e["event"] == "start"]
     assert sorted(starts) == ["1", "2"], starts  # each trial ran once, by worker a, never taken over
     h = registry.open_job(job_id, root=str(tmp_path / "jobs"), storage=pg_url)
-    assert h.store.get_meta("stale_after_s") == 30.0
+    assert h.store.meta().stale_after_s == 30.0
     for t in h.store.frozen_trials():
         assert t.user_attrs["state"] == "SUCCEEDED"
         assert len(t.user_attrs.get("attempts") or []) <= 1, t.user_attrs.get("attempts")

@@ -35,4 +35,4 @@ def test_the_list_from_the_attributes_it_shows_is_the_list_from_every_trial(tmp_
     assert kept(listed) == kept(expected) and job_id in both
     mine = [row for row in listed if row["job_id"] == job_id]
     assert mine == [{"job_id": job_id, "state": "JOB_STATE_QUEUED", "trials": 2,
-                     "create_time": h.store.get_meta("create_time")}]
+                     "create_time": h.store.meta().create_time}]

@@ -109,7 +109,7 @@ def test_worker_waits_out_a_database_outage_and_fails_nothing(tmp_path, proxied_
 
     h = registry.open_job(job_id, root="unused", storage=url)
     trials = h.store.frozen_trials()
-    assert h.store.get_meta("state") == "JOB_STATE_SUCCEEDED"
+    assert h.store.meta().state == "JOB_STATE_SUCCEEDED"
     assert [t.user_attrs["state"] for t in trials] == ["SUCCEEDED", "SUCCEEDED"]
     attempts = [a for t in trials for a in t.user_attrs["attempts"]]
     assert [a.get("exitStatus") for a in attempts] == [0, 0], attempts  # one clean run each, no re-run
@@ -191,7 +191,7 @@ def _stored(pg_url, job_id):
     from trials.controller.jobs import registry
 
     h = registry.open_job(job_id, root="unused", storage=pg_url)
-    return h.store.get_meta("state"), h.store.frozen_trials()
+    return h.store.meta().state, h.store.frozen_trials()
 
 
 def test_a_stop_signal_ends_a_workers_retry_through_a_database_gone_for_good(tmp_path, proxied_url, pg_url,

@@ -38,7 +38,7 @@ def test_three_workers_exact_count_global_cap_no_duplicate(tmp_path, pg_url, job
     codes = finish(workers)
     assert codes == [0, 0, 0], [output(tmp_path, f"w{i}") for i in range(3)]
     h = open_job(tmp_path, pg_url, job_id)
-    assert h.store.get_meta("state") == "JOB_STATE_SUCCEEDED"
+    assert h.store.meta().state == "JOB_STATE_SUCCEEDED"
     trials = h.store.frozen_trials()
     assert len(trials) == 9
     assert all(t.user_attrs["state"] == "SUCCEEDED" for t in trials)
@@ -73,7 +73,7 @@ def test_sigkilled_worker_trial_is_taken_over_and_resumes_from_checkpoint(tmp_pa
     gate_path(tmp_path).touch()
     assert finish([b]) == [0], output(tmp_path, "b")
     h = open_job(tmp_path, pg_url, job_id)
-    assert h.store.get_meta("state") == "JOB_STATE_SUCCEEDED"
+    assert h.store.meta().state == "JOB_STATE_SUCCEEDED"
     trials = {str(t.number + 1): t for t in h.store.frozen_trials()}
     assert len(trials) == 3 and all(t.user_attrs["state"] == "SUCCEEDED" for t in trials.values())
     assert len({t.params["x"] for t in trials.values()}) == 3  # no grid point twice
@@ -99,7 +99,7 @@ def test_cancel_from_another_process_stops_every_worker(tmp_path, pg_url, job_id
     codes = finish(workers, timeout_s=60)
     assert codes == [130, 130], [output(tmp_path, f"w{i}") for i in range(2)]
     h = open_job(tmp_path, pg_url, job_id)
-    assert h.store.get_meta("state") == "JOB_STATE_CANCELLED"
+    assert h.store.meta().state == "JOB_STATE_CANCELLED"
     assert not h.store.running_trials()
     assert not [e for e in events(tmp_path) if e["event"] == "end"]  # stopped, not run to the end
     listed = trials_cli(tmp_path, "list", "--storage", pg_url)
@@ -116,13 +116,13 @@ def test_sigterm_makes_a_worker_leave_without_cancelling_the_job(tmp_path, pg_ur
     assert finish([a]) == [130], output(tmp_path, "a")
     assert "left job" in output(tmp_path, "a")
     h = open_job(tmp_path, pg_url, job_id)
-    assert h.store.get_meta("state") == "JOB_STATE_RUNNING"  # the job goes on without it
+    assert h.store.meta().state == "JOB_STATE_RUNNING"  # the job goes on without it
     assert not h.store.running_trials()
     gate_path(tmp_path).touch()
     b = start_worker(tmp_path, pg_url, job_id, name="b")
     assert finish([b]) == [0], output(tmp_path, "b")
     h = open_job(tmp_path, pg_url, job_id)
-    assert h.store.get_meta("state") == "JOB_STATE_SUCCEEDED"
+    assert h.store.meta().state == "JOB_STATE_SUCCEEDED"
     assert sorted(t.user_attrs["state"] for t in h.store.frozen_trials()) == ["SUCCEEDED"] * 3
     restarts = [e for e in events(tmp_path) if e["event"] == "start" and e["from_epoch"] > 0]
     assert len(restarts) == 2  # the two interrupted trials went on from their checkpoints

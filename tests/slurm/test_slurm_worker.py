@@ -26,7 +26,7 @@ def test_a_postgresql_jobs_worker_runs_each_trial_as_a_slurm_job(tmp_path, slurm
     assert run.returncode == 0, run.stdout + run.stderr
 
     h = registry.open_job(job_id, root=str(root), storage=pg_url)
-    assert h.store.get_meta("state") == "JOB_STATE_SUCCEEDED"
+    assert h.store.meta().state == "JOB_STATE_SUCCEEDED"
     trials = sorted(h.store.frozen_trials(), key=lambda t: t.number)
     assert [t.user_attrs["state"] for t in trials] == ["SUCCEEDED"] * 3
     assert sorted(round(t.params["x"], 6) for t in trials) == [0.2, 0.4, 0.6]  # each grid point once

@@ -128,7 +128,7 @@ def check_shared(tmp_path, pg_url, job_id, events, alloc, trial_dir):
     for task, (gpus, _pid) in alloc.items():
         assert gpus != "unset" and gpus.isdigit(), f"task {task} got CUDA_VISIBLE_DEVICES={gpus} from --gres=gpu:1"
     h = registry.open_job(job_id, root=str(tmp_path / "jobs"), storage=pg_url)
-    assert h.store.get_meta("state") == "JOB_STATE_SUCCEEDED"
+    assert h.store.meta().state == "JOB_STATE_SUCCEEDED"
     trials = {str(t.number + 1): t for t in h.store.frozen_trials()}
     assert sorted(trials) == ["1", "2", "3", "4"]
     assert all(t.user_attrs["state"] == "SUCCEEDED" for t in trials.values())

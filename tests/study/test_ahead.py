@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from trials.job_meta import JobMeta
 from trials.spec.load import loads_spec
 from trials.study import ahead, optuna_internals
 from trials.study.samplers import gp_available
@@ -37,7 +38,7 @@ def branin(x: float, y: float) -> float:
 
 def job(tmp_path: Path, name: str, *, completed: int = 10) -> JobStore:
     spec = loads_spec(SPEC, source="t.yaml")
-    store = JobStore.create(open_storage(f"journal:{tmp_path / name}.log"), name, spec, {}, {},
+    store = JobStore.create(open_storage(f"journal:{tmp_path / name}.log"), name, spec, {}, JobMeta(),
                             sampler_name="gp-warped", seed=5)
     for _ in range(completed):
         claimed = store.claim(spec.study)

@@ -11,6 +11,7 @@ import pytest
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
+from trials.job_meta import JobMeta
 from trials.spec.load import loads_spec
 from trials.study.journal import one_write
 from trials.study.storage import open_storage
@@ -31,7 +32,7 @@ def open_store(path: Path, opener: str = "product") -> tuple[JobStore, object]:
     over plain Optuna's ``JournalStorage``."""
     job = loads_spec(SPEC, source="t.yaml")
     storage = open_storage(str(path)) if opener == "product" else JournalStorage(JournalFileBackend(str(path)))
-    store = JobStore.create(storage, "j", job, {}, {}, sampler_name="tpe", seed=1)
+    store = JobStore.create(storage, "j", job, {}, JobMeta(), sampler_name="tpe", seed=1)
     return store, job
 
 
@@ -93,7 +94,7 @@ def test_a_new_job_is_one_fsync_and_plain_optuna_reads_its_waiting_trials(tmp_pa
     monkeypatch.setattr(os, "fsync", real_fsync)
     trials = plain(tmp_path / "journal.log")
     assert [t.state.name for t in trials] == ["WAITING"] * 4
-    assert store.get_meta("sampler") == "tpe"
+    assert store.meta().sampler == "tpe"
 
 
 def test_a_trial_told_through_the_store_is_what_study_tell_records(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from optuna.distributions import FloatDistribution
 from optuna.study import StudyDirection
 from optuna.trial import TrialState, create_trial
 
+from trials.job_meta import JobMeta
 from trials.spec.load import loads_spec
 from trials.study import ahead
 from trials.study.choice import MODEL, RANDOM, SUGGESTED_ATTR, startup_trials, suggestion_counts, suggestions_words
@@ -114,9 +115,9 @@ def _finish(store: JobStore, spec_study: object, *, value: float, stop_at: int |
 
 def test_a_claim_notes_random_start_up_then_the_model_counting_stopped_trials(tmp_path: Path) -> None:
     spec = loads_spec(spec_text(8), source="t.yaml")  # 8 trials: a start-up of 4
-    store = JobStore.create(open_storage(f"journal:{tmp_path / 'j'}.log"), "j", spec, {}, {},
+    store = JobStore.create(open_storage(f"journal:{tmp_path / 'j'}.log"), "j", spec, {}, JobMeta(),
                             sampler_name="tpe", seed=1)
-    assert store.n_startup == 4 and store.get_meta("startup") == 4
+    assert store.n_startup == 4 and store.meta().startup == 4
     for i, stop in enumerate((None, 1, None, 2)):  # 2 completed, 2 stopped early
         _finish(store, spec.study, value=0.5 + i / 10, stop_at=stop)
     nxt = store.claim(spec.study)
@@ -143,7 +144,7 @@ def test_counts_ignore_what_is_not_a_known_word() -> None:
 @pytest.mark.skipif(not gp_available(), reason="the GP sampler needs scipy")
 def test_the_ahead_worker_suggests_once_completed_and_stopped_trials_fill_the_start_up(tmp_path: Path) -> None:
     spec = loads_spec(spec_text(8), source="t.yaml")
-    store = JobStore.create(open_storage(f"journal:{tmp_path / 'g'}.log"), "g", spec, {}, {},
+    store = JobStore.create(open_storage(f"journal:{tmp_path / 'g'}.log"), "g", spec, {}, JobMeta(),
                             sampler_name="gp-warped", seed=2)
     s = ahead.for_job(store, spec.study, sampler_name="gp-warped", seed=2, job_dir=str(tmp_path), n_trials=8)
     assert s is not None and s.n_startup == 4

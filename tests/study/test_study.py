@@ -5,6 +5,8 @@ import optuna
 import pytest
 
 from trials.errors import ConfigError
+from trials.job_meta import JobMeta
+from trials.records import JobState
 from trials.spec import (
     Algorithm,
     ConditionalParameterSpec,
@@ -40,7 +42,8 @@ def _store(study, n, tmp_path, url=None):
     job = JobSpec(study=study, max_trial_count=n)
     storage = open_storage(url or f"journal:{tmp_path}/j.log")
     name = samplers.choose_sampler_name(study, n_trials=n)
-    return JobStore.create(storage, "job", job, {"spec": 1}, {"state": "Q"}, sampler_name=name, seed=1), job
+    meta = JobMeta(state=JobState.QUEUED)
+    return JobStore.create(storage, "job", job, {"spec": 1}, meta, sampler_name=name, seed=1), job
 
 
 def test_grid_job_creates_at_most_the_grid_and_claims_each_point_once(tmp_path):
@@ -246,10 +249,10 @@ def test_a_reopened_seeded_job_does_not_suggest_its_first_trials_again(tmp_path)
             out.append(float(claimed.params["x"]))
         return out
 
-    first = xs(JobStore.create(open_storage(url), "j", job, {}, {}, sampler_name="tpe", seed=7), 3)
+    first = xs(JobStore.create(open_storage(url), "j", job, {}, JobMeta(), sampler_name="tpe", seed=7), 3)
     again = xs(JobStore.open(open_storage(url), "j"), 3)  # a resume: the sampler is made again
     assert not set(first) & set(again)
     # reproducible: the same history reopened gives the same next suggestion
     url2 = f"sqlite:///{tmp_path / 'k.db'}"
-    xs(JobStore.create(open_storage(url2), "j", job, {}, {}, sampler_name="tpe", seed=7), 3)
+    xs(JobStore.create(open_storage(url2), "j", job, {}, JobMeta(), sampler_name="tpe", seed=7), 3)
     assert xs(JobStore.open(open_storage(url2), "j"), 1) == again[:1]

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import gc
 import os
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from trials import protocol
@@ -80,16 +81,16 @@ def _sweep(args: argparse.Namespace, endpoint: Warm | None) -> int:
             if line.startswith("note:") and not args.quiet:
                 print(line)
     plan = _device_plan(job, args, runtime)  # before creating the job: a spec this machine cannot run
+    from trials.controller.backend import registry as backend_registry
+
+    keeps = runtime is not backend_registry.get(None)  # (a job of the default runtime keeps none)
     h = registry.create_job(
         job, root=args.root, job_id=args.job_id, spec_path=args.spec, storage=args.storage,
         base_output_dir=args.base_output_dir, project_number=args.project_number,
         local_command=command or None, seed=args.seed, gcs_root=args.gcs_root, stale_after_s=args.stale_after,
-        pass_env=args.pass_env, sampler=args.sampler,
+        pass_env=args.pass_env, sampler=args.sampler, runtime=runtime.name if keeps else None,
+        images=images if keeps else None, options=own if keeps else None,
     )
-    from trials.controller.backend import registry as backend_registry
-
-    if runtime is not backend_registry.get(None):  # (a job of the default runtime keeps none)
-        h.store.set_meta(runtime=runtime.name, images=images, **({runtime.name: own} if own is not None else {}))
     return _run_and_report(h, args, resume=False, plan=plan, endpoint=endpoint)
 
 
@@ -154,16 +155,17 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     if args.local_command:  # a job created from an image without command can be given one now
         job_run.set_command(h, args.local_command)
     meta = h.store.meta()
-    runtime, images = _runtime(h.job, args, stored=meta.get("runtime"), stored_images=meta.get("images"))
+    runtime, images = _runtime(h.job, args, stored=meta.runtime, stored_images=meta.images)
     if not runtime.in_image:
         job_run.check_runnable(h)
-    own = _own_options(args, meta.get(runtime.name), runtime,
-                       folders=[h.job_dir, meta.get("gcs_root") or h.job_dir, meta.get("cwd") or h.job_dir])
-    if (args.runtime or args.image) and (runtime.name, images) != (meta.get("runtime") or "host",
-                                                                    meta.get("images") or {}):
-        h.store.set_meta(runtime=runtime.name, images=images)  # kept by the job from now on
-    if own is not None and own != meta.get(runtime.name):
-        h.store.set_meta(**{runtime.name: own})
+    own = _own_options(args, meta.options_of(runtime.name), runtime,
+                       folders=[h.job_dir, meta.gcs_root or h.job_dir, meta.cwd or h.job_dir])
+    kept = meta
+    if (args.runtime or args.image) and (runtime.name, images) != (meta.runtime or "host", meta.images):
+        kept = replace(kept, runtime=runtime.name, images=images, options=meta.options_of(runtime.name))
+    if own is not None and own != meta.options_of(runtime.name):
+        kept = replace(kept, options=own)
+    h.store.write_meta(kept, since=meta)  # kept by the job from now on (nothing written when nothing changed)
     added, holder = 0, None
     if args.max_trial_count is not None or counts:
         added, holder = job_admin.change(h, max_trial_count=args.max_trial_count, counts=counts)
@@ -250,7 +252,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     if args.root:  # this host's folder for the trials' logs and metric files
         h.job_dir = registry.job_dir_of(args.root, h.job_id)
     args.root = args.root or protocol.DEFAULT_JOBS_ROOT
-    state = h.store.get_meta("state")
+    state = h.store.meta().state
     if state in FINAL_JOB_STATES or state == JobState.CANCELLING:
         print(f"job {h.job_id} is {state}; nothing to run")
         return 0
@@ -332,19 +334,18 @@ def _run_held(h: JobHandle, args: argparse.Namespace, signals: Any, *, resume: b
     from trials.controller.loop.events import JobWarning
     from trials.storage_url import redact
 
-    plan = plan or _device_plan(h.job, args, backends.choose(args.runtime, h.store.get_meta("runtime")))
+    meta = h.store.meta()
+    plan = plan or _device_plan(h.job, args, backends.choose(args.runtime, meta.runtime))
     runtime, images = None, None
     own = None
     if join and (args.runtime or args.image or args.partition or args.slurm_arg):  # this worker's own runtime
-        runtime, images = _runtime(h.job, args, stored=h.store.get_meta("runtime"),
-                                   stored_images=h.store.get_meta("images"))
-    chosen = runtime or registry.get(h.store.get_meta("runtime"))  # (the job's is the default)
+        runtime, images = _runtime(h.job, args, stored=meta.runtime, stored_images=meta.images)
+    chosen = runtime or registry.get(meta.runtime)  # (the job's is the default)
     if join:
-        own = _own_options(args, h.store.get_meta(chosen.name), chosen,
-                           folders=[h.job_dir, h.store.get_meta("gcs_root") or h.job_dir,
-                                    h.store.get_meta("cwd") or h.job_dir])
-    if args.keep_going and not h.store.get_meta("keep_going"):
-        h.store.set_meta(keep_going=True)  # kept by the job, as its other run settings are
+        own = _own_options(args, meta.options_of(chosen.name), chosen,
+                           folders=[h.job_dir, meta.gcs_root or h.job_dir, meta.cwd or h.job_dir])
+    if args.keep_going and not meta.keep_going:
+        h.store.write_meta(replace(meta, keep_going=True), since=meta)  # kept by the job, as its other run settings are
     progress = _progress(h, args, h.store.n_trials())
     shared = job_run.shared_job(h, stale_after_s=args.stale_after,
                                 notify=lambda line: progress(JobWarning(message=line)), signals=signals)
@@ -377,8 +378,9 @@ def _run_held(h: JobHandle, args: argparse.Namespace, signals: Any, *, resume: b
 def _job_line(h: Job, n_trials: int) -> str:
     from trials.cli.progress import sampler_words
 
+    meta = h.store.meta()
     return (f"job {h.job_id}: {n_trials} trials, {h.job.parallel_trial_count} in parallel, "
-            f"{sampler_words(h.store.get_meta('sampler'), h.store.get_meta('startup'), n_trials)}; folder {h.job_dir}")
+            f"{sampler_words(meta.sampler, meta.startup, n_trials)}; folder {h.job_dir}")
 
 
 def _outputs_line(h: Job) -> str:
@@ -388,8 +390,8 @@ def _outputs_line(h: Job) -> str:
         return ("outputs: the job has no baseOutputDirectory, so trials get no AIP_MODEL_DIR, AIP_CHECKPOINT_DIR "
                 "or AIP_TENSORBOARD_LOG_DIR (as on Vertex); --base-output-dir DIR gives them a base")
     line = f"outputs: AIP_MODEL_DIR, AIP_CHECKPOINT_DIR, AIP_TENSORBOARD_LOG_DIR under {base.rstrip('/')}/<trial id>/"
-    gcs_root = h.store.get_meta("gcs_root")
-    if protocol.is_gcs_uri(base) and isinstance(gcs_root, str):
+    gcs_root = h.store.meta().gcs_root
+    if protocol.is_gcs_uri(base) and gcs_root is not None:
         with contextlib.suppress(ValueError):  # a base that maps outside /gcs was refused at creation
             line += f" (here: {protocol.local_path(base.rstrip('/') + '/', gcs_root)})"
     return line
@@ -424,16 +426,16 @@ def _summary(h: Job, args: argparse.Namespace, *, max_parallel: int, chaos: str 
     from trials.controller.jobs import view as job_view
     from trials.protocol import format_flag
 
-    state = h.store.get_meta("state")
-    error = h.store.get_meta("error")
+    meta = h.store.meta()
+    state, error = meta.state, meta.error
     trials = h.store.frozen_trials()
     n_ok = sum(1 for t in trials if t.user_attrs.get("state") == TrialState.SUCCEEDED)
     n_bad = sum(1 for t in trials if t.user_attrs.get("state") == TrialState.INFEASIBLE)
     n_early = sum(1 for t in trials if t.user_attrs.get("stopped_early"))
     # a job whose every trial was infeasible "succeeded" as Vertex says, but nothing worked: exit 1
     nothing_worked = state == JobState.SUCCEEDED and n_ok == 0 and n_bad > 0
-    code = 1 if nothing_worked else {JobState.SUCCEEDED: 0, JobState.CANCELLED: protocol.EXIT_INTERRUPTED}.get(
-        state, 1)
+    codes = {JobState.SUCCEEDED: 0, JobState.CANCELLED: protocol.EXIT_INTERRUPTED}
+    code = 1 if nothing_worked or state is None else codes.get(state, 1)
     if args.quiet:
         return code
     if args.json_logs:  # the summary as one more JSON line: stdout stays one object per line
@@ -456,12 +458,12 @@ def _summary(h: Job, args: argparse.Namespace, *, max_parallel: int, chaos: str 
           f"{len(trials) - n_ok - n_bad} not run{ran}")
     from trials.cli.progress import suggestions_end_line
 
-    if (words := suggestions_end_line(trials, h.store.get_meta("sampler"))) is not None:
+    if (words := suggestions_end_line(trials, meta.sampler)) is not None:
         print(words)
     if chaos is not None:
         print(chaos)
-    if h.store.get_meta("study_stopped"):
-        print(printable(str(h.store.get_meta("study_stopped"))))
+    if meta.study_stopped:
+        print(printable(meta.study_stopped))
     if error:
         print(f"error: {printable(str(error.get('message')))}")
     best = job_view.best_trials(h)

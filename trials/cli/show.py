@@ -15,8 +15,10 @@ from trials.printable import printable
 from trials.records import JobState
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
+    from trials.job_meta import JobMeta
     from trials.spec import JobSpec
 
 
@@ -39,11 +41,11 @@ def _cmd_describe(args: argparse.Namespace) -> int:
         sys.stdout.write(describe.format_csv(header, body))
         return 0
     meta = h.store.meta()  # (what the REST job says of it: its state, its error)
-    print(f"job {h.job_id}  {meta.get('state') or JobState.QUEUED}  {len(body)} trials  folder {h.job_dir}")
-    if meta.get("error"):
-        print(f"error: {printable(str(meta['error'].get('message')))}")
-    if h.store.get_meta("study_stopped"):
-        print(printable(str(h.store.get_meta("study_stopped"))))
+    print(f"job {h.job_id}  {meta.state or JobState.QUEUED}  {len(body)} trials  folder {h.job_dir}")
+    if meta.error:
+        print(f"error: {printable(str(meta.error.get('message')))}")
+    if meta.study_stopped:
+        print(printable(meta.study_stopped))
     ahead = job_view.suggestions_line(meta)
     if ahead:
         print(ahead)
@@ -79,7 +81,7 @@ def _cmd_best(args: argparse.Namespace) -> int:
     best: list[dict[str, Any]] = [
             {"trial_id": str(t.number + 1), "metrics": dict(zip(metric_ids, t.values, strict=False)),
              "parameters": get(t), "flags": [format_flag(k, v) for k, v in get(t).items()],
-             **_command(h.job, meta.get("local_command"), get(t)), "cwd": meta.get("cwd"),
+             **_command(h.job, meta.local_command, get(t)), "cwd": meta.cwd,
              "model_dir": _model_dir(meta, t)}
             for t in job_view.best_trials(h)]
     if args.format == "json":  # exact numbers; one trial, or the Pareto front of several metrics
@@ -101,7 +103,7 @@ def _cmd_best(args: argparse.Namespace) -> int:
     return 0
 
 
-def _command(job: JobSpec, local_command: list[str] | None, params: dict[str, Any]) -> dict[str, Any]:
+def _command(job: JobSpec, local_command: Sequence[str] | None, params: dict[str, Any]) -> dict[str, Any]:
     """What the trial's primary replica ran, as the launcher builds it (``launch.replica_argv``):
     ``command`` its whole argv (None: its image's ENTRYPOINT ran), ``args`` what followed the
     command, ``image`` the pool's image."""
@@ -119,15 +121,15 @@ def _command(job: JobSpec, local_command: list[str] | None, params: dict[str, An
     return {"command": command, "args": [*pool.args, *flags], "image": image}
 
 
-def _model_dir(meta: dict[str, Any], t: Any) -> str | None:
+def _model_dir(meta: JobMeta, t: Any) -> str | None:
     """Where a trial's model is: ``<base>/<trial>/model/`` (local), or without a base output directory
     the trials runtime's own ``<trial folder>/model/`` when it is a real folder; else None."""
     from trials.protocol import local_path
 
-    if meta.get("base_output"):
-        return local_path(meta["base_output"].rstrip("/") + f"/{t.number + 1}/model/", meta["gcs_root"])
-    trial_dir = t.user_attrs.get("trial_dir") or (os.path.join(meta["job_dir"], str(t.number + 1))
-                                                  if meta.get("job_dir") else None)
+    if meta.base_output:
+        return local_path(meta.base_output.rstrip("/") + f"/{t.number + 1}/model/", meta.gcs_root)
+    trial_dir = t.user_attrs.get("trial_dir") or (os.path.join(meta.job_dir, str(t.number + 1))
+                                                  if meta.job_dir else None)
     if isinstance(trial_dir, str):
         path = os.path.join(trial_dir, "model")
         try:
@@ -194,7 +196,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         stored = h.job
         n = len(h.store.frozen_trials())
         job = replace(h.job, max_trial_count=n) if n else h.job
-        command = h.store.meta().get("local_command")
+        command = h.store.meta().local_command
         name = h.job_id
     if args.with_local_command and not command:
         raise ConfigError(f"--with-local-command: {args.spec} has no local command (a job run with `-- COMMAND` "

@@ -1,10 +1,10 @@
 """The Optuna adapter: the only subpackage that imports optuna (nothing is imported or configured here).
 
 The Optuna storage is the job's single source of truth. A job is one study named after the job id:
-study user attributes hold the spec and the job's state; each Optuna trial is one Vertex trial
-(``id = number + 1``) whose user attributes hold its Vertex state, attempts, measurements and reasons.
-Trials are created up front as WAITING (``maxTrialCount`` of them, or the grid size), so any number
-of controllers or workers claim them atomically and can never exceed the count.
+study user attributes hold the job's record (``trials.job_meta``: its spec, state, ...); each Optuna
+trial is one Vertex trial (``id = number + 1``) whose user attributes hold its Vertex state, attempts,
+measurements and reasons. Trials are created up front as WAITING (``maxTrialCount`` of them, or the grid
+size), so any number of controllers or workers claim them atomically and can never exceed the count.
 
 Modules: ``storage`` (opening a storage from a URL; the outage-retrying database storage),
 ``journal`` (Optuna's journal storage opened from its snapshot; batched journal writes), ``journal_check``

@@ -1,5 +1,6 @@
 """How a job is named in Optuna's terms, without Optuna: parameter names, values back from Optuna's
-params, the prefix of the job's own attributes (what a command that only reads a job needs)."""
+params, the prefix of the job's own attributes and its record read from them (what a command that only
+reads a job needs)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from trials.job_meta import JobMeta
 from trials.spec import ParameterSpec, ParameterType, ScaleType, StudySpec, Value
 
-ATTR_PREFIX = "trials:"  # the job's own study attributes (its spec, state, ...) start with it
+ATTR_PREFIX = "trials:"  # the job's own study attributes (its record's members) start with it
 REVERSE_LOG_SUFFIX = ":reverse_log"
 # A parameterId may hold any character but whitespace; '#' and ':' mark the adapter's own suffixes,
 # so they (and the escape character) are percent-escaped in the id part of a name: injective, and
@@ -18,6 +20,21 @@ REVERSE_LOG_SUFFIX = ":reverse_log"
 _ESCAPES = str.maketrans({"%": "%25", "#": "%23", ":": "%3A"})
 _UNESCAPES = {"%25": "%", "%23": "#", "%3A": ":"}
 _ESCAPED = re.compile("%25|%23|%3A")
+
+
+def job_meta(attrs: Mapping[str, Any], job_id: str) -> JobMeta:
+    """Job ``job_id``'s record from its study's user attributes (each member ``trials:<member>``).
+
+    Raises:
+        JobMetaError: written by a newer trials, or a member of the wrong type.
+    """
+    n = len(ATTR_PREFIX)
+    return JobMeta.from_json({k[n:]: v for k, v in attrs.items() if k.startswith(ATTR_PREFIX)}, job=job_id)
+
+
+def meta_attr(member: str) -> str:
+    """The study user attribute that holds the record's member ``member``."""
+    return ATTR_PREFIX + member
 
 
 def escape_id(parameter_id: str) -> str:

@@ -8,7 +8,7 @@ import copy
 import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import optuna
@@ -18,6 +18,7 @@ from optuna.trial import FrozenTrial as FrozenTrial  # re-exported: what callers
 from optuna.trial import TrialState
 
 from trials.errors import ConfigError, JobNotFoundError
+from trials.job_meta import JobMeta
 from trials.spec import Algorithm, JobSpec, StudySpec, Value
 from trials.study import journal
 from trials.study import optuna_internals as internals
@@ -27,6 +28,7 @@ from trials.study.database.writes import (
     NotHeldError as NotHeldError,  # re-exported: a batch's lease was another worker's
 )
 from trials.study.names import ATTR_PREFIX as ATTR_PREFIX  # re-exported: where it always was
+from trials.study.names import job_meta
 from trials.study.samplers import acts_after_trial, make_sampler, model_ready
 from trials.study.space import fixed_params, iter_grid, mirrors_doubles, suggest, values_from_optuna
 from trials.study.storage import RetryingRDBStorage, quiet_optuna
@@ -128,9 +130,10 @@ class JobStore:
     # -- creation and opening
     @classmethod
     def create(cls, storage: BaseStorage, job_id: str, job: JobSpec, spec_dict: Mapping[str, Any],
-               meta: Mapping[str, Any], *, sampler_name: str, seed: int | None) -> JobStore:
-        """A new job: its study, its settings and its WAITING trials (a journal file: one write and
-        one fsync for all of them, not one per trial and setting: ~0.1-0.3 s for 40 trials here)."""
+               meta: JobMeta, *, sampler_name: str, seed: int | None) -> JobStore:
+        """A new job: its study, its record (``meta`` with the spec and the sampler filled in) and its
+        WAITING trials (a journal file: one write and one fsync for all of them, not one per trial and
+        setting: ~0.1-0.3 s for 40 trials here)."""
         quiet_optuna()
         directions = [StudyDirection.MAXIMIZE if m.maximize else StudyDirection.MINIMIZE for m in job.study.metrics]
         n_startup = startup_trials(job.max_trial_count, sampler_name)
@@ -144,7 +147,7 @@ class JobStore:
                 raise ConfigError(f"a job named {job_id!r} already exists in this storage; use "
                                   f"`trials resume {job_id}` or choose another --job-id") from None
             store = cls(storage, study, job_id, sampler_name=sampler_name, sampler_seed=seed, n_startup=n_startup)
-            store.set_meta(spec=dict(spec_dict), sampler=sampler_name, seed=seed, startup=n_startup, **meta)
+            store.write_meta(replace(meta, spec=dict(spec_dict), sampler=sampler_name, seed=seed, startup=n_startup))
             store.add_trials(job.max_trial_count, job)
         return store
 
@@ -160,28 +163,30 @@ class JobStore:
             raise JobNotFoundError.in_storage(job_id, names) from None
         if not sampler:
             return cls(storage, study, job_id)
-        attrs = study.user_attrs
-        sampler_name = attrs.get(ATTR_PREFIX + "sampler", "tpe")
-        if seed is None:
-            seed = attrs.get(ATTR_PREFIX + "seed")
-        seed = resumed_seed(seed, storage, study)
-        n_startup = attrs.get(ATTR_PREFIX + "startup")  # (a job made before it was recorded: 10, as then)
-        n_startup = n_startup if isinstance(n_startup, int) and n_startup >= 1 else MAX_STARTUP
+        meta = job_meta(study.user_attrs, job_id)
+        sampler_name = meta.sampler or "tpe"
+        seed = resumed_seed(meta.seed if seed is None else seed, storage, study)
+        n_startup = meta.startup  # (a job made before it was recorded: 10, as then)
+        n_startup = n_startup if n_startup is not None and n_startup >= 1 else MAX_STARTUP
         study.sampler = make_sampler(sampler_name, seed=seed, n_startup=n_startup)
         return cls(storage, study, job_id, sampler_name=sampler_name, sampler_seed=seed, n_startup=n_startup)
 
-    # -- job-level attributes
-    def meta(self) -> dict[str, Any]:
-        attrs = self.storage.get_study_user_attrs(self._study_id)
-        return {k[len(ATTR_PREFIX):]: v for k, v in attrs.items() if k.startswith(ATTR_PREFIX)}
+    # -- the job's record (trials.job_meta)
+    def meta(self) -> JobMeta:
+        """The job's record, read from the storage (one read).
 
-    def get_meta(self, key: str, default: Any = None) -> Any:
-        return self.storage.get_study_user_attrs(self._study_id).get(ATTR_PREFIX + key, default)
+        Raises:
+            JobMetaError: written by a newer trials, or a member of the wrong type.
+        """
+        return job_meta(self.storage.get_study_user_attrs(self._study_id), self.job_id)
 
-    def set_meta(self, **values: Any) -> None:
-        """Job-level attributes; on a journal file one write and one fsync for all of them."""
+    def write_meta(self, meta: JobMeta, *, since: JobMeta | None = None) -> None:
+        """Write the job's record: the members that differ from ``since``, the record as it was read
+        (``write_meta(replace(meta, state=...), since=meta)``), else the whole record. On a journal
+        file one write and one fsync for all of them."""
+        members = meta.to_json() if since is None else meta.changed(since)
         with journal.one_write(self.storage):
-            for k, v in values.items():
+            for k, v in members.items():
                 self.storage.set_study_user_attr(self._study_id, ATTR_PREFIX + k, v)
 
     # -- trials

@@ -144,15 +144,15 @@ from trials.controller.api.server import Api
 from trials.controller.jobs import registry
 from trials.study.store import JobStore
 
-set_meta, create_job = JobStore.set_meta, registry.create_job
-def crash_after_the_job(self, **keys):
-    if "api_parent" in keys:
+write_meta, create_job = JobStore.write_meta, registry.create_job
+def crash_after_the_job(self, meta, **kwargs):
+    if meta.api_parent:
         os._exit(9)  # the server dies between the job's write and its API keys
-    return set_meta(self, **keys)
+    return write_meta(self, meta, **kwargs)
 def crash_before_the_job(*args, **kwargs):
     os._exit(9)
 if sys.argv[2] == "after":
-    JobStore.set_meta = crash_after_the_job
+    JobStore.write_meta = crash_after_the_job
 else:
     registry.create_job = crash_before_the_job
 Api(root=sys.argv[1]).handle("POST", sys.argv[3], {}, sys.argv[4].encode())

@@ -133,7 +133,7 @@ def test_the_project_number_is_what_trials_get_and_the_paths_project_is_kept(tmp
                               json.dumps(SPEC).encode())
     assert status == 200 and made["name"].startswith("projects/my-proj/locations/asia-east1/")
     h = view.read_job(made["name"].rsplit("/", 1)[1], root=str(tmp_path / "jobs"), storage=None)
-    assert h.store.get_meta("project_number") == "123456"  # CLOUD_ML_PROJECT_ID of its trials
+    assert h.store.meta().project_number == "123456"  # CLOUD_ML_PROJECT_ID of its trials
 
 
 def test_filters() -> None:

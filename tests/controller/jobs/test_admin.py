@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from jobkit import write_meta
 
 from trials.controller.jobs import admin as job_admin
 from trials.controller.jobs import registry
@@ -32,7 +33,7 @@ def make_job(tmp_path: Path) -> JobHandle:
 def test_counts_are_recorded_in_the_spec_and_an_extension_says_who_runs_it(tmp_path: Path) -> None:
     h = make_job(tmp_path)
     assert job_admin.change(h, counts={"max_failed_trial_count": 2, "parallel_trial_count": 2}) == (0, None)
-    spec = h.store.get_meta("spec")
+    spec = h.store.meta().spec
     assert (spec["maxFailedTrialCount"], spec["parallelTrialCount"]) == (2, 2)
     assert (h.job.max_failed_trial_count, h.job.parallel_trial_count) == (2, 2)
     lock = ControllerLock(h.job_dir)
@@ -43,7 +44,7 @@ def test_counts_are_recorded_in_the_spec_and_an_extension_says_who_runs_it(tmp_p
             job_admin.change(h, counts={"max_failed_trial_count": 3})
     finally:
         lock.release()
-    assert h.store.get_meta("spec")["maxFailedTrialCount"] == 2 and h.store.get_meta("spec")["maxTrialCount"] == 5
+    assert h.store.meta().spec["maxFailedTrialCount"] == 2 and h.store.meta().spec["maxTrialCount"] == 5
 
 
 def test_a_job_its_failures_would_end_at_once_is_refused_with_the_flag_to_pass(tmp_path: Path) -> None:
@@ -57,6 +58,6 @@ def test_a_job_its_failures_would_end_at_once_is_refused_with_the_flag_to_pass(t
 
 def test_a_cancel_of_an_ended_job_says_so_and_changes_nothing(tmp_path: Path) -> None:
     h = make_job(tmp_path)
-    h.store.set_meta(state="JOB_STATE_SUCCEEDED")
+    write_meta(h.store, state="JOB_STATE_SUCCEEDED")
     assert job_admin.cancel(h) == ("JOB_STATE_SUCCEEDED", True)
-    assert h.store.get_meta("state") == "JOB_STATE_SUCCEEDED"
+    assert h.store.meta().state == "JOB_STATE_SUCCEEDED"

@@ -7,10 +7,11 @@ import io
 import json
 import os
 
-from jobkit import fake_job
+from jobkit import fake_job, write_members, write_meta
 
 from trials.cli import main
 from trials.controller.jobs import describe
+from trials.job_meta import JobMeta
 
 
 def _run(capsys, *argv: str) -> tuple[int, str]:
@@ -150,7 +151,7 @@ def test_the_table_made_from_the_trials_is_the_table_of_the_rest_job(tmp_path):
     metric_ids = h.job.study.reported_metric_ids
     get = view.params_of(h)
     for trials in (h.store.frozen_trials(), _odd_trials()):
-        rest = describe.job_to_rest("job", {}, trials, get, metric_ids, steps=False)
+        rest = describe.job_to_rest("job", JobMeta(), trials, get, metric_ids, steps=False)
         for exact in (False, True):
             assert describe.table(trials, get, metric_ids, exact=exact) == describe.rows(
                 rest, metric_ids, local=describe.local_details(trials), exact=exact)
@@ -217,16 +218,16 @@ def test_describe_shows_what_the_sampler_process_did_and_only_numbers_from_the_m
     root = str(tmp_path / "jobs")
     _, out = _run(capsys, "describe", "rep", "--root", root)
     assert "suggestions made ahead" not in out  # TPE in the loop: nothing to say
-    h.store.set_meta(suggestions=29, suggest_cpu_s=0.812, suggest_wait_s=0.05)
+    write_meta(h.store, suggestions=29, suggest_cpu_s=0.812, suggest_wait_s=0.05)
     _, out = _run(capsys, "describe", "rep", "--root", root)
     assert out.splitlines()[1] == ("suggestions made ahead (last run): 29 by the sampler's own process, "
                                    "0.81 s of its CPU; slots waited 0.05 s for them")
     _, out = _run(capsys, "describe", "rep", "--root", root, "--format", "local-json")
     assert json.loads(out)["suggestionsAhead"] == {"suggestions": 29, "cpuSeconds": 0.812, "slotWaitSeconds": 0.05}
-    h.store.set_meta(suggestions="29\x1b[2J", suggest_cpu_s=float("nan"), suggest_wait_s=-1)  # an edited meta
+    write_members(h.store, suggestions="29\x1b[2J", suggest_cpu_s=float("nan"), suggest_wait_s=-1)  # an edited meta
     _, out = _run(capsys, "describe", "rep", "--root", root)
     assert "suggestions made ahead" not in out and "\x1b" not in out
-    h.store.set_meta(suggestions=True, suggest_cpu_s=None, suggest_wait_s=0.25)
+    write_members(h.store, suggestions=True, suggest_cpu_s=None, suggest_wait_s=0.25)
     _, out = _run(capsys, "describe", "rep", "--root", root)
     assert out.splitlines()[1] == ("suggestions made ahead (last run): 0 by the sampler's own process; "
                                    "slots waited 0.25 s for them")

@@ -8,7 +8,7 @@ import os
 import sys
 
 import pytest
-from jobkit import SINGLE, fake_job
+from jobkit import SINGLE, fake_job, write_members, write_meta
 
 from trials.controller.jobs import registry
 from trials.controller.jobs.ended import read_ended
@@ -30,7 +30,7 @@ def _read(tmp_path):
 
 
 def _spec_with(h, **study):
-    spec = copy.deepcopy(h.store.get_meta("spec"))
+    spec = copy.deepcopy(h.store.meta().spec)
     spec["studySpec"].update(study)
     return spec
 
@@ -46,7 +46,7 @@ def test_a_job_that_ended_succeeded_with_every_trial_ended_is_recognised(tmp_pat
 @pytest.mark.parametrize("state", ["JOB_STATE_CANCELLED", "JOB_STATE_FAILED", "JOB_STATE_RUNNING",
                                    "JOB_STATE_CANCELLING", "JOB_STATE_QUEUED"])
 def test_a_job_in_another_state_is_not(tmp_path, state):
-    _job(tmp_path).store.set_meta(state=state)
+    write_meta(_job(tmp_path).store, state=state)
     assert _read(tmp_path) is None
 
 
@@ -68,21 +68,21 @@ def test_a_trial_running_or_stopping_is_not_ended(tmp_path):
                                   {"slurm": {"partition": "debug", "args": []}},
                                   {"local": {"inject_restarts": 0.5}}, {"local_command": None}])
 def test_what_the_slow_paths_start_checks_or_prints_is_not_recognised(tmp_path, meta):
-    _job(tmp_path).store.set_meta(**meta)
+    write_members(_job(tmp_path).store, **meta)
     assert _read(tmp_path) is None
 
 
 def test_a_study_stopping_config_or_accelerators_are_left_to_the_slow_path(tmp_path):
     h = _job(tmp_path)
-    spec = h.store.get_meta("spec")
-    h.store.set_meta(spec=_spec_with(h, studyStoppingConfig={"maxNumTrials": 3}))
+    spec = h.store.meta().spec
+    write_meta(h.store, spec=_spec_with(h, studyStoppingConfig={"maxNumTrials": 3}))
     assert _read(tmp_path) is None
     gpu = copy.deepcopy(spec)
     gpu["trialJobSpec"]["workerPoolSpecs"][0]["machineSpec"] = {
         "machineType": "n1-standard-4", "acceleratorType": "NVIDIA_TESLA_T4", "acceleratorCount": 1}
-    h.store.set_meta(spec=gpu)
+    write_meta(h.store, spec=gpu)
     assert _read(tmp_path) is None
-    h.store.set_meta(spec=spec)
+    write_meta(h.store, spec=spec)
     assert _read(tmp_path) is not None  # (the same job without them is)
 
 
@@ -128,7 +128,7 @@ def test_the_read_writes_nothing_and_an_unreadable_job_is_not(tmp_path):
     assert sorted(os.listdir(job_dir)) == before and os.path.getsize(job_dir / JOURNAL_FILE) == size
     assert read_ended("nope", root=str(tmp_path / "jobs"), storage=None) is None  # the slow path says why
     h = registry.open_job("rep", root=str(tmp_path / "jobs"), storage=None)
-    h.store.set_meta(spec={"studySpec": "not a study"})
+    write_meta(h.store, spec={"studySpec": "not a study"})
     assert _read(tmp_path) is None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from jobkit import write_meta
 
 from trials.controller.jobs import registry
 from trials.controller.jobs import run as job_run
@@ -29,7 +30,7 @@ def test_a_controller_that_stops_on_an_error_ends_a_pending_cancel(tmp_path: Pat
     assert trial is not None
 
     def run(self: JobRunner, **kwargs: object) -> str:
-        h.store.set_meta(state="JOB_STATE_CANCELLING")  # `trials cancel` told this controller to stop ...
+        write_meta(h.store, state="JOB_STATE_CANCELLING")  # `trials cancel` told this controller to stop ...
         raise RuntimeError("... and it died of something else before it ended the job")
 
     monkeypatch.setattr(JobRunner, "run", run)
@@ -37,7 +38,7 @@ def test_a_controller_that_stops_on_an_error_ends_a_pending_cancel(tmp_path: Pat
                                   slots=None, seed=1)
     with pytest.raises(RuntimeError):
         job_run.run_job(h, options)
-    assert h.store.get_meta("state") == "JOB_STATE_CANCELLED"
+    assert h.store.meta().state == "JOB_STATE_CANCELLED"
     # it ran (never REQUESTED): stopped by the cancel before it reported, INFEASIBLE saying so
     (first, *_) = h.store.frozen_trials()
     assert first.user_attrs["state"] == "INFEASIBLE" and first.state.name == "WAITING"

@@ -229,7 +229,7 @@ def test_a_storage_url_keeps_the_job(tmp_path):
     from trials.study.store import JobStore
 
     reopened = JobStore.open(open_storage(url), "tune")
-    assert reopened.get_meta("state") == "JOB_STATE_SUCCEEDED" == result.state
+    assert reopened.meta().state == "JOB_STATE_SUCCEEDED" == result.state
     assert len([t for t in reopened.frozen_trials() if t.state.name == "COMPLETE"]) == 2
 
 

@@ -77,7 +77,7 @@ def test_the_suggested_parameters_are_the_trials_and_each_is_asked_after_the_pre
     asked = box["s"].asked
     assert asked[:3] == [(0.0, []), (0.0, [0]), (0.0, [0, 1])], asked
     meta = run.runner.store  # the worker's counts, recorded with the job's end
-    assert (meta.get_meta("suggestions"), meta.get_meta("suggest_cpu_s")) == (len(asked), 0.25)
+    assert (meta.meta().suggestions, meta.meta().suggest_cpu_s) == (len(asked), 0.25)
 
 
 def test_a_20_second_suggestion_holds_only_the_free_slot(tmp_path: Path) -> None:

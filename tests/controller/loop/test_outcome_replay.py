@@ -84,7 +84,7 @@ def test_the_first_3_trials_infeasible_for_one_reason_fail_the_job(tmp_path: Pat
     state, said, h, backend = replay(tmp_path, lambda trial, attempt: Script(steps=2, tag="val_loss"), n=5)
     assert state == JobState.FAILED
     assert len(backend.started) == 3  # trials 4 and 5 never ran
-    assert h.store.get_meta("error") == {"code": 3, "message": (
+    assert h.store.meta().error == {"code": 3, "message": (
         "The first 3 trials were infeasible for the same reason and none succeeded, so the job stopped "
         f"(maxFailedTrialCount unset; --keep-going runs every trial). Trials 1, 2, 3: {MISSING}")}
     assert [e.state.value for e in _done(said)] == ["INFEASIBLE"] * 3
@@ -103,7 +103,7 @@ def test_keep_going_runs_every_trial(tmp_path: Path) -> None:
     state, said, h, backend = replay(tmp_path, lambda trial, attempt: Script(steps=2, tag="val_loss"), n=4,
                                      keep_going=True)
     assert state == JobState.SUCCEEDED  # as Vertex says; `trials sweep` exits 1: no trial succeeded
-    assert len(backend.started) == 4 and h.store.get_meta("error") is None
+    assert len(backend.started) == 4 and h.store.meta().error is None
 
 
 def test_an_explicit_max_failed_trial_count_leaves_it_to_vertexs_rule(tmp_path: Path) -> None:
@@ -124,4 +124,4 @@ def test_no_stop_after_a_success_or_for_different_reasons(tmp_path: Path, plan: 
 def test_nothing_is_stopped_when_no_trial_is_left_to_run(tmp_path: Path) -> None:
     state, _, h, backend = replay(tmp_path, lambda trial, attempt: Script(steps=2, tag="val_loss"), n=3)
     assert state == JobState.SUCCEEDED  # as on Vertex: stopping would save nothing
-    assert len(backend.started) == 3 and h.store.get_meta("error") is None
+    assert len(backend.started) == 3 and h.store.meta().error is None

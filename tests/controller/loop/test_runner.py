@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jobkit import write_meta
+
 from tests.controller.loop.backendkit import FakeBackend, FakeClock, FakeSignals, Script
 from trials import protocol
 from trials.controller.jobs import registry
@@ -311,10 +313,10 @@ def test_a_cancel_seen_at_the_end_cancels_only_what_is_left(tmp_path: Path) -> N
     run = replay(tmp_path, lambda trial, attempt: Script(steps=2), n=1)
     assert run.state == JobState.SUCCEEDED
     store = run.runner.store
-    store.set_meta(state=JobState.CANCELLING.value)  # a `trials cancel` after the last trial finished
+    write_meta(store, state=JobState.CANCELLING.value)  # a `trials cancel` after the last trial finished
     assert run.runner.state.finish_job() == JobState.SUCCEEDED
     store.add_trials(1, run.runner.job)
-    store.set_meta(state=JobState.CANCELLING.value)  # ... and with a trial that never ran
+    write_meta(store, state=JobState.CANCELLING.value)  # ... and with a trial that never ran
     assert run.runner.state.finish_job() == JobState.CANCELLED
 
 
@@ -338,7 +340,8 @@ def test_the_end_time_follows_the_start_whatever_the_wall_clock_does(tmp_path: P
     from trials.timefmt import parse_rfc3339
 
     meta = h.store.meta()
-    assert parse_rfc3339(meta["end_time"]) >= parse_rfc3339(meta["start_time"])
+    assert meta.end_time is not None and meta.start_time is not None
+    assert parse_rfc3339(meta.end_time) >= parse_rfc3339(meta.start_time)
     trial = h.store.frozen_trials()[0].user_attrs
     assert parse_rfc3339(trial["end_time"]) >= parse_rfc3339(trial["start_time"])
     done = next(d for e, d in events if e == "trial_done")

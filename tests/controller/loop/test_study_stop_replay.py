@@ -57,7 +57,7 @@ def test_max_num_trials_lets_that_many_run_and_the_job_succeeds(tmp_path):
     assert state == JobState.SUCCEEDED and ran(trials) == ["SUCCEEDED"] * 3
     (note,) = notes(events)
     assert "maxNumTrials (3)" in note and "no more trials start" in note
-    assert "maxNumTrials (3)" in h.store.get_meta("study_stopped")
+    assert "maxNumTrials (3)" in h.store.meta().study_stopped
 
 
 def test_max_num_trials_no_progress_stops_after_that_many_trials_without_improvement(tmp_path):

@@ -8,7 +8,7 @@ production test hook. ``TEST_HOOKS`` is a comma-separated list; marker files go 
   pause:QUALNAME:WHEN:N   at the N-th call of ``trials.controller.loop.runner.QUALNAME`` (WHEN ``before``
                           or ``after`` it), create ``QUALNAME-WHEN-N.reached`` and wait for
                           ``QUALNAME-WHEN-N.go``
-  pause-after-state-read  the same after the first read of the job's state (``state-read``)
+  pause-after-state-read  the same after the first read of the job's record, opening it aside (``state-read``)
   flock-blocked           create ``flock-blocked`` when a blocking flock has to wait
   clock-jump              ``time.time()`` runs 2 h behind once ``jump`` exists
   shim-fails:N            the first N replica starts (not the sandbox's start-up probe) give the exec
@@ -75,30 +75,33 @@ def _pause(label: str) -> None:
 
 
 def _sigterm_after_running(mod: Any) -> None:
-    original = mod.JobStore.set_meta
+    original = mod.JobStore.write_meta
     done = []
 
-    def set_meta(self: Any, **values: Any) -> None:
-        original(self, **values)
-        if values.get("state") == "JOB_STATE_RUNNING" and not done:
+    def write_meta(self: Any, meta: Any, **kwargs: Any) -> None:
+        original(self, meta, **kwargs)
+        if meta.state == "JOB_STATE_RUNNING" and not done:
             done.append(True)
             os.kill(os.getpid(), signal.SIGTERM)
 
-    mod.JobStore.set_meta = set_meta
+    mod.JobStore.write_meta = write_meta
+
+
+_OPENING = ("open_job", "read_job", "read_exact")
 
 
 def _pause_after_state_read(mod: Any) -> None:
-    original = mod.JobStore.get_meta
+    original = mod.JobStore.meta
     done = []
 
-    def get_meta(self: Any, key: str, default: Any = None) -> Any:
-        value = original(self, key, default)
-        if key == "state" and not done:
+    def meta(self: Any) -> Any:
+        value = original(self)
+        if not done and sys._getframe(1).f_code.co_name not in _OPENING:  # (opening a job reads its spec)
             done.append(True)
             _pause("state-read")
         return value
 
-    mod.JobStore.get_meta = get_meta
+    mod.JobStore.meta = meta
 
 
 def _pause_at(qualname: str, when: str, nth: int) -> Callable[[Any], None]:

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from trials import protocol
 from trials.controller.api.admission import Admission, default_max_running_jobs
@@ -221,7 +221,7 @@ class Controllers:
         from trials.controller.jobs import view
 
         try:
-            return str(view.read_job(job_id, root=self.root, storage=self.storage).store.get_meta("state"))
+            return str(view.read_job(job_id, root=self.root, storage=self.storage).store.meta().state)
         except TrialsError:
             return None
 
@@ -251,12 +251,14 @@ class Controllers:
                     return
                 repair_journal(registry.job_url(job_id, root=self.root, storage=self.storage))
                 h = registry.open_job(job_id, root=self.root, storage=self.storage)
-                if h.store.get_meta("state") not in FINAL_JOB_STATES:  # (not cancelled meanwhile)
+                meta = h.store.meta()
+                if meta.state not in FINAL_JOB_STATES:  # (not cancelled meanwhile)
                     reap_job_leftovers(h)
                     for t in h.store.running_trials():  # ACTIVE -> SUCCEEDED | INFEASIBLE, WAITING to rerun
                         requeue_stopped(h.store, h.job.study, t, why=why)
-                    h.store.set_meta(state=JobState.FAILED.value, end_time=rfc3339(time.time()), controller=None,
-                                     error={"code": code, "message": message})
+                    h.store.write_meta(replace(meta, state=JobState.FAILED, end_time=rfc3339(time.time()),
+                                               controller=None, error={"code": code, "message": message}),
+                                       since=meta)
                     self.log(f"job {job_id} FAILED: {message}")
         except (OSError, TrialsError) as err:
             self.log(f"job {job_id}: could not be marked FAILED ({printable(str(err))[:200]}): {message}")
@@ -286,7 +288,7 @@ class Controllers:
                 h = registry.open_job(row["job_id"], root=self.root, storage=self.storage)
             except TrialsError:
                 continue
-            if not h.store.get_meta("api_parent"):
+            if not h.store.meta().api_parent:
                 continue
             if admin.running_controller(h) is not None:
                 with self._lock:

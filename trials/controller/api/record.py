@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import stat
+from dataclasses import replace
 from typing import Any
 
 from trials.errors import TrialsError
@@ -81,8 +82,9 @@ def adopt(root: str, storage: str | None) -> tuple[list[str], list[str]]:
             h = registry.open_job(name, root=root, storage=storage)
         except TrialsError:
             continue
-        if not h.store.get_meta("api_parent"):
-            h.store.set_meta(api_parent=made["parent"], api_kind=made["kind"])
+        meta = h.store.meta()
+        if not meta.api_parent:
+            h.store.write_meta(replace(meta, api_parent=made["parent"], api_kind=made["kind"]), since=meta)
             adopted.append(name)
     return adopted, removed
 

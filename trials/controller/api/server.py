@@ -31,7 +31,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from trials import protocol
@@ -197,7 +197,8 @@ class Api:
             if isinstance(err, ConfigError):
                 raise ApiError(400, str(err)) from None
             raise
-        h.store.set_meta(api_parent=parent, api_kind=kind)  # (a server stopped before this adopts the job)
+        meta = h.store.meta()  # (a server stopped before this write adopts the job)
+        h.store.write_meta(replace(meta, api_parent=parent, api_kind=kind), since=meta)
         self.log(f"{_NOUN[kind]} {job_id} created ({printable(str(body.get('displayName')))[:80]})")
         self.runner.submit(job_id)
         return self.get(parent, job_id, kind)
@@ -210,7 +211,7 @@ class Api:
             h = view.read_job(job_id, root=self.root, storage=self.storage)
         except JobNotFoundError:
             raise missing from None
-        if (h.store.get_meta("api_kind") or TUNING) != kind:
+        if (h.store.meta().api_kind or TUNING) != kind:
             raise missing
         return _as_api(h, kind)
 
@@ -226,7 +227,7 @@ class Api:
                 h = view.read_job(row["job_id"], root=self.root, storage=self.storage)
             except TrialsError:
                 continue  # (a broken job folder is not listed; `trials list` shows it)
-            if (h.store.get_meta("api_kind") or TUNING) != kind:
+            if (h.store.meta().api_kind or TUNING) != kind:
                 continue
             rest = _as_api(h, kind)
             if rest["name"].startswith(parent + "/") and keep(rest):

@@ -69,9 +69,10 @@ def change(h: JobHandle, *, max_trial_count: int | None = None,
                     raise ConfigError(f"the grid of job {h.job_id} is exhausted ({n} points); no trial to add")
                 counts["max_trial_count"] = n + added
             if counts:
-                spec = dict(h.store.get_meta("spec"))
+                meta = h.store.meta()
+                spec = dict(meta.spec or {})
                 spec.update({_REST_FIELDS[name]: value for name, value in counts.items()})
-                h.store.set_meta(spec=spec)
+                h.store.write_meta(replace(meta, spec=spec), since=meta)
         changes: dict[str, Any] = counts
         h.job = replace(h.job, **changes)
         return added, lock_holder(h.job_dir)
@@ -97,7 +98,7 @@ def check_failure_budget(h: JobHandle, *, max_failed: int | None = None, max_tri
     limit = h.job.max_failed_trial_count if max_failed is None else max_failed
     job = replace(h.job, max_failed_trial_count=limit)
     if left and same_reason_failure(job, infeasible=infeasible_by_end(by_number), n_succeeded=n_ok, n_left=left,
-                                    keep_going=keep_going or bool(h.store.get_meta("keep_going"))):
+                                    keep_going=keep_going or h.store.meta().keep_going):
         raise ConfigError(f"job {h.job_id} would fail again at once: its first trials were infeasible for the "
                           f"same reason and none succeeded; fix that, then resume it with --keep-going to run "
                           f"its {left} trial{'' if left == 1 else 's'} left")
@@ -134,13 +135,15 @@ def cancel(h: JobHandle) -> tuple[str, bool]:
 
 
 def _cancel(h: JobHandle) -> tuple[str, bool]:
-    state = h.store.get_meta("state")
+    meta = h.store.meta()
+    state = meta.state
     holder = _holder(h)
     if state in FINAL_JOB_STATES and holder is None:
         return str(state), True
     if holder is None:
         repair_journal(h.storage_url)
-    h.store.set_meta(state=JobState.CANCELLING.value)
+    cancelling = replace(meta, state=JobState.CANCELLING)
+    h.store.write_meta(cancelling, since=meta)
     shared = shared_job(h) if is_shared(h) else None
     if shared is not None:
         shared.requeue_stale()  # trials of dead workers: nobody else would ever stop them
@@ -152,8 +155,8 @@ def _cancel(h: JobHandle) -> tuple[str, bool]:
     if shared is None and state in (JobState.QUEUED, JobState.RUNNING, JobState.CANCELLING):
         _requeue_orphans(h)  # the controller died: nobody else would ever stop its trials
     if state in (JobState.QUEUED, JobState.RUNNING, JobState.CANCELLING) and not h.store.running_trials():
-        h.store.set_meta(state=JobState.CANCELLED.value, end_time=rfc3339(time.time()),
-                         error={"code": 1, "message": "The job was cancelled."})
+        h.store.write_meta(replace(cancelling, state=JobState.CANCELLED, end_time=rfc3339(time.time()),
+                                   error={"code": 1, "message": "The job was cancelled."}), since=cancelling)
         return JobState.CANCELLED.value, False
     return JobState.CANCELLING.value, False
 
@@ -186,7 +189,7 @@ def _requeue_orphans(h: JobHandle) -> None:
     controller does on cancel: same id and parameters on resume)."""
     from trials.controller.jobs import backends
 
-    backends.clean_dead(h, h.store.get_meta("runtime"))
+    backends.clean_dead(h, h.store.meta().runtime)
     from trials.controller.loop.stopped import requeue_stopped
     from trials.controller.policy.rerun import CANCELLED_ORPHAN
 

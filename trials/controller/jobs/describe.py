@@ -11,6 +11,7 @@ from typing import Any
 from trials import protocol
 from trials.controller.policy.exits import waits_to_rerun
 from trials.controller.policy.rerun import PREVIOUS_RUNS_ATTR, last_stop
+from trials.job_meta import JobMeta
 from trials.printable import printable
 from trials.protocol import format_value
 from trials.records import LIVE_METRICS_ATTR, JobState, TrialState, live_attr, measurement_to_dict, stored_measurements
@@ -90,16 +91,16 @@ def trial_to_rest(t: Any, params: Mapping[str, Any], metric_ids: Sequence[str], 
     return out
 
 
-def job_to_rest(job_id: str, meta: Mapping[str, Any], trials: Sequence[Any],
+def job_to_rest(job_id: str, meta: JobMeta, trials: Sequence[Any],
                 params_of: Any, metric_ids: Sequence[str], *, steps: bool = True,
-                entry: Callable[[Any], Any] | None = None) -> dict[str, Any]:
+                entry: Callable[[Any], Any] | None = None, update_time: str | None = None) -> dict[str, Any]:
     """The HyperparameterTuningJob resource, exactly (it parses strictly as the v1 type);
     ``params_of(trial) -> {parameterId: value}``. Local details are in ``local_details``;
     ``steps=False``: measurements as stored, for ``rows`` (see ``trial_to_rest``); ``entry(trial)``:
     what stands for each shown trial instead of its ``trial_to_rest`` (its text, already encoded)."""
-    spec = dict(meta.get("spec") or {})
-    project = meta.get("project_number") or protocol.DEFAULT_PROJECT_NUMBER
-    parent = meta.get("api_parent") or f"projects/{project}/locations/local"  # (`trials serve` keeps its path's)
+    spec = dict(meta.spec or {})
+    project = meta.project_number or protocol.DEFAULT_PROJECT_NUMBER
+    parent = meta.api_parent or f"projects/{project}/locations/local"  # (`trials serve` keeps its path's)
     out: dict[str, Any] = {"name": f"{parent}/hyperparameterTuningJobs/{job_id}"}
     out["displayName"] = spec.get("displayName") or job_id
     for key in ("studySpec", "maxTrialCount", "parallelTrialCount", "maxFailedTrialCount", "trialJobSpec", "labels",
@@ -111,13 +112,13 @@ def job_to_rest(job_id: str, meta: Mapping[str, Any], trials: Sequence[Any],
         out["trials"] = [trial_to_rest(t, params_of(t), metric_ids, steps=steps) for t in trials if shown(t)]
     else:
         out["trials"] = [entry(t) for t in trials if shown(t)]
-    out["state"] = meta.get("state") or JobState.QUEUED
-    for key, name in (("create_time", "createTime"), ("start_time", "startTime"),
-                      ("end_time", "endTime"), ("update_time", "updateTime")):
-        if meta.get(key):
-            out[name] = meta[key]
-    if meta.get("error"):
-        out["error"] = meta["error"]
+    out["state"] = (meta.state or JobState.QUEUED).value
+    for value, name in ((meta.create_time, "createTime"), (meta.start_time, "startTime"),
+                        (meta.end_time, "endTime"), (update_time, "updateTime")):
+        if value:
+            out[name] = value
+    if meta.error:
+        out["error"] = meta.error
     return out
 
 

@@ -54,14 +54,14 @@ def _ended(job_id: str, *, root: str, storage: str | None) -> view.JobView | Non
     if h is None:
         return None
     meta = h.store.meta()
-    if meta.get("state") != JobState.SUCCEEDED:
+    if meta.state != JobState.SUCCEEDED:
         return None
-    runtime = registry.RUNTIMES.get(meta.get("runtime") or registry.HOST)
-    if runtime is None or not runtime.plain or meta.get("images") or meta.get(registry.SLURM):
+    runtime = registry.RUNTIMES.get(meta.runtime or registry.HOST)
+    if runtime is None or not runtime.plain or meta.images or meta.options_of(registry.SLURM):
         return None
     if any(accelerator_counts(h.job)) or h.job.local.inject_restarts or study_stopping.from_job(h.job) is not None:
         return None
-    check_command(h.job, meta.get("local_command"), f"job {job_id}")  # (raises: the slow path refuses it)
+    check_command(h.job, meta.local_command, f"job {job_id}")  # (raises: the slow path refuses it)
     if not all(t.state.is_finished() and t.user_attrs.get("state") in ENDED_TRIAL_STATES
                for t in h.store.frozen_trials()):
         return None

@@ -8,12 +8,13 @@ import copy
 import os
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from trials import protocol
 from trials.errors import ConfigError, JobNotFoundError, StorageError, did_you_mean
+from trials.job_meta import JobMeta
 from trials.records import JobState
 from trials.spec import Algorithm, JobSpec, LocalOptions
 from trials.storage_url import JOURNAL_FILE, redact
@@ -90,15 +91,16 @@ def with_base_output(job: JobSpec, base_output: str) -> JobSpec:
     return job if current == base_output else with_base(job, base_output)
 
 
-def spec_from_storage(meta: dict[str, Any]) -> JobSpec:
+def spec_from_storage(meta: JobMeta) -> JobSpec:
+    """The job's spec as its record keeps it (``checked_meta``: the record has one)."""
     from trials.spec.load import parse_spec
 
-    spec = meta["spec"]
-    local = meta.get("local") or {}
+    spec: dict[str, Any] = meta.spec or {}
+    local = meta.local
     if local.get("custom_job"):  # a CustomJob (trials serve): its one trial's job, no study to read
         from trials.spec.vertex import custom_job
 
-        body = {k: spec[k] for k in ("displayName", "labels") if k in spec}
+        body: dict[str, Any] = {k: spec[k] for k in ("displayName", "labels") if k in spec}
         return custom_job({**body, "jobSpec": spec.get("trialJobSpec")}, source="<job storage>")
     metric_ids = [m.get("metricId") for m in spec.get("studySpec", {}).get("metrics", [])]
     spaced = [i for i, mid in enumerate(metric_ids) if isinstance(mid, str) and mid != "".join(mid.split())]
@@ -111,8 +113,8 @@ def spec_from_storage(meta: dict[str, Any]) -> JobSpec:
         metrics = tuple(replace(m, metric_id=metric_ids[i]) if i in spaced else m
                         for i, m in enumerate(job.study.metrics))
         job = replace(job, study=replace(job.study, metrics=metrics))
-    if meta.get("base_output"):  # a job stored before its base was written into its spec
-        job = with_base_output(job, meta["base_output"])
+    if meta.base_output:  # a job stored before its base was written into its spec
+        job = with_base_output(job, meta.base_output)
     return replace(job, local=LocalOptions(**local)) if local else job
 
 
@@ -122,8 +124,10 @@ def create_job(job: JobSpec, *, root: str, job_id: str | None, spec_path: str | 
                local_command: Sequence[str] | None, cwd: str | None = None,
                seed: int | None = None, gcs_root: str | None = None,
                pass_env: Sequence[str] = (), stale_after_s: float | None = None,
-               sampler: str | None = None) -> JobHandle:
-    """Create a job (its folder, storage and WAITING trials); ``sampler`` overrides the default rule's choice."""
+               sampler: str | None = None, runtime: str | None = None, images: Mapping[str, str] | None = None,
+               options: Mapping[str, Any] | None = None) -> JobHandle:
+    """Create a job (its folder, storage and WAITING trials); ``sampler`` overrides the default rule's choice;
+    ``runtime``, its ``images`` and own ``options``: the job's (None: host's)."""
     from trials.study.samplers import check_choice, choose_sampler_name
     from trials.study.space import grid_size
     from trials.study.storage import open_storage
@@ -150,21 +154,21 @@ def create_job(job: JobSpec, *, root: str, job_id: str | None, spec_path: str | 
     sampler = check_choice(sampler, job.study) if sampler else choose_sampler_name(job.study, n_trials=n)
     # Everything that can refuse the options runs before the job folder exists: a bad
     # --base-output-dir or --storage leaves nothing behind.
-    meta: dict[str, Any] = {
-        "state": JobState.QUEUED.value, "create_time": rfc3339(time.time()), "job_dir": job_dir,
-        "base_output": base_output,
-        "gcs_root": os.path.abspath(gcs_root) if gcs_root else os.path.join(job_dir, "gcs"),
-        "project_number": project_number or protocol.DEFAULT_PROJECT_NUMBER,
-        "local_command": list(local_command) if local_command else None,
-        "cwd": os.path.abspath(cwd or os.getcwd()),
-        "pass_env": list(dict.fromkeys(pass_env)),
-        "local": {k: getattr(job.local, k) for k in ("inject_restarts", "grace_period_s", "memory_limit_mb")}
+    meta = JobMeta(
+        state=JobState.QUEUED, create_time=rfc3339(time.time()), job_dir=job_dir, base_output=base_output,
+        gcs_root=os.path.abspath(gcs_root) if gcs_root else os.path.join(job_dir, "gcs"),
+        project_number=project_number or protocol.DEFAULT_PROJECT_NUMBER,
+        local_command=tuple(local_command) if local_command else None,
+        cwd=os.path.abspath(cwd or os.getcwd()),
+        pass_env=tuple(dict.fromkeys(pass_env)),
+        local={k: getattr(job.local, k) for k in ("inject_restarts", "grace_period_s", "memory_limit_mb")}
         | ({"custom_job": True} if job.local.custom_job else {}),
-    }
+        runtime=runtime, images=dict(images or {}), options=dict(options) if options is not None else None,
+    )
     if storage is not None:  # a database job: every worker takes over a trial after the same silence
         from trials.study.database.leases import DEFAULT_STALE_AFTER_S
 
-        meta["stale_after_s"] = stale_after_s or DEFAULT_STALE_AFTER_S
+        meta = replace(meta, stale_after_s=stale_after_s or DEFAULT_STALE_AFTER_S)
     database = None if storage is None else open_storage(url)
 
     def build(storage_obj: BaseStorage) -> JobStore:
@@ -236,7 +240,7 @@ def open_job(job_id: str, *, root: str, storage: str | None) -> JobHandle:
     meta = checked_meta(store.meta(), job_id, url)
     # A seeded job's sampler goes on from where the job is: JobStore.open moves its seed on by the
     # trials already sampled (study/store.resumed_seed).
-    return JobHandle(job_id=job_id, job_dir=meta.get("job_dir") or job_dir_of(root, job_id), storage_url=url,
+    return JobHandle(job_id=job_id, job_dir=meta.job_dir or job_dir_of(root, job_id), storage_url=url,
                      store=store, job=spec_from_storage(meta))
 
 
@@ -260,7 +264,12 @@ def _jobs_under(root: str) -> list[str]:
     return [n for n in names if os.path.isfile(os.path.join(root, n, JOURNAL_FILE))]
 
 
-def checked_meta(meta: dict[str, Any], job_id: str, url: str) -> dict[str, Any]:
-    if "spec" not in meta:
+def checked_meta(meta: JobMeta, job_id: str, url: str) -> JobMeta:
+    """``meta``, the record of a trials job (one with a spec).
+
+    Raises:
+        StorageError: the study is not a trials job.
+    """
+    if meta.spec is None:
         raise StorageError(f"study {job_id!r} in {redact(url)} is not a trials job (no spec attribute)")
     return meta

@@ -7,6 +7,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from trials import protocol
@@ -34,12 +35,13 @@ def set_command(h: JobHandle, command: Sequence[str]) -> None:
     Raises:
         ConfigError: the job already has another command.
     """
-    current = h.store.get_meta("local_command")
+    meta = h.store.meta()
+    current = meta.local_command
     if current and list(current) != list(command):
         raise ConfigError(f"job {h.job_id} already runs {shlex.join(current)}; resume it without "
                           f"-- COMMAND, or start a new job with `trials sweep`")
     if not current:
-        h.store.set_meta(local_command=list(command))
+        h.store.write_meta(replace(meta, local_command=tuple(command)), since=meta)
 
 
 def check_runnable(h: JobHandle) -> None:
@@ -47,7 +49,7 @@ def check_runnable(h: JobHandle) -> None:
     from trials.controller.trial.view import check_command
 
     try:
-        check_command(h.job, h.store.get_meta("local_command"), f"job {h.job_id}")
+        check_command(h.job, h.store.meta().local_command, f"job {h.job_id}")
     except ConfigError as err:
         raise ConfigError(str(err).replace("trials sweep SPEC --", f"trials resume {h.job_id} --")) from None
 
@@ -62,25 +64,24 @@ def run_options(h: JobHandle, *, echo: bool, grace_period_s: float | None, memor
     ``own``: this run's choice of runtime, its images, the runtime's own options; else the job's)."""
     meta = h.store.meta()
     local = h.job.local
-    name = runtime or meta.get("runtime") or "host"
-    stored = meta.get(name)
-    kept: Mapping[str, Any] = own if own is not None else stored if isinstance(stored, dict) else {}
+    name = runtime or meta.runtime or "host"
+    kept: Mapping[str, Any] = own if own is not None else meta.options_of(name) or {}
     return LoopOptions(
         runtime=name,
-        images={**(meta.get("images") or {}), **(images or {})},
+        images={**meta.images, **(images or {})},
         slurm_partition=kept.get("partition"),
         slurm_args=tuple(kept.get("args") or ()),
-        job_dir=h.job_dir, base_output=meta.get("base_output"), gcs_root=meta["gcs_root"],
-        project_number=meta["project_number"], cwd=meta["cwd"],
-        local_command=tuple(meta["local_command"]) if meta.get("local_command") else None,
+        job_dir=h.job_dir, base_output=meta.base_output, gcs_root=meta.gcs_root or os.path.join(h.job_dir, "gcs"),
+        project_number=meta.project_number or protocol.DEFAULT_PROJECT_NUMBER, cwd=meta.cwd or os.getcwd(),
+        local_command=meta.local_command or None,
         grace_period_s=grace_period_s if grace_period_s is not None else (local.grace_period_s or 10.0),
         memory_limit_mb=memory_limit_mb if memory_limit_mb is not None else local.memory_limit_mb,
         inject_restarts=inject_restarts if inject_restarts is not None else local.inject_restarts,
         slots=slots, echo=sys.stdout if echo else None, seed=seed,
         devices=devices, shared=shared, join=join,
-        pass_env=tuple(dict.fromkeys([*(meta.get("pass_env") or ()), *pass_env])),
+        pass_env=tuple(dict.fromkeys([*meta.pass_env, *pass_env])),
         suggest_ahead=os.environ.get(protocol.ENV_SUGGEST, "ahead") != "inline",
-        keep_going=keep_going or bool(meta.get("keep_going")),
+        keep_going=keep_going or meta.keep_going,
         warm_start=warm_start,
     )
 
@@ -111,10 +112,11 @@ def shared_job(h: JobHandle, *, stale_after_s: float | None = None,
     storage = h.store.storage
     if isinstance(storage, RetryingRDBStorage):
         storage.outages = outages
-    job_value = h.store.get_meta("stale_after_s")
+    meta = h.store.meta()
+    job_value = meta.stale_after_s
     if job_value is None:  # a job created before the lease timeout was the job's: its first worker sets it
         job_value = stale_after_s or DEFAULT_STALE_AFTER_S
-        h.store.set_meta(stale_after_s=job_value)
+        h.store.write_meta(replace(meta, stale_after_s=job_value), since=meta)
     elif stale_after_s is not None and stale_after_s != job_value:
         say(f"--stale-after {stale_after_s:g} ignored: the job's lease timeout is {float(job_value):g}s "
             f"(set when it was created), the same for every worker")
@@ -173,11 +175,13 @@ def _settle_cancel(h: JobHandle) -> None:
 
     try:
         with state_lock(h.job_dir):
-            if h.store.get_meta("state") != JobState.CANCELLING:
+            meta = h.store.meta()
+            if meta.state != JobState.CANCELLING:
                 return
             for t in h.store.running_trials():  # recorded as the loop records a trial a cancel stopped
                 requeue_stopped(h.store, h.job.study, t, why=CANCELLED)
-            h.store.set_meta(state=JobState.CANCELLED.value, end_time=rfc3339(time.time()), controller=None,
-                             error={"code": 1, "message": "The job was cancelled."})
+            h.store.write_meta(replace(meta, state=JobState.CANCELLED, end_time=rfc3339(time.time()),
+                                       controller=None, error={"code": 1, "message": "The job was cancelled."}),
+                               since=meta)
     except OSError:
         pass  # nothing can be written (a full disk): `trials cancel` or `resume` settles it later

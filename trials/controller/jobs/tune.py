@@ -23,6 +23,7 @@ from typing import Any
 
 from trials import protocol
 from trials.errors import TuneError
+from trials.job_meta import JobMeta
 from trials.records import JobState, TrialState
 from trials.spec import JobSpec
 
@@ -191,7 +192,7 @@ def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec,
     study = job.study
     store_backend = open_storage(storage) if storage else in_memory_storage()
     store = JobStore.create(store_backend, job_id, job, to_rest(job) if job.trial_job else {},
-                            {"state": JobState.RUNNING.value, "job_dir": job_dir},
+                            JobMeta(state=JobState.RUNNING, job_dir=job_dir),
                             sampler_name=choose_sampler_name(study, n_trials=job.max_trial_count), seed=seed)
     # a stopping rule decides at every step: the objective takes turns with the loop, from its own thread;
     # without one, nothing is decided while a trial runs: each is a whole call in this thread
@@ -225,7 +226,7 @@ def _tune(objective: Callable[..., Any], spec: str | os.PathLike[str] | JobSpec,
     runner = JobRunner(store, replace(job, trial_job=None), options, backend=backend, emit=emit,
                        signals=CallerSignals())
     state = runner.run()
-    error = store.get_meta("error") or {}
+    error = store.meta().error or {}
     primary = study.metrics[0]
     best = best_of([t for t in results if t["state"] == TrialState.SUCCEEDED],
                    lambda t: _final_value(t, primary.metric_id), maximize=primary.maximize)

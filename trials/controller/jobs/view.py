@@ -3,7 +3,6 @@ local details, its best trials."""
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -14,12 +13,13 @@ from trials.controller.jobs import registry, rest_text
 from trials.controller.jobs.describe import job_to_rest, shown, trial_to_rest
 from trials.controller.jobs.describe import table as trials_table
 from trials.controller.policy.ranking import best_of, pareto_front
-from trials.errors import JobNotFoundError
+from trials.errors import JobMetaError, JobNotFoundError
+from trials.job_meta import JobMeta
 from trials.jsontext import Encoded, dumps_indented
 from trials.spec import JobSpec
 from trials.storage_url import JOURNAL_FILE, is_journal_url, journal_path
 from trials.study import replay
-from trials.study.names import ATTR_PREFIX, values_reader
+from trials.study.names import job_meta, meta_attr, values_reader
 from trials.timefmt import rfc3339
 
 if TYPE_CHECKING:
@@ -31,25 +31,22 @@ if TYPE_CHECKING:
 class ReadStore(Protocol):
     """What the commands that show a job read of its store (``JobStore`` has it too)."""
 
-    def meta(self) -> dict[str, Any]: ...
-    def get_meta(self, key: str, default: Any = None) -> Any: ...
+    def meta(self) -> JobMeta: ...
     def frozen_trials(self, states: Iterable[Any] | None = None) -> list[Any]: ...
 
 
 class _Attrs:
     """The job's attributes and trials as read once: every later question is answered from them."""
 
-    def __init__(self, attrs: dict[str, Any], trials: list[Any], *, journal: str | None = None, n_bytes: int = 0):
-        self._meta = {k[len(ATTR_PREFIX):]: v for k, v in attrs.items() if k.startswith(ATTR_PREFIX)}
+    def __init__(self, attrs: dict[str, Any], trials: list[Any], *, job_id: str, journal: str | None = None,
+                 n_bytes: int = 0):
+        self._meta = job_meta(attrs, job_id)
         self._trials = trials
         self.journal = journal  # read from this journal without Optuna, its first ``n_bytes``
         self.n_bytes = n_bytes
 
-    def meta(self) -> dict[str, Any]:
-        return dict(self._meta)
-
-    def get_meta(self, key: str, default: Any = None) -> Any:
-        return self._meta.get(key, default)
+    def meta(self) -> JobMeta:
+        return self._meta
 
     def frozen_trials(self, states: Iterable[Any] | None = None) -> list[Any]:
         if states is None:
@@ -82,12 +79,13 @@ def _replayed(path: str, job_id: str, whole: bool, *, exact: bool = False) -> _A
     study_id = r.study_id(job_id)
     if study_id is None:
         raise JobNotFoundError.in_storage(job_id, (s.name for s in r.studies.values()))
-    return _Attrs(r.studies[study_id].user_attrs, r.study_trials_of(study_id), journal=path, n_bytes=r.n_bytes)
+    return _Attrs(r.studies[study_id].user_attrs, r.study_trials_of(study_id), job_id=job_id, journal=path,
+                  n_bytes=r.n_bytes)
 
 
 def _loaded(store: JobStore) -> _Attrs:
     """A job in any Optuna storage, its trials loaded once (a database answers each call anew)."""
-    return _Attrs(store.study.user_attrs, store.frozen_trials())
+    return _Attrs(store.study.user_attrs, store.frozen_trials(), job_id=store.job_id)
 
 
 @dataclass(kw_only=True)
@@ -115,7 +113,7 @@ def read_job(job_id: str, *, root: str, storage: str | None, whole: bool = True)
 
         store = _loaded(JobStore.open(open_storage(url), job_id, sampler=False))
     meta = registry.checked_meta(store.meta(), job_id, url)
-    return JobView(job_id=job_id, job_dir=meta.get("job_dir") or registry.job_dir_of(root, job_id),
+    return JobView(job_id=job_id, job_dir=meta.job_dir or registry.job_dir_of(root, job_id),
                    storage_url=url, store=store, job=registry.spec_from_storage(meta))
 
 
@@ -135,7 +133,7 @@ def read_exact(job_id: str, *, root: str, storage: str | None) -> JobView | None
     if store is None:
         return None
     meta = registry.checked_meta(store.meta(), job_id, url)
-    return JobView(job_id=job_id, job_dir=meta.get("job_dir") or registry.job_dir_of(root, job_id),
+    return JobView(job_id=job_id, job_dir=meta.job_dir or registry.job_dir_of(root, job_id),
                    storage_url=url, store=store, job=registry.spec_from_storage(meta))
 
 
@@ -148,16 +146,14 @@ def list_jobs(root: str, storage: str | None) -> list[dict[str, Any]]:
         opened = open_storage(storage)
         summaries = getattr(opened, "job_summaries", None)
         if summaries is not None:  # a database: the attributes the list shows, not every trial whole
-            for name, attrs, trials in summaries(("trials:state", "trials:create_time"), SHOWN_KEYS):
+            keys = tuple(map(meta_attr, ("version", "state", "create_time")))
+            for name, attrs, trials in summaries(keys, SHOWN_KEYS):
                 n = sum(shown(_Listed(state, user_attrs)) for state, user_attrs in trials)
-                out.append({"job_id": name, "state": attrs.get("trials:state", "?"), "trials": n,
-                            "create_time": attrs.get("trials:create_time", "")})
+                out.append(_row(name, attrs, n))
             return out
         for s in study_summaries(opened):
-            attrs = s.user_attrs
             n = sum(map(shown, opened.get_all_trials(s._study_id, deepcopy=False)))
-            out.append({"job_id": s.study_name, "state": attrs.get("trials:state", "?"),
-                        "trials": n, "create_time": attrs.get("trials:create_time", "")})
+            out.append(_row(s.study_name, s.user_attrs, n))
         return out
     if not os.path.isdir(root):
         return out
@@ -169,9 +165,18 @@ def list_jobs(root: str, storage: str | None) -> list[dict[str, Any]]:
                 out.append({"job_id": name, "state": f"unreadable: {type(err).__name__}", "trials": 0,
                             "create_time": ""})
                 continue
-            out.append({"job_id": name, "state": meta.get("state", "?"), "trials": n_shown,
-                        "create_time": meta.get("create_time", "")})
+            out.append({"job_id": name, "state": str(meta.state or "?"), "trials": n_shown,
+                        "create_time": meta.create_time or ""})
     return out
+
+
+def _row(job_id: str, attrs: Mapping[str, Any], n_shown: int) -> dict[str, Any]:
+    """``list``'s row of a job in a database: its id, state, trials shown and creation time."""
+    try:
+        meta = job_meta(attrs, job_id)
+    except JobMetaError as err:  # one job a newer trials wrote must not hide the others
+        return {"job_id": job_id, "state": f"unreadable: {type(err).__name__}", "trials": 0, "create_time": ""}
+    return {"job_id": job_id, "state": str(meta.state or "?"), "trials": n_shown, "create_time": meta.create_time or ""}
 
 
 SHOWN_KEYS = ("state", "start_time", "requeued")  # what ``describe.shown`` reads of a trial
@@ -183,7 +188,7 @@ class _Listed:
     user_attrs: dict[str, Any]
 
 
-def _listed(root: str, job_id: str) -> tuple[dict[str, Any], int]:
+def _listed(root: str, job_id: str) -> tuple[JobMeta, int]:
     """A job's attributes and the trials ``describe`` shows: from its journal's snapshot header
     when that covers the whole journal, else as ``read_job`` reads the job (same checks, errors)."""
     url = registry.job_url(job_id, root=root, storage=None)
@@ -194,7 +199,7 @@ def _listed(root: str, job_id: str) -> tuple[dict[str, Any], int]:
     if summary is None:  # not a job of this journal (read_job says so) or only Optuna reads it
         h = read_job(job_id, root=root, storage=None, whole=False)
         return h.store.meta(), sum(map(shown, h.store.frozen_trials()))
-    meta = registry.checked_meta(_Attrs(summary["attrs"], []).meta(), job_id, url)
+    meta = registry.checked_meta(_Attrs(summary["attrs"], [], job_id=job_id).meta(), job_id, url)
     return meta, int(summary["n_shown"])
 
 
@@ -213,10 +218,8 @@ def params_of(h: Job) -> Callable[[Any], dict[str, Value]]:
 
 def describe(h: Job, *, steps: bool = True) -> dict[str, Any]:
     """The job's REST resource; ``steps=False`` for a table, which only counts each trial's steps."""
-    meta = h.store.meta()
-    meta["update_time"] = rfc3339(time.time())
-    return job_to_rest(h.job_id, meta, h.store.frozen_trials(), params_of(h),
-                       h.job.study.reported_metric_ids, steps=steps)
+    return job_to_rest(h.job_id, h.store.meta(), h.store.frozen_trials(), params_of(h),
+                       h.job.study.reported_metric_ids, steps=steps, update_time=rfc3339(time.time()))
 
 
 def describe_text(job_id: str, *, root: str, storage: str | None) -> str:
@@ -236,7 +239,7 @@ def _describe_text(job_id: str, *, root: str, storage: str | None) -> str:
     journal = store.journal if isinstance(store, _Attrs) else None
     if journal is None or not isinstance(store, _Attrs):  # (a database: read whole)
         return dumps_indented(describe(h))
-    digest = rest_text.spec_digest(store.get_meta("spec"), h.job.study.reported_metric_ids)
+    digest = rest_text.spec_digest(store.meta().spec, h.job.study.reported_metric_ids)
     if any(t.slim and t.storage_id not in cache.texts(job_id, digest) for t in store.frozen_trials() if shown(t)):
         h = read_job(job_id, root=root, storage=storage)  # a finished trial with no text yet: read whole
         store = h.store
@@ -249,7 +252,7 @@ def _describe_text(job_id: str, *, root: str, storage: str | None) -> str:
 def _described(h: Job, store: _Attrs, journal: str, cache: rest_text.Cache) -> str:
     metric_ids = h.job.study.reported_metric_ids
     meta = store.meta()
-    digest = rest_text.spec_digest(meta.get("spec"), metric_ids)
+    digest = rest_text.spec_digest(meta.spec, metric_ids)
     texts = cache.texts(h.job_id, digest)
     params = params_of(h)
     fresh: rest_text.Texts = {}
@@ -264,8 +267,8 @@ def _described(h: Job, store: _Attrs, journal: str, cache: rest_text.Cache) -> s
             text = fresh[t.storage_id] = dumps_indented(d, level=2)
         return Encoded(text)
 
-    meta["update_time"] = rfc3339(time.time())
-    out = dumps_indented(job_to_rest(h.job_id, meta, store.frozen_trials(), params, metric_ids, entry=entry))
+    out = dumps_indented(job_to_rest(h.job_id, meta, store.frozen_trials(), params, metric_ids, entry=entry,
+                                     update_time=rfc3339(time.time())))
     if fresh:  # (the other jobs' texts hold: the journal still starts with the prefix they are of)
         jobs = dict(cache.jobs)
         jobs[h.job_id] = (digest, {**texts, **fresh})
@@ -287,9 +290,10 @@ def describe_local(h: Job) -> dict[str, Any]:
     meta = h.store.meta()
     ahead = suggestions_ahead(meta)
     trials = h.store.frozen_trials()
-    return {"jobId": h.job_id, "jobFolder": h.job_dir, "state": meta.get("state"),
-            "baseOutput": meta.get("base_output"), "localCommand": meta.get("local_command"),
-            **({"studyStopped": meta["study_stopped"]} if meta.get("study_stopped") else {}),
+    command = list(meta.local_command) if meta.local_command is not None else None
+    return {"jobId": h.job_id, "jobFolder": h.job_dir, "state": meta.state.value if meta.state else None,
+            "baseOutput": meta.base_output, "localCommand": command,
+            **({"studyStopped": meta.study_stopped} if meta.study_stopped else {}),
             **({"suggestionsAhead": ahead} if ahead else {}),
             "suggestions": suggestion_counts(trials),  # the sampler's model, at random, given (issue 48)
             **({"keptLayers": kept} if (kept := kept_layers(h.job_dir)) else {}),
@@ -306,28 +310,24 @@ def kept_layers(job_dir: str) -> list[dict[str, str]]:
     return [{"trial": layer.trial_id, "path": printable(layer.path)} for layer in layers_of(job_dir)]
 
 
-def suggestions_ahead(meta: Mapping[str, Any]) -> dict[str, float]:
+def suggestions_ahead(meta: JobMeta) -> dict[str, float]:
     """What the sampler's own process did in the job's last controller run (``trials.study.ahead``):
     ``suggestions`` it made, its CPU seconds, the slot seconds spent waiting for it; {} when none ran.
-    Only finite non-negative numbers are kept (the job's meta is a file the user can edit)."""
-    out = {}
-    for key, name in (("suggestions", "suggestions"), ("suggest_cpu_s", "cpuSeconds"),
-                      ("suggest_wait_s", "slotWaitSeconds")):
-        v = meta.get(key)
-        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0:
-            out[name] = v
-    return out
+    (The record keeps only finite non-negative numbers: the job's journal is a file the user can edit.)"""
+    pairs = (("suggestions", meta.suggestions), ("cpuSeconds", meta.suggest_cpu_s),
+             ("slotWaitSeconds", meta.suggest_wait_s))
+    return {name: v for name, v in pairs if v is not None}
 
 
-def suggestions_made_line(meta: Mapping[str, Any], trials: Iterable[Any]) -> str | None:
+def suggestions_made_line(meta: JobMeta, trials: Iterable[Any]) -> str | None:
     """``describe``'s line of how the ``trials``' parameters were chosen (by the sampler's model, at random: its
     start-up or a fallback, or given: ``choice.suggestion_counts``), or None when no claim noted it."""
     from trials.study.choice import suggestion_counts, suggestions_words
 
-    return suggestions_words(suggestion_counts(trials), str(meta.get("sampler") or "") or None)
+    return suggestions_words(suggestion_counts(trials), meta.sampler or None)
 
 
-def suggestions_line(meta: Mapping[str, Any]) -> str | None:
+def suggestions_line(meta: JobMeta) -> str | None:
     """``describe``'s line for :func:`suggestions_ahead`, or None."""
     ahead = suggestions_ahead(meta)
     if not ahead:

@@ -105,7 +105,7 @@ class JobRunner:
         self._metrics = TrialMetrics(store, job, emit)
         plan = options.devices
         self._alloc = DeviceAllocator(plan.devices) if plan and plan.devices is not None else None
-        spec_rest = store.get_meta("spec") or {}
+        spec_rest = store.meta().spec or {}
         self._backend = backend
         self._launcher = TrialLauncher(job, store.job_id, options, backend=self._backend, clock=self.clock,
                                        trial_job_rest=spec_rest.get("trialJobSpec", {}), alloc=self._alloc)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
 from trials.controller.loop import events, stopped
@@ -101,7 +101,7 @@ class LoopState:
         self._next_claim_at = 0.0
         self._begin_wall: float | None = None  # when this run began (wall), for its end time
         self.study_stopping = study_stopping.from_job(job)  # studyStoppingConfig, if it sets a rule
-        self.study_stopped: str | None = store.get_meta("study_stopped")  # why the study stopped
+        self.study_stopped: str | None = store.meta().study_stopped  # why the study stopped
         self._begin_mono = 0.0
 
     @property
@@ -144,7 +144,8 @@ class LoopState:
              for t in started if t.user_attrs.get("state") in (TrialState.SUCCEEDED, TrialState.INFEASIBLE)
              and isinstance(t.user_attrs.get("end_time"), str)),
             key=lambda f: f.end_time)
-        begin = self.store.get_meta("start_time")
+        meta = self.store.meta()
+        begin = meta.start_time
         decision = study_stopping.decide(
             self.study_stopping, began=parse_rfc3339(begin) if isinstance(begin, str) else self.clock.wall(),
             now=self.clock.wall(), n_trials=len(started) + 1, finished=finished,
@@ -152,7 +153,7 @@ class LoopState:
         if not decision.stop:
             return False
         self.study_stopped = decision.reason
-        self.store.set_meta(study_stopped=decision.reason)
+        self.store.write_meta(replace(meta, study_stopped=decision.reason), since=meta)
         asap = " (shouldStopAsap: the running trials stop now)" if self.study_stopping.should_stop_asap else ""
         self.emit(events.JobNote(message=f"{decision.reason}; no more trials start{asap}"))
         return True
@@ -204,29 +205,31 @@ class LoopState:
             self.job_error = self._failure_rules()
         self._begin_wall, self._begin_mono = self.clock.wall(), self.clock.monotonic()
         with self.store.batch():  # one journal write
-            if self.store.get_meta("start_time") is None:
-                self.store.set_meta(start_time=rfc3339(self._begin_wall))
+            meta = self.store.meta()
+            running = meta if meta.start_time is not None else replace(meta, start_time=rfc3339(self._begin_wall))
             if not self.opt.join:
-                self.store.set_meta(state=JobState.RUNNING.value, end_time=None, error=None,
-                                    controller=self.worker_name)
-            elif self.store.get_meta("state") in (JobState.QUEUED, JobState.PENDING):
-                self.store.set_meta(state=JobState.RUNNING.value)
+                running = replace(running, state=JobState.RUNNING, end_time=None, error=None,
+                                  controller=self.worker_name)
+            elif meta.state in (JobState.QUEUED, JobState.PENDING):
+                running = replace(running, state=JobState.RUNNING)
+            self.store.write_meta(running, since=meta)
         self.emit(events.JobRunning())
 
     def check_external_state(self, now: float) -> None:
         """A cancel (``trials cancel``) or a failure another worker decided, read from the store."""
-        if self.cancel_requested and self.store.get_meta("state") != JobState.CANCELLING:
-            self.store.set_meta(state=JobState.CANCELLING.value)
-            self.emit(events.JobCancelling())
+        if self.cancel_requested:
+            meta = self.store.meta()
+            if meta.state != JobState.CANCELLING:
+                self.store.write_meta(replace(meta, state=JobState.CANCELLING), since=meta)
+                self.emit(events.JobCancelling())
         if now - self._last_state_check < STATE_CHECK_INTERVAL_S:
             return
         self._last_state_check = now
-        state = self.store.get_meta("state")
-        if state in (JobState.CANCELLING, JobState.CANCELLED):
+        meta = self.store.meta()
+        if meta.state in (JobState.CANCELLING, JobState.CANCELLED):
             self.cancel_requested = True
-        elif self.shared is not None and state == JobState.FAILED and self.job_error is None:
-            error = self.store.get_meta("error") or {}
-            self.job_error = error.get("message") or "another worker ended the job FAILED"
+        elif self.shared is not None and meta.state == JobState.FAILED and self.job_error is None:
+            self.job_error = (meta.error or {}).get("message") or "another worker ended the job FAILED"
 
     def trial_recorded(self, recorded: TrialRecorded, trial_id: str) -> str:
         """Apply what recording a trial changed: the totals, then the job's failure rule.
@@ -300,13 +303,13 @@ class LoopState:
         self.emit(events.TrialsAdded(waiting=n_waiting, total=self.store.n_trials()))
         return True
 
-    def _end_wall(self) -> float:
-        """Now, as this run's start wall time plus the monotonic time since, never before the job's start."""
+    def _end_wall(self, start: str | None) -> float:
+        """Now, as this run's start wall time plus the monotonic time since, never before the job's
+        start (``start``, as its record keeps it)."""
         if self._begin_wall is None:
             return self.clock.wall()
-        start = self.store.get_meta("start_time")
         try:
-            floor = parse_rfc3339(start) if isinstance(start, str) else None
+            floor = parse_rfc3339(start) if start is not None else None
         except ValueError:
             floor = None
         return wall_after(self._begin_wall, self._begin_mono, self.clock.monotonic(), not_before=floor)
@@ -318,18 +321,18 @@ class LoopState:
         trial had already finished cancels nothing: the job SUCCEEDED (or FAILED) as its trials did.
         """
         if self.shared is None and not self.cancel_requested and \
-                self.store.get_meta("state") in (JobState.CANCELLING, JobState.CANCELLED):
+                self.store.meta().state in (JobState.CANCELLING, JobState.CANCELLED):
             self.cancel_requested = True
         if self.shared is not None and self.job_error is None:
             if self.leaving:
                 self.emit(events.JobLeft())
-                return str(self.store.get_meta("state"))
+                return str(self.store.meta().state)
             if self.cancel_requested:
                 self.shared.requeue_stale()
                 if self.shared.others_active():
                     return JobState.CANCELLING.value  # the last worker to stop sets CANCELLED
             elif sum(self.shared.counts()):
-                return str(self.store.get_meta("state"))  # left with trials still to run
+                return str(self.store.meta().state)  # left with trials still to run
         for claimed in self._pending_resumed:  # left RUNNING by a dead controller, not run again here:
             # shown as it stopped (its start, the steps it stored, an end), never REQUESTED, and queued again
             frozen = claimed.stored or self.store.storage.get_trial(claimed.storage_id)
@@ -343,9 +346,14 @@ class LoopState:
             state, error = JobState.CANCELLED, {"code": 1, "message": "The job was cancelled."}
         else:
             state, error = JobState.SUCCEEDED, None
-        waited: dict[str, Any] = {"suggest_wait_s": round(self.suggest_wait_s, 3)} if self.suggest_wait_s else {}
-        waited.update(self.suggest_stats)
-        self.store.set_meta(state=state.value, end_time=rfc3339(self._end_wall()), error=error, controller=None,
-                            **waited)
+        meta = self.store.meta()
+        done = replace(meta, state=state, end_time=rfc3339(self._end_wall(meta.start_time)), error=error,
+                       controller=None)
+        if self.suggest_wait_s:  # (a run that suggested nothing ahead keeps the last run's numbers)
+            done = replace(done, suggest_wait_s=round(self.suggest_wait_s, 3))
+        if self.suggest_stats:
+            done = replace(done, suggestions=self.suggest_stats.get("suggestions", done.suggestions),
+                           suggest_cpu_s=self.suggest_stats.get("suggest_cpu_s", done.suggest_cpu_s))
+        self.store.write_meta(done, since=meta)
         self.emit(events.JobDone(state=state, error=error))
         return state.value

@@ -313,7 +313,7 @@ def write_report(h: Any, *, out_dir: str | None = None, plots: bool = True) -> R
         page = render_html(job_id=h.job_id, rest=rest, metric_ids=metric_ids, maximize=maximize,
                            figures=drawn, tips=trial_tips(trials, metric_ids, local_view(rest)),
                            skipped=skipped, plots_note=note, job_dir=h.job_dir,
-                           sampler=h.store.get_meta("sampler"))
+                           sampler=h.store.meta().sampler)
         files.write_text_atomic(os.path.join(staging, INDEX_FILE), page)
     index = os.path.join(out_dir, INDEX_FILE)
     images = tuple(os.path.join(out_dir, os.path.basename(f.png_path)) for f in drawn)
