@@ -101,17 +101,6 @@ def wait_gone(pid: int, timeout_s: float) -> bool:
     return True
 
 
-@pytest.mark.parametrize("code", [0, 1, 3])
-def test_exit_codes_are_reported_as_is(tmp_path: Path, code: int) -> None:
-    replica = start(tmp_path, py("proc_exit.py", str(code)), memory_limit_mb=1024)
-    assert wait_exit(replica) == code
-    assert replica.poll().signal is None and replica.oom_killed is False
-    assert replica.check_memory() is False
-    replica.close()
-    assert tail_lines(replica.stdout_path) == ["out line"]
-    assert tail_lines(replica.stderr_path) == ["err line"]
-
-
 @pytest.mark.parametrize(("name", "status"), [("SIGSEGV", 139), ("SIGABRT", 134)])
 def test_death_by_signal_is_128_plus_signal(tmp_path: Path, name: str, status: int) -> None:
     replica = start(tmp_path, py("proc_signal.py", name))
@@ -134,24 +123,6 @@ def test_env_is_exact_and_output_is_appended_across_attempts(
     assert first["env"]["ATTEMPT"] == "0" and second["env"]["ATTEMPT"] == "1"
     assert "TRIALS_TEST_LEAK" not in second["env"]
     assert second["cwd"] == str(work)
-
-
-def test_sigterm_stops_a_cooperative_child_within_the_grace(tmp_path: Path) -> None:
-    replica = start(tmp_path, py("proc_sleep.py"))
-    wait_for_line(tmp_path / "workerpool0-0.stdout.log")
-    began = time.monotonic()
-    assert replica.stop(grace_s=5.0) == 128 + signal.SIGTERM
-    assert time.monotonic() - began < 1.0
-    assert replica.killed_at is None
-
-
-def test_child_ignoring_sigterm_is_killed_after_the_grace(tmp_path: Path) -> None:
-    replica = start(tmp_path, py("proc_sleep.py", "ignore-term"))
-    wait_for_line(tmp_path / "workerpool0-0.stdout.log")  # the handler is installed
-    began = time.monotonic()
-    assert replica.stop(grace_s=0.3) == 137
-    assert 0.3 <= time.monotonic() - began < 1.5
-    assert replica.killed_at is not None
 
 
 @pytest.mark.parametrize("leader", ["exit", "wait"])

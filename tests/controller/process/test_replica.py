@@ -95,6 +95,32 @@ def test_exit_status_is_vertex_style(returncode: int, status: int, sig: int | No
     assert ended.signal == sig and ended.how == ("exit" if sig is None else "signal")
 
 
+class OomTree:
+    """A cgroup whose kernel limit killed the trainer (``memory.events``), then nothing of it runs."""
+
+    def __init__(self) -> None:
+        self.killed = 0
+
+    def pids(self) -> list[int]:
+        return []
+
+    def oom_kills(self) -> int:
+        return 1
+
+    def kill(self) -> None:
+        self.killed += 1
+
+
+def test_a_kernel_oom_kill_between_two_memory_checks_is_read_at_the_exit() -> None:
+    tree = OomTree()
+    replica = Replica(FakeProc(-KILL), name="workerpool0-0", argv=["train"], stdout_path="out.log",
+                      stderr_path="err.log", memory_limit_mb=64, tree=tree)  # type: ignore[arg-type]
+    replica.kernel_memory_limit = True
+    ended = replica.poll()  # exited before the loop's memory check saw it run
+    assert ended is not None and (ended.status, ended.how, ended.signal) == (137, "oom", KILL)
+    assert replica.failed_on_its_own and tree.killed == 1
+
+
 def test_running_replica_has_no_status() -> None:
     replica = World().replica()
     assert replica.poll() is None and replica.exit_status is None

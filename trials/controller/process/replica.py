@@ -108,6 +108,8 @@ class Replica(StopSteps):
             if self.returncode is None:
                 return None
             self.exited_mono = self._exit_time()
+            if self.kernel_memory_limit and not self.oom_killed:
+                self._kernel_oom()  # an OOM kill between two memory checks is read at the exit
         if self._exit is None or self._exit.leftovers != self.leftovers or self._exit.oom_killed != self.oom_killed:
             assert self.exited_mono is not None
             self._exit = ReplicaExit.of_returncode(self.returncode, exited_mono=self.exited_mono,
