@@ -242,19 +242,22 @@ def test_a_job_gone_from_squeue_without_an_exit_file_is_137_after_the_grace(tmp_
     end = time.monotonic() + 10
     while r.poll() is None and time.monotonic() < end:
         time.sleep(0.05)
-    assert st(r) == 137 and r.placement["slurmState"] == "GONE"
+    ended = r.poll()
+    assert ended is not None and (ended.status, ended.how, ended.signal) == (137, "lost", None)
+    assert ended.placement["slurmState"] == "GONE" and ended.placement["slurmJobId"] == "101"
 
 
-@pytest.mark.parametrize(("state", "status"), [("NODE_FAIL", 137), ("PREEMPTED", 137), ("OUT_OF_MEMORY", 137),
-                                               ("TIMEOUT", 143), ("CANCELLED", 143), ("FAILED", 1)])
+@pytest.mark.parametrize(("state", "status", "how"), [
+    ("NODE_FAIL", 137, "lost"), ("PREEMPTED", 137, "lost"), ("OUT_OF_MEMORY", 137, "oom"), ("TIMEOUT", 143, "exit"),
+    ("CANCELLED", 143, "exit"), ("FAILED", 1, "exit")])
 def test_a_job_ended_without_an_exit_file_gets_a_status_from_its_slurm_state(tmp_path, slurm, monkeypatch,
-                                                                             state, status):
+                                                                             state, status, how):
     monkeypatch.setattr(sb, "ENDED_GRACE_S", 0.0)
     backend = _backend(tmp_path, slurm)
     r = backend.start(_request(tmp_path, "workerpool0-0", names=("workerpool0-0",)))
     slurm.running("101", state=state)
     assert st(r) == status and r.placement["slurmState"] == state
-    assert r.poll().oom_killed is (state == "OUT_OF_MEMORY")
+    assert r.poll().oom_killed is (state == "OUT_OF_MEMORY") and r.poll().how == how
     log = Path(r.request.stderr_path).read_text() if os.path.exists(r.request.stderr_path) else ""
     assert ("wrote no exit" in log) == (status == 1)
 

@@ -247,3 +247,23 @@ def test_a_warm_trial_stops_on_sigterm_and_keeps_its_exit_status(bench):
     assert ended is not None and (ended.status, ended.how, ended.signal) == (128 + signal.SIGTERM, "signal",
                                                                              signal.SIGTERM)
     assert b.run() == (7, "warm=True\n")
+
+
+class _DeadLauncher:
+    """A launcher that died before it told its child's exit."""
+
+    exits: dict[int, tuple[int, float]] = {}
+    gone = True
+
+    def pump(self) -> None:
+        pass
+
+
+def test_a_warm_trial_whose_launcher_died_before_telling_its_exit_is_lost(tmp_path: Path) -> None:
+    from trials.controller.warm.process import WarmProc, WarmReplica
+
+    replica = WarmReplica(WarmProc(_DeadLauncher(), 4242), name="workerpool0-0",  # type: ignore[arg-type]
+                          argv=["python"], stdout_path=str(tmp_path / "out"), stderr_path=str(tmp_path / "err"))
+    ended = replica.poll()
+    assert ended is not None and (ended.status, ended.how, ended.signal) == (137, "lost", None)
+    assert replica.poll() == ended
