@@ -197,8 +197,9 @@ def profile_child(folder: str, sizes: Sizes, n: int = 6) -> dict[str, list[dict[
                 while handle.poll() is None:
                     time.sleep(0.005)
                 seen = time.time()
-                if handle.poll() != 0:
-                    raise RuntimeError(f"profile {mode} trial {i} exited {handle.poll()}")
+                ended = handle.poll()
+                if ended is None or ended.status != 0:
+                    raise RuntimeError(f"profile {mode} trial {i} exited {ended}")
                 handle.close()
                 with open(os.path.join(trial, "probe"), encoding="utf-8") as f:
                     first, imported, end = (float(x) for x in f.read().split())
