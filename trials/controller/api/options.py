@@ -90,9 +90,8 @@ def check_options(options: JobOptions) -> JobOptions:
 
     entry = backends.choose(options.runtime)
     runtime = options.runtime and entry.name
-    if options.warm_start and entry.name != "host":
-        raise ConfigError(f"--warm-start: expected the host runtime, got --runtime {entry.name} (a container or a "
-                          f"Slurm job's trials start fresh, as Vertex's do)")
+    if options.warm_start:
+        registry.check_warm_start(entry)
     if entry.takes_images:
         from trials.controller.container import runtime as container_runtime
 

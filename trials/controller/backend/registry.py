@@ -44,6 +44,8 @@ class BackendEntry:
         trainer_preflight: ``trials sweep`` checks a trials trainer's Config here before any trial.
         probes: ``trials check`` can run its probes with it.
         plain: a job it ran has nothing but its journal to read back (``resume``'s fast path).
+        warm_start: ``--warm-start`` applies: its replicas are this host's processes, which a warm
+            launcher can fork (a container's or a Slurm job's start fresh, as Vertex's do).
         cli: ``--runtime`` names it (``in-process`` is ``trials.tune``'s own).
     """
 
@@ -56,11 +58,12 @@ class BackendEntry:
     trainer_preflight: bool = False
     probes: bool = True
     plain: bool = False
+    warm_start: bool = False
     cli: bool = True
 
 
 RUNTIMES: dict[str, BackendEntry] = {
-    HOST: BackendEntry(HOST, local_endpoint=True, trainer_preflight=True, plain=True),
+    HOST: BackendEntry(HOST, local_endpoint=True, trainer_preflight=True, plain=True, warm_start=True),
     **{name: BackendEntry(name, in_image=True, takes_images=True) for name in IMAGE_RUNTIMES},
     SLURM: BackendEntry(SLURM, option_flags=("partition", "slurm_arg"), local_gpus=False, probes=False),
     IN_PROCESS: BackendEntry(IN_PROCESS, cli=False),  # trials.tune builds its InProcessBackend itself
@@ -80,6 +83,18 @@ def get(name: Any) -> BackendEntry:
     if entry is None:
         raise ConfigError(f"runtime: expected one of {', '.join(RUNTIMES)}, got {name!r}")
     return entry
+
+
+def check_warm_start(entry: BackendEntry) -> None:
+    """``--warm-start`` applies to ``entry``.
+
+    Raises:
+        ConfigError: its trials cannot start warm.
+    """
+    if not entry.warm_start:
+        warm = " or ".join(n for n, e in RUNTIMES.items() if e.warm_start)
+        raise ConfigError(f"--warm-start: expected the {warm} runtime, got --runtime {entry.name} (a container or a "
+                          f"Slurm job's trials start fresh, as Vertex's do)")
 
 
 def check_flags(entry: BackendEntry, args: Any) -> None:

@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trials import files
+from trials.controller.backend import registry
 from trials.controller.backend.protocol import ReplicaBackend, ReplicaHandle, ReplicaStart
 from trials.controller.loop.running import ExitAction, ExitDecision, RunningTrial
 from trials.controller.loop.trial_policy import PassAction
@@ -41,7 +43,6 @@ from trials.controller.process.tree import CgroupTree
 from trials.controller.warm import command, library
 from trials.controller.warm.child import SURVEY_FILE
 from trials.controller.warm.process import LauncherGone, LauncherProcess, WarmProc, WarmReplica
-from trials.errors import ConfigError
 
 # A trial waits for a launcher still importing (a fresh start would import as much itself, and more: the
 # launcher started first), until this long after the launcher started; a launcher not ready by then is dropped.
@@ -287,7 +288,7 @@ class WarmBackend:
         if "started" not in reply:
             tree.remove()
             if state is not None:
-                sandboxing._remove_tree(state)
+                shutil.rmtree(state, ignore_errors=True)
             self._tell(f"--warm-start: a trial runs fresh: {reply.get('why')}")
             if reply.get("restart"):
                 slot.old.append(slot.launcher)
@@ -336,11 +337,9 @@ def warm_backend(backend: ReplicaBackend, *, runtime: str, job_dir: str) -> tupl
     """``--warm-start`` over a job's backend.
 
     Raises:
-        ConfigError: the runtime is not the host's.
+        ConfigError: the runtime's trials cannot start warm (``registry.check_warm_start``), or no such runtime.
     """
-    if runtime != "host":
-        raise ConfigError(f"--warm-start: expected the host runtime, got --runtime {runtime} (a container or a "
-                          f"Slurm job starts fresh, as Vertex does)")
+    registry.check_warm_start(registry.get(runtime))
     host = backend if isinstance(backend, HostBackend) else None
     warm = WarmBackend(backend, host, job_dir=job_dir)
     return warm, WarmRetry(warm)
