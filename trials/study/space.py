@@ -68,7 +68,7 @@ def iter_grid(study: StudySpec, start: int = 0) -> Iterator[dict[str, Value]]:
     conditional children expanded under matching parents): a grid of 1001**8 points costs nothing
     until points are taken."""
     pieces = [_iter_param(p) for p in study.parameters]
-    for combo in itertools.islice(_product([_Lazy(piece) for piece in pieces]), start, None):
+    for combo in itertools.islice(_product([_Reiterable(piece) for piece in pieces]), start, None):
         point: dict[str, Value] = {}
         for part in combo:
             point.update(part)
@@ -94,7 +94,7 @@ def _iter_param(p: ParameterSpec) -> Callable[[], Iterator[dict[str, Value]]]:
     def run() -> Iterator[dict[str, Value]]:
         for raw in p.grid_points():
             v = _num(raw)
-            children = [_Lazy(_iter_param(c.parameter)) for c in p.conditionals
+            children = [_Reiterable(_iter_param(c.parameter)) for c in p.conditionals
                         if parent_matches(v, c.parent_values)]
             for combo in _product(children):
                 point: dict[str, Value] = {p.parameter_id: v}
@@ -105,7 +105,7 @@ def _iter_param(p: ParameterSpec) -> Callable[[], Iterator[dict[str, Value]]]:
     return run
 
 
-class _Lazy:
+class _Reiterable:
     """An iterable that starts its iterator afresh on each ``iter()`` (nested loops, no list)."""
 
     def __init__(self, make: Callable[[], Iterator[dict[str, Value]]]):
@@ -115,7 +115,7 @@ class _Lazy:
         return self._make()
 
 
-def _product(iterables: list[_Lazy]) -> Iterator[tuple[dict[str, Value], ...]]:
+def _product(iterables: list[_Reiterable]) -> Iterator[tuple[dict[str, Value], ...]]:
     """``itertools.product`` without materialising its inputs (each is iterated again per outer item)."""
     if not iterables:
         yield ()

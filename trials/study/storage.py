@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # a database's SQL and outages (sqlalchemy): a journal job ne
     from trials.study.database import rdb
     from trials.study.database.outages import Outages
 else:
-    class _Lazy:
+    class _LazyRdb:
         """:mod:`trials.study.database.rdb`, imported when a database storage first uses it (it loads sqlalchemy)."""
 
         def __getattr__(self, name: str) -> Any:
@@ -31,7 +31,7 @@ else:
 
             return getattr(importlib.import_module("trials.study.database.rdb"), name)
 
-    rdb = _Lazy()
+    rdb = _LazyRdb()
 
 T = TypeVar("T")
 

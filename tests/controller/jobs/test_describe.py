@@ -153,7 +153,7 @@ def test_the_table_made_from_the_trials_is_the_table_of_the_rest_job(tmp_path):
     for trials in (h.store.frozen_trials(), _odd_trials()):
         rest = describe.job_to_rest("job", JobMeta(), trials, get, metric_ids, steps=False)
         for exact in (False, True):
-            assert describe.table(trials, get, metric_ids, exact=exact) == describe.rows(
+            assert describe.trial_rows(trials, get, metric_ids, exact=exact) == describe.rows(
                 rest, metric_ids, local=describe.local_details(trials), exact=exact)
 
 

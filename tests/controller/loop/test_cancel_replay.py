@@ -85,7 +85,7 @@ def test_a_cancel_keeps_what_the_running_trials_did_and_shows_no_trial_as_reques
         assert stopped["why"] == rerun.CANCELLED and stopped["end_time"] == t.user_attrs["end_time"]
     local = describe.local_details(job.trials())
     assert local["1"]["stopped_early"] and local["1"]["stop_reason"] == rerun.CANCELLED
-    _, rows = describe.table(job.trials(), lambda t: {}, ["loss"])
+    _, rows = describe.trial_rows(job.trials(), lambda t: {}, ["loss"])
     assert [r[-1] for r in rows] == [rerun.CANCELLED] * 2
 
 

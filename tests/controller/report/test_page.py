@@ -62,14 +62,14 @@ def test_top_trials_several_metrics_is_the_pareto_front():
 def test_table_shows_stopped_trials_and_drops_empty_columns():
     rest = {"trials": [_rest_trial(1, "SUCCEEDED", {"loss": 0.5}), _rest_trial(2, "SUCCEEDED", {"loss": 0.4})],
             "trialsLocal": {"2": {"stopped_early": True, "stop_reason": "below the median"}}}
-    header, body = report.table(rest, rest["trials"], ["loss"])
+    header, body = report.top_table(rest, rest["trials"], ["loss"])
     assert header == ["trial", "state", "loss", "lr", "steps", "stopped early", "reason"]
     assert body[1][1:] == ["SUCCEEDED", "0.4", "0.2", "0", "yes", "below the median"]
     assert body[0][-2:] == ["", ""]
-    header, body = report.table(rest, rest["trials"][:1], ["loss"])
+    header, body = report.top_table(rest, rest["trials"][:1], ["loss"])
     assert header == ["trial", "state", "loss", "lr", "steps"]
     bad = {"trials": [_rest_trial(1, "INFEASIBLE", reason="boom")]}
-    header, body = report.table(bad, bad["trials"], ["loss"])
+    header, body = report.top_table(bad, bad["trials"], ["loss"])
     assert header[-1] == "reason" and body[0][-1] == "boom"
 
 

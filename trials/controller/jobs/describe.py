@@ -188,7 +188,7 @@ def rows(rest: Mapping[str, Any], metric_ids: Sequence[str], *,
     return header, body
 
 
-def table(trials: Sequence[Any], params_of: Callable[[Any], Mapping[str, Any]], metric_ids: Sequence[str], *,
+def trial_rows(trials: Sequence[Any], params_of: Callable[[Any], Mapping[str, Any]], metric_ids: Sequence[str], *,
           exact: bool = False, reason_chars: int | None = REASON_CHARS) -> tuple[list[str], list[list[str]]]:
     """``rows`` of the job's shown trials, straight from the trials: what
     ``rows(job_to_rest(..., steps=False), metric_ids, local=local_details(trials), exact=exact,

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from trials.controller.jobs import registry, rest_text
-from trials.controller.jobs.describe import job_to_rest, shown, trial_to_rest
-from trials.controller.jobs.describe import table as trials_table
+from trials.controller.jobs.describe import job_to_rest, shown, trial_rows, trial_to_rest
 from trials.controller.policy.ranking import best_of, pareto_front
 from trials.errors import JobMetaError, JobNotFoundError
 from trials.job_meta import JobMeta
@@ -278,8 +277,8 @@ def _described(h: Job, store: _Attrs, journal: str, cache: rest_text.Cache) -> s
 
 def table(h: Job, *, exact: bool = False) -> tuple[list[str], list[list[str]]]:
     """``describe``'s table (or CSV with ``exact``) of the job's shown trials: ``describe.rows`` of
-    its REST job and local details, made straight from the trials."""
-    return trials_table(h.store.frozen_trials(), params_of(h), h.job.study.reported_metric_ids, exact=exact)
+    its REST job and local details, made straight from the trials (``describe.trial_rows``)."""
+    return trial_rows(h.store.frozen_trials(), params_of(h), h.job.study.reported_metric_ids, exact=exact)
 
 
 def describe_local(h: Job) -> dict[str, Any]:

@@ -115,7 +115,7 @@ def _probe(sandbox: Sandbox, program: str) -> str | None:
     except (OSError, subprocess.SubprocessError) as err:
         return f"the sandbox probe failed: {err}"
     finally:
-        _remove_tree(probe_dir)
+        shutil.rmtree(probe_dir, ignore_errors=True)
     if proc.returncode == 0:
         return None
     lines = proc.stderr.strip().splitlines()
@@ -141,11 +141,7 @@ def _remove_dead_probes(job_dir: str) -> None:
             continue
         path = os.path.join(job_dir, name)
         if os.path.isdir(path) and not os.path.islink(path):
-            _remove_tree(path)
-
-
-def _remove_tree(folder: str) -> None:
-    shutil.rmtree(folder, ignore_errors=True)
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def new_state_dir(trial_dir: str, replica: str) -> str:
@@ -233,7 +229,7 @@ def start_sandboxed(sandbox: Sandbox, argv: Sequence[str], *, env: Mapping[str, 
         try:
             started = start_replica(argv, env=env, cwd=sandbox.launch_dir, tree=tree, shim_ops=ops, **options)
         except BaseException:
-            _remove_tree(state)  # (the shim's failed start left nothing mounted: its namespace is gone)
+            shutil.rmtree(state, ignore_errors=True)  # (the failed start left nothing mounted: its namespace is gone)
             raise
         started.place_upper_dir(upper_dir(state))
         if layers is not None:

@@ -76,7 +76,7 @@ def top_trials(rest: Mapping[str, Any], metric_ids: Sequence[str], maximize: Seq
     return f"Pareto-optimal trials ({', '.join(metric_ids)})", front[:n]
 
 
-def table(rest: Mapping[str, Any], trials: Sequence[Mapping[str, Any]], metric_ids: Sequence[str], *,
+def top_table(rest: Mapping[str, Any], trials: Sequence[Mapping[str, Any]], metric_ids: Sequence[str], *,
           reason_chars: int | None = None) -> tuple[list[str], list[list[str]]]:
     """``describe.rows`` for a subset of trials, without the stopped-early and reason columns when empty;
     the reasons whole (the page wraps them) or cut at a word to ``reason_chars`` (a terminal)."""
@@ -155,7 +155,7 @@ def render_html(*, job_id: str, rest: Mapping[str, Any], metric_ids: Sequence[st
         parts.append(f"<p class='bad'>Job error: {e(str(rest['error'].get('message', '')))}</p>")
     title, top = top_trials(rest, metric_ids, maximize)
     if top:
-        parts.append(f"<h2>{e(title)}</h2>" + _table_html(*table(rest, top, metric_ids)))
+        parts.append(f"<h2>{e(title)}</h2>" + _table_html(*top_table(rest, top, metric_ids)))
     else:
         parts.append("<h2>No completed trial</h2><p class='bad'>No trial of this job has succeeded "
                      "yet, so there is no best trial and nothing to plot.</p>")
@@ -318,6 +318,6 @@ def write_report(h: Any, *, out_dir: str | None = None, plots: bool = True) -> R
     index = os.path.join(out_dir, INDEX_FILE)
     images = tuple(os.path.join(out_dir, os.path.basename(f.png_path)) for f in drawn)
     title, top = top_trials(rest, metric_ids, maximize)
-    header, body = table(rest, top, metric_ids, reason_chars=describe.REASON_CHARS)  # printed in a terminal
+    header, body = top_table(rest, top, metric_ids, reason_chars=describe.REASON_CHARS)  # printed in a terminal
     return Report(index_html=index, note=note, images=images, skipped=tuple(skipped),
                   top_title=title, top_header=tuple(header), top_rows=tuple(tuple(r) for r in body))

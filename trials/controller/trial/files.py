@@ -19,8 +19,9 @@ from trials import files, protocol
 MAX_PIDS_BYTES = 1 << 20  # a pids.json is a few hundred bytes per replica start
 
 
-def write_json(path: str, data: Any) -> None:
-    """Replace ``path`` with ``data`` as JSON, atomically, never through a link planted there."""
+def write_readable_json(path: str, data: Any) -> None:
+    """Replace ``path`` with ``data`` as indented JSON, keys sorted (for a reader; the Slurm entry's
+    ``launchfile.write_json`` is compact), atomically, never through a link planted there."""
     text = json.dumps(data, indent=1, sort_keys=True, default=str)
     files.write_text_atomic(path, text)
 
@@ -28,7 +29,7 @@ def write_json(path: str, data: Any) -> None:
 def write_args(trial_dir: str, trial_id: str, params: Mapping[str, Any],
                argvs: Mapping[str, Sequence[str]]) -> None:
     """``args.json``: the trial's parameters and each replica's command line."""
-    write_json(os.path.join(trial_dir, protocol.ARGS_FILE), {
+    write_readable_json(os.path.join(trial_dir, protocol.ARGS_FILE), {
         "trial_id": trial_id, "parameters": dict(params),
         "replicas": {name: list(argv) for name, argv in argvs.items()},
     })
@@ -38,14 +39,14 @@ def write_env(trial_dir: str, envs: Mapping[str, Mapping[str, str]], host: Mappi
               keep: Collection[str] = ()) -> None:
     """``env.json``: what each replica's environment sets or changes compared to ``host``, and the
     variables in ``keep`` it has whatever the host's are (its devices)."""
-    write_json(os.path.join(trial_dir, protocol.ENV_FILE), {
+    write_readable_json(os.path.join(trial_dir, protocol.ENV_FILE), {
         name: {k: v for k, v in env.items() if host.get(k) != v or k in keep} for name, env in envs.items()
     })
 
 
 def write_pids(trial_dir: str, records: Sequence[Mapping[str, Any]]) -> None:
     """``pids.json``: every replica group started for the trial (a resumed controller reaps them)."""
-    write_json(os.path.join(trial_dir, protocol.PIDS_FILE), list(records))
+    write_readable_json(os.path.join(trial_dir, protocol.PIDS_FILE), list(records))
 
 
 def read_pids(trial_dir: str) -> list[dict[str, Any]]:
