@@ -6,9 +6,7 @@ from __future__ import annotations
 import ast
 import enum
 import importlib.util
-import io
 import json
-import pickle
 import re
 import warnings
 from pathlib import Path
@@ -23,8 +21,8 @@ from optuna.trial import TrialState
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy import text
 
-from trials.study import journal, replay
 from trials.study import optuna_internals as internals
+from trials.study import replay
 
 OPTUNA = f"optuna {optuna.__version__}"
 ADAPTER = Path(internals.__file__).parent
@@ -130,7 +128,6 @@ def _touch_gp_params(get_params: Any, env: SimpleNamespace) -> None:
 TOUCH = {
     "rdb_models": _touch_models,
     "create_scoped_session": _touch_scoped_session,
-    "BaseJournalSnapshot": lambda cls, env: issubclass(journal.SnapshotBackend, cls) and cls.load_snapshot,
     "JournalStorageReplayResult": _touch_replay_result,
     "JournalOperation": _touch_operations,
     "get_lock_file": lambda get, env: get(env.journal._backend._lock).__enter__ and None,
@@ -223,27 +220,6 @@ def test_private_attribute(owner: str, name: str, kind: str, env: SimpleNamespac
     assert hasattr(obj, name), f"{OPTUNA}'s {owner} has no {name} (trials uses it as a {kind})"
     value = getattr(obj, name)
     assert KINDS[kind](value), f"{OPTUNA}'s {owner}.{name} is a {type(value).__name__}, not what trials uses ({kind})"
-
-
-def test_a_restored_replay_is_made_ours_as_optuna_makes_it_its_own(env: SimpleNamespace) -> None:
-    blob = pickle.dumps(env.journal._replay_result)
-    theirs, ours = (optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(env.path))
-                    for _ in range(2))
-    optuna.storages.JournalStorage.restore_replay_result(theirs, blob)
-    internals.adopt_replay_result(ours, pickle.loads(blob))
-    a, b = vars(theirs._replay_result), vars(ours._replay_result)
-    assert a.keys() == b.keys()
-    differ = [k for k in a if k != "_worker_id_prefix" and pickle.dumps(a[k]) != pickle.dumps(b[k])]
-    assert differ == [], f"{OPTUNA}'s restore_replay_result sets {differ} otherwise than adopt_replay_result"
-
-
-def test_a_snapshot_of_a_replay_names_only_the_modules_its_unpickler_allows(env: SimpleNamespace) -> None:
-    blob = pickle.dumps(env.journal._replay_result, protocol=pickle.HIGHEST_PROTOCOL)
-    try:
-        restored = journal._OptunaUnpickler(io.BytesIO(blob)).load()
-    except pickle.UnpicklingError as err:
-        pytest.fail(f"{OPTUNA}: {err}, outside SNAPSHOT_MODULES {internals.SNAPSHOT_MODULES}")
-    assert isinstance(restored, internals.JournalStorageReplayResult)
 
 
 # --- the database -------------------------------------------------------------------------------------------

@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from optuna.storages._rdb import models as rdb_models
     from optuna.storages._rdb.storage import _create_scoped_session as create_scoped_session
     from optuna.storages.journal import BaseJournalBackend, JournalFileBackend
-    from optuna.storages.journal._base import BaseJournalSnapshot as BaseJournalSnapshot
     from optuna.storages.journal._file import get_lock_file as get_lock_file
     from optuna.storages.journal._storage import JournalOperation as JournalOperation
     from optuna.storages.journal._storage import JournalStorageReplayResult as JournalStorageReplayResult
@@ -50,7 +49,6 @@ class OptunaInternalError(TrialsError, ImportError):
 PRIVATE_IMPORTS: dict[str, tuple[str, str, str]] = {
     "rdb_models": ("optuna.storages._rdb.models", "", ""),  # database.rdb: the ORM models of Optuna's tables
     "create_scoped_session": ("optuna.storages._rdb.storage", "_create_scoped_session", ""),  # storage: a transaction
-    "BaseJournalSnapshot": ("optuna.storages.journal._base", "BaseJournalSnapshot", ""),  # journal: snapshot backend
     "JournalStorageReplayResult": ("optuna.storages.journal._storage", "JournalStorageReplayResult", ""),
     "JournalOperation": ("optuna.storages.journal._storage", "JournalOperation", ""),  # journal: batched records
     "get_lock_file": ("optuna.storages.journal._file", "get_lock_file", ""),  # journal: one locked write
@@ -101,7 +99,6 @@ PRIVATE_ATTRIBUTES: dict[str, dict[str, str]] = {
     "JournalStorageReplayResult": {"log_number_read": "int", "worker_id": "str", "apply_logs": "method",
                                    "_worker_id_prefix": "str", "_worker_id_to_owned_trial_id": "dict",
                                    "_last_created_trial_id_by_this_process": "int"},
-    "BaseJournalSnapshot": {"load_snapshot": "method", "save_snapshot": "method"},
     "GPSampler": {"_intersection_search_space": "search space cache", "_n_startup_trials": "int",
                   "_minimum_noise": "float", "_deterministic": "bool", "_n_qmc_samples_qei": "int",
                   "_n_preliminary_samples": "int", "_n_local_search": "int", "_tol": "float",
@@ -218,15 +215,6 @@ def replay_result(storage: JournalStorage) -> JournalStorageReplayResult:  # (it
     return storage._replay_result
 
 
-def adopt_replay_result(storage: JournalStorage, result: JournalStorageReplayResult) -> None:
-    """Make a restored replay ``storage``'s own, as Optuna's ``restore_replay_result`` does: this
-    process's worker id, no trial owned or created by it yet."""
-    result._worker_id_prefix = storage._worker_id_prefix
-    result._worker_id_to_owned_trial_id = {}
-    result._last_created_trial_id_by_this_process = -1
-    storage._replay_result = result
-
-
 def replay_from_start(storage: JournalStorage) -> None:
     """Replay the whole file again (the caller holds :func:`thread_lock`)."""
     forget_offsets(storage._backend)
@@ -314,8 +302,6 @@ JOURNAL_FIELDS: dict[int, tuple[str, ...]] = {
     JournalOp.SET_TRIAL_USER_ATTR: ("trial_id", "user_attr"),
     JournalOp.SET_TRIAL_SYSTEM_ATTR: ("trial_id", "system_attr"),
 }
-# where the classes a pickled JournalStorageReplayResult names live (the snapshot's unpickler allows only these)
-SNAPSHOT_MODULES = ("optuna.trial.", "optuna.study.", "optuna.distributions", "optuna.storages.journal.")
 
 # --- conventions ---------------------------------------------------------------------------------------------
 FIXED_PARAMS_ATTR = "fixed_params"  # a trial's system attribute its Trial suggests from (enqueue_trial's)
@@ -326,9 +312,9 @@ GP_SYSTEM_ATTR_MAX_LENGTH = 2045
 __all__ = [
     "DEFAULT_MINIMUM_NOISE_VAR", "FIXED_PARAMS_ATTR", "GP_OWNERS", "GP_RELATIVE_PARAMS_KEY",
     "GP_SYSTEM_ATTR_MAX_LENGTH", "JOURNAL_FIELDS", "JOURNAL_WRITE_PATH", "PRIVATE_ATTRIBUTES", "PRIVATE_IMPORTS",
-    "RDB_STORAGE_PRIVATE_METHODS", "RECORD_FIELDS", "SNAPSHOT_MODULES", "STORED_STATES", "TABLES",
-    "BaseJournalSnapshot", "GPSearchSpace", "GPSettings", "JournalOp", "JournalOperation", "JournalStorageReplayResult",
-    "OptunaInternalError", "add_trial_copy", "adopt_replay_result", "batched_lbfgsb", "cached_trial_ids",
+    "RDB_STORAGE_PRIVATE_METHODS", "RECORD_FIELDS", "STORED_STATES", "TABLES",
+    "GPSearchSpace", "GPSettings", "JournalOp", "JournalOperation", "JournalStorageReplayResult",
+    "OptunaInternalError", "add_trial_copy", "batched_lbfgsb", "cached_trial_ids",
     "constraints_func", "create_scoped_session", "file_lock", "file_path", "forget_offsets", "forget_search_space",
     "get_lock_file", "gp_params", "gp_rng", "gp_space_arrays", "has_internals", "is_constrained_optimization",
     "journal_backend", "log_offsets", "rdb_models", "replay_from_start", "replay_result", "round_one_normalized_param",

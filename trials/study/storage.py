@@ -59,7 +59,7 @@ def open_storage(url: str, *, heartbeat_interval_s: int | None = None,
 
         path = journal_path(url)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        try:  # from Optuna's replay as of the last open, then the records after it
+        try:
             return open_journal(path, lock_obj=JournalFileOpenLock(path))
         except OSError as err:
             if not isinstance(err, IsADirectoryError):
