@@ -8,7 +8,10 @@ the finished job (its decision: nothing to run) and ``report`` with plots of the
 Baselines in the same run: ``python -c "import trials"`` (process start) and the old path, Optuna's
 full replay of the journal (``JournalStorage`` opened and every trial read once); with
 ``TRIALS_BENCH_BASELINE=/path/to/another/checkout`` the same commands from that checkout too,
-interleaved (``TRIALS_BENCH_BASELINE=/work/main python -m benchmarks read``).
+interleaved (``TRIALS_BENCH_BASELINE=/work/main python -m benchmarks read``). More checkouts, each
+timed the same way on its own jobs: ``TRIALS_BENCH_VARIANTS=NAME=PATH,NAME=PATH`` (e.g. one with a
+cache taken out, to see what the cache earns); ``TRIALS_BENCH_COMMANDS=describe,best,resume`` times
+only the commands whose label starts with one of those words (and the two baselines).
 
 Goals (issue 27, goal 4): describe/best/list/resume of the 10,000-trial job < 0.5 s wall; report of
 the 1,000-trial job with plots < 5 s.
@@ -30,9 +33,9 @@ from dataclasses import replace
 from typing import Any
 
 from benchmarks import report
-from trials.controller.jobs.rest_text import SUFFIX as REST_TEXT_SUFFIX
 from trials.controller.report.page import IMPORTANCES_CACHE
 from trials.records import JobState
+from trials.study import journal_cache
 
 PART = "read"
 GOAL_READ_S = 0.5
@@ -146,8 +149,9 @@ def build_job(root: str, job_id: str, n_trials: int, *, n_metrics: int = 1, seed
 # --- timing -----------------------------------------------------------------------------------------
 _OLD_PATH = """
 import sys
-from trials.study.storage import open_storage
-s = open_storage("journal:" + sys.argv[1])
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+s = JournalStorage(JournalFileBackend(sys.argv[1]))  # (Optuna's own: no snapshot of trials' kept beside it)
 study = s.get_all_studies()[0]
 print(len(s.get_all_trials(study._study_id, deepcopy=False)))
 """
@@ -171,6 +175,8 @@ def commands(root: str, big: str, small: str, out_dir: str, *, n_big: int = 10_0
         (f"best ({b})", [*trials, "best", big, "--root", root], GOAL_READ_S),
         (f"list ({b} + {s})", [*trials, "list", "--root", root], GOAL_READ_S),
         (f"resume, nothing to run ({b})", [*trials, "resume", big, "--root", root], GOAL_READ_S),
+        (f"resume, nothing to run, its slow path: Optuna opens the job ({b})",
+         ["env", "TRIALS_RESUME_FAST=0", *trials, "resume", big, "--root", root], None),
         (f"report with plots ({s})", [*trials, "report", small, "--root", root, "--out", out_dir], GOAL_REPORT_S),
         (f"report with plots, the first of these results ({s})",
          [*trials, "report", small, "--root", root, "--out", out_dir + "-first"], GOAL_REPORT_S),
@@ -186,7 +192,7 @@ def first_of_results(label: str, root: str, small: str) -> None:
     if "no trial's text kept yet" in label:  # (``describe --format json``: as before its first run)
         for job in os.listdir(root):
             with contextlib.suppress(OSError):
-                os.unlink(os.path.join(root, job, "journal.log" + REST_TEXT_SUFFIX))
+                os.unlink(journal_cache.cache_path(os.path.join(root, job, "journal.log"), journal_cache.TEXTS))
 
 
 def time_once(argv: list[str], env: dict[str, str], cwd: str | None = None) -> float:
@@ -206,13 +212,33 @@ def command_env(repo: str, pycache: str) -> dict[str, str]:
     return env
 
 
+def variants() -> list[tuple[str, str]]:
+    """(name, checkout) of the other checkouts to time: ``TRIALS_BENCH_BASELINE`` as "baseline", then
+    each ``NAME=PATH`` of ``TRIALS_BENCH_VARIANTS``."""
+    out = [("baseline", b)] if (b := os.environ.get("TRIALS_BENCH_BASELINE")) else []
+    for item in filter(None, os.environ.get("TRIALS_BENCH_VARIANTS", "").split(",")):
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise SystemExit(f"TRIALS_BENCH_VARIANTS: expected NAME=PATH,..., got {item!r}")
+        out.append((name, path))
+    return out
+
+
+def selected(label: str) -> bool:
+    """Whether ``TRIALS_BENCH_COMMANDS`` (words a label starts with; unset: all) times this command."""
+    words = [w for w in os.environ.get("TRIALS_BENCH_COMMANDS", "").split(",") if w]
+    return not words or label.startswith(("python -c", "old path", *words))
+
+
 def run(*, quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
-    """Time the commands; with ``TRIALS_BENCH_BASELINE`` (another checkout, e.g. main's) each also
-    runs from that checkout on its own copy of the jobs (the snapshot formats may differ),
-    interleaved with this one's, and the table gives the ratio."""
+    """Time the commands; with ``TRIALS_BENCH_BASELINE`` (another checkout, e.g. main's) or
+    ``TRIALS_BENCH_VARIANTS`` each also runs from that checkout on its own copy of the jobs (the
+    snapshot formats may differ), interleaved with this one's, and the table gives the ratio."""
     n_big, n_small = (500, 100) if quick else (10_000, 1_000)
     repeats = 2 if quick else 5
-    baseline = os.environ.get("TRIALS_BENCH_BASELINE") or None
+    others = variants()
+    baseline = next((path for name, path in others if name == "baseline"), None)
+    load_start = os.getloadavg()
     workdir = tempfile.mkdtemp(prefix="bench-read-")
     try:
         root = os.path.join(workdir, "jobs")
@@ -221,26 +247,29 @@ def run(*, quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
         build_job(root, "small", n_small, n_metrics=1, seed=1, n_running=0, n_waiting=0)
         built_s = time.perf_counter() - t
         runs = [("", root, command_env(report.REPO, os.path.join(workdir, "pycache")))]
-        if baseline:  # built again, not copied: a job records its folder (a copy's report would use the first's)
-            base_root = os.path.join(workdir, "base-jobs")
-            build_job(base_root, "big", n_big, n_running=0, n_waiting=0, requeued=False)
-            build_job(base_root, "small", n_small, n_metrics=1, seed=1, n_running=0, n_waiting=0)
-            runs.append(("baseline ", os.path.join(workdir, "base-jobs"),
-                         command_env(baseline, os.path.join(workdir, "base-pycache"))))
-        cmds = {who: commands(jobs, "big", "small", os.path.join(workdir, who + "report"), n_big=n_big,
-                              n_small=n_small) for who, jobs, _ in runs}
+        # each other checkout's jobs built again, not copied: a job records its folder (a copy's report would
+        # use the first's)
+        for name, path in others:
+            other_root = os.path.join(workdir, f"{name}-jobs")
+            build_job(other_root, "big", n_big, n_running=0, n_waiting=0, requeued=False)
+            build_job(other_root, "small", n_small, n_metrics=1, seed=1, n_running=0, n_waiting=0)
+            runs.append((f"{name} ", other_root, command_env(path, os.path.join(workdir, f"{name}-pycache"))))
+        cmds = {who: [c for c in commands(jobs, "big", "small", os.path.join(workdir, who + "report"), n_big=n_big,
+                                          n_small=n_small) if selected(c[0])] for who, jobs, _ in runs}
         for _ in range(2):  # twice untimed: bytecode, snapshots and caches as after any earlier command
             for who, jobs, env in runs:
                 for label, argv, _ in cmds[who]:
                     first_of_results(label, jobs, "small")
                     time_once(argv, env, workdir)
         times: dict[str, list[float]] = {who + label: [] for who, _, _ in runs for label, _, _ in cmds[who]}
+        loads: list[float] = []  # the 1-minute load average after each round (the machine may be shared)
         for _ in range(repeats):
             for i in range(len(cmds[""])):
                 for who, jobs, env in runs:
                     label, argv, _ = cmds[who][i]
                     first_of_results(label, jobs, "small")
                     times[who + label].append(time_once(argv, env, workdir))
+            loads.append(round(os.getloadavg()[0], 2))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     labels = [(label, goal) for label, _, goal in cmds[""]]
@@ -255,21 +284,24 @@ def run(*, quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
         if goal is not None and not quick:
             goals[f"{label} < {goal:g} s"] = ok
         row = [label, med * 1000, min(times[label]) * 1000, med / base, med / old]
-        if baseline:
-            then = statistics.median(times["baseline " + label])
-            results[label].update(baseline_median_s=then, x_baseline=med / then)
+        for name, _ in others:
+            then = statistics.median(times[f"{name} {label}"])
+            results[label].update({f"{name}_median_s": then, f"x_{name}": med / then})
             row += [then * 1000, med / then]
         rows.append([*row, "" if ok is None else report.verdict(ok)])
     load = os.getloadavg()
     data = {"quick": quick, "repeats": repeats, "n_trials": [n_big, n_small], "build_s": built_s,
-            "baseline": baseline, "load_avg": load, "commands": results, "goals": goals}
+            "baseline": baseline, "variants": dict(others), "load_avg": load, "load_avg_start": load_start,
+            "load_avg_rounds": loads, "commands": results, "goals": goals}
     path = report.write_result(PART, data, out_dir=out_dir)
     header = ["command", "median ms", "min ms", "x import trials", "x old replay"]
-    if baseline:
-        header += ["baseline ms", "x baseline"]
+    for name, _ in others:
+        header += [f"{name} ms", f"x {name}"]
     print(report.table(f"Reading a job: {n_big:,} and {n_small:,} trials, median of {repeats} interleaved runs "
-                       f"(built in {built_s:.0f} s; load average at the end {load[0]:.1f})"
-                       + (f"; baseline: {baseline}" if baseline else ""), [*header, "goal"], rows))
+                       f"(built in {built_s:.0f} s; load average {load_start[0]:.1f} at the start, "
+                       f"{min(loads):.1f}-{max(loads):.1f} after each round)"
+                       + "".join(f"; {name}: {checkout}" for name, checkout in others),
+                       [*header, "goal"], rows))
     print(f"results: {path}")
     return data
 

@@ -246,7 +246,7 @@ def test_summaries_come_from_the_snapshot_header_only_while_it_covers_the_whole_
     assert replay.read_summaries(path, _counts)["s"]["attrs"] == {"late": 3.0} == truth()["s"]["attrs"]
 
 
-@pytest.mark.parametrize("damage", ["torn header", "torn body", "old format"])
+@pytest.mark.parametrize("damage", ["torn header", "torn body", "old format", "another version", "pickle"])
 def test_a_damaged_snapshot_of_the_new_format_is_rebuilt(tmp_path, damage, monkeypatch):
     import pickle
 
@@ -255,11 +255,12 @@ def test_a_damaged_snapshot_of_the_new_format_is_rebuilt(tmp_path, damage, monke
     same(path)
     snap = replay.snapshot_path(path)
     data = Path(snap).read_bytes()
-    with open(snap, "rb") as f:
-        pickle.load(f)
-        header_end = f.tell()
+    header_end = data.index(b"\n") + 1
+    header = json.loads(data[:header_end])
     damaged = {"torn header": data[: header_end // 2], "torn body": data[: header_end + 10],
-               "old format": pickle.dumps({**pickle.loads(data[:header_end]), "format": 1}) + data[header_end:]}[damage]
+               "old format": json.dumps({**header, "format": 0}).encode() + b"\n" + data[header_end:],
+               "another version": json.dumps({**header, "trials": "0.0.1"}).encode() + b"\n" + data[header_end:],
+               "pickle": pickle.dumps(header)}[damage]
     Path(snap).write_bytes(damaged)
     assert replay.load_snapshot(path) is None
     if damage != "torn body":  # a torn body after a good header: the header alone is still right

@@ -3,6 +3,7 @@ gives of them: from a current, stale, torn, foreign or concurrently appended sna
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import random
@@ -16,7 +17,7 @@ from optuna.trial import TrialState
 from test_replay import _random_ops, optuna_replay
 
 from benchmarks.read_scale import build_job
-from trials.study import replay
+from trials.study import journal_cache, replay
 
 _STEPS = {"measurements", "live_elapsed_s", "live_metrics"}
 
@@ -145,18 +146,15 @@ def test_a_damaged_or_foreign_snapshot_is_ignored_by_a_slim_read(tmp_path, damag
     replay.read_journal(path)
     snap = replay.snapshot_path(path)
     data = Path(snap).read_bytes()
-    with open(snap, "rb") as f:
-        header = pickle.load(f)
-        header_end = f.tell()
-        pickle.load(f)  # the lean part
-        lean_end = f.tell()
-        whole_part = pickle.load(f)
+    header_line, lean_line, whole_line = data.splitlines(keepends=True)
+    header_end, lean_end = len(header_line), len(header_line) + len(lean_line)
+    header, whole_part = json.loads(header_line), json.loads(whole_line)
     damaged = {
         "torn lean part": data[: header_end + (lean_end - header_end) // 2],
         "torn whole part": data[: lean_end + 20],
-        "format 2": pickle.dumps({**header, "format": 2}) + data[header_end:],
+        "format 2": json.dumps({**header, "format": 2}).encode() + b"\n" + data[header_end:],
         "foreign pickle": data[:header_end] + pickle.dumps(optuna.distributions.FloatDistribution(0, 1)),
-        "parts disagree": data[:lean_end] + pickle.dumps(whole_part[:-1]),
+        "parts disagree": data[:lean_end] + json.dumps(whole_part[:-1]).encode() + b"\n",
     }[damage]
     Path(snap).write_bytes(damaged)
     if damage not in ("torn whole part", "parts disagree"):  # a slim read needs only the header, the lean part
@@ -180,19 +178,19 @@ def test_a_snapshot_of_a_rewritten_journal_is_ignored_by_a_slim_read(tmp_path, m
 def test_prefix_hash_names_the_bytes_and_their_length(tmp_path):
     path = tmp_path / "j"
     path.write_bytes(b"a" * 3000)
-    assert replay.prefix_hash(str(path), 3000) != replay.prefix_hash(str(path), 2999)
+    assert journal_cache.prefix_hash(str(path), 3000) != journal_cache.prefix_hash(str(path), 2999)
     path.write_bytes(b"a" * 2999 + b"b")
-    assert replay.prefix_hash(str(path), 2999) == replay.prefix_hash(str(path), 2999)
-    before = replay.prefix_hash(str(path), 3000)
+    assert journal_cache.prefix_hash(str(path), 2999) == journal_cache.prefix_hash(str(path), 2999)
+    before = journal_cache.prefix_hash(str(path), 3000)
     path.write_bytes(b"b" + b"a" * 2999)
-    assert replay.prefix_hash(str(path), 3000) != before
-    assert replay.prefix_hash(str(path), 5000).endswith(":3000")  # a shorter file: never its prefix's name
+    assert journal_cache.prefix_hash(str(path), 3000) != before
+    assert journal_cache.prefix_hash(str(path), 5000).endswith(":3000")  # a shorter file: never its prefix's name
 
 
 def test_hashing_once_continues_a_prefix_and_never_outlives_a_change(tmp_path, monkeypatch):
     path = tmp_path / "j"
     path.write_bytes(bytes(range(256)) * 40)
-    plain = {n: replay.prefix_hash(str(path), n) for n in (0, 100, 5000, 10240, 20000)}
+    plain = {n: journal_cache.prefix_hash(str(path), n) for n in (0, 100, 5000, 10240, 20000)}
     reads: list[int] = []
     real_open = open
 
@@ -203,38 +201,38 @@ def test_hashing_once_continues_a_prefix_and_never_outlives_a_change(tmp_path, m
             f.seek = lambda pos, *a: (reads.append(pos), real_seek(pos, *a))[1]  # type: ignore[method-assign]
         return f
 
-    with replay.hashing_once():
-        assert replay.prefix_hash(str(path), 5000) == plain[5000]
+    with journal_cache.hashing_once():
+        assert journal_cache.prefix_hash(str(path), 5000) == plain[5000]
         monkeypatch.setattr("builtins.open", counting_open)
-        assert {n: replay.prefix_hash(str(path), n) for n in (0, 100, 5000, 10240, 20000)} == plain
+        assert {n: journal_cache.prefix_hash(str(path), n) for n in (0, 100, 5000, 10240, 20000)} == plain
         assert 5000 in reads  # (10240 and 20000 continued from 5000's hash)
         monkeypatch.setattr("builtins.open", real_open)
         path.write_bytes(b"x" + bytes(range(256)) * 40)  # longer: another file
-        assert replay.prefix_hash(str(path), 5000) != plain[5000]
-    assert replay._HASHED is None
-    assert replay.prefix_hash(str(path), 100) != plain[100]  # (outside: always read)
+        assert journal_cache.prefix_hash(str(path), 5000) != plain[5000]
+    assert journal_cache._HASHED is None
+    assert journal_cache.prefix_hash(str(path), 100) != plain[100]  # (outside: always read)
 
 
 def test_an_unchanged_journal_is_not_hashed_again_and_any_rewrite_is_seen(tmp_path, monkeypatch):
     path = tmp_path / "j"
     path.write_bytes(b"a" * 5000)
-    digest, stat_key = replay.prefix_digest(str(path), 4000)
-    assert digest == replay.prefix_hash(str(path), 4000) and stat_key is not None
+    digest, stat_key = journal_cache.prefix_digest(str(path), 4000)
+    assert digest == journal_cache.prefix_hash(str(path), 4000) and stat_key is not None
     hashed: list[int] = []
-    real = replay.prefix_hash
-    monkeypatch.setattr(replay, "prefix_hash", lambda p, n: hashed.append(n) or real(p, n))
-    assert replay.prefix_holds(str(path), 4000, digest, stat_key) and hashed == []  # the same file, untouched
-    assert replay.prefix_holds(str(path), 4000, digest, None) and hashed == [4000]  # (no identity kept: hashed)
+    real = journal_cache.prefix_hash
+    monkeypatch.setattr(journal_cache, "prefix_hash", lambda p, n: hashed.append(n) or real(p, n))
+    assert journal_cache.prefix_holds(str(path), 4000, digest, stat_key) and hashed == []  # the same file, untouched
+    assert journal_cache.prefix_holds(str(path), 4000, digest, None) and hashed == [4000]  # (no identity kept: hashed)
     with open(path, "r+b") as f:  # in place, the same size, at once: its change time moves
         f.write(b"b")
-    assert not replay.prefix_holds(str(path), 4000, digest, stat_key)
+    assert not journal_cache.prefix_holds(str(path), 4000, digest, stat_key)
     path.write_bytes(b"a" * 5000)  # the same bytes again: hashed, and they hold
-    assert replay.prefix_holds(str(path), 4000, digest, stat_key)
+    assert journal_cache.prefix_holds(str(path), 4000, digest, stat_key)
     with open(path, "ab") as f:  # appended: the prefix holds, found by hashing
         f.write(b"c")
     hashed.clear()
-    assert replay.prefix_holds(str(path), 4000, digest, stat_key) and hashed == [4000]
+    assert journal_cache.prefix_holds(str(path), 4000, digest, stat_key) and hashed == [4000]
     (tmp_path / "k").write_bytes(b"b" + b"a" * 5000)
     os.replace(tmp_path / "k", path)  # a new file in its place (``trials repair``)
-    assert not replay.prefix_holds(str(path), 4000, digest, stat_key)
-    assert not replay.prefix_holds(str(path), 6000, digest, stat_key)  # shorter than the prefix
+    assert not journal_cache.prefix_holds(str(path), 4000, digest, stat_key)
+    assert not journal_cache.prefix_holds(str(path), 6000, digest, stat_key)  # shorter than the prefix

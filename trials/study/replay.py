@@ -7,10 +7,10 @@ what a record does, which records are ignored, where a torn tail ends the journa
 :class:`StoredTrial` values that read like ``FrozenTrial`` for what the commands use.
 
 It is never a second source of truth. The snapshot (``journal.log.snapshot`` beside the journal) is
-the replay of a prefix of the journal, named by that prefix's length and CRC-32: it is used only
-while the journal still starts with exactly those bytes (a journal rewritten behind its back, by
-``trials repair`` or by hand, is replayed again from its start), and only the tail after it is read.
-A snapshot that is torn, truncated or of another format is ignored and written again. It has two
+the replay of a prefix of the journal, kept as :mod:`trials.study.journal_cache` keeps a file: used
+only while the journal still starts with exactly those bytes (a journal rewritten behind its back, by
+``trials repair`` or by hand, is replayed again from its start), and only the tail after it is read;
+one that is torn, truncated, foreign or of another version is ignored and written again. It has two
 parts: a lean one, where each trial finished when it was made is *slim* (what the tables read:
 ``read_journal(whole=False)``) and every other trial whole, then the finished trials whole. A record
 after the snapshot can change only the trials the lean part holds whole: Optuna ignores any record
@@ -30,18 +30,15 @@ import gc
 import io
 import json
 import os
-import pickle
 import sys
-import zlib
 from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from trials.records import is_live_attr
+from trials.study import journal_cache
 from trials.study.optuna_internals import JournalOp as Op
 
-SNAPSHOT_SUFFIX = ".snapshot"
-SNAPSHOT_FORMAT = 3  # 2: a header (prefix, summaries) before the body; 3: a lean part, then the whole
 # a snapshot is written when this many records were replayed after the last one (or after none)
 SNAPSHOT_AFTER_RECORDS = 2000
 
@@ -338,98 +335,6 @@ def read_records(path: str, offset: int) -> tuple[list[dict[str, Any]], int]:
 
 
 # --- the snapshot -------------------------------------------------------------------------------------
-class _PlainUnpickler(pickle.Unpickler):
-    """Unpickles plain values only (dicts, lists, strings, numbers): a snapshot never names a class,
-    so one that does is not ours and nothing in it is run."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"a snapshot names {module}.{name}")
-
-
-PlainUnpickler = _PlainUnpickler  # (plain values only: for the other files kept beside the journal)
-
-
-# (file identity) -> [(n_bytes, crc)]: the prefixes hashed inside ``hashing_once`` (else None: none kept)
-_HASHED: dict[tuple[int, int, int, int], list[tuple[int, int]]] | None = None
-
-
-@contextlib.contextmanager
-def hashing_once() -> Iterator[None]:
-    """Within: a journal prefix hashed before (the file's device, inode, size and modification time the
-    same) is continued from, not read again: for one command that checks two files kept beside one
-    journal (``describe --format json``: the kept texts and the snapshot, 2 x 56 MB at 10k trials).
-    Scoped to that command: a long-lived process (the controller) hashes every time, as a rewrite in
-    place within the clock's tick keeps the modification time."""
-    global _HASHED
-    outer, _HASHED = _HASHED, {} if _HASHED is None else _HASHED
-    try:
-        yield
-    finally:
-        _HASHED = outer
-
-
-def prefix_hash(path: str, n_bytes: int) -> str:
-    """The CRC-32 of the journal's first ``n_bytes`` (with the length, what names the prefix a
-    snapshot is of: a journal rewritten behind its back no longer matches). CRC-32, not a
-    cryptographic hash: it guards against rewrites, not against someone who can write the journal
-    (who can write anything the job shows); it reads 56 MB in ~20 ms where SHA-1 took ~100.
-    Inside :func:`hashing_once`, a prefix hashed before is continued from."""
-    buf = bytearray(1 << 20)
-    view = memoryview(buf)
-    with open(path, "rb", buffering=0) as f:
-        st = os.fstat(f.fileno())
-        ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-        done = [(n, c) for n, c in (_HASHED or {}).get(ident, ()) if n <= n_bytes]
-        start, crc = max(done) if done else (0, 0)
-        if start:
-            f.seek(start)
-        left = n_bytes - start
-        while left > 0:
-            n = f.readinto(view[:min(left, len(buf))])
-            if not n:
-                break
-            crc = zlib.crc32(view[:n], crc)
-            left -= n
-    if not left and _HASHED is not None:
-        _HASHED[ident] = [*_HASHED.get(ident, [])[-3:], (n_bytes, crc)]
-    return f"crc32:{crc:08x}:{n_bytes - left}"
-
-
-def _stat_key(path: str) -> list[int]:
-    st = os.stat(path)
-    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
-
-
-def prefix_digest(path: str, n_bytes: int) -> tuple[str, list[int] | None]:
-    """``prefix_hash`` of the journal's first ``n_bytes``, and the journal's identity and times
-    while it was hashed (None if it changed meanwhile): what ``prefix_holds`` checks first."""
-    before = _stat_key(path)
-    digest = prefix_hash(path, n_bytes)
-    return digest, before if _stat_key(path) == before else None
-
-
-def prefix_holds(path: str, n_bytes: int, digest: Any, stat_key: Any = None) -> bool:
-    """Whether the journal still starts with the prefix ``prefix_digest`` named: at once when the
-    journal is the same file, of the same size and modification and change times as when it was
-    hashed (a finished job's: every command after the first), else by hashing it again (56 MB: ~0.1 s
-    here). A write to the file changes its change time, which no user can set (and, since Linux 6.13,
-    one after a stat is told from it); a rewrite through a new file (``trials repair``) changes its inode."""
-    now = _stat_key(path)
-    if now[2] < n_bytes:
-        return False  # (truncated)
-    if isinstance(stat_key, list) and stat_key == now:
-        return True
-    return bool(prefix_hash(path, n_bytes) == digest)
-
-
-def _header(r: Replay, digest: tuple[str, list[int] | None], summaries: dict[str, Any] | None) -> dict[str, Any]:
-    """What a snapshot is of (the journal's prefix: its length, hash and record count, the journal's
-    identity and times when it was hashed), and the caller's per-study summaries of it (a command
-    that needs only those reads no further)."""
-    return {"format": SNAPSHOT_FORMAT, "n_bytes": r.n_bytes, "n_records": r.n_records, "digest": digest[0],
-            "journal_stat": digest[1], "summaries": summaries}
-
-
 def _whole(t: StoredTrial) -> tuple[Any, ...]:
     return (t.study_id, int(t.state), t.params, t.distributions, t.values, list(t.intermediate_values.items()),
             t.user_attrs, t.system_attrs, t.datetime_start, t.datetime_complete)
@@ -512,46 +417,44 @@ _STATES = {s.value: s for s in StoredState}
 
 
 def snapshot_path(journal: str) -> str:
-    return journal + SNAPSHOT_SUFFIX
-
-
-def _snapshot_header(journal: str, f: Any) -> dict[str, Any] | None:
-    """The header of the snapshot open as ``f`` when it is of this journal's current prefix, else None."""
-    header = _PlainUnpickler(f).load()
-    if not isinstance(header, dict) or header.get("format") != SNAPSHOT_FORMAT:
-        return None
-    if not prefix_holds(journal, header["n_bytes"], header["digest"], header.get("journal_stat")):
-        return None  # the journal was rewritten (or truncated) since
-    return header
+    return journal_cache.cache_path(journal, journal_cache.SNAPSHOT)
 
 
 def _current_header(journal: str) -> dict[str, Any] | None:
     """The snapshot's header when it is of this journal's current prefix; else None."""
     try:
-        with open(snapshot_path(journal), "rb") as f:
-            return _snapshot_header(journal, f)
-    except Exception:  # noqa: BLE001 - missing, torn, foreign or unreadable: as no snapshot
+        kept = journal_cache.open_current(journal, journal_cache.SNAPSHOT)
+    except journal_cache.NotCurrent:
         return None
+    if kept is None:
+        return None
+    with kept:
+        return kept.header
 
 
 def load_snapshot(journal: str, *, whole: bool = True) -> Replay | None:
     """The snapshot's replay when it is of this journal's current prefix; else None (it is ignored).
     ``whole=False``: its finished trials slim (see ``read_journal``)."""
     try:
-        with open(snapshot_path(journal), "rb") as f:
-            return _read_snapshot(journal, f, whole=lambda _: whole)
+        return _read_snapshot(journal, whole=lambda _: whole)
     except Exception:  # noqa: BLE001 - torn, truncated, foreign or unreadable: replay from the start
         return None
 
 
-def _read_snapshot(journal: str, f: Any, whole: Callable[[int], bool]) -> Replay | None:
-    """The replay in the snapshot open as ``f`` (None when it is not of this journal's prefix): its
-    lean part, and its whole part too when ``whole(n_bytes it covers)`` says so."""
-    header = _snapshot_header(journal, f)
-    if header is None:
+def _read_snapshot(journal: str, whole: Callable[[int], bool]) -> Replay | None:
+    """The replay in the journal's snapshot (None: there is none): its lean part, and its whole part
+    too when ``whole(n_bytes it covers)`` says so.
+
+    Raises:
+        journal_cache.NotCurrent: it is not of the journal's current prefix (or torn, foreign, ...);
+            anything else a damaged one raises (a part of another shape).
+    """
+    kept = journal_cache.open_current(journal, journal_cache.SNAPSHOT)
+    if kept is None:
         return None
-    lean = _PlainUnpickler(f).load()
-    return _load(header, lean, _PlainUnpickler(f).load() if whole(header["n_bytes"]) else None)
+    with kept:
+        lean = kept.part()
+        return _load(kept.header, lean, kept.part() if whole(kept.n_bytes) else None)
 
 
 def write_snapshot(journal: str, r: Replay, summaries: dict[str, Any] | None = None) -> None:
@@ -560,17 +463,8 @@ def write_snapshot(journal: str, r: Replay, summaries: dict[str, Any] | None = N
     old one (reading never needs to write)."""
     if not r.whole:
         raise ValueError("a snapshot is written of a whole replay only")
-    path = snapshot_path(journal)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "wb") as f:
-            pickle.dump(_header(r, prefix_digest(journal, r.n_bytes), summaries), f, protocol=pickle.HIGHEST_PROTOCOL)
-            pickle.dump(_dump_lean(r), f, protocol=pickle.HIGHEST_PROTOCOL)
-            pickle.dump(_dump_whole(r), f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+    journal_cache.write(journal, journal_cache.SNAPSHOT, r.n_bytes, [_dump_lean(r), _dump_whole(r)],
+                        n_records=r.n_records, summaries=summaries)
 
 
 Summarize = Callable[["Replay"], dict[str, Any]]
@@ -609,19 +503,15 @@ def read_journal(journal: str, *, snapshot: bool = True, summarize: Summarize | 
         records: list[dict[str, Any]] = []
         end = 0
         if snapshot:
-            try:
-                with open(snapshot_path(journal), "rb") as f:
-                    # the tail is read before deciding: a long one means the snapshot is written again
-                    def needs_whole(n_bytes: int) -> bool:
-                        nonlocal records, end
-                        records, end = read_records(journal, n_bytes)
-                        return whole or (write and len(records) >= after)
+            # the tail is read before deciding: a long one means the snapshot is written again
+            def needs_whole(n_bytes: int) -> bool:
+                nonlocal records, end
+                records, end = read_records(journal, n_bytes)
+                return whole or (write and len(records) >= after)
 
-                    r = _read_snapshot(journal, f, needs_whole)
-                    stale = r is None
-            except FileNotFoundError:
-                r, stale = None, False  # (a journal that is gone fails its own read below)
-            except Exception:  # noqa: BLE001 - torn, foreign or unreadable: replay from the start
+            try:
+                r, stale = _read_snapshot(journal, needs_whole), False  # (none: the journal replayed whole)
+            except Exception:  # noqa: BLE001 - stale, torn, foreign or unreadable: replay from the start
                 r, stale = None, True
             if stale and not stale_ok:
                 raise Unsupported("the journal's snapshot is not of its current prefix (stale, torn or foreign)")

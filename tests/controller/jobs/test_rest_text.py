@@ -1,4 +1,4 @@
-"""`describe --format json` writes each finished trial from the text kept of it (`rest_text`): the
+"""`describe --format json` writes each finished trial from the text kept of it (`journal.log.rest`): the
 same text as converting the whole journal, and a kept text only for the trial it was made of."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 
 from benchmarks.read_scale import build_job
 from trials.cli import main
-from trials.controller.jobs import rest_text, view
+from trials.controller.jobs import view
 from trials.jsontext import dumps_indented
-from trials.study import replay
+from trials.study import journal_cache, replay
 
 
 @pytest.fixture
@@ -75,7 +75,7 @@ def test_describe_json_is_the_whole_conversion_and_converts_a_finished_trial_onc
     expected = _reference(root)
     conversions.clear()
     assert _describe(capsys, root) == expected
-    assert os.path.exists(rest_text.cache_path(journal))
+    assert os.path.exists(journal_cache.cache_path(journal, journal_cache.TEXTS))
     finished = _finished(journal)
     assert finished <= set(conversions)
     conversions.clear()
@@ -106,16 +106,17 @@ def test_a_trial_that_finished_after_the_texts_were_kept_is_converted_from_the_j
 def test_texts_of_another_journal_or_another_spec_are_not_used(job, capsys, conversions, tmp_path, monkeypatch):
     root, journal = job
     _describe(capsys, root)
-    kept = rest_text.cache_path(journal)
+    kept = journal_cache.cache_path(journal, journal_cache.TEXTS)
     # the job made again under the same name: another journal, the old texts beside it
     other = tmp_path / "other"
     build_job(str(other), "job", 40, n_running=2, n_waiting=2, seed=7)
-    assert os.path.getsize(other / "job" / "journal.log") > rest_text.load(journal).n_bytes  # (only its CRC differs)
+    kept_bytes = journal_cache.load_texts(journal).n_bytes
+    assert os.path.getsize(other / "job" / "journal.log") > kept_bytes  # (only its CRC differs)
     os.replace(other / "job" / "journal.log", journal)
     assert os.path.exists(kept)
     assert _describe(capsys, root) == _reference(root)
     # another spec digest (another study spec): every finished trial converted again
-    monkeypatch.setattr(rest_text, "spec_digest", lambda spec, metric_ids: "another spec")
+    monkeypatch.setattr(journal_cache, "spec_digest", lambda spec, metric_ids: "another spec")
     conversions.clear()
     assert _describe(capsys, root) == _reference(root)
     assert _finished(journal) <= set(conversions)
@@ -125,7 +126,7 @@ def test_texts_of_another_journal_or_another_spec_are_not_used(job, capsys, conv
 def test_a_damaged_or_planted_cache_is_ignored_and_written_again(job, capsys, conversions, damage, tmp_path):
     root, journal = job
     expected = _reference(root)
-    path = rest_text.cache_path(journal)
+    path = journal_cache.cache_path(journal, journal_cache.TEXTS)
     _describe(capsys, root)
     if damage == "symlink":
         target = tmp_path / "elsewhere"
@@ -140,30 +141,31 @@ def test_a_damaged_or_planted_cache_is_ignored_and_written_again(job, capsys, co
     elif damage == "torn":
         os.truncate(path, os.path.getsize(path) // 2)
     elif damage == "escape":  # a kept text that would put a terminal escape on the screen
-        cache = rest_text.load(journal)
+        cache = journal_cache.load_texts(journal)
         digest, texts = cache.jobs["job"]
         sid = next(iter(texts))
-        rest_text.save(journal, cache.n_bytes, {"job": (digest, {**texts, sid: texts[sid] + "\x1b[2J"})})
+        journal_cache.save_texts(journal, cache.n_bytes, {"job": (digest, {**texts, sid: texts[sid] + "\x1b[2J"})})
     elif damage == "foreign":  # a pickle that names a class: never unpickled
         import pickle
 
         with open(path, "wb") as f:
-            pickle.dump({"format": rest_text.FORMAT, "n_bytes": 0, "digest": replay.prefix_hash(journal, 0)}, f)
+            digest = journal_cache.prefix_hash(journal, 0)
+            pickle.dump({"format": journal_cache.FORMAT, "n_bytes": 0, "digest": digest}, f)
             pickle.dump(os.getcwd, f)
     conversions.clear()
     assert _describe(capsys, root) == expected
     assert _finished(journal) <= set(conversions)
     assert os.path.isfile(path) and not os.path.islink(path)  # (a planted link replaced, its target untouched)
-    assert rest_text.load(journal).jobs["job"][1]  # written again
+    assert journal_cache.load_texts(journal).jobs["job"][1]  # written again
 
 
 def test_a_cache_longer_than_the_journal_is_not_used(job, capsys):
     root, journal = job
     _describe(capsys, root)
-    assert rest_text.load(journal).jobs
+    assert journal_cache.load_texts(journal).jobs
     with open(journal, "rb+") as f:
         f.truncate(os.path.getsize(journal) - 1)  # (a torn last record: the journal is shorter than its prefix)
-    assert not rest_text.load(journal).jobs
+    assert not journal_cache.load_texts(journal).jobs
 
 
 def test_a_database_job_is_described_whole(tmp_path, capsys):
@@ -176,11 +178,11 @@ def test_a_database_job_is_described_whole(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert [t["state"] for t in out["trials"]] == ["SUCCEEDED", "INFEASIBLE"]
     assert [m["value"] for m in out["trials"][0]["measurements"][1]["metrics"]] == [0.5]
-    assert not [p for p in tmp_path.rglob("*") if p.name.endswith(rest_text.SUFFIX)]
+    assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".rest")]
 
 
 @pytest.mark.parametrize("text, ok", [
     ('{\n  "a": "b ~"\n}', True), ("", True), ("a\tb", False), ("a\rb", False), ("a\x7fb", False),
     ("a\x00b", False), ("caf\u00e9", False), ("\u2028", False), ("a\x1b[2J", False)])
 def test_only_printable_ascii_and_newlines_pass(text: str, ok: bool) -> None:
-    assert rest_text._is_printable(text) is ok
+    assert journal_cache._is_printable(text) is ok

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from trials.controller.jobs import registry, rest_text
+from trials.controller.jobs import registry
 from trials.controller.jobs.describe import job_to_rest, shown, trial_rows, trial_to_rest
 from trials.controller.policy.ranking import best_of, pareto_front
 from trials.errors import JobMetaError, JobNotFoundError
@@ -17,7 +17,7 @@ from trials.job_meta import JobMeta
 from trials.jsontext import Encoded, dumps_indented
 from trials.spec import JobSpec
 from trials.storage_url import JOURNAL_FILE, is_journal_url, journal_path
-from trials.study import replay
+from trials.study import journal_cache, replay
 from trials.study.names import job_meta, meta_attr, values_reader
 from trials.timefmt import rfc3339
 
@@ -223,22 +223,22 @@ def describe(h: Job, *, steps: bool = True) -> dict[str, Any]:
 
 def describe_text(job_id: str, *, root: str, storage: str | None) -> str:
     """``describe --format json``: the job's REST resource as indented JSON (``describe``). A journal
-    job's finished trials are written from their kept text (``rest_text``): each is converted and
+    job's finished trials are written from their kept text (``journal_cache.load_texts``): each is converted and
     encoded once, the first time it is described finished; the journal is then read with those
     trials slim (``read_job(whole=False)``)."""
-    with replay.hashing_once():  # (the kept texts and the snapshot name the same journal prefix: read once)
+    with journal_cache.hashing_once():  # (the kept texts and the snapshot name the same journal prefix: read once)
         return _describe_text(job_id, root=root, storage=storage)
 
 
 def _describe_text(job_id: str, *, root: str, storage: str | None) -> str:
     url = registry.job_url(job_id, root=root, storage=storage)
-    cache = rest_text.load(journal_path(url)) if is_journal_url(url) else rest_text.Cache()
+    cache = journal_cache.load_texts(journal_path(url)) if is_journal_url(url) else journal_cache.TextCache()
     h = read_job(job_id, root=root, storage=storage, whole=job_id not in cache.jobs)  # (none kept: whole at once)
     store = h.store
     journal = store.journal if isinstance(store, _Attrs) else None
     if journal is None or not isinstance(store, _Attrs):  # (a database: read whole)
         return dumps_indented(describe(h))
-    digest = rest_text.spec_digest(store.meta().spec, h.job.study.reported_metric_ids)
+    digest = journal_cache.spec_digest(store.meta().spec, h.job.study.reported_metric_ids)
     if any(t.slim and t.storage_id not in cache.texts(job_id, digest) for t in store.frozen_trials() if shown(t)):
         h = read_job(job_id, root=root, storage=storage)  # a finished trial with no text yet: read whole
         store = h.store
@@ -248,13 +248,13 @@ def _describe_text(job_id: str, *, root: str, storage: str | None) -> str:
     return _described(h, store, journal, cache)
 
 
-def _described(h: Job, store: _Attrs, journal: str, cache: rest_text.Cache) -> str:
+def _described(h: Job, store: _Attrs, journal: str, cache: journal_cache.TextCache) -> str:
     metric_ids = h.job.study.reported_metric_ids
     meta = store.meta()
-    digest = rest_text.spec_digest(meta.spec, metric_ids)
+    digest = journal_cache.spec_digest(meta.spec, metric_ids)
     texts = cache.texts(h.job_id, digest)
     params = params_of(h)
-    fresh: rest_text.Texts = {}
+    fresh: journal_cache.Texts = {}
 
     def entry(t: Any) -> Any:
         finished = t.state.is_finished()
@@ -271,7 +271,7 @@ def _described(h: Job, store: _Attrs, journal: str, cache: rest_text.Cache) -> s
     if fresh:  # (the other jobs' texts hold: the journal still starts with the prefix they are of)
         jobs = dict(cache.jobs)
         jobs[h.job_id] = (digest, {**texts, **fresh})
-        rest_text.save(journal, store.n_bytes, jobs)
+        journal_cache.save_texts(journal, store.n_bytes, jobs)
     return out
 
 
