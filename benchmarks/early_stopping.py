@@ -160,8 +160,9 @@ def decider(v: dict[str, Any]) -> Callable[[Curve, Sequence[Curve]], bool]:
         return _old_decay
     if rule == "median" and "top" in v:  # the leaders' rule of issue 16 (the product rule before issue 48)
         return lambda cur, done: _leaders(cur, done, v["min_completed"], v["top"])
-    if rule == "median":  # the product rule (Vertex's median); this replay gives it completed curves only
-        return lambda cur, done: st.median_rule(cur, done, **kw).stop
+    if rule == "median":  # the product rule (the median spec's); this replay gives it completed curves only
+        return lambda cur, done: st.median_rule(cur, done, hopeless_completed=st.MEDIAN_HOPELESS_COMPLETED,
+                                                **kw).stop
     if rule == "decay_curve":
         return lambda cur, done: st.decay_curve_rule(cur, done, **kw).stop
     return lambda cur, done: st.convex_rule(cur, done, max_step=None, min_step=None, min_measurements=None).stop

@@ -73,7 +73,7 @@ def test_median_reason_says_at_which_step_or_second():
     done = [[(1.0, 0.9), (2.0, 0.9), (3.0, 0.9)], [(1.0, 0.8), (2.0, 0.8), (3.0, 0.8)]] * 3
     by_step = stopping.median_rule([(1.0, 0.1), (2.0, 0.1)], done)
     assert by_step.stop and by_step.reason == (
-        "value 0.1 at step 2 is below 0.9, the worst there of the 2 leaders (the top quarter of 6 trials)")
+        "value 0.1 at step 2 is below 0.9, the worst there of the 2 leaders (the top fifth of 6 trials)")
     by_time = stopping.median_rule([(1.0, 0.1), (1.5, 0.1)], done, elapsed=True)
     assert by_time.stop and "at 1.5 s is below 0.9" in by_time.reason
     by_loss = stopping.median_rule([(1.0, -0.95)], [[(x, -v) for x, v in c] for c in done], maximize=False)
@@ -86,13 +86,13 @@ def ref(values, trial_id, completed=True):
 
 def test_median_stops_a_trial_behind_every_leader_at_the_step_though_above_the_median():
     """Vertex's wording (best value so far against the median of the others' running averages) kept this
-    trial: its best (0.8) is above that median (0.6). Behind the top quarter's worst value at step 3 (0.9),
+    trial: its best (0.8) is above that median (0.6). Behind the top fifth's worst value at step 3 (0.9),
     it is off every leader's path: stopped (benchmarks/README.md part 12: the wording saved 13-18 %)."""
     done = [ref([v - 0.1, v - 0.05, v, v, v], str(i + 1)) for i, v in enumerate((0.4, 0.5, 0.6, 0.7, 0.9, 0.95))]
     rising_then_falling = curve([0.8, 0.75, 0.7])
     d = stopping.median_rule(rising_then_falling, done)
     assert d.stop and d.reason == ("value 0.7 at step 3 is below 0.9, the worst there of the 2 leaders (the top "
-                                   "quarter of 6 trials): trials 5 and 6")
+                                   "fifth of 6 trials): trials 5 and 6")
     assert not stopping.median_rule(curve([0.8, 0.75, 0.9]), done).stop  # level with a leader there: kept
 
 
@@ -113,8 +113,7 @@ def test_median_waits_where_fewer_than_five_trials_give_a_bar():
     fifth = ref([0.1, 0.1], "5", completed=False)
     assert stopping.median_rule(curve([0.0]), [*four, fifth]).stop
     d = stopping.median_rule(curve([0.0, 0.0, 0.0]), [*four, fifth])
-    assert d.stop and d.reason.endswith("the worst there of the 2 leaders (the top quarter of 5 trials): trials 3 "
-                                        "and 4")
+    assert d.stop and d.reason.endswith("below 0.8, the leader's value there (the top fifth of 5 trials): trial 4")
     # a trial whose first report comes later (elapsed seconds) gives no value before it
     late = [Reference(curve=[(5.0, v), (9.0, v)], trial_id=str(i)) for i, v in enumerate((0.5, 0.6, 0.7, 0.8, 0.9))]
     assert not stopping.median_rule([(1.0, 0.0)], late).stop
@@ -132,21 +131,20 @@ def test_median_with_every_other_trial_stopped_so_far_waits():
 
 
 def test_median_counts_stopped_trials_so_the_bar_moves_down_as_the_job_learns():
-    """With 4 completed trials the top quarter is the best one alone; the 8 trials stopped since rank
-    below every completed one, so the top quarter of 12 takes in three completed trials and a middling
+    """With 4 completed trials the top fifth is the best one alone; the 8 trials stopped since rank
+    below every completed one, so the top fifth of 12 takes in three completed trials and a middling
     trial on the third one's path is kept. Counting the completed trials alone (issue 16's leaders), the bar
     never moved once nothing completed; Vertex's wording kept the middling trial from the start."""
     good = [ref([v] * 10, str(i + 1)) for i, v in enumerate((0.9, 0.8, 0.7, 0.6))]
     worse = [ref([0.3, 0.35], str(i + 5), completed=False) for i in range(8)]
     middling = curve([0.75, 0.76])
     d = stopping.median_rule(middling, [*good, worse[0]])
-    assert d.stop and d.reason.endswith("the worst there of the 2 leaders (the top quarter of 5 trials): trials 1 "
-                                        "and 2")
+    assert d.stop and d.reason.endswith("below 0.9, the leader's value there (the top fifth of 5 trials): trial 1")
     assert not stopping.median_rule(middling, [*good, *worse]).stop
 
 
 def test_median_ranks_stopped_trials_by_how_far_they_got_and_uses_them_up_to_their_stop():
-    """One completed trial and seven stopped: the top quarter of 8 is the completed trial and the stopped
+    """One completed trial and seven stopped: the top fifth of 8 is the completed trial and the stopped
     trial that got furthest (step 4), whose value at its stop stands for it beyond it."""
     done = ref([0.9] * 10, "1")
     stopped = [ref([0.5] * (1 + i % 3), str(i + 2), completed=False) for i in range(6)]
@@ -154,7 +152,7 @@ def test_median_ranks_stopped_trials_by_how_far_they_got_and_uses_them_up_to_the
     others = [done, *stopped, furthest]
     d = stopping.median_rule(curve([0.65] * 6), others)
     assert d.stop and d.reason == ("value 0.65 at step 6 is below 0.7, the worst there of the 2 leaders (the top "
-                                   "quarter of 8 trials, 1 of them stopped early (at their stop)): trials 1 and 8")
+                                   "fifth of 8 trials, 1 of them stopped early (at their stop)): trials 1 and 8")
     assert not stopping.median_rule(curve([0.65] * 5 + [0.7]), others).stop
 
 
@@ -174,3 +172,47 @@ def test_decay_curve_names_the_completed_trials_whose_gains_it_used_and_waits_fo
     assert not stopping.decay_curve_rule(curve([0.1, 0.15]), done[:4]).stop
     stopped = [ref([0.5, 0.7], str(i + 6), completed=False) for i in range(5)]  # no final value: not used
     assert not stopping.decay_curve_rule(curve([0.1, 0.15]), [*done[:4], *stopped]).stop
+
+
+def test_median_counts_running_trials_toward_the_wait_and_ranks_them_as_stopped_at_their_last_report():
+    """Four finished trials and a fifth still running: without the running one, 4 trials reach step 2 (the
+    rule waits); with it, 5 do and there is a bar. The running trial ranks below the completed ones, as a
+    trial stopped at its last report would (issue 48: Vizier uses every measurement of every trial)."""
+    assert stopping.MEDIAN_TOP == 0.2
+    four = [ref([v] * 10, str(i + 1)) for i, v in enumerate((0.5, 0.6, 0.7, 0.8))]
+    beside = Reference(curve=curve([0.95, 0.95]), trial_id="6", completed=False, running=True)
+    bad = curve([0.1, 0.1])
+    assert not stopping.median_rule(bad, four).stop
+    d = stopping.median_rule(bad, [*four, beside])
+    assert d.stop and d.reason.endswith("below 0.8, the leader's value there (the top fifth of 5 trials): trial 4")
+    # ten trials: the top fifth takes in the running one, and the reason says it was running
+    six = [ref([v] * 10, str(i + 1)) for i, v in enumerate((0.3, 0.35, 0.4, 0.45, 0.5, 0.55))]
+    early = [Reference(curve=curve([0.9] * 3), trial_id=str(i + 7), completed=False) for i in range(3)]
+    d = stopping.median_rule(curve([0.2, 0.2]), [*six, *early, beside])
+    assert d.stop and d.reason == ("value 0.2 at step 2 is below 0.5, the worst there of the 2 leaders (the top "
+                                   "fifth of 10 trials): trials 5 and 6")
+    furthest = Reference(curve=curve([0.9] * 4), trial_id="6", completed=False, running=True)
+    low = [ref([0.05, 0.05], str(i + 10), completed=False) for i in range(6)]
+    d = stopping.median_rule(curve([0.2, 0.2]), [*six[:1], *early, furthest, *low])
+    assert d.stop and d.reason.endswith("the worst there of the 3 leaders (the top fifth of 11 trials, 1 of them "
+                                        "stopped early (at their stop), 1 of them running (at their last report)): "
+                                        "trials 1, 6 and 7")
+
+
+def test_the_median_spec_also_stops_a_trial_on_a_leaders_path_that_cannot_reach_the_best_final():
+    """An overfitting trial leads early and falls late: it is on the leaders' path at step 3, but the
+    largest gain any of 3 completed trials made from step 3 to its end would not bring it to the best final
+    value: the median spec stops it (``decide``); the leaders alone (``median_rule``) keep it; with 2
+    completed trials past step 3 it waits."""
+    assert stopping.MEDIAN_HOPELESS_COMPLETED == 3
+    done = [ref([0.2, 0.3, 0.5, 0.6, 0.7, 0.75, 0.8], "1"), ref([0.2, 0.3, 0.4, 0.45, 0.5, 0.55, 0.6], "2"),
+            ref([0.1, 0.2, 0.3, 0.35, 0.4, 0.45, 0.5], "3")]
+    stopped = [ref([0.05, 0.05], str(i + 4), completed=False) for i in range(3)]
+    falling = curve([0.5, 0.45, 0.42])  # above the leaders' worst at step 3 (0.5 and 0.4)
+    spec = StoppingSpec(kind=StoppingKind.MEDIAN)
+    assert not stopping.median_rule(falling, [*done, *stopped]).stop
+    d = stopping.decide(spec, falling, [*done, *stopped])
+    assert d.stop and d.reason == ("even the largest gain from here of the 3 completed trials that ran past it "
+                                   "(0.3: trials 1, 2 and 3) would end at 0.72, worse than the best 0.8 (trial 1)")
+    assert not stopping.decide(spec, falling, [*done[:2], *stopped, ref([0.05], "7", False)]).stop  # 2: it waits
+    assert not stopping.decide(spec, curve([0.5, 0.45, 0.52]), [*done, *stopped]).stop  # 0.82 > 0.8: kept

@@ -109,13 +109,22 @@ class TrialMetrics:
         run.stored.update((m.step, dict(m.metrics)) for m in new)
         return True
 
-    def early_stop(self, run: RunningTrial) -> stopping.StopDecision | None:
-        """The stopping rule's decision for a running trial, or None when there is no rule."""
+    def early_stop(self, run: RunningTrial, running: Sequence[RunningTrial] = ()) -> stopping.StopDecision | None:
+        """The stopping rule's decision for a running trial, or None when there is no rule; ``running``: the
+        trials running beside it here (their curves so far count too: issue 48)."""
         spec = self.job.study.stopping
         if spec is None:
             return None
         current = self.curve(run.reader.measurements(), run.start_wall)
         others = [r for r in self.completed_curves() if r.trial_id != run.trial_id]
+        finished = {r.trial_id for r in others}
+        for other in running:
+            if other.trial_id == run.trial_id or other.trial_id in finished or other.lost:
+                continue
+            curve = self.curve(other.reader.measurements(), other.start_wall)
+            if curve:
+                others.append(stopping.Reference(curve=curve, trial_id=other.trial_id, completed=False,
+                                                 running=True))
         decision = stopping.decide(spec, current, others, maximize=self.job.study.metrics[0].maximize)
         if decision.stop:  # its curve up to here is part of the bar from now on (the bar moves as the job learns)
             self._stopped_here[run.trial_id] = stopping.Reference(curve=current, trial_id=run.trial_id,

@@ -389,7 +389,7 @@ class JobRunner:
         self._wrong_tags(run)
         if not self._store_metrics(run) or run.stopping:
             return
-        decision = self._metrics.early_stop(run)
+        decision = self._metrics.early_stop(run, list(self.running.values()))
         if decision is not None and decision.stop:
             run.stopped_early = True
             run.stop_detail = decision.reason

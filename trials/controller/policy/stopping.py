@@ -11,14 +11,19 @@ its trial id (named in a stop's reason) and whether it ran to its end (completed
   12) that rule only stops clearly bad trials on rising curves (a trial's best is above its own running
   average) and saved 13-18 % of the work. Ours asks whether the trial is on the path of any leader: it
   is stopped when its value at x is below the value there of every leader, the top :data:`MEDIAN_TOP`
-  of the other trials ranked as the sampler ranks them (``npgp.stopped_as_values``: completed ones
-  by their final value, above those stopped early, which rank by how far they got). Every trial counts,
-  a stopped one with its curve up to its stop, so the bar moves as the job learns: each stop adds a
-  trial to the ranking, so the top quarter takes in more of the completed trials and the bar comes down
-  (the leaders of issue 16 were the completed trials' top quarter alone: once the rule stopped every
-  new trial, nothing completed and two trials' first epoch stayed the bar for the rest of the job). At
-  an x where fewer than :data:`MEDIAN_MIN_TRIALS` trials have a report, the rule waits. The reason names
-  the leaders.
+  (a fifth) of the other trials ranked as the sampler ranks them (``npgp.stopped_as_values``: completed
+  ones by their final value, above those stopped early and those still running, which rank by how far
+  they got). Every trial counts, a stopped one with its curve up to its stop and a running one with its
+  curve so far (Vizier uses every measurement of every trial), so the bar moves as the job learns: each
+  stop adds a trial to the ranking, so the top fifth takes in more of the completed trials and the bar
+  comes down (the leaders of issue 16 were the completed trials' top quarter alone: once the rule stopped
+  every new trial, nothing completed and two trials' first epoch stayed the bar for the rest of the job).
+  At an x where fewer than :data:`MEDIAN_MIN_TRIALS` trials have a report, the rule waits; the running
+  trials' reports count there, so with trials in parallel the first trials after the first completed
+  ones are judged too. A trial on a leader's path that can no longer reach the best final value is
+  stopped as the decay-curve rule below stops it, from :data:`MEDIAN_HOPELESS_COMPLETED` completed
+  curves (an overfitting curve leads early and falls late: it stays on the leaders' path until it falls
+  below all of them). The reason names the trials that formed the bar.
 - decay curve (``decayCurveStoppingSpec``): Vertex predicts the final value from the curve and stops a
   trial when its chance of beating the best value so far is very low. Ours predicts from the completed
   trials' own curves: each completed trial that ran past x says how much a curve gained from x to its
@@ -57,17 +62,20 @@ MIN_POINTS = 1  # measurements of the running trial needed (a job whose trials r
 MIN_FRACTION = 0.0  # no stop before this fraction of the horizon (0.1 and 0.25 cost savings, saved nothing)
 MEDIAN_MIN_TRIALS = 5  # the median rule: trials with a running average at x needed for a bar there
 MEDIAN_MIN_COMPLETED = 1  # ... of which completed (where trials end: a stop must save work)
-MEDIAN_TOP = 0.25  # the median rule's leaders: this top fraction of the other trials
+MEDIAN_TOP = 0.2  # the median rule's leaders: this top fraction of the other trials
+MEDIAN_HOPELESS_COMPLETED: int | None = 3  # ... and stops a trial the decay-curve rule finds hopeless from this many
 SHOWN_TRIALS = 8  # a stop's reason names at most this many trials of its bar ("and N more")
 
 
 @dataclass(frozen=True, slots=True)
 class Reference:
-    """Another trial's curve a rule compares with: its id (named in reasons), whether it ran to its end."""
+    """Another trial's curve a rule compares with: its id (named in reasons), whether it ran to its end, and
+    whether it is still running (its curve so far; not completed)."""
 
     curve: Curve
     trial_id: str = ""
     completed: bool = True
+    running: bool = False
 
 
 def references(curves: Sequence[Curve | Reference]) -> list[Reference]:
@@ -168,7 +176,7 @@ def best_at(curve: Curve, x: float) -> float | None:
 def _rank_key(ref: Reference) -> tuple[int, float, float]:
     """How the sampler ranks a finished trial (larger is better; ``npgp.stopped_as_values``, Optuna TPE's
     order): every completed trial by its final value above every stopped one, those by how far they got,
-    then by their value there (NaN: the worst)."""
+    then by their value there (NaN: the worst). A running trial ranks as if stopped at its last report."""
     x, y = ref.curve[-1]
     y = -math.inf if math.isnan(y) else y
     return (1, y, 0.0) if ref.completed else (0, x, y)
@@ -176,12 +184,27 @@ def _rank_key(ref: Reference) -> tuple[int, float, float]:
 
 def median_rule(current: Curve, others: Sequence[Curve | Reference], *, min_trials: int = MEDIAN_MIN_TRIALS,
                 min_completed: int = MEDIAN_MIN_COMPLETED, min_points: int = MIN_POINTS,
-                min_fraction: float = MIN_FRACTION, top: float = MEDIAN_TOP, maximize: bool = True,
+                min_fraction: float = MIN_FRACTION, top: float = MEDIAN_TOP,
+                hopeless_completed: int | None = None, maximize: bool = True,
                 elapsed: bool = False) -> StopDecision:
     """Stop when the trial's value at x is below the value there of every leader: the ``top`` fraction of
     the other trials, ranked as the sampler ranks them (completed ones by their final value, above those
-    stopped early; each stopped one's curve up to its stop). Waits where fewer than ``min_trials`` trials
-    have a report at or before x (``elapsed``: the curves' x is seconds, else steps; it words the reason)."""
+    stopped early or running; each one's curve up to its stop or its last report). Waits where fewer than
+    ``min_trials`` trials have a report at or before x (``elapsed``: the curves' x is seconds, else steps; it
+    words the reason). Else (waiting or not), with ``hopeless_completed`` completed curves past x, stops a
+    trial that cannot reach the best final value (:func:`decay_curve_rule`: its own wait); the median spec
+    (:func:`decide`) asks for :data:`MEDIAN_HOPELESS_COMPLETED`, None leaves the leaders alone."""
+    decision = _leaders_rule(current, others, min_trials=min_trials, min_completed=min_completed,
+                             min_points=min_points, min_fraction=min_fraction, top=top, maximize=maximize,
+                             elapsed=elapsed)
+    if decision.stop or hopeless_completed is None:
+        return decision
+    return decay_curve_rule(current, others, min_completed=hopeless_completed, min_points=min_points,
+                            min_fraction=min_fraction, maximize=maximize)
+
+
+def _leaders_rule(current: Curve, others: Sequence[Curve | Reference], *, min_trials: int, min_completed: int,
+                  min_points: int, min_fraction: float, top: float, maximize: bool, elapsed: bool) -> StopDecision:
     if not guard(current, others, min_completed=min_completed, min_points=min_points, min_fraction=min_fraction):
         return KEEP
     x, y = current[-1]
@@ -199,17 +222,19 @@ def median_rule(current: Curve, others: Sequence[Curve | Reference], *, min_tria
     worse = "below" if maximize else "above"
     where = f"{x:g} s" if elapsed else f"step {x:g}"
     shown = "NaN (no number reported)" if math.isnan(y) else _show(y, maximize)
-    n_stopped = sum(1 for r, _ in leaders if not r.completed)
-    of = f", {n_stopped} of them stopped early (at their stop)" if n_stopped else ""
+    n_stopped = sum(1 for r, _ in leaders if not r.completed and not r.running)
+    n_running = sum(1 for r, _ in leaders if r.running)
+    of = "".join([f", {n_stopped} of them stopped early (at their stop)" if n_stopped else "",
+                  f", {n_running} of them running (at their last report)" if n_running else ""])
     names = _names([r for r, _ in leaders])
-    lead = f"the {len(leaders)} leaders" if len(leaders) > 1 else "the leader"
-    return StopDecision(True, f"value {shown} at {where} is {worse} {_show(bar, maximize)}, the worst there of "
-                              f"{lead} (the top {_fraction(top)} of {len(ranked)} trials{of})"
+    lead = f"the worst there of the {len(leaders)} leaders" if len(leaders) > 1 else "the leader's value there"
+    return StopDecision(True, f"value {shown} at {where} is {worse} {_show(bar, maximize)}, {lead} "
+                              f"(the top {_fraction(top)} of {len(ranked)} trials{of})"
                               + (f": {names}" if names else ""))
 
 
 def _fraction(top: float) -> str:
-    return {0.5: "half", 0.25: "quarter"}.get(top, f"{top * 100:g} %")
+    return {0.5: "half", 0.25: "quarter", 0.2: "fifth"}.get(top, f"{top * 100:g} %")
 
 
 def decay_curve_rule(current: Curve, others: Sequence[Curve | Reference], *, min_completed: int = MIN_COMPLETED,
@@ -306,7 +331,8 @@ def decide(spec: StoppingSpec, current: Curve, others: Sequence[Curve | Referenc
     """Apply the stopping spec's rule to one running trial (``maximize`` only words the reason); ``others``:
     the other trials' curves (plain curves are completed trials')."""
     if spec.kind is StoppingKind.MEDIAN:
-        return median_rule(current, others, maximize=maximize, elapsed=spec.use_elapsed_duration)
+        return median_rule(current, others, hopeless_completed=MEDIAN_HOPELESS_COMPLETED, maximize=maximize,
+                           elapsed=spec.use_elapsed_duration)
     if spec.kind is StoppingKind.DECAY_CURVE:
         return decay_curve_rule(current, others, maximize=maximize)
     return convex_rule(
