@@ -1,5 +1,5 @@
-"""The stop steps written once (:mod:`trials.controller.backend.stopping`): the pure decision, and the steps a
-handle that only delivers signals takes on a fake clock."""
+"""The stop steps written once (:mod:`trials.controller.backend.stopping`): the pure decision, the steps a
+handle that only delivers signals takes on a fake clock, and the exit record (:mod:`..protocol`) they end with."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from trials.controller.backend.protocol import ReplicaExit
+from trials.controller.backend.protocol import ExitHow, ReplicaExit
 from trials.controller.backend.stopping import StopSteps, stop_action
 
 
@@ -56,3 +56,22 @@ def test_a_replica_that_exited_gets_no_signal() -> None:
     h._exit = ReplicaExit(status=0, exited_mono=1.0)
     assert h.advance_stop(2.0, 0.0)
     assert h.sent == [] and h.stop_requested_at == 2.0 and h.killed_at is None
+
+
+def test_an_exit_record_checks_itself_and_reads_a_returncode_or_a_status() -> None:
+    assert ReplicaExit(status=143, exited_mono=1.0, how="signal", signal=15).how is ExitHow.SIGNAL  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="128 \\+ signal"):
+        ReplicaExit(status=143, exited_mono=1.0, how=ExitHow.SIGNAL, signal=None)
+    with pytest.raises(ValueError, match="status must be >= 0"):
+        ReplicaExit(status=-9, exited_mono=1.0)
+    term = ReplicaExit.of_returncode(-15, exited_mono=1.0)
+    assert (term.status, term.how, term.signal) == (143, ExitHow.SIGNAL, 15)
+    # a status-only backend: its own SIGKILL is a signal, a 143 an exit, a lost job no signal
+    assert ReplicaExit.of_status(137, exited_mono=1.0, killed=True).signal == signal.SIGKILL
+    assert ReplicaExit.of_status(143, exited_mono=1.0, killed=True).how is ExitHow.EXIT
+    lost = ReplicaExit.of_status(137, exited_mono=1.0, lost=True, placement={"node": "n1"})
+    assert (lost.how, lost.signal, dict(lost.placement)) == (ExitHow.LOST, None, {"node": "n1"})
+    oom = ReplicaExit.of_status(137, exited_mono=1.0, oom=True)
+    assert oom.oom_killed and oom.signal == signal.SIGKILL and f"{oom.how}" == "oom"
+    with pytest.raises(TypeError):
+        lost.placement["node"] = "n2"  # type: ignore[index]

@@ -93,6 +93,9 @@ class ExitHow(str, enum.Enum):
     def __str__(self) -> str:
         return str(self.value)
 
+    def __format__(self, format_spec: str) -> str:
+        return format(str(self.value), format_spec)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReplicaExit:
@@ -122,11 +125,11 @@ class ReplicaExit:
     placement: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "how", ExitHow(self.how))
         if self.status < 0:
             raise ValueError(f"status must be >= 0 (Vertex-style), got {self.status=}")
         if self.how is ExitHow.SIGNAL and (self.signal is None or self.status != 128 + self.signal):
             raise ValueError(f"an exit by signal needs status 128 + signal, got {self.status=} {self.signal=}")
-        object.__setattr__(self, "how", ExitHow(self.how))
         object.__setattr__(self, "leftovers", tuple(self.leftovers))
         object.__setattr__(self, "placement", MappingProxyType(dict(self.placement)))
 
