@@ -12,7 +12,9 @@ Two files are kept beside ``journal.log`` (the read benchmark decides which earn
 **The format**: lines of JSON. The first is the header: this format, the trials version that wrote
 it, its kind, and the journal prefix it is of (its length ``n_bytes``, its CRC-32 ``digest``, and the
 journal's device, inode, size and modification and change times while it was hashed); each later line
-is one part, read in order and only as far as the reader needs.
+is one part, read in order and only as far as the reader needs. A part of bytes (the texts, printable
+ASCII and newlines: as JSON strings their escapes took longer to parse than the command's goal allows)
+is a line ``{"bytes": N}`` followed by those N bytes and a newline.
 
 **The rule**: a kept file holds while its header is of this format, this trials version and its kind,
 and the journal still starts with the prefix it names: at once when the journal is the same file,
@@ -56,14 +58,21 @@ def _line(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode("ascii") + b"\n"
 
 
+def _part(value: Any) -> bytes:
+    if isinstance(value, bytes):
+        return _line({"bytes": len(value)}) + value + b"\n"
+    return _line(value)
+
+
 def write(journal: str, kind: str, n_bytes: int, parts: Sequence[Any], **header: Any) -> None:
-    """Keep ``parts`` (plain JSON values) of the journal's first ``n_bytes`` as a file of ``kind``, with
-    ``header``'s items in its header, atomically; a folder this process cannot write keeps the old one."""
+    """Keep ``parts`` (plain JSON values, or bytes) of the journal's first ``n_bytes`` as a file of
+    ``kind``, with ``header``'s items in its header, atomically; a folder this process cannot write keeps
+    the old one."""
     digest, journal_stat = prefix_digest(journal, n_bytes)
     head = {"format": FORMAT, "trials": __version__, "kind": kind, "n_bytes": n_bytes, "digest": digest,
             "journal_stat": journal_stat, **header}
     with contextlib.suppress(OSError):
-        files.write_atomic(cache_path(journal, kind), b"".join(_line(part) for part in (head, *parts)))
+        files.write_atomic(cache_path(journal, kind), b"".join(_part(part) for part in (head, *parts)))
 
 
 class Kept:
@@ -83,6 +92,16 @@ class Kept:
             return json.loads(line)
         except ValueError as err:
             raise NotCurrent(f"a part that is not JSON: {err}") from None
+
+    def bytes_part(self) -> bytes:
+        """The next part, one of bytes. Raises NotCurrent: torn, or not such a part."""
+        size = self.part()
+        if not (type(size) is dict and list(size) == ["bytes"] and type(size["bytes"]) is int and size["bytes"] >= 0):
+            raise NotCurrent("not a part of bytes")
+        data = self._f.read(size["bytes"] + 1)
+        if len(data) != size["bytes"] + 1 or data[-1:] != b"\n":
+            raise NotCurrent("a torn part")
+        return data[:-1]
 
     def __enter__(self) -> Kept:
         return self
@@ -232,28 +251,31 @@ def load_texts(journal: str) -> TextCache:
         if kept is None:
             return TextCache()
         with kept:
-            jobs = _texts_of(kept.part())
+            jobs = _texts_of(kept.part(), kept.bytes_part())
     except (NotCurrent, OSError):
         return TextCache()
     return TextCache(kept.n_bytes, jobs) if jobs is not None else TextCache()
 
 
-def _texts_of(raw: Any) -> dict[str, tuple[str, Texts]] | None:
-    """The part's ``{job id: [digest, [[storage id, text], ...]]}`` as kept texts; None: not such."""
-    if type(raw) is not dict:
+def _texts_of(index: Any, data: bytes) -> dict[str, tuple[str, Texts]] | None:
+    """The texts from their index ``{job id: [digest, [[storage id, length], ...]]}`` and ``data``, the
+    texts one after another; None: not such, or a text that is not printable ASCII and newlines."""
+    if type(index) is not dict or data.translate(None, _EXPECTED):
         return None
-    jobs = {}
-    for job_id, kept in raw.items():
+    blob = data.decode("ascii")
+    jobs, at = {}, 0
+    for job_id, kept in index.items():
         if type(kept) is not list or len(kept) != 2 or type(kept[0]) is not str or type(kept[1]) is not list:
             return None
         texts: Texts = {}
         for pair in kept[1]:
-            if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not int or type(pair[1]) is not str \
-                    or not _is_printable(pair[1]):
+            if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not int or type(pair[1]) is not int \
+                    or pair[1] < 0:
                 return None
-            texts[pair[0]] = pair[1]
+            texts[pair[0]] = blob[at:at + pair[1]]
+            at += pair[1]
         jobs[job_id] = (kept[0], texts)
-    return jobs
+    return jobs if at == len(blob) else None
 
 
 def _is_printable(text: str) -> bool:
@@ -262,5 +284,9 @@ def _is_printable(text: str) -> bool:
 
 
 def save_texts(journal: str, n_bytes: int, jobs: Mapping[str, tuple[str, Texts]]) -> None:
-    """Keep ``jobs``' texts, each of a trial finished within the journal's first ``n_bytes``."""
-    write(journal, TEXTS, n_bytes, [{job: [digest, list(texts.items())] for job, (digest, texts) in jobs.items()}])
+    """Keep ``jobs``' texts, each of a trial finished within the journal's first ``n_bytes`` (a text
+    that is not printable ASCII and newlines voids the file when it is read)."""
+    encoded = {job: (digest, [(sid, t.encode("utf-8")) for sid, t in texts.items()])
+               for job, (digest, texts) in jobs.items()}
+    index = {job: [digest, [[sid, len(b)] for sid, b in texts]] for job, (digest, texts) in encoded.items()}
+    write(journal, TEXTS, n_bytes, [index, b"".join(b for _, texts in encoded.values() for _, b in texts)])
