@@ -28,7 +28,7 @@ max_trial_count: 4
 
 
 def open_store(path: Path, opener: str = "product") -> tuple[JobStore, object]:
-    """The store over the storage the product opens (``open_storage``: Optuna's from a snapshot), or
+    """The store over the storage the product opens (``open_storage``), or
     over plain Optuna's ``JournalStorage``."""
     job = loads_spec(SPEC, source="t.yaml")
     storage = open_storage(str(path)) if opener == "product" else JournalStorage(JournalFileBackend(str(path)))
