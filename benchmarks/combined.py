@@ -9,11 +9,14 @@ seed, every arm has the same budget of :data:`N_TRIALS` trials:
 - ``default+stopping``: ``trials sweep`` with the default sampler and ``medianAutomatedStoppingSpec``;
 - ``default``: the same without stopping;
 - ``random``, ``tpe`` (Optuna's TPESampler), ``tpe+median`` (with MedianPruner), ``tpe+hyperband`` (with
-  HyperbandPruner, min 1, max 20 epochs, factor 3): Optuna's own ask-and-tell loop over the same curves.
+  HyperbandPruner, min 1, max 20 epochs, factor 3): Optuna's own ask-and-tell loop over the same curves,
+  :data:`PARALLEL` trials at once in lockstep (``benchmarks/combined_replay.py``: as ``optimize(n_jobs=2)``
+  with equal epochs); ``tpe+median x1``: TPE + MedianPruner one trial at a time (the run of record before).
 
 The trials arms run as real jobs (processes, the metric file, the job loop, the sampler's own process),
-:data:`PARALLEL` trials at once as the README's job; the Optuna arms run in this process, one trial at a
-time (Optuna's optimize loop; the curves are the same, so what is compared is the search and the pruning).
+:data:`PARALLEL` trials at once as the README's job, each epoch :data:`SLEEP_S` long so that the loop judges
+every epoch (as it does real epochs of seconds); the Optuna arms run in this process (the curves are the
+same, so what is compared is the search and the pruning).
 
 Per arm: the best FINAL value found (the chosen trial's full-run value: the best trial that ran to its end,
 as ``trials best`` picks it, its last recorded value; what the user gets by retraining it), the epochs run,
@@ -39,10 +42,10 @@ PART = "combined"
 N_TRIALS = 20
 PARALLEL = 2
 SEEDS = 10
-SLEEP_S = 0.01
+SLEEP_S = 0.1  # per epoch: longer than the loop's 50 ms pass, so the rule judges every epoch as with real epochs
 WORKLOADS = ("digits", "gbdt")
 TRIALS_ARMS = ("default+stopping", "default")
-OPTUNA_ARMS = ("random", "tpe", "tpe+median", "tpe+hyperband")
+OPTUNA_ARMS = ("random", "tpe", "tpe+median", "tpe+hyperband", "tpe+median x1")
 ARMS = TRIALS_ARMS + OPTUNA_ARMS
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONTINUOUS = ("learning_rate", "alpha", "subsample")  # the other axes are discrete in the spec
@@ -131,47 +134,12 @@ def run_trials_arm(workload: str, seed: int, arm: str, root: str) -> dict[str, A
 
 
 def run_optuna_arm(workload: str, seed: int, arm: str) -> dict[str, Any]:
-    import optuna
-    from optuna.distributions import CategoricalDistribution, FloatDistribution
-    from optuna.trial import TrialState
+    from benchmarks import combined_replay
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    grid = load(workload)
-    space: dict[str, Any] = {}
-    for name, values in grid["axes"].items():
-        if name in CONTINUOUS:
-            space[name] = FloatDistribution(min(values), max(values), log=grid["scale"][name] == "log")
-        else:
-            space[name] = CategoricalDistribution(sorted(values))
-    sampler = optuna.samplers.RandomSampler(seed=seed) if arm == "random" else optuna.samplers.TPESampler(seed=seed)
-    pruner: optuna.pruners.BasePruner = {
-        "tpe+median": optuna.pruners.MedianPruner(),
-        "tpe+hyperband": optuna.pruners.HyperbandPruner(min_resource=1, max_resource=grid["epochs"],
-                                                        reduction_factor=3),
-    }.get(arm, optuna.pruners.NopPruner())
-    study = optuna.create_study(direction="maximize" if grid["maximize"] else "minimize", sampler=sampler,
-                                pruner=pruner)
-    ran: list[tuple[dict[str, float], int, bool, float | None]] = []
-    n_model = 0
-    for _ in range(N_TRIALS):
-        finished = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
-        n_model += arm != "random" and finished >= 10  # TPESampler's n_startup_trials (default 10)
-        trial = study.ask(space)
-        params = {k: float(v) for k, v in trial.params.items()}
-        curve = grid["curves"][nearest(grid, params)]
-        stopped = False
-        for epoch, value in enumerate(curve, start=1):
-            trial.report(value, epoch)
-            if epoch < len(curve) and trial.should_prune():
-                stopped = True
-                break
-        if stopped:
-            study.tell(trial, state=TrialState.PRUNED)
-            ran.append((params, epoch, True, None))
-        else:
-            study.tell(trial, curve[-1])
-            ran.append((params, len(curve), False, curve[-1]))
-    return _outcome(grid, ran, n_model)
+    if arm.endswith(" x1"):
+        return combined_replay.simulate(workload, seed, combined_replay.optuna_pruner, parallel=1,
+                                        optuna_arm=arm[:-3])
+    return combined_replay.simulate(workload, seed, combined_replay.optuna_pruner, parallel=PARALLEL, optuna_arm=arm)
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:

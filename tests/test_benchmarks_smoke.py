@@ -317,3 +317,19 @@ def test_slurm_part_runs_baseline_and_sweep_on_a_real_cluster(tmp_path) -> None:
     assert out["summary"]["ratio"] > 0 and out["summary"]["startup_s"] > 0
     assert {len(runs) for runs in out["raw"].values()} == {1}
     assert json.loads((tmp_path / "slurm.json").read_text())["part"] == "slurm"
+
+
+def test_combined_replay_runs_the_loops_rule_over_the_recorded_curves():
+    """Part 12's screen: no rule runs every epoch of the 20 trials; the product rule stops some, and its
+    best final is a full-run value of the grid; the Optuna arm's pruner goes through ``should_prune``."""
+    from benchmarks import combined, combined_replay
+
+    grid = combined.load("digits")
+    finals = {c[-1] for c in grid["curves"]}
+    none = combined_replay.simulate("digits", 0, None, n_trials=8)
+    assert none["epochs"] == 8 * grid["epochs"] and none["stopped"] == 0 and none["best_final"] in finals
+    ruled = combined_replay.simulate("digits", 0, combined_replay.default_rule, n_trials=12)
+    assert ruled["epochs"] < 12 * grid["epochs"] and ruled["stopped"] > 0 and ruled["best_final"] in finals
+    pruned = combined_replay.simulate("digits", 0, combined_replay.optuna_pruner, n_trials=12, optuna_arm="tpe+median")
+    # TPE's 10 start-up trials: 2 at a time, the 11th is asked when 9 finished, only the 12th after 10
+    assert pruned["epochs"] <= 12 * grid["epochs"] and pruned["model"] == 1
