@@ -272,3 +272,24 @@ def test_ctrl_c_stops_the_objective_and_raises_in_the_caller(tmp_path, stopping)
         assert calls != [main] and ended == ["stop requested by the job"]
     else:  # a whole call in the caller's thread: the KeyboardInterrupt is raised in the objective
         assert calls == [main] and ended == []
+
+
+def test_a_20_trial_job_with_stopping_makes_model_based_suggestions_and_says_so(tmp_path):
+    """Issue 48's case: with early stopping on, most trials are stopped, and the default sampler still leaves
+    its random start-up (the stopped trials count toward it and feed its model): the trials after it carry the
+    GP's suggestion, and the job's record counts them."""
+    from trials.controller.jobs import view as job_view
+    from trials.study.choice import MODEL, RANDOM, suggestion_counts
+
+    pytest.importorskip("scipy")  # the default's GP (trials[gp])
+    spec = loads_spec(SPACE.replace("max_trial_count: 12", "max_trial_count: 20") + "stopping: {type: median}\n")
+    result = trials.tune(objective, spec, Config, directory=str(tmp_path), seed=2)
+    frozen = result.store.frozen_trials()
+    stopped = [t for t in frozen if t.user_attrs.get("stopped_early")]
+    assert len(stopped) >= 5
+    counts = suggestion_counts(frozen)
+    assert counts[MODEL] >= 5 and counts[MODEL] + counts[RANDOM] == 20
+    by_gp = [t for t in frozen if any(k.startswith("gp:relative_params") for k in t.system_attrs)]
+    assert len(by_gp) == counts[MODEL]
+    line = job_view.suggestions_made_line(result.store.meta(), frozen)
+    assert line is not None and line.startswith(f"suggestions: {counts[MODEL]} from the gp-warped model, ")
