@@ -35,7 +35,7 @@ from typing import Any
 from benchmarks import report
 from trials.controller.report.page import IMPORTANCES_CACHE
 from trials.records import JobState
-from trials.study import journal_cache
+from trials.study.journal import cache as journal_cache
 
 PART = "read"
 GOAL_READ_S = 0.5

@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 NOT_FOR_A_JOURNAL_SWEEP = ("sqlalchemy", "trials.study.database.leases", "trials.study.database.outages",
-                           "trials.study.journal_check", "trials.controller.container.runtime")
+                           "trials.study.journal.check", "trials.controller.container.runtime")
 
 TRAINER = """
 import hypertune

@@ -13,7 +13,7 @@ from optuna.storages.journal import JournalFileBackend
 
 from trials.job_meta import JobMeta
 from trials.spec.load import loads_spec
-from trials.study.journal import one_write
+from trials.study.journal.log import one_write
 from trials.study.storage import open_storage
 from trials.study.store import JobStore
 

@@ -17,7 +17,8 @@ from optuna.trial import TrialState
 from test_replay import _random_ops, optuna_replay
 
 from benchmarks.read_scale import build_job
-from trials.study import journal_cache, replay
+from trials.study import replay
+from trials.study.journal import cache as journal_cache
 
 _STEPS = {"measurements", "live_elapsed_s", "live_metrics"}
 

@@ -204,7 +204,7 @@ NO_SIDE_EFFECTS = """
 import logging, warnings
 import optuna
 level, filters = optuna.logging.get_verbosity(), list(warnings.filters)
-import trials.study, trials.study.storage, trials.study.journal, trials.study.space
+import trials.study, trials.study.storage, trials.study.journal.log, trials.study.space
 import trials.study.samplers, trials.study.store
 assert optuna.logging.get_verbosity() == level, "optuna's log level changed at import"
 assert warnings.filters == filters, "warning filters changed at import"

@@ -7,8 +7,9 @@ measurements and reasons. Trials are created up front as WAITING (``maxTrialCoun
 size), so any number of controllers or workers claim them atomically and can never exceed the count.
 
 Modules: ``storage`` (opening a storage from a URL; the outage-retrying database storage),
-``journal`` (Optuna's journal storage opened from its snapshot; batched journal writes), ``journal_check``
-(finding and repairing unreadable journal lines), ``space`` (the search space in Optuna's terms),
+``journal`` (the journal file: ``journal.log``, Optuna's journal storage and batched journal writes;
+``journal.cache``, what is kept beside it to read it fast; ``journal.check``, finding and repairing unreadable
+journal lines), ``replay`` (the journal read without Optuna), ``space`` (the search space in Optuna's terms),
 ``samplers``, ``store`` (``JobStore``: one job in a storage), ``importances`` (parameter importances for
 the report), ``outages`` (telling a connection outage from a failed query, retrying through it),
 ``leases`` (many workers on one database job: the lease table's SQL on the storage's engine),

@@ -7,7 +7,7 @@ what a record does, which records are ignored, where a torn tail ends the journa
 :class:`StoredTrial` values that read like ``FrozenTrial`` for what the commands use.
 
 It is never a second source of truth. The snapshot (``journal.log.snapshot`` beside the journal) is
-the replay of a prefix of the journal, kept as :mod:`trials.study.journal_cache` keeps a file: used
+the replay of a prefix of the journal, kept as :mod:`trials.study.journal.cache` keeps a file: used
 only while the journal still starts with exactly those bytes (a journal rewritten behind its back, by
 ``trials repair`` or by hand, is replayed again from its start), and only the tail after it is read;
 one that is torn, truncated, foreign or of another version is ignored and written again. It has two
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trials.records import is_live_attr
-from trials.study import journal_cache
+from trials.study.journal import cache as journal_cache
 from trials.study.optuna_internals import JournalOp as Op
 
 # a snapshot is written when this many records were replayed after the last one (or after none)

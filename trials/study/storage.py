@@ -55,7 +55,7 @@ def open_storage(url: str, *, heartbeat_interval_s: int | None = None,
     if is_journal_url(url):
         from optuna.storages.journal import JournalFileOpenLock
 
-        from trials.study.journal import open_journal
+        from trials.study.journal.log import open_journal
 
         path = journal_path(url)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -64,11 +64,11 @@ def open_storage(url: str, *, heartbeat_interval_s: int | None = None,
         except OSError as err:
             if not isinstance(err, IsADirectoryError):
                 raise
-            from trials.study.journal_check import corrupt_error
+            from trials.study.journal.check import corrupt_error
 
             raise corrupt_error(path, err) from None
         except Exception as err:  # noqa: BLE001 - a bad line: JSONDecodeError, UnicodeDecodeError, ...
-            from trials.study.journal_check import corrupt_error
+            from trials.study.journal.check import corrupt_error
 
             raise corrupt_error(path, err) from None
     if "://" not in url:

@@ -20,13 +20,13 @@ from optuna.trial import TrialState
 from trials.errors import ConfigError, JobNotFoundError
 from trials.job_meta import JobMeta
 from trials.spec import Algorithm, JobSpec, StudySpec, Value
-from trials.study import journal
 from trials.study import optuna_internals as internals
 from trials.study.choice import FIXED, MAX_STARTUP, MODEL, RANDOM, SUGGESTED_ATTR, startup_trials
 from trials.study.database import writes
 from trials.study.database.writes import (
     NotHeldError as NotHeldError,  # re-exported: a batch's lease was another worker's
 )
+from trials.study.journal import log as journal
 from trials.study.names import ATTR_PREFIX as ATTR_PREFIX  # re-exported: where it always was
 from trials.study.names import job_meta
 from trials.study.samplers import acts_after_trial, make_sampler, model_ready

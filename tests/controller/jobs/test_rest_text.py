@@ -12,7 +12,8 @@ from benchmarks.read_scale import build_job
 from trials.cli import main
 from trials.controller.jobs import view
 from trials.jsontext import dumps_indented
-from trials.study import journal_cache, replay
+from trials.study import replay
+from trials.study.journal import cache as journal_cache
 
 
 @pytest.fixture
