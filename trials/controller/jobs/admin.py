@@ -166,7 +166,7 @@ def repair_job(root: str, job_id: str) -> tuple[int, list[str], str | None]:
 
     Returns the records kept, a description of each line dropped, and where the original was kept.
     """
-    from trials.study.journal_check import repair
+    from trials.study.journal.check import repair
 
     job_dir = job_dir_of(root, job_id)
     path = os.path.join(job_dir, JOURNAL_FILE)

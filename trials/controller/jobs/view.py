@@ -17,7 +17,8 @@ from trials.job_meta import JobMeta
 from trials.jsontext import Encoded, dumps_indented
 from trials.spec import JobSpec
 from trials.storage_url import JOURNAL_FILE, is_journal_url, journal_path
-from trials.study import journal_cache, replay
+from trials.study import replay
+from trials.study.journal import cache as journal_cache
 from trials.study.names import job_meta, meta_attr, values_reader
 from trials.timefmt import rfc3339
 
