@@ -57,7 +57,8 @@ def _ended(job_id: str, *, root: str, storage: str | None) -> view.JobView | Non
     if meta.state != JobState.SUCCEEDED:
         return None
     runtime = registry.RUNTIMES.get(meta.runtime or registry.HOST)
-    if runtime is None or not runtime.plain or meta.images or meta.options_of(registry.SLURM):
+    if runtime is None or not runtime.plain or meta.images or any(
+            meta.options_of(name) for name, entry in registry.RUNTIMES.items() if entry.option_flags):
         return None
     if any(accelerator_counts(h.job)) or h.job.local.inject_restarts or study_stopping.from_job(h.job) is not None:
         return None
