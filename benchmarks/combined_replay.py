@@ -14,7 +14,6 @@ part-12 columns (best final, epochs, model-based suggestions, stopped, good tria
 
 from __future__ import annotations
 
-import math
 import statistics
 import warnings
 from collections.abc import Callable, Sequence
@@ -51,7 +50,14 @@ def optuna_pruner(trial: Any, current: list[tuple[float, float]], finished: list
     return bool(trial.should_prune())
 
 
-def simulate(workload: str, seed: int, rule: Rule | None, *, parallel: int = combined.PARALLEL,
+def simulate(workload: str, seed: int, rule: Rule | None, **options: Any) -> dict[str, Any]:
+    """One job (:func:`_simulate`), without the samplers' experimental-feature warnings."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _simulate(workload, seed, rule, **options)
+
+
+def _simulate(workload: str, seed: int, rule: Rule | None, *, parallel: int = combined.PARALLEL,
              n_trials: int = combined.N_TRIALS, sampler_name: str = "gp-warped",
              optuna_arm: str | None = None) -> dict[str, Any]:
     """One job: the outcome columns of ``combined._outcome``."""
@@ -65,7 +71,6 @@ def simulate(workload: str, seed: int, rule: Rule | None, *, parallel: int = com
     from trials.study.samplers import make_sampler
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    warnings.simplefilter("ignore")
     grid = combined.load(workload)
     job = loads_spec(combined.spec_text(grid, workload, stopping=rule is not None), source=f"{workload}.yaml")
     n_startup = startup_trials(n_trials, sampler_name)
@@ -147,4 +152,3 @@ if __name__ == "__main__":
     parser.add_argument("--workload", action="append", choices=combined.WORKLOADS)
     a = parser.parse_args()
     screen(VARIANTS, seeds=a.seeds, parallel=a.parallel, workloads=a.workload or combined.WORKLOADS)
-    del math
