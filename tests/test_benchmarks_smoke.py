@@ -96,9 +96,9 @@ def test_stopping_replay_counts_work_stops_and_futile_stops():
     assert new["n_stopped"] == 0 and new["best"] == 0.9
     rising = [[(float(t), q * t) for t in range(1, 11)] for q in (1.0, 0.9, 0.95, 0.8, 0.85, 0.97, 1.0, 0.9, 0.1)]
     out = es.replay(rising, es.decider(es.variants()["default_median"]))
-    # after 3 completed, no trial of a q below 1.0 can reach the best final value 10 (the largest gain of the
-    # 3 completed curves from step 1 is 9): 0.8, 0.85, 0.97, 0.9 and 0.1 stop at step 1, the second 1.0 runs
-    assert out["n_stopped"] == 5 and out["work"] == 4 * 10 + 5 and out["futile"] == 0 and out["best"] == 10.0
+    # after 2 completed, no trial of a q below 1.0 can reach the best final value 10 (the largest gain of the
+    # 2 completed curves from step 1 is 9): 0.95, 0.8, 0.85, 0.97, 0.9 and 0.1 stop at step 1, the second 1.0 runs
+    assert out["n_stopped"] == 6 and out["work"] == 3 * 10 + 6 and out["futile"] == 0 and out["best"] == 10.0
     prev = es.replay(rising, es.decider(es.variants()["prev_median"]))  # waited for 10 completed trials
     assert prev["n_stopped"] == 0 and prev["work"] == 90
 

@@ -143,14 +143,14 @@ def test_the_median_rule_stops_the_worse_trials_and_the_stop_reaches_them_before
 
     spec = loads_spec(GRID + "stopping: {type: median}\n")
     result = trials.tune(objective, spec, GridConfig, directory=str(tmp_path))
-    # trials 1-3 complete; 4 and 5 cannot reach trial 1's final value (the gains of the 3 completed curves
-    # from step 1: the leaders' bar needs 5 trials); 6-9 are worse at step 1 than the leaders
-    assert last_step == {1: 6, 2: 6, 3: 6, 4: 1, 5: 1, 6: 1, 7: 1, 8: 1, 9: 1}
-    assert [len(t["measurements"]) for t in result.trials] == [6] * 3 + [1] * 6
+    # trials 1-2 complete; 3-5 cannot reach trial 1's final value (the gains of the 2 completed curves from
+    # step 1: the leaders' bar needs 5 trials); 6-9 are worse at step 1 than the leaders
+    assert last_step == {1: 6, 2: 6, 3: 1, 4: 1, 5: 1, 6: 1, 7: 1, 8: 1, 9: 1}
+    assert [len(t["measurements"]) for t in result.trials] == [6] * 2 + [1] * 7
     assert all(t["state"] == "SUCCEEDED" for t in result.trials)
     attrs = {t.number + 1: t.user_attrs for t in result.store.frozen_trials()}
-    assert [n for n, a in attrs.items() if a.get("stopped_early")] == [4, 5, 6, 7, 8, 9]
-    assert attrs[4]["stop_reason"].startswith("even the largest gain from here of the 3 completed trials")
+    assert [n for n, a in attrs.items() if a.get("stopped_early")] == [3, 4, 5, 6, 7, 8, 9]
+    assert attrs[3]["stop_reason"].startswith("even the largest gain from here of the 2 completed trials")
     assert "at step 1 is below -1.99, the worst there of the 2 leaders (the top fifth of 6 trials)" in attrs[7][
         "stop_reason"]
     assert result.best_trial_id == "1"  # a stopped trial's value is where it stopped

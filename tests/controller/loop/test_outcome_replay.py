@@ -67,11 +67,12 @@ def test_the_loop_tells_each_new_step_and_a_tick_while_a_trial_is_silent(tmp_pat
 def test_a_trial_told_to_stop_early_that_reaches_the_end_is_said_to_have_run_to_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(stopping, "MEDIAN_HOPELESS_COMPLETED", None)  # the leaders' bar alone (equal trials)
-    # 6 completed trials, then trial 7 far behind at step 9 of 10: told to stop, it ignores SIGTERM and
-    # reports step 10 within the grace period: finished, not stopped early, and the event says why
+    # 6 completed trials, then trial 7 far behind at step 8 of 10 (the last before the last tenth, where no
+    # rule stops): told to stop, it ignores SIGTERM and reports steps 9 and 10 within the grace period:
+    # finished, not stopped early, and the event says why
     def plan(trial: str, attempt: int) -> Script:
         if trial == "7":
-            return Script(steps=2, first_step=9, offset=10.0, on_term="ignore")
+            return Script(steps=3, first_step=8, offset=10.0, on_term="ignore")
         # trial 6, the first the rule may stop, ahead of every leader: it completes whatever its x
         return Script(steps=10, offset=-1.0 if trial == "6" else 0.0)
 
@@ -79,7 +80,7 @@ def test_a_trial_told_to_stop_early_that_reaches_the_end_is_said_to_have_run_to_
     assert state == JobState.SUCCEEDED
     assert [(e.trial_id, e.reason.value) for e in said if e.name == "trial_stopping"] == [("7", "early")]
     last = _done(said)[-1]
-    assert (last.trial_id, last.stopped_early, last.ran_to_end, last.steps) == ("7", False, True, 2)
+    assert (last.trial_id, last.stopped_early, last.ran_to_end, last.steps) == ("7", False, True, 3)
     assert not any(e.ran_to_end for e in _done(said)[:-1])
 
 

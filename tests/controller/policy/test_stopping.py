@@ -202,9 +202,9 @@ def test_median_counts_running_trials_toward_the_wait_and_ranks_them_as_stopped_
 def test_the_median_spec_also_stops_a_trial_on_a_leaders_path_that_cannot_reach_the_best_final():
     """An overfitting trial leads early and falls late: it is on the leaders' path at step 3, but the
     largest gain any of 3 completed trials made from step 3 to its end would not bring it to the best final
-    value: the median spec stops it (``decide``); the leaders alone (``median_rule``) keep it; with 2
-    completed trials past step 3 it waits."""
-    assert stopping.MEDIAN_HOPELESS_COMPLETED == 3
+    value: the median spec stops it (``decide``); the leaders alone (``median_rule``) keep it; with 1
+    completed trial past step 3 it waits."""
+    assert stopping.MEDIAN_HOPELESS_COMPLETED == 2
     done = [ref([0.2, 0.3, 0.5, 0.6, 0.7, 0.75, 0.8], "1"), ref([0.2, 0.3, 0.4, 0.45, 0.5, 0.55, 0.6], "2"),
             ref([0.1, 0.2, 0.3, 0.35, 0.4, 0.45, 0.5], "3")]
     stopped = [ref([0.05, 0.05], str(i + 4), completed=False) for i in range(3)]
@@ -214,5 +214,22 @@ def test_the_median_spec_also_stops_a_trial_on_a_leaders_path_that_cannot_reach_
     d = stopping.decide(spec, falling, [*done, *stopped])
     assert d.stop and d.reason == ("even the largest gain from here of the 3 completed trials that ran past it "
                                    "(0.3: trials 1, 2 and 3) would end at 0.72, worse than the best 0.8 (trial 1)")
-    assert not stopping.decide(spec, falling, [*done[:2], *stopped, ref([0.05], "7", False)]).stop  # 2: it waits
+    assert not stopping.decide(spec, falling, [*done[:1], ref([0.05], "7", False)]).stop  # 1: it waits
     assert not stopping.decide(spec, curve([0.5, 0.45, 0.52]), [*done, *stopped]).stop  # 0.82 > 0.8: kept
+
+
+def test_no_rule_stops_a_trial_in_the_last_tenth_of_the_horizon():
+    """A trial far behind every other is stopped at step 8 of 10 by each rule, and let finish from step 9 on:
+    a stop there saves a tenth of a trial and loses its final value (the sampler's data, the user's pick)."""
+    assert stopping.MAX_FRACTION == 0.9
+    done = [ref([0.1 * s + 0.05 * i for s in range(1, 11)], str(i + 1)) for i in range(6)]
+    spec = {kind: StoppingSpec(kind=kind) for kind in StoppingKind}
+    for step, stops in ((8, True), (9, False), (10, False)):
+        behind = curve([0.01] * step)
+        assert stopping.guard(behind, done) is stops
+        for kind in (StoppingKind.MEDIAN, StoppingKind.DECAY_CURVE):
+            assert stopping.decide(spec[kind], behind, done).stop is stops, (kind, step)
+    # elapsed seconds: the same tenth of the longest completed trial's time
+    timed = [Reference(curve=[(10.0 * s, 0.5) for s in range(1, 11)])]
+    assert stopping.guard([(89.0, 0.1)], timed, min_completed=1)
+    assert not stopping.guard([(90.0, 0.1)], timed, min_completed=1)
