@@ -1,5 +1,6 @@
 """Early-stopping rules on hand-made curves."""
 
+import pytest
 
 from trials.controller.policy import stopping
 from trials.controller.policy.stopping import Reference
@@ -233,3 +234,20 @@ def test_no_rule_stops_a_trial_in_the_last_tenth_of_the_horizon():
     timed = [Reference(curve=[(10.0 * s, 0.5) for s in range(1, 11)])]
     assert stopping.guard([(89.0, 0.1)], timed, min_completed=1)
     assert not stopping.guard([(90.0, 0.1)], timed, min_completed=1)
+
+
+def test_the_leaders_bar_is_lowered_by_the_curves_noise():
+    """Accuracy on a validation set moves in steps of one example: completed curves that wobble by ~0.01 from
+    epoch to epoch make a trial 0.003 behind the leaders at step 4 no reason to stop (the README's job once
+    stopped, at step 1, a trial one example behind that would have ended the best); 0.05 behind, it stops
+    and the reason gives the noise."""
+    wobbly = [0.5 + 0.05 * i + (0.01 if i % 2 else 0.0) for i in range(8)]  # each 0.01 off its neighbours' mean
+    done = [ref([v - 0.1 * i for v in wobbly], str(i + 1)) for i in range(5)]
+    assert stopping.noise([r.curve for r in done]) == pytest.approx(0.01)
+    assert stopping.noise([curve([0.5] * 8)]) == 0.0 and stopping.noise([curve([0.5, 0.6])]) == 0.0
+    assert stopping.noise([curve([0.5, float("nan"), 0.7, 0.8, 0.9])]) == pytest.approx(0.0)
+    leader_at_4 = 0.66  # trial 1, the top fifth of 5
+    assert not stopping.median_rule(curve([0.6, 0.6, 0.6, leader_at_4 - 0.003]), done).stop
+    d = stopping.median_rule(curve([0.6, 0.6, 0.6, leader_at_4 - 0.05]), done)
+    assert d.stop and d.reason == ("value 0.61 at step 4 is below 0.66 by more than the curves' noise (0.01), the "
+                                   "leader's value there (the top fifth of 5 trials): trial 1")

@@ -223,7 +223,8 @@ def _leaders_rule(current: Curve, others: Sequence[Curve | Reference], *, min_tr
     if not leaders:
         return KEEP
     bar = min(v for _, v in leaders)
-    if not (math.isnan(y) or y < bar):
+    margin = noise([r.curve for r in refs if r.completed])
+    if not (math.isnan(y) or y < bar - margin):
         return KEEP
     worse = "below" if maximize else "above"
     where = f"{x:g} s" if elapsed else f"step {x:g}"
@@ -234,9 +235,19 @@ def _leaders_rule(current: Curve, others: Sequence[Curve | Reference], *, min_tr
                   f", {n_running} of them running (at their last report)" if n_running else ""])
     names = _names([r for r, _ in leaders])
     lead = f"the worst there of the {len(leaders)} leaders" if len(leaders) > 1 else "the leader's value there"
-    return StopDecision(True, f"value {shown} at {where} is {worse} {_show(bar, maximize)}, {lead} "
+    by = f" by more than the curves' noise ({margin:.3g})" if margin > 0 else ""
+    return StopDecision(True, f"value {shown} at {where} is {worse} {_show(bar, maximize)}{by}, {lead} "
                               f"(the top {_fraction(top)} of {len(ranked)} trials{of})"
                               + (f": {names}" if names else ""))
+
+
+def noise(curves: Sequence[Curve]) -> float:
+    """The curves' step-to-step noise: the median, over the interior points of the completed curves, of how far a
+    value lies from the mean of its two neighbours (0 without three points). The leaders' bar is lowered by it,
+    so a trial one validation example behind a leader is not stopped for it."""
+    devs = [abs(c[i][1] - (c[i - 1][1] + c[i + 1][1]) / 2) for c in curves for i in range(1, len(c) - 1)
+            if not any(math.isnan(c[j][1]) for j in (i - 1, i, i + 1))]
+    return statistics.median(devs) if devs else 0.0
 
 
 def _fraction(top: float) -> str:
