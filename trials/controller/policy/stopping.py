@@ -10,7 +10,8 @@ its trial id (named in a stop's reason) and whether it ran to its end (completed
   trials' running averages"; measured with the default sampler on real curves (benchmarks/README.md part
   12) that rule only stops clearly bad trials on rising curves (a trial's best is above its own running
   average) and saved 13-18 % of the work. Ours asks whether the trial is on the path of any leader: it
-  is stopped when its value at x is below the value there of every leader, the top :data:`MEDIAN_TOP`
+  is stopped when its value at x is below the value there of every leader (by more than the completed
+  curves' step-to-step noise, :func:`noise`: one validation example is no reason), the top :data:`MEDIAN_TOP`
   (a fifth) of the other trials ranked as the sampler ranks them (``npgp.stopped_as_values``: completed
   ones by their final value, above those stopped early and those still running, which rank by how far
   they got). Every trial counts, a stopped one with its curve up to its stop and a running one with its
@@ -59,7 +60,8 @@ from trials.spec import StoppingKind, StoppingSpec
 
 Curve = Sequence[tuple[float, float]]  # (x, value), x increasing
 
-# Chosen on benchmarks/combined.py (part 12): real curves of two workloads, the default sampler, 10 seeds.
+# Chosen on benchmarks/combined.py (part 12): real curves of two workloads, the default sampler, screened on 30-60 seeds
+# in one process (benchmarks/combined_replay.py), recorded with real jobs on 20.
 MIN_COMPLETED = 5  # the decay-curve rule: completed curves running past x needed before it may stop a trial
 MIN_POINTS = 1  # measurements of the running trial needed (a job whose trials report once: never)
 MIN_FRACTION = 0.0  # no stop before this fraction of the horizon (0.1 and 0.25 cost savings, saved nothing)
