@@ -131,7 +131,9 @@ def test_nan_final_value_makes_the_trial_infeasible(jobs) -> None:
 
 def test_wrong_tag_warns_and_names_the_reported_tags(jobs) -> None:
     job_id = jobs.job_id("tag")
-    out = jobs.sweep(jobs.spec(), job_id, "--fault=wrong_tag")
+    # 2 steps: fewer than the job's wrong-tag rule waits for (policy/tags.py, 3), which would otherwise race the
+    # trial's exit on a loaded machine and fail the job while the trial still runs (its own test is elsewhere)
+    out = jobs.sweep(jobs.spec(), job_id, "--fault=wrong_tag", "--epochs=2")
     assert "reports tags not in the spec: accuracy (spec metrics: loss)" in out.stdout + out.stderr
     trial = jobs.describe(job_id)["trials"][0]
     assert trial["state"] == "INFEASIBLE"
