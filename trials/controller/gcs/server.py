@@ -12,7 +12,11 @@ a link (:mod:`trials.controller.gcs.beneath`); a link, FIFO or device is never a
 whose name goes through one answers 403 (a write or delete) or 404 (a read), never 500. Only its owner's
 programs may talk to it: a ``Host`` other than the bound address or a loopback name (DNS rebinding) and
 any request a browser marks as coming from a page (an ``Origin``, a ``Sec-Fetch-Site`` other than
-``none``) answer 403; ``/wipe`` (the emulator's own, not Cloud Storage's) is not served. Its stderr
+``none``) answer 403; ``/wipe`` (the emulator's own, not Cloud Storage's) is not served. A client cannot
+hold it for the others: each connection is read in its own thread, a socket silent for
+:data:`IDLE_TIMEOUT_S` is dropped, and the buckets are worked on one request at a time only once its
+whole body has arrived, the answer written out after (a trainer that opens a connection and sends
+nothing, or sends a body and never reads the answer, stalls only itself). Its stderr
 goes to /dev/null once the port is printed: nobody reads it after the start, and a full pipe would
 stop it.
 """
@@ -22,6 +26,7 @@ from __future__ import annotations
 import base64
 import errno
 import hashlib
+import io
 import ipaddress
 import json
 import logging
@@ -49,6 +54,7 @@ _INTERNAL = (".", "_")  # the emulator's own entries (.meta, _resumable, _softde
 LOOPBACK_NAMES = ("localhost", "localhost.", "127.0.0.1", "::1")
 _META = ".meta"  # the emulator's state file
 META_MAX_BYTES = 64 << 20
+IDLE_TIMEOUT_S = 20.0  # a connection silent this long (headers, body or a read of the answer) is dropped
 
 
 class _OwnStore(beneath.Store):
@@ -223,6 +229,9 @@ class _BucketHandler(RequestHandler):  # type: ignore[misc]
     write, a delete) or 404 (a read: the emulator's own catch), a name clashing with a folder 409."""
 
     allowed: frozenset[str] = frozenset(LOOPBACK_NAMES)
+    timeout = IDLE_TIMEOUT_S  # StreamRequestHandler sets it on the socket: every read and write
+    rfile: Any  # the socket's, then the request's body read whole (_answer)
+    wfile: Any  # the socket's, then a buffer while the buckets' lock is held (_answer)
 
     def parse_request(self) -> bool:
         if not super().parse_request():
@@ -236,6 +245,55 @@ class _BucketHandler(RequestHandler):  # type: ignore[misc]
         return True
 
     def _answer(self, do: Callable[[RequestHandler], None]) -> None:
+        """The whole body is read off the socket first, the answer written after: the buckets' lock
+        (``server.busy``) is never held while waiting on the client."""
+        body = self._read_body()
+        if body is None:
+            return
+        socket_out = self.wfile
+        buffered = io.BytesIO()
+        self.rfile, self.wfile = io.BytesIO(body), buffered
+        try:
+            with self.server.busy:
+                self._work(do)
+        finally:
+            self.wfile = socket_out
+        socket_out.write(buffered.getvalue())
+
+    def _read_body(self) -> bytes | None:
+        """The request's body as sent (Content-Length, or chunked: the chunks verbatim, for the
+        emulator to decode); None after answering 400 (a bad length or chunk size)."""
+        length = self.headers.get("Content-Length")
+        if length is not None:
+            if not length.strip().isdigit():
+                self._error(400, f"bad request: Content-Length {length[:40]!r} is not a number of bytes")
+                return None
+            return self._exactly(int(length))
+        if (self.headers.get("Transfer-Encoding") or "").strip().lower() != "chunked":
+            return b""
+        parts = []
+        while True:
+            line = self.rfile.readline(1024)
+            parts.append(line)
+            size_text = line.split(b";", 1)[0].strip()
+            try:
+                size = int(size_text or b"0", 16)
+            except ValueError:
+                self._error(400, "bad request: a chunk size is not hexadecimal")
+                return None
+            if size <= 0:
+                break
+            parts.append(self._exactly(size))
+            parts.append(self.rfile.readline(1024))
+        return b"".join(parts)
+
+    def _exactly(self, n: int) -> bytes:
+        data: bytes = self.rfile.read(n)
+        if len(data) < n:
+            raise ConnectionResetError(errno.ECONNRESET, "the client closed before its body's end")
+        return data
+
+    def _work(self, do: Callable[[RequestHandler], None]) -> None:
         try:
             do(self)
         except beneath.Refused as err:
@@ -315,19 +373,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-class _Server(server.HTTPServer):
-    """Binds with IP_FREEBIND: a container network's gateway address exists only once its bridge is up.
+class _Server(server.ThreadingHTTPServer):
+    """A thread per connection (daemons: a stalled client never delays the exit); binds with IP_FREEBIND:
+    a container network's gateway address exists only once its bridge is up.
 
-    ``busy`` is held while a request is handled: the end of stdin waits for it, then exits at once.
+    ``busy`` is held while a request works on the buckets (its body read, its answer not yet sent): one at
+    a time, as the emulator's state expects; the end of stdin waits for it, then exits at once.
     """
+
+    daemon_threads = True
 
     def __init__(self, *args: Any, **kwargs: Any):
         self.busy = threading.Lock()
         super().__init__(*args, **kwargs)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self.busy:
-            super().process_request(request, client_address)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A request that failed is dropped without a word (no traceback: see :func:`_quiet_stderr`)."""
