@@ -333,3 +333,16 @@ def test_combined_replay_runs_the_loops_rule_over_the_recorded_curves():
     pruned = combined_replay.simulate("digits", 0, combined_replay.optuna_pruner, n_trials=12, optuna_arm="tpe+median")
     # TPE's 10 start-up trials: 2 at a time, the 11th is asked when 9 finished, only the 12th after 10
     assert pruned["epochs"] <= 12 * grid["epochs"] and pruned["model"] == 1
+
+
+def test_combined_replay_oracle_never_kills_a_good_trial_and_the_gp_veto_only_keeps():
+    """The screen's two measuring variants: the oracle (the loop's rule, a perfect veto) kills no trial of the
+    grid's top 10 % where the loop's rule kills one on the same seed; the GP over (params, step) keeps some
+    trials the loop's rule stops (it only vetoes), so it runs more epochs on that seed and stops fewer."""
+    from benchmarks import combined_replay
+
+    ruled = combined_replay.simulate("gbdt", 3, combined_replay.default_rule)
+    oracle = combined_replay.simulate("gbdt", 3, combined_replay.oracle_rule)
+    vetoed = combined_replay.simulate("gbdt", 3, combined_replay.gp_veto_rule)
+    assert ruled["killed"] >= 1 and oracle["killed"] == 0
+    assert vetoed["stopped"] < ruled["stopped"] and vetoed["epochs"] > ruled["epochs"]
