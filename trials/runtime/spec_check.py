@@ -104,8 +104,12 @@ def check_params(params: Sequence[Param], study: StudySpec, *, args: Sequence[st
             try:
                 convert(param, text)
             except FlagError as err:
+                hint = ""
+                if p.type is ParameterType.CATEGORICAL and param.kind in ("int", "float"):
+                    hint = (f": the spec's choices are strings, so make the field a str (or a Literal of "
+                            f"the choices), not {param.kind}")
                 problems.append(f"--{p.parameter_id}={text} (in {p.describe_range()} of {spec_source}) is "
-                                f"refused by the trainer: {err}")
+                                f"refused by the trainer: {err}{hint}")
                 break
     given = {p.parameter_id for p in study.all_parameters()}  # conditional ones: reported above
     for name, value in _fixed_flags(args):

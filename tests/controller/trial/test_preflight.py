@@ -116,6 +116,28 @@ parameters:
                             "give it")
 
 
+def test_a_numeric_field_for_string_choices_says_to_make_it_a_str():
+    """The trainer's message alone ("expects an integer, got 'adam'") reads as if the spec were wrong; numeric
+    choices ("16", "32") convert and are no problem."""
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Config:
+        optimizer: int = 1
+        width: int = 16
+
+    study = loads_spec("""metrics: {loss: minimize}
+parameters:
+  optimizer: {type: categorical, values: [adam, sgd]}
+  width: {type: categorical, values: ["16", "32"]}
+""").study
+    problems, _ = check_params(params_from_config(Config), study)
+    assert len(problems) == 1
+    assert problems[0].startswith("--optimizer=adam (in {adam, sgd} of the spec) is refused by the trainer: ")
+    assert problems[0].endswith(": the spec's choices are strings, so make the field a str (or a Literal of the "
+                                "choices), not int")
+
+
 def test_only_trials_trainers_are_asked(tmp_path):
     (tmp_path / "a.py").write_text("import trials\ntrials.main(objective, Config)\n")
     (tmp_path / "b.py").write_text("import argparse, hypertune\n")
