@@ -89,3 +89,54 @@ def test_a_bad_length_or_chunk_size_is_400_and_the_endpoint_goes_on(root, header
         assert b"bad request" in answer
         assert download(gcs.host, "b", "x.txt") == (200, b"x")
     assert not (root / "b" / "bad.txt").exists()
+
+
+def _upload(host: str, name: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+    return call(host, "POST", f"/upload/storage/v1/b/b/o?uploadType=media&name={name}", body,
+                {"Content-Type": "application/octet-stream", **headers})
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_a_compressed_upload_is_stored_decoded(root, encoding):
+    import gzip
+    import zlib
+
+    data = b"weights " * 1000
+    body = gzip.compress(data) if encoding == "gzip" else zlib.compress(data)
+    with endpoint(root) as gcs:
+        status, answer = _upload(gcs.host, "w.bin", body, {"Content-Encoding": encoding})
+        assert status == 200, answer
+        assert download(gcs.host, "b", "w.bin") == (200, data)
+
+
+def test_a_body_over_the_limit_is_413_whatever_its_encoding(root, monkeypatch):
+    """A 2 MiB gzip body of zeros inflates to 2 GiB: the emulator decoded it whole, with no bound. The limit
+    is set to 1 MiB here (``$TRIALS_GCS_MAX_BODY_MB``) so the test inflates little."""
+    import gzip
+
+    monkeypatch.setenv("TRIALS_GCS_MAX_BODY_MB", "1")
+    bomb = gzip.compress(b"\0" * (8 << 20), compresslevel=1)  # 8 MiB decoded from ~35 KB
+    with endpoint(root) as gcs:
+        status, answer = _upload(gcs.host, "bomb.bin", bomb, {"Content-Encoding": "gzip"})
+        assert status == 413, answer
+        assert b"the gzip body decoded is over 1 MiB" in answer and b"TRIALS_GCS_MAX_BODY_MB" in answer
+        # a declared length or chunk size over the limit is refused before any byte of it (raw: nothing unsent)
+        for head in (b"Content-Length: 99999999999\r\n\r\n", b"Transfer-Encoding: chunked\r\n\r\n100001\r\n",
+                     b"Transfer-Encoding: chunked\r\n\r\n80000\r\n" + b"y" * (512 << 10) + b"\r\n80001\r\n"):
+            with raw(gcs.host) as sock:
+                sock.sendall(b"POST /upload/storage/v1/b/b/o?uploadType=media&name=huge.bin HTTP/1.1\r\n"
+                             b"Host: 127.0.0.1\r\n" + head)
+                assert sock.recv(64).startswith(b"HTTP/1.0 413"), head[:40]
+        assert _upload(gcs.host, "small.bin", b"s" * (512 << 10), {})[0] == 200
+        assert download(gcs.host, "b", "x.txt") == (200, b"x")
+    assert sorted(p.name for p in (root / "b").iterdir()) == ["small.bin", "x.txt"]
+
+
+def test_a_bad_limit_stops_the_endpoints_start_with_its_name(root, monkeypatch):
+    from trials.controller.gcs import emulator
+
+    monkeypatch.setenv("TRIALS_GCS_MAX_BODY_MB", "lots")
+    gcs, why = emulator.start(str(root), {})
+    assert gcs is None
+    assert why == ("the local Cloud Storage endpoint did not start: TRIALS_GCS_MAX_BODY_MB must be a whole number "
+                   "of MiB above 0, got 'lots'")

@@ -16,7 +16,9 @@ any request a browser marks as coming from a page (an ``Origin``, a ``Sec-Fetch-
 hold it for the others: each connection is read in its own thread, a socket silent for
 :data:`IDLE_TIMEOUT_S` is dropped, and the buckets are worked on one request at a time only once its
 whole body has arrived, the answer written out after (a trainer that opens a connection and sends
-nothing, or sends a body and never reads the answer, stalls only itself). Its stderr
+nothing, or sends a body and never reads the answer, stalls only itself). A body is at most
+:data:`MAX_BODY_BYTES` (``$TRIALS_GCS_MAX_BODY_MB`` MiB) once de-chunked and decoded (413
+beyond): a gzip body of a few MB cannot inflate to all of memory. Its stderr
 goes to /dev/null once the port is printed: nobody reads it after the start, and a full pipe would
 stop it.
 """
@@ -36,6 +38,7 @@ import signal
 import socket
 import sys
 import threading
+import zlib
 from collections.abc import Callable
 from email.message import Message
 from http import server
@@ -54,6 +57,8 @@ _INTERNAL = (".", "_")  # the emulator's own entries (.meta, _resumable, _softde
 LOOPBACK_NAMES = ("localhost", "localhost.", "127.0.0.1", "::1")
 _META = ".meta"  # the emulator's state file
 META_MAX_BYTES = 64 << 20
+MAX_BODY_BYTES = 1 << 30  # one request's body (decoded): the emulator holds it in memory
+ENV_MAX_BODY_MB = "TRIALS_GCS_MAX_BODY_MB"  # sets it, in MiB
 IDLE_TIMEOUT_S = 20.0  # a connection silent this long (headers, body or a read of the answer) is dropped
 
 
@@ -230,6 +235,7 @@ class _BucketHandler(RequestHandler):  # type: ignore[misc]
 
     allowed: frozenset[str] = frozenset(LOOPBACK_NAMES)
     timeout = IDLE_TIMEOUT_S  # StreamRequestHandler sets it on the socket: every read and write
+    max_body = MAX_BODY_BYTES
     rfile: Any  # the socket's, then the request's body read whole (_answer)
     wfile: Any  # the socket's, then a buffer while the buckets' lock is held (_answer)
 
@@ -261,31 +267,70 @@ class _BucketHandler(RequestHandler):  # type: ignore[misc]
         socket_out.write(buffered.getvalue())
 
     def _read_body(self) -> bytes | None:
-        """The request's body as sent (Content-Length, or chunked: the chunks verbatim, for the
-        emulator to decode); None after answering 400 (a bad length or chunk size)."""
+        """The request's body, de-chunked and decoded (gzip, deflate), at most ``max_body`` bytes; the
+        headers then say so (a Content-Length, no Transfer- or Content-Encoding) for the emulator, which
+        would decode it again without a bound. None after answering 400 (a bad length, chunk size or
+        encoding) or 413 (too large)."""
         length = self.headers.get("Content-Length")
-        if length is not None:
-            if not length.strip().isdigit():
-                self._error(400, f"bad request: Content-Length {length[:40]!r} is not a number of bytes")
+        chunked = (self.headers.get("Transfer-Encoding") or "").strip().lower() == "chunked"
+        if chunked:
+            body = self._read_chunks()
+        elif length is None:
+            body = b""
+        elif not length.strip().isdigit():
+            self._error(400, f"bad request: Content-Length {length[:40]!r} is not a number of bytes")
+            return None
+        elif int(length) > self.max_body:
+            self._too_large(f"Content-Length {int(length)}")
+            return None
+        else:
+            body = self._exactly(int(length))
+        if body is None:
+            return None
+        encoding = (self.headers.get("Content-Encoding") or "").strip().lower()
+        if encoding in ("gzip", "deflate") and body:
+            # wbits: 16 + MAX_WBITS reads a gzip stream, MAX_WBITS a zlib one (the emulator's deflate)
+            inflate = zlib.decompressobj(16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS)
+            try:
+                decoded = inflate.decompress(body, self.max_body + 1)
+            except zlib.error:
+                self._error(400, f"bad request: the body is not valid {encoding}")
                 return None
-            return self._exactly(int(length))
-        if (self.headers.get("Transfer-Encoding") or "").strip().lower() != "chunked":
-            return b""
-        parts = []
+            if len(decoded) > self.max_body:
+                self._too_large(f"the {encoding} body decoded")
+                return None
+            body = decoded
+        for name in ("Transfer-Encoding", "Content-Encoding", "Content-Length"):
+            del self.headers[name]
+        if body:
+            self.headers["Content-Length"] = str(len(body))
+        return body
+
+    def _read_chunks(self) -> bytes | None:
+        parts: list[bytes] = []
+        total = 0
         while True:
             line = self.rfile.readline(1024)
-            parts.append(line)
-            size_text = line.split(b";", 1)[0].strip()
             try:
-                size = int(size_text or b"0", 16)
+                size = int(line.split(b";", 1)[0].strip() or b"0", 16)
             except ValueError:
                 self._error(400, "bad request: a chunk size is not hexadecimal")
                 return None
             if size <= 0:
-                break
+                while self.rfile.readline(1024).strip():  # trailer fields, up to the blank line
+                    pass
+                return b"".join(parts)
+            total += size
+            if total > self.max_body:
+                self._too_large("the chunked body")
+                return None
             parts.append(self._exactly(size))
-            parts.append(self.rfile.readline(1024))
-        return b"".join(parts)
+            self.rfile.readline(1024)
+
+    def _too_large(self, what: str) -> None:
+        self._error(413, f"{what} is over {self.max_body >> 20} MiB, the most this endpoint takes in one request "
+                         f"({ENV_MAX_BODY_MB}; the Cloud Storage client sends large objects in resumable chunks of "
+                         "100 MiB)")
 
     def _exactly(self, n: int) -> bytes:
         data: bytes = self.rfile.read(n)
@@ -326,7 +371,8 @@ class _BucketHandler(RequestHandler):  # type: ignore[misc]
 
     def _error(self, code: int, message: str) -> None:
         """Google's error shape; the connection is closed after it (the body may be unread)."""
-        reason = {400: "invalid", 403: "forbidden", 404: "notFound", 409: "conflict"}.get(code, "backendError")
+        reason = {400: "invalid", 403: "forbidden", 404: "notFound", 409: "conflict",
+                  413: "uploadTooLarge"}.get(code, "backendError")
         body = json.dumps({"error": {"code": code, "message": message,
                                      "errors": [{"message": message, "domain": "global", "reason": reason}]}})
         data = body.encode()
@@ -354,6 +400,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0  # never given a folder: not needed after all
     root = os.path.abspath(root)
     bind = args[1] if len(args) == 2 else "127.0.0.1"
+    max_mb = os.environ.get(ENV_MAX_BODY_MB, "").strip()
+    if max_mb and not (max_mb.isdigit() and int(max_mb) > 0):
+        print(f"{ENV_MAX_BODY_MB} must be a whole number of MiB above 0, got {max_mb[:40]!r}", file=sys.stderr)
+        return 2
     os.makedirs(root, exist_ok=True)
     os.chdir(root)
     logging.getLogger("gcp_storage_emulator").disabled = True  # a line per missing object, to nobody
@@ -362,7 +412,8 @@ def main(argv: list[str] | None = None) -> int:
     httpd = _Server((bind, 0), server.BaseHTTPRequestHandler)
     port = httpd.server_address[1]
     store = LocalBuckets(root, f"http://[{bind}]:{port}" if ":" in bind else f"http://{bind}:{port}")
-    handler = type("Handler", (_BucketHandler,), {"allowed": allowed_hosts(bind)})
+    handler = type("Handler", (_BucketHandler,), {"allowed": allowed_hosts(bind),
+                                                  "max_body": int(max_mb) << 20 if max_mb else MAX_BODY_BYTES})
     httpd.RequestHandlerClass = lambda *a, **k: handler(store, *a, **k)
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=httpd.shutdown).start())
     threading.Thread(target=_stop_on_eof, args=(httpd,), daemon=True).start()
