@@ -289,22 +289,38 @@ class _BucketHandler(RequestHandler):  # type: ignore[misc]
             return None
         encoding = (self.headers.get("Content-Encoding") or "").strip().lower()
         if encoding in ("gzip", "deflate") and body:
-            # wbits: 16 + MAX_WBITS reads a gzip stream, MAX_WBITS a zlib one (the emulator's deflate)
-            inflate = zlib.decompressobj(16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS)
-            try:
-                decoded = inflate.decompress(body, self.max_body + 1)
-            except zlib.error:
-                self._error(400, f"bad request: the body is not valid {encoding}")
+            body = self._decode(body, encoding)
+            if body is None:
                 return None
-            if len(decoded) > self.max_body:
-                self._too_large(f"the {encoding} body decoded")
-                return None
-            body = decoded
         for name in ("Transfer-Encoding", "Content-Encoding", "Content-Length"):
             del self.headers[name]
         if body:
             self.headers["Content-Length"] = str(len(body))
         return body
+
+    def _decode(self, body: bytes, encoding: str) -> bytes | None:
+        """gzip (every member, as ``gzip.decompress``) or deflate (a zlib stream, as the emulator reads it),
+        never more than ``max_body`` bytes out."""
+        out: list[bytes] = []
+        room = self.max_body
+        rest = body
+        try:
+            while rest:
+                # wbits: 16 + MAX_WBITS reads one gzip member, MAX_WBITS a zlib stream
+                inflate = zlib.decompressobj(16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS)
+                part = inflate.decompress(rest, room + 1)
+                if len(part) > room:
+                    self._too_large(f"the {encoding} body decoded")
+                    return None
+                out.append(part)
+                room -= len(part)
+                if not inflate.eof:
+                    raise zlib.error("truncated")
+                rest = inflate.unused_data if encoding == "gzip" else b""
+        except zlib.error:
+            self._error(400, f"bad request: the body is not valid {encoding}")
+            return None
+        return b"".join(out)
 
     def _read_chunks(self) -> bytes | None:
         parts: list[bytes] = []
