@@ -76,13 +76,19 @@ def run(*, quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
                 stdout_path=os.path.join(trial_dir, "out.log"), stderr_path=os.path.join(trial_dir, "err.log"),
                 image=IMAGE, entrypoint=ENTRYPOINT, args=("--x=0.5",))
 
-        def wait(replica: Any) -> None:
-            while replica.poll() is None:
+        def wait(replica: Any, stderr_path: str) -> None:
+            while (ended := replica.poll()) is None:
                 time.sleep(0.005)
             replica.close()
+            if ended.status != 0:  # a start that failed is no start to time (say, a runtime setting missing)
+                with open(stderr_path, encoding="utf-8", errors="replace") as f:
+                    said = f.read()[-2000:]
+                raise RuntimeError(f"a replica exited {ended.status}: "
+                                   f"{runtime.fix_for(said) or (said.strip().splitlines() or [''])[-1]}")
 
         def through_backend(i: int) -> None:
-            wait(backend.start(request(i, "own")))
+            req = request(i, "own")
+            wait(backend.start(req), req.stderr_path)
 
         def with_network(lane: str, network: list[str]) -> Any:
             def start(i: int) -> None:
@@ -91,7 +97,8 @@ def run(*, quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
                 args[args.index("--network=none")] = network[0]
                 args[args.index(network[0]) + 1:args.index(network[0]) + 1] = network[1:]
                 wait(start_replica([*runtime.command, *args], env=backend.environ, cwd=job,
-                                   stdout_path=req.stdout_path, stderr_path=req.stderr_path, name=req.label))
+                                   stdout_path=req.stdout_path, stderr_path=req.stderr_path, name=req.label),
+                     req.stderr_path)
             return start
 
         bare_dir = os.path.join(work, "bare")
@@ -99,9 +106,13 @@ def run(*, quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
 
         def bare(i: int) -> None:
             metric = os.path.join(bare_dir, f"{i}.metrics")
-            runtime.call("run", "--rm", "--network", "host", "--volume", f"{bare_dir}:{bare_dir}",
-                         "--env", f"{protocol.ENV_METRIC_FILE}={metric}", "--entrypoint", ENTRYPOINT[0], "--", IMAGE,
-                         *ENTRYPOINT[1:], "--x=0.5")
+            done = runtime.call("run", "--rm", "--network", "host", "--volume", f"{bare_dir}:{bare_dir}",
+                                "--env", f"{protocol.ENV_METRIC_FILE}={metric}", "--entrypoint", ENTRYPOINT[0], "--",
+                                IMAGE, *ENTRYPOINT[1:], "--x=0.5")
+            if done.returncode != 0:
+                fix = runtime.fix_for(done.stderr.decode(errors="replace"))
+                raise RuntimeError(f"bare podman run exited {done.returncode}: "
+                                   f"{fix or done.stderr.decode(errors='replace').strip()[-300:]}")
 
         ways = {BARE: bare, OURS: through_backend, HOST: with_network("host", ["--network=host"]),
                 ATTACHED: with_network("attached", [f"--network={attached_net}", "--network-alias=workerpool0-0",
