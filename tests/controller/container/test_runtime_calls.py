@@ -24,10 +24,14 @@ NO_OPERANDS = {("ps",), ("network", "ls"), ("info",)}
 
 def fake_runtime(tmp_path, name: str) -> tuple[rt.Runtime, object]:
     log = tmp_path / f"{name}.calls"
+    log.mkdir()
     program = tmp_path / name
+    # one file per call: calls run concurrently (a run beside a kill), and lines appended piecewise to one shared
+    # file interleave under load
     program.write_text(
         "#!/bin/sh\n"
-        f"for a in \"$@\"; do printf '%s\\037' \"$a\"; done >> {log}; echo >> {log}\n"
+        f"out=$(mktemp {log}/call.XXXXXX)\n"
+        "for a in \"$@\"; do printf '%s\\037' \"$a\"; done > \"$out\"\n"
         "case \"$1 $2\" in \"network inspect\") echo 10.99.0.1;; esac\n"
         "case \"$1\" in run) case \"$*\" in *--detach*|*/trials-probe*) exit 0;; esac; exec sleep 30;; esac\n"
         "exit 0\n")
@@ -36,7 +40,7 @@ def fake_runtime(tmp_path, name: str) -> tuple[rt.Runtime, object]:
 
 
 def calls(log) -> list[list[str]]:
-    return [line.split("\x1f")[:-1] for line in log.read_text().splitlines() if line]
+    return [f.read_text().split("\x1f")[:-1] for f in sorted(log.iterdir())]
 
 
 def subcommand(argv: list[str]) -> tuple[str, ...]:
