@@ -88,16 +88,19 @@ class Store:
     # -- files -----------------------------------------------------------------------------------
     def read_bytes(self, rel: str, *, limit: int | None = None) -> bytes:
         """The file's content (more than ``limit`` bytes: ``ValueError``)."""
+        with os.fdopen(self.open_read(rel), "rb") as f:
+            data = f.read() if limit is None else f.read(limit + 1)
+        if limit is not None and len(data) > limit:
+            raise ValueError(f"{rel}: more than {limit} bytes")
+        return data
+
+    def open_read(self, rel: str) -> int:
+        """A descriptor of the regular file ``rel``, for reading (the caller closes it)."""
         names = split(rel)
         if not names:
             raise IsADirectoryError(errno.EISDIR, "the root", rel)
         with self._parent(names) as parent:
-            fd = open_file(parent, names[-1])
-            with os.fdopen(fd, "rb") as f:
-                data = f.read() if limit is None else f.read(limit + 1)
-        if limit is not None and len(data) > limit:
-            raise ValueError(f"{rel}: more than {limit} bytes")
-        return data
+            return open_file(parent, names[-1])
 
     def stat(self, rel: str) -> os.stat_result:
         """The file's own status (a link's, not its target's)."""

@@ -16,9 +16,14 @@ any request a browser marks as coming from a page (an ``Origin``, a ``Sec-Fetch-
 hold it for the others: each connection is read in its own thread, a socket silent for
 :data:`IDLE_TIMEOUT_S` is dropped, and the buckets are worked on one request at a time only once its
 whole body has arrived, the answer written out after (a trainer that opens a connection and sends
-nothing, or sends a body and never reads the answer, stalls only itself). A body is at most
-:data:`MAX_BODY_BYTES` (``$TRIALS_GCS_MAX_BODY_MB`` MiB) once de-chunked and decoded (413
-beyond): a gzip body of a few MB cannot inflate to all of memory. Its stderr
+nothing, or sends a body and never reads the answer, stalls only itself). Nor can it take all of the
+endpoint's threads or memory: at most :data:`MAX_CONNECTIONS` connections are served at once (one more
+is answered 503 at once); a request's headers must arrive within :data:`IDLE_TIMEOUT_S`, and its body
+and its answer at :data:`MIN_RATE` bytes a second or faster after that grace (a trickle of a byte a
+second is dropped); a body is at most :data:`MAX_BODY_BYTES` (``$TRIALS_GCS_MAX_BODY_MB`` MiB) once
+de-chunked and decoded (413 beyond: a gzip body of a few MB cannot inflate to all of memory), and the
+bodies held at once at most twice that (503 beyond, each taken as it arrives); a download is sent from
+its file, never read into memory. The Cloud Storage client retries a 503. Its stderr
 goes to /dev/null once the port is printed: nobody reads it after the start, and a full pipe would
 stop it.
 """
@@ -26,6 +31,7 @@ stop it.
 from __future__ import annotations
 
 import base64
+import contextlib
 import errno
 import hashlib
 import io
@@ -38,6 +44,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import zlib
 from collections.abc import Callable
 from email.message import Message
@@ -47,6 +54,7 @@ from urllib.parse import urlsplit
 
 import google_crc32c
 from gcp_storage_emulator import storage as emulator_storage  # type: ignore[import-untyped, import-not-found, unused-ignore]
+from gcp_storage_emulator.exceptions import NotFound  # type: ignore[import-untyped, import-not-found, unused-ignore]
 from gcp_storage_emulator.handlers.buckets import _make_bucket_resource  # type: ignore[import-untyped, import-not-found, unused-ignore]
 from gcp_storage_emulator.handlers.objects import _make_object_resource  # type: ignore[import-untyped, import-not-found, unused-ignore]
 from gcp_storage_emulator.server import RequestHandler  # type: ignore[import-untyped, import-not-found, unused-ignore]
@@ -60,6 +68,73 @@ META_MAX_BYTES = 64 << 20
 MAX_BODY_BYTES = 1 << 30  # one request's body (decoded): the emulator holds it in memory
 ENV_MAX_BODY_MB = "TRIALS_GCS_MAX_BODY_MB"  # sets it, in MiB
 IDLE_TIMEOUT_S = 20.0  # a connection silent this long (headers, body or a read of the answer) is dropped
+MAX_CONNECTIONS = 64  # served at once; one more is answered 503 and closed
+MIN_RATE = 1 << 20  # bytes a second a body or an answer must average once IDLE_TIMEOUT_S of grace is over
+PIECE = 1 << 20  # a body is read (and decoded) this much at a time, each piece taken from the budget
+_REAP_S = 0.25  # how often the late connections are looked for
+_reading = threading.local()  # .fds: a GET's open object files (its download is sent from them); else None
+
+
+class FileSpan:
+    """Bytes ``start`` to ``start + length`` of an open object file: what ``get_file`` gives a download
+    (``len`` and slicing are all the emulator does with it), sent from the file once the lock is released."""
+
+    __slots__ = ("fd", "start", "length")
+
+    def __init__(self, fd: int, start: int, length: int):
+        self.fd, self.start, self.length = fd, start, length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, key: slice) -> FileSpan:
+        if not isinstance(key, slice):
+            raise TypeError("a span of a file is sliced, never indexed")
+        start, stop, step = key.indices(self.length)
+        if step != 1:
+            raise TypeError("a span of a file is sliced with a step of 1")
+        return FileSpan(self.fd, self.start + start, max(0, stop - start))
+
+
+class _Held:
+    """An answer held while the buckets' lock is: its bytes, and the spans of files it sends."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes | FileSpan] = []
+
+    def write(self, data: Any) -> int:
+        part = data if isinstance(data, FileSpan) else bytes(data)
+        self.parts.append(part)
+        return len(part)
+
+    def flush(self) -> None:
+        pass
+
+    def size(self) -> int:
+        return sum(len(part) for part in self.parts)
+
+
+class _Full(Exception):
+    """The bodies held at once would be over the budget."""
+
+
+class _Budget:
+    """Bytes of request bodies the endpoint holds at once, over every connection."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def take(self, n: int) -> None:
+        with self._lock:
+            if self.used + n > self.total:
+                raise _Full(self.used)
+            self.used += n
+
+    def give(self, n: int) -> None:
+        with self._lock:
+            self.used -= n
 
 
 class _OwnStore(beneath.Store):
@@ -154,6 +229,18 @@ class LocalBuckets(emulator_storage.Storage):  # type: ignore[misc]
     def get_file_list(self, bucket_name: str, *args: Any, **kwargs: Any) -> Any:
         self.sync()
         return super().get_file_list(bucket_name, *args, **kwargs)
+
+    def get_file(self, bucket_name: str, file_name: str, show_error: bool = True) -> Any:
+        """The object's bytes; for a GET (a download), a span of its open file instead: never read into memory."""
+        fds: list[int] | None = getattr(_reading, "fds", None)
+        if fds is None:
+            return super().get_file(bucket_name, file_name, show_error)
+        try:
+            fd = self._store.open_read(self._object_path(bucket_name, file_name))
+        except (FileNotFoundError, IsADirectoryError, PermissionError):  # as the emulator's: a read is 404
+            raise NotFound from None
+        fds.append(fd)
+        return FileSpan(fd, 0, os.fstat(fd).st_size)
 
     def get_file_obj(self, bucket_name: str, file_name: str) -> Any:
         self.sync()
@@ -250,21 +337,73 @@ class _BucketHandler(RequestHandler):  # type: ignore[misc]
             return False
         return True
 
+    def handle_one_request(self) -> None:
+        self._taken = 0
+        self.server.watch(self.connection, time.monotonic() + IDLE_TIMEOUT_S)  # the request line and headers
+        super().handle_one_request()
+
+    def finish(self) -> None:
+        self.server.watch(self.connection, None)
+        super().finish()
+
     def _answer(self, do: Callable[[RequestHandler], None]) -> None:
         """The whole body is read off the socket first, the answer written after: the buckets' lock
         (``server.busy``) is never held while waiting on the client."""
-        body = self._read_body()
-        if body is None:
-            return
-        socket_out = self.wfile
-        buffered = io.BytesIO()
-        self.rfile, self.wfile = io.BytesIO(body), buffered
+        fds: list[int] = []
         try:
-            with self.server.busy:
-                self._work(do)
+            try:
+                body = self._read_body()
+            except _Full as full:
+                self._error(503, f"the endpoint holds {full.args[0] >> 20} MiB of other requests' bodies, the most "
+                                 f"it holds at once ({self.server.budget.total >> 20} MiB, twice {ENV_MAX_BODY_MB}): "
+                                 "try again", retry_after=1)
+                return
+            if body is None:
+                return
+            socket_out = self.wfile
+            answer = _Held()
+            self.rfile, self.wfile = io.BytesIO(body), answer
+            del body
+            self.server.watch(self.connection, None)  # waiting for the lock, then working: not the client's time
+            _reading.fds = fds if self.command == "GET" else None
+            try:
+                with self.server.busy:
+                    self._work(do)
+            finally:
+                _reading.fds = None
+                self.wfile = socket_out
+            self.rfile = io.BytesIO()
+            self._give_back()
+            self.server.watch(self.connection, time.monotonic() + IDLE_TIMEOUT_S + answer.size() / MIN_RATE)
+            for part in answer.parts:
+                if isinstance(part, FileSpan):
+                    self._send_span(part)
+                else:
+                    socket_out.write(part)
         finally:
-            self.wfile = socket_out
-        socket_out.write(buffered.getvalue())
+            self._give_back()
+            for fd in fds:
+                os.close(fd)
+
+    def _give_back(self) -> None:
+        self.server.budget.give(self._taken)
+        self._taken = 0
+
+    def _take(self, n: int) -> None:
+        self.server.budget.take(n)
+        self._taken += n
+
+    def _send_span(self, span: FileSpan) -> None:
+        sent = 0
+        if span.length:
+            with os.fdopen(os.dup(span.fd), "rb") as f:
+                sent = self.connection.sendfile(f, span.start, span.length)
+        if sent < span.length:  # the file shrank since its length was sent: the client must not take it whole
+            raise ConnectionResetError(errno.ECONNRESET, "the object's file shrank while it was sent")
+
+    def _body_due(self, size: int) -> None:
+        """The body's first ``size`` bytes are due by its start plus the grace plus their time at MIN_RATE."""
+        self.server.watch(self.connection, self._body_start + IDLE_TIMEOUT_S + size / MIN_RATE)
 
     def _read_body(self) -> bytes | None:
         """The request's body, de-chunked and decoded (gzip, deflate), at most ``max_body`` bytes; the
@@ -273,6 +412,7 @@ class _BucketHandler(RequestHandler):  # type: ignore[misc]
         encoding) or 413 (too large)."""
         length = self.headers.get("Content-Length")
         chunked = (self.headers.get("Transfer-Encoding") or "").strip().lower() == "chunked"
+        self._body_start = time.monotonic()
         if chunked:
             body = self._read_chunks()
         elif length is None:
@@ -284,6 +424,7 @@ class _BucketHandler(RequestHandler):  # type: ignore[misc]
             self._too_large(f"Content-Length {int(length)}")
             return None
         else:
+            self._body_due(int(length))
             body = self._exactly(int(length))
         if body is None:
             return None
@@ -308,12 +449,18 @@ class _BucketHandler(RequestHandler):  # type: ignore[misc]
             while rest:
                 # wbits: 16 + MAX_WBITS reads one gzip member, MAX_WBITS a zlib stream
                 inflate = zlib.decompressobj(16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS)
-                part = inflate.decompress(rest, room + 1)
-                if len(part) > room:
-                    self._too_large(f"the {encoding} body decoded")
-                    return None
-                out.append(part)
-                room -= len(part)
+                data = rest
+                while not inflate.eof:
+                    part = inflate.decompress(data, PIECE)
+                    if len(part) > room:
+                        self._too_large(f"the {encoding} body decoded")
+                        return None
+                    self._take(len(part))
+                    out.append(part)
+                    room -= len(part)
+                    data = inflate.unconsumed_tail
+                    if not part and not data:
+                        break
                 if not inflate.eof:
                     raise zlib.error("truncated")
                 rest = inflate.unused_data if encoding == "gzip" else b""
@@ -340,6 +487,7 @@ class _BucketHandler(RequestHandler):  # type: ignore[misc]
             if total > self.max_body:
                 self._too_large("the chunked body")
                 return None
+            self._body_due(total)
             parts.append(self._exactly(size))
             self.rfile.readline(1024)
 
@@ -349,10 +497,18 @@ class _BucketHandler(RequestHandler):  # type: ignore[misc]
                          "100 MiB)")
 
     def _exactly(self, n: int) -> bytes:
-        data: bytes = self.rfile.read(n)
-        if len(data) < n:
-            raise ConnectionResetError(errno.ECONNRESET, "the client closed before its body's end")
-        return data
+        """``n`` bytes of the body, read a piece at a time as they arrive (each taken from the budget first): a
+        length announced holds at most a piece ahead of its bytes."""
+        parts: list[bytes] = []
+        while n > 0:
+            want = min(n, PIECE)
+            self._take(want)
+            data: bytes = self.rfile.read(want)
+            if len(data) < want:
+                raise ConnectionResetError(errno.ECONNRESET, "the client closed before its body's end")
+            parts.append(data)
+            n -= want
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def _work(self, do: Callable[[RequestHandler], None]) -> None:
         try:
@@ -385,23 +541,36 @@ class _BucketHandler(RequestHandler):  # type: ignore[misc]
     def do_PATCH(self) -> None:
         self._answer(RequestHandler.do_PATCH)
 
-    def _error(self, code: int, message: str) -> None:
+    def _error(self, code: int, message: str, *, retry_after: int | None = None) -> None:
         """Google's error shape; the connection is closed after it (the body may be unread)."""
-        reason = {400: "invalid", 403: "forbidden", 404: "notFound", 409: "conflict",
-                  413: "uploadTooLarge"}.get(code, "backendError")
-        body = json.dumps({"error": {"code": code, "message": message,
-                                     "errors": [{"message": message, "domain": "global", "reason": reason}]}})
-        data = body.encode()
+        data = _error_body(code, message)
         self.close_connection = True
         self.send_response(code)
         self.send_header("Content-Type", "application/json; charset=UTF-8")
         self.send_header("Content-Length", str(len(data)))
+        if retry_after is not None:
+            self.send_header("Retry-After", str(retry_after))
         self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(data)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - BaseHTTPRequestHandler's name
         pass
+
+
+def _error_body(code: int, message: str) -> bytes:
+    reason = {400: "invalid", 403: "forbidden", 404: "notFound", 409: "conflict",
+              413: "uploadTooLarge"}.get(code, "backendError")
+    return json.dumps({"error": {"code": code, "message": message,
+                                 "errors": [{"message": message, "domain": "global", "reason": reason}]}}).encode()
+
+
+def _busy_answer() -> bytes:
+    data = _error_body(503, f"the endpoint serves {MAX_CONNECTIONS} connections at once, the most it serves: "
+                            "try again")
+    return (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json; charset=UTF-8\r\n"
+            b"Retry-After: 1\r\nConnection: close\r\nContent-Length: " + str(len(data)).encode() + b"\r\n\r\n"
+            + data)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -428,8 +597,9 @@ def main(argv: list[str] | None = None) -> int:
     httpd = _Server((bind, 0), server.BaseHTTPRequestHandler)
     port = httpd.server_address[1]
     store = LocalBuckets(root, f"http://[{bind}]:{port}" if ":" in bind else f"http://{bind}:{port}")
-    handler = type("Handler", (_BucketHandler,), {"allowed": allowed_hosts(bind),
-                                                  "max_body": int(max_mb) << 20 if max_mb else MAX_BODY_BYTES})
+    max_body = int(max_mb) << 20 if max_mb else MAX_BODY_BYTES
+    handler = type("Handler", (_BucketHandler,), {"allowed": allowed_hosts(bind), "max_body": max_body})
+    httpd.budget = _Budget(2 * max_body)
     httpd.RequestHandlerClass = lambda *a, **k: handler(store, *a, **k)
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=httpd.shutdown).start())
     threading.Thread(target=_stop_on_eof, args=(httpd,), daemon=True).start()
@@ -452,7 +622,54 @@ class _Server(server.ThreadingHTTPServer):
 
     def __init__(self, *args: Any, **kwargs: Any):
         self.busy = threading.Lock()
+        self.budget = _Budget(2 * MAX_BODY_BYTES)
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._due: dict[socket.socket, float] = {}  # a connection -> when it is dropped (while it waits on its client)
+        self._due_lock = threading.Lock()
         super().__init__(*args, **kwargs)
+        threading.Thread(target=self._reap, daemon=True).start()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread for the connection, if fewer than MAX_CONNECTIONS are served; else a 503 sent without
+        waiting (a client that does not read it loses it) and the connection closed."""
+        if not self._slots.acquire(blocking=False):
+            try:
+                request.setblocking(False)
+                request.send(_BUSY_ANSWER)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def watch(self, sock: socket.socket, due: float | None) -> None:
+        """Drop ``sock`` at ``due`` (monotonic) unless watched again before; None: not while it is ours to finish."""
+        with self._due_lock:
+            if due is None:
+                self._due.pop(sock, None)
+            else:
+                self._due[sock] = due
+
+    def _reap(self) -> None:
+        """A connection past its due time is shut down: its thread's read or write ends at once."""
+        while True:
+            time.sleep(_REAP_S)
+            now = time.monotonic()
+            with self._due_lock:  # (held: a connection unwatched at its end is never shut after its close)
+                for sock in [s for s, due in self._due.items() if due <= now]:
+                    del self._due[sock]
+                    with contextlib.suppress(OSError):
+                        sock.shutdown(socket.SHUT_RDWR)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A request that failed is dropped without a word (no traceback: see :func:`_quiet_stderr`)."""
@@ -460,6 +677,9 @@ class _Server(server.ThreadingHTTPServer):
     def server_bind(self) -> None:
         self.socket.setsockopt(socket.IPPROTO_IP, getattr(socket, "IP_FREEBIND", 15), 1)
         super().server_bind()
+
+
+_BUSY_ANSWER = _busy_answer()
 
 
 def _quiet_stderr() -> None:
