@@ -51,3 +51,42 @@ def test_append_creates_and_appends(tmp_path):
     files.append_bytes(tmp_path / "log", b"a")
     files.append_bytes(tmp_path / "log", b"b")
     assert (tmp_path / "log").read_bytes() == b"ab"
+
+
+def test_makedirs_beneath_makes_the_folders_and_takes_existing_ones(tmp_path):
+    top = tmp_path / "gcs"
+    files.makedirs_beneath(str(top), str(top / "b" / "out" / "1" / "model"))
+    files.makedirs_beneath(str(top), str(top / "b" / "out" / "1" / "model"))  # (again: nothing to do)
+    files.makedirs_beneath(str(top), str(top / "b" / "out" / "2") + "/")
+    assert sorted(p.name for p in (top / "b" / "out").iterdir()) == ["1", "2"]
+    assert (top / "b" / "out" / "1" / "model").is_dir()
+
+
+@pytest.mark.parametrize("where", ["b", "b/out", "b/out/2", "b/out/2/model"])
+def test_makedirs_beneath_never_goes_through_a_planted_link(tmp_path, where):
+    """A trainer writes the bucket folder (/gcs): a link it plants on the way to another trial's output folder
+    would have the controller, as root, make folders wherever the link points."""
+    top, victim = tmp_path / "gcs", tmp_path / "victim"
+    victim.mkdir()
+    (top / where).parent.mkdir(parents=True, exist_ok=True)
+    (top / where).symlink_to(victim)
+    with pytest.raises(NotADirectoryError, match="refusing a symlink where a folder was expected") as err:
+        files.makedirs_beneath(str(top), str(top / "b" / "out" / "2" / "model"))
+    assert err.value.filename == str(top / where)
+    assert list(victim.iterdir()) == []
+
+
+def test_makedirs_beneath_refuses_a_file_on_the_way_and_follows_only_top(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    top = tmp_path / "top"
+    top.symlink_to(real)  # the top is the user's own: followed as it is
+    files.makedirs_beneath(str(top), str(top / "a" / "b"))
+    assert (real / "a" / "b").is_dir()
+    (real / "f").write_text("x")
+    with pytest.raises(NotADirectoryError, match="refusing a regular file"):
+        files.makedirs_beneath(str(top), str(top / "f" / "model"))
+    elsewhere = tmp_path / "elsewhere" / "x"
+    files.makedirs_beneath(str(top), str(elsewhere))  # not beneath top: as os.makedirs
+    files.makedirs_beneath("", str(tmp_path / "no-top"))
+    assert elsewhere.is_dir() and (tmp_path / "no-top").is_dir()

@@ -62,6 +62,48 @@ def open_regular(path: str | os.PathLike[str], flags: int, mode: int = 0o644) ->
     return fd
 
 
+def makedirs_beneath(top: str, path: str) -> None:
+    """``os.makedirs(path, exist_ok=True)``, but every folder below ``top`` is made or opened at its parent's
+    descriptor with ``O_NOFOLLOW``: a link a trainer planted on the way (``top`` is the job's bucket folder, which
+    every trial writes as ``/gcs``) is refused, never followed, so no folder is made elsewhere on the host. ``top``
+    is the controller's own and followed as it is; a ``path`` not beneath it is made as ``os.makedirs`` would.
+
+    Raises:
+        NotADirectoryError: a link or a file is on the way (it names the component).
+        OSError: as ``os.mkdir`` (permissions, disk full).
+    """
+    path = os.path.abspath(path)
+    top = os.path.abspath(top) if top else ""
+    if not top or (path != top and not path.startswith(top.rstrip("/") + "/")):
+        os.makedirs(path, exist_ok=True)
+        return
+    os.makedirs(top, exist_ok=True)
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+    try:
+        where = top
+        for name in os.path.relpath(path, top).split("/"):
+            if name in ("", "."):
+                continue
+            where = os.path.join(where, name)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o777, dir_fd=fd)
+            try:
+                step = os.open(name, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW | _NONBLOCK | _CLOEXEC, dir_fd=fd)
+            except OSError as err:
+                if err.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                try:
+                    kind = kind_of(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
+                except OSError:
+                    kind = "not a folder"
+                raise NotADirectoryError(errno.ENOTDIR, f"refusing {kind} where a folder was expected (a link is "
+                                                        "never followed)", where) from None
+            os.close(fd)
+            fd = step
+    finally:
+        os.close(fd)
+
+
 def read_regular(path: str | os.PathLike[str], *, max_bytes: int, offset: int = 0) -> bytes:
     """Read at most ``max_bytes`` of a regular file from ``offset``, refusing links and FIFOs."""
     fd = open_regular(path, os.O_RDONLY)

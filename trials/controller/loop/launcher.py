@@ -8,7 +8,7 @@ import socket
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
-from trials import protocol
+from trials import files, protocol
 from trials.controller.backend import registry
 from trials.controller.backend.protocol import MAX_INTERNAL_RETRIES, BackendError, ReplicaBackend, ReplicaStart
 from trials.controller.loop.effects import Clock
@@ -83,7 +83,7 @@ class TrialLauncher:
         trial_files.clear_stop(paths.trial_dir)
         for d in (paths.model_dir, paths.checkpoint_dir, paths.tensorboard_dir):
             if d is not None:  # no base output directory: the trainer saves where it chooses
-                os.makedirs(protocol.local_path(d, self.opt.gcs_root), exist_ok=True)
+                files.makedirs_beneath(self.opt.gcs_root, protocol.local_path(d, self.opt.gcs_root))
         in_image = registry.get(self.opt.runtime).in_image
         n_replicas = len(self.job.trial_job.replicas()) if self.job.trial_job else 1
         ports = [free_port() for _ in range(n_replicas)] if n_replicas > 1 else [protocol.REPLICA_PORT]

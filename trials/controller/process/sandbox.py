@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trials import protocol
+from trials import files, protocol
 from trials.controller.process import orphans, shim
 from trials.controller.process.layers import Layers
 from trials.controller.process.replica import Replica
@@ -224,7 +224,7 @@ def start_sandboxed(sandbox: Sandbox, argv: Sequence[str], *, env: Mapping[str, 
     else:
         state = new_state_dir(trial_dir, replica)
         for folder in outputs:
-            os.makedirs(folder, exist_ok=True)
+            files.makedirs_beneath(sandbox.gcs_root, folder)
         ops = replica_ops(sandbox, state_dir=state, writable=(trial_dir, *outputs), home=env.get("HOME"))
         try:
             started = start_replica(argv, env=env, cwd=sandbox.launch_dir, tree=tree, shim_ops=ops, **options)

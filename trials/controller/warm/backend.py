@@ -264,7 +264,7 @@ class WarmBackend:
         if view.on:
             state = sandboxing.new_state_dir(request.trial_dir, request.name)
             for folder in request.outputs:
-                os.makedirs(folder, exist_ok=True)
+                files.makedirs_beneath(view.gcs_root, folder)
             ops = sandboxing.replica_ops(view, state_dir=state, writable=(request.trial_dir, *request.outputs),
                                          home=request.env.get("HOME"))
         else:
