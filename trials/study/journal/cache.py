@@ -98,6 +98,8 @@ class Kept:
         size = self.part()
         if not (type(size) is dict and list(size) == ["bytes"] and type(size["bytes"]) is int and size["bytes"] >= 0):
             raise NotCurrent("not a part of bytes")
+        if size["bytes"] >= os.fstat(self._f.fileno()).st_size - self._f.tell():  # (read would reserve it all first)
+            raise NotCurrent("a part longer than the rest of the file")
         data = self._f.read(size["bytes"] + 1)
         if len(data) != size["bytes"] + 1 or data[-1:] != b"\n":
             raise NotCurrent("a torn part")
