@@ -354,9 +354,9 @@ class _BucketHandler(RequestHandler):  # type: ignore[misc]
             try:
                 body = self._read_body()
             except _Full as full:
-                self._error(503, f"the endpoint holds {full.args[0] >> 20} MiB of other requests' bodies, the most "
-                                 f"it holds at once ({self.server.budget.total >> 20} MiB, twice {ENV_MAX_BODY_MB}): "
-                                 "try again", retry_after=1)
+                self._error(503, f"the endpoint holds {full.args[0] >> 20} MiB of request bodies, and at most "
+                                 f"{self.server.budget.total >> 20} MiB at once (twice {ENV_MAX_BODY_MB}): try again",
+                            retry_after=1)
                 return
             if body is None:
                 return
