@@ -90,3 +90,12 @@ def test_makedirs_beneath_refuses_a_file_on_the_way_and_follows_only_top(tmp_pat
     files.makedirs_beneath(str(top), str(elsewhere))  # not beneath top: as os.makedirs
     files.makedirs_beneath("", str(tmp_path / "no-top"))
     assert elsewhere.is_dir() and (tmp_path / "no-top").is_dir()
+
+
+def test_is_beneath_compares_whole_components_by_absolute_name():
+    assert files.is_beneath("/srv/root/out/1", "/srv/root")
+    assert files.is_beneath("/srv/root", "/srv/root/")
+    assert files.is_beneath("/srv/root/a/../b", "/srv/root")
+    assert not files.is_beneath("/srv/rootless/out", "/srv/root")  # (a prefix of the name is not a folder)
+    assert not files.is_beneath("/srv/root/../etc", "/srv/root")
+    assert files.is_beneath("/anything", "/")

@@ -62,6 +62,12 @@ def open_regular(path: str | os.PathLike[str], flags: int, mode: int = 0o644) ->
     return fd
 
 
+def is_beneath(path: str, top: str) -> bool:
+    """Whether ``path`` is ``top`` or inside it, by their absolute names (no link is resolved)."""
+    path, top = os.path.abspath(path), os.path.abspath(top)
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
 def makedirs_beneath(top: str, path: str) -> None:
     """``os.makedirs(path, exist_ok=True)``, but every folder below ``top`` is made or opened at its parent's
     descriptor with ``O_NOFOLLOW``: a link a trainer planted on the way (``top`` is the job's bucket folder, which
@@ -74,7 +80,7 @@ def makedirs_beneath(top: str, path: str) -> None:
     """
     path = os.path.abspath(path)
     top = os.path.abspath(top) if top else ""
-    if not top or (path != top and not path.startswith(top.rstrip("/") + "/")):
+    if not top or not is_beneath(path, top):
         os.makedirs(path, exist_ok=True)
         return
     os.makedirs(top, exist_ok=True)

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from trials import protocol
+from trials import files, protocol
 from trials.controller.api.errors import ApiError
 from trials.printable import printable
 from trials.spec.model import JobSpec
@@ -97,13 +97,10 @@ def check_host_paths(job: JobSpec, where: str, *, root: str, cwd: str) -> None:
         if not value or protocol.is_gcs_uri(value):
             continue
         path = os.path.abspath(os.path.join(cwd, value))
-        if not (_beneath(path, top) and _beneath(os.path.realpath(path), os.path.realpath(top))):
+        real = os.path.realpath(path), os.path.realpath(top)
+        if not (files.is_beneath(path, top) and files.is_beneath(*real)):
             raise ApiError(400, f"{key}: a job made through trials serve writes and reads gs:// or a folder under "
                                 f"the server's root {top} (--root), got {printable(value)[:200]!r}")
-
-
-def _beneath(path: str, top: str) -> bool:
-    return path == top or path.startswith(top.rstrip("/") + "/")
 
 
 def int_param(query: Mapping[str, str], key: str, default: int) -> int:

@@ -83,6 +83,7 @@ def run_options(h: JobHandle, *, echo: bool, grace_period_s: float | None, memor
         suggest_ahead=os.environ.get(protocol.ENV_SUGGEST, "ahead") != "inline",
         keep_going=keep_going or meta.keep_going,
         warm_start=warm_start,
+        confine=os.path.dirname(h.job_dir) if meta.api_parent else None,  # (the job folder is ROOT/JOB)
     )
 
 

@@ -3,6 +3,7 @@ replica start (first or restart) through the loop's replica backend."""
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 from collections.abc import Mapping
@@ -70,6 +71,23 @@ class TrialLauncher:
         return RunningTrial(claimed=claimed, paths=paths, launches=[], reader=reader,
                         start_wall=self._wall_at(now), start_mono=now)
 
+    def _make_output(self, path: str) -> None:
+        """Make one of a trial's output folders without following a link a trainer planted on the way: beneath the
+        bucket folder (every trial writes ``/gcs``), and for a job made through ``trials serve`` beneath the server's
+        root, where the create checked it was (a trial of another job may write there since).
+
+        Raises:
+            NotADirectoryError: a link or a file on the way (named), or the folder left the server's root.
+        """
+        confine = self.opt.confine
+        if confine and not files.is_beneath(path, self.opt.gcs_root):
+            if not files.is_beneath(path, confine):
+                raise NotADirectoryError(errno.EXDEV, "refusing an output folder outside the server's root "
+                                                      f"{confine} (trials serve --root)", path)
+            files.makedirs_beneath(confine, path)
+            return
+        files.makedirs_beneath(self.opt.gcs_root, path)
+
     def prepare(self, claimed: Claimed, now: float, previous_attempts: list[dict[str, Any]]) -> RunningTrial:
         """Create the trial folder and its files; the run has no replica started yet.
 
@@ -83,7 +101,7 @@ class TrialLauncher:
         trial_files.clear_stop(paths.trial_dir)
         for d in (paths.model_dir, paths.checkpoint_dir, paths.tensorboard_dir):
             if d is not None:  # no base output directory: the trainer saves where it chooses
-                files.makedirs_beneath(self.opt.gcs_root, protocol.local_path(d, self.opt.gcs_root))
+                self._make_output(protocol.local_path(d, self.opt.gcs_root))
         in_image = registry.get(self.opt.runtime).in_image
         n_replicas = len(self.job.trial_job.replicas()) if self.job.trial_job else 1
         ports = [free_port() for _ in range(n_replicas)] if n_replicas > 1 else [protocol.REPLICA_PORT]

@@ -51,6 +51,9 @@ class LoopOptions:
     suggest_ahead: bool = True  # a model-based sampler suggests while trials run (trials.study.ahead)
     keep_going: bool = False  # --keep-going: trials infeasible for one reason do not end the job
     warm_start: bool = False  # --warm-start: host trials forked from a launcher holding their imports (warm/)
+    # trials serve's root for a job made through its API: the trials' local output folders stay beneath it and are
+    # made there without following a link (another job's trial may have planted one since the create's check)
+    confine: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
