@@ -23,11 +23,12 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 TEMP_PREFIX = ".trials-upload-"  # an upload being written (never listed as an object)
 MAX_DEPTH = 512  # an object name is at most 1024 bytes: no name lies deeper than this many folders
 
@@ -117,6 +118,12 @@ class Store:
     def write_bytes(self, rel: str, content: bytes, *, replace_link: bool = False) -> None:
         """Write ``content`` as the file ``rel`` (folders made on the way): a new file renamed over the
         name. A link at the name is refused (``replace_link``: replaced by the file, for our own state)."""
+        self.write_stream(rel, (content,), replace_link=replace_link)
+
+    def write_stream(self, rel: str, pieces: Iterable[bytes], *, replace_link: bool = False,
+                     before_rename: Callable[[], None] | None = None) -> None:
+        """:meth:`write_bytes` of the ``pieces`` one after another (never all in memory); ``before_rename`` is
+        called once they are all written, and what it raises leaves nothing at the name."""
         names = split(rel)
         if not names:
             raise IsADirectoryError(errno.EISDIR, "the root", rel)
@@ -134,12 +141,54 @@ class Store:
             fd = os.open(temp, _NEW, 0o666, dir_fd=parent)
             try:
                 with os.fdopen(fd, "wb") as f:
-                    f.write(content)
+                    for piece in pieces:
+                        f.write(piece)
+                if before_rename is not None:
+                    before_rename()
                 os.rename(temp, leaf, src_dir_fd=parent, dst_dir_fd=parent)
             except BaseException:
                 with contextlib.suppress(OSError):
                     os.unlink(temp, dir_fd=parent)
                 raise
+
+    def append(self, rel: str, data: bytes) -> int:
+        """Add ``data`` at the end of the file ``rel`` (made, with its folders, when missing); its size after.
+        Only for our own state: a link or a special file at the name is removed first, never written through."""
+        names = split(rel)
+        if not names:
+            raise IsADirectoryError(errno.EISDIR, "the root", rel)
+        with self._parent(names, create=True) as parent:
+            for attempt in range(2):
+                try:
+                    fd = os.open(names[-1], _APPEND, 0o666, dir_fd=parent)
+                except OSError as err:  # ELOOP: a link; ENXIO: a FIFO nobody reads (O_NONBLOCK never waits)
+                    if err.errno not in (errno.ELOOP, errno.ENXIO) or attempt:
+                        raise
+                    os.unlink(names[-1], dir_fd=parent)  # planted at our name: gone, never followed or written
+                    continue
+                try:
+                    mode = os.fstat(fd).st_mode
+                    if not stat.S_ISREG(mode):
+                        if stat.S_ISDIR(mode) or attempt:
+                            raise Refused(errno.EACCES, f"a {_kind(mode)} has this name", rel)
+                        os.unlink(names[-1], dir_fd=parent)  # a FIFO or a device: removed, never written
+                        continue
+                    os.set_blocking(fd, True)
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view):]
+                    return os.fstat(fd).st_size
+                finally:
+                    os.close(fd)
+        raise AssertionError("unreachable")
+
+    def size(self, rel: str) -> int:
+        """The size of the regular file ``rel``; 0 when there is none (a link or a special file is none)."""
+        try:
+            st = self.stat(rel)
+        except (OSError, ValueError):
+            return 0
+        return st.st_size if stat.S_ISREG(st.st_mode) else 0
 
     def remove_file(self, rel: str) -> None:
         names = split(rel)

@@ -23,7 +23,8 @@ and its answer at :data:`MIN_RATE` bytes a second or faster after that grace (a 
 second is dropped); a body is at most :data:`MAX_BODY_BYTES` (``$TRIALS_GCS_MAX_BODY_MB`` MiB) once
 de-chunked and decoded (413 beyond: a gzip body of a few MB cannot inflate to all of memory), and the
 bodies held at once at most twice that (503 beyond, each taken as it arrives); a download is sent from
-its file, never read into memory. The Cloud Storage client retries a 503. Its stderr
+its file, never read into memory, and resumable uploads, copies, rewrites and composes are written from files a
+piece at a time (:mod:`trials.controller.gcs.streamed`). The Cloud Storage client retries a 503. Its stderr
 goes to /dev/null once the port is printed: nobody reads it after the start, and a full pipe would
 stop it.
 """
@@ -59,7 +60,7 @@ from gcp_storage_emulator.handlers.buckets import _make_bucket_resource  # type:
 from gcp_storage_emulator.handlers.objects import _make_object_resource  # type: ignore[import-untyped, import-not-found, unused-ignore]
 from gcp_storage_emulator.server import RequestHandler  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
-from trials.controller.gcs import beneath
+from trials.controller.gcs import beneath, streamed
 
 _INTERNAL = (".", "_")  # the emulator's own entries (.meta, _resumable, _softdelete): never buckets
 LOOPBACK_NAMES = ("localhost", "localhost.", "127.0.0.1", "::1")
@@ -259,6 +260,48 @@ class LocalBuckets(emulator_storage.Storage):  # type: ignore[misc]
     def delete_file(self, bucket_name: str, file_name: str) -> Any:
         self.sync()
         return super().delete_file(bucket_name, file_name)
+
+    # -- what trials.controller.gcs.streamed writes from files
+    def _resumable_path(self, file_id: str) -> str:
+        return str(self._object_path(emulator_storage.RESUMABLE_DIR, self.safe_id(file_id)))
+
+    def resumable_size(self, file_id: str) -> int:
+        """The bytes an upload has received so far."""
+        return self._store.size(self._resumable_path(file_id))
+
+    def append_resumable(self, file_id: str, chunk: bytes) -> int:
+        """Add a chunk at the end of the upload's file (nothing of it is read back); its size after."""
+        return self._store.append(self._resumable_path(file_id), chunk)
+
+    def resumable_fd(self, file_id: str) -> int:
+        """A descriptor of the upload's file (the caller closes it)."""
+        return self._store.open_read(self._resumable_path(file_id))
+
+    def object_source(self, bucket_name: str, file_name: str) -> tuple[int, int]:
+        """A descriptor of the object's file and its size, to read it from (the caller closes it)."""
+        try:
+            fd = self._store.open_read(self._object_path(bucket_name, file_name))
+        except (FileNotFoundError, IsADirectoryError, beneath.Refused):  # as the emulator's: a source is 404
+            raise NotFound from None
+        return fd, os.fstat(fd).st_size
+
+    def create_file_from(self, bucket_name: str, file_name: str, sources: list[bytes | tuple[int, int]],
+                         file_obj: dict[str, Any], file_id: str | None = None) -> None:
+        """``create_file`` with its bytes taken from ``sources`` a piece at a time (see ``streamed``): the
+        checksums are computed on the way and checked before the new file is renamed over the name."""
+        self.sync()
+        if bucket_name not in self.buckets:
+            raise NotFound
+        hashed = streamed.Hashed()
+        self._store.write_stream(self._object_path(bucket_name, file_name), hashed.pieces(sources),
+                                 before_rename=lambda: hashed.settle(file_obj))
+        file_obj["size"] = str(hashed.size)
+        self.objects.setdefault(bucket_name, {})[file_name] = file_obj
+        if file_id:
+            self.delete_resumable_file_obj(file_id)
+            self._delete_file(emulator_storage.RESUMABLE_DIR, self.safe_id(file_id))
+        self._write_config_to_file()
+        self._remember(bucket_name, file_name)
 
 
 def _hashes(parent: int, name: str) -> dict[str, str]:
@@ -530,10 +573,10 @@ class _BucketHandler(RequestHandler):  # type: ignore[misc]
         self._answer(RequestHandler.do_GET)
 
     def do_POST(self) -> None:
-        self._answer(RequestHandler.do_POST)
+        self._answer(lambda h: None if streamed.route(h, "POST") else RequestHandler.do_POST(h))
 
     def do_PUT(self) -> None:
-        self._answer(RequestHandler.do_PUT)
+        self._answer(lambda h: None if streamed.route(h, "PUT") else RequestHandler.do_PUT(h))
 
     def do_DELETE(self) -> None:
         self._answer(RequestHandler.do_DELETE)
