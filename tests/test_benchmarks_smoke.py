@@ -96,9 +96,10 @@ def test_stopping_replay_counts_work_stops_and_futile_stops():
     assert new["n_stopped"] == 0 and new["best"] == 0.9
     rising = [[(float(t), q * t) for t in range(1, 11)] for q in (1.0, 0.9, 0.95, 0.8, 0.85, 0.97, 1.0, 0.9, 0.1)]
     out = es.replay(rising, es.decider(es.variants()["default_median"]))
-    # after 2 completed, no trial of a q below 1.0 can reach the best final value 10 (the largest gain of the
-    # 2 completed curves from step 1 is 9): 0.95, 0.8, 0.85, 0.97, 0.9 and 0.1 stop at step 1, the second 1.0 runs
-    assert out["n_stopped"] == 6 and out["work"] == 3 * 10 + 6 and out["futile"] == 0 and out["best"] == 10.0
+    # 0.95, 0.8 and 0.85 run to their end: fewer than 5 trials give the leaders' bar, and fewer than 2 completed
+    # curves were behind them at a step to say how far a curve from there gets (the rule waits); then 0.97, 0.9
+    # and 0.1 stop at step 1 behind the leader (1.0), and the second 1.0 runs
+    assert out["n_stopped"] == 3 and out["work"] == 6 * 10 + 3 and out["futile"] == 0 and out["best"] == 10.0
     prev = es.replay(rising, es.decider(es.variants()["prev_median"]))  # waited for 10 completed trials
     assert prev["n_stopped"] == 0 and prev["work"] == 90
 
@@ -341,8 +342,8 @@ def test_combined_replay_oracle_never_kills_a_good_trial_and_the_gp_veto_only_ke
     trials the loop's rule stops (it only vetoes), so it runs more epochs on that seed and stops fewer."""
     from benchmarks import combined_replay
 
-    ruled = combined_replay.simulate("gbdt", 3, combined_replay.default_rule)
-    oracle = combined_replay.simulate("gbdt", 3, combined_replay.oracle_rule)
-    vetoed = combined_replay.simulate("gbdt", 3, combined_replay.gp_veto_rule)
+    ruled = combined_replay.simulate("gbdt", 10, combined_replay.default_rule)
+    oracle = combined_replay.simulate("gbdt", 10, combined_replay.oracle_rule)
+    vetoed = combined_replay.simulate("gbdt", 10, combined_replay.gp_veto_rule)
     assert ruled["killed"] >= 1 and oracle["killed"] == 0
     assert vetoed["stopped"] < ruled["stopped"] and vetoed["epochs"] > ruled["epochs"]

@@ -5,9 +5,9 @@ and parallel trials finishing out of order change nothing of that (issue 48). Fa
 real journal storage.
 
 The curves here are parallel (offsets), so every trial worse than the best can never reach it: the median
-spec's second part (a trial that cannot reach the best final value, ``MEDIAN_HOPELESS_COMPLETED``) would stop
-each of them once 2 trials completed. The tests of the leaders turn it off (``leaders_only``); its own test
-keeps it.
+spec's second part (a trial that cannot reach the best final value, judged from the gains of
+``MEDIAN_HOPELESS_COMPLETED`` completed curves no better than it at the step) would stop such a trial once 2
+completed trials were behind it. The tests of the leaders turn it off (``leaders_only``); its own test keeps it.
 
 A trial's loss at step s is ``offset + (x - 0.3)**2 + 1 / (s + 1)`` (``backendkit.s_value``): offsets 2 apart
 order the trials whatever their random x (which moves a value by less than 0.5).
@@ -130,14 +130,16 @@ def test_running_trials_count_toward_the_wait_so_the_trials_after_the_first_ones
 
 def test_the_median_spec_stops_a_trial_that_cannot_reach_the_best_final_before_five_trials_give_a_bar(
         tmp_path: Path) -> None:
-    """One trial at a time: after 2 completed trials, trial 3 (offset 4) is judged at its first step. Too few
-    trials for the leaders' bar (the rule waits for 5), but neither completed curve gained enough from step 1
-    to its end to bring it to trial 1's final value: stopped, the 2 trials named. After 1 completed trial,
-    trial 2 (offset 2) was not judged: it ran its 10 steps."""
-    offsets = {"1": 0.0, "2": 2.0, "3": 4.0}
-    run = replay(tmp_path, lambda trial, attempt: Script(steps=10, offset=offsets[trial]), n=3, extra=MEDIAN)
-    assert [t.state.name for t in run.trials] == ["COMPLETE"] * 2 + ["PRUNED"]
-    assert len(run.steps(1)) == 10 and len(run.steps(2)) == 1
-    why = reasons(run.trials)["3"]
-    assert why.startswith("even the largest gain from here of the 2 completed trials that ran past it (")
-    assert ": trials 1 and 2) would end at " in why and why.endswith("(trial 1)")
+    """One trial at a time. Trials 1-3 complete (offsets 0, 6, 8): too few trials for the leaders' bar (the rule
+    waits for 5), and trials 2 and 3 are each behind every completed curve at every step, so no completed curve
+    says how far a curve from there gets: they run their 10 steps. Trial 4 (offset 4) is ahead of trials 2 and 3
+    at its first step, and neither of them gained enough from there to bring it to trial 1's final value:
+    stopped at step 1, the 2 trials named."""
+    offsets = {"1": 0.0, "2": 6.0, "3": 8.0, "4": 4.0}
+    run = replay(tmp_path, lambda trial, attempt: Script(steps=10, offset=offsets[trial]), n=4, extra=MEDIAN)
+    assert [t.state.name for t in run.trials] == ["COMPLETE"] * 3 + ["PRUNED"]
+    assert [len(run.steps(n)) for n in range(4)] == [10, 10, 10, 1]
+    why = reasons(run.trials)["4"]
+    assert why.startswith("even the largest gain from here of the 2 completed trials no better than it at 1 that "
+                          "ran past it (")
+    assert ": trials 2 and 3) would end at " in why and why.endswith("(trial 1)")

@@ -213,10 +213,18 @@ def test_the_median_spec_also_stops_a_trial_on_a_leaders_path_that_cannot_reach_
     spec = StoppingSpec(kind=StoppingKind.MEDIAN)
     assert not stopping.median_rule(falling, [*done, *stopped]).stop
     d = stopping.decide(spec, falling, [*done, *stopped])
-    assert d.stop and d.reason == ("even the largest gain from here of the 3 completed trials that ran past it "
-                                   "(0.3: trials 1, 2 and 3) would end at 0.72, worse than the best 0.8 (trial 1)")
+    # the gains of the completed curves no better than it at step 3 (2 and 3, at 0.4 and 0.3; not 1, at 0.5)
+    assert d.stop and d.reason == ("even the largest gain from here of the 2 completed trials no better than it at 3 "
+                                   "that ran past it (0.2: trials 2 and 3) would end at 0.62, worse than the best 0.8 "
+                                   "(trial 1)")
     assert not stopping.decide(spec, falling, [*done[:1], ref([0.05], "7", False)]).stop  # 1: it waits
-    assert not stopping.decide(spec, curve([0.5, 0.45, 0.52]), [*done, *stopped]).stop  # 0.82 > 0.8: kept
+    # at 0.52 trial 1 (0.5 there) is behind it too: its gain, 0.3, would end at 0.82 > 0.8: kept
+    assert not stopping.decide(spec, curve([0.5, 0.45, 0.52]), [*done, *stopped]).stop
+    # behind every completed curve at step 3 (too few trials for the leaders' bar): no completed curve was where it
+    # is, so none says how far a curve from there gets: it waits (the gains of curves ahead of it would stop it)
+    behind = curve([0.05, 0.1, 0.15])
+    assert not stopping.decide(spec, behind, done).stop
+    assert stopping.decay_curve_rule(behind, done, min_completed=2).stop
 
 
 def test_no_rule_stops_a_trial_in_the_last_tenth_of_the_horizon():
@@ -251,3 +259,26 @@ def test_the_leaders_bar_is_lowered_by_the_curves_noise():
     d = stopping.median_rule(curve([0.6, 0.6, 0.6, leader_at_4 - 0.05]), done)
     assert d.stop and d.reason == ("value 0.61 at step 4 is below 0.66 by more than the curves' noise (0.01), the "
                                    "leader's value there (the top fifth of 5 trials): trial 1")
+
+
+def test_the_median_spec_stops_a_trial_past_its_best_whose_best_never_reached_the_best_final():
+    """An overfitting curve (a validation loss that has turned up): its last MEDIAN_PATIENCE values are all below
+    its own best by more than the curves' noise, and that best is worse than the best final value: stopped,
+    saying so. One report fewer, a best at or above the best final, or a dip within the noise: kept. Measured on
+    part 12's gbdt curves, such trials ran to an end of 0.16-0.24 against a best final near 0.137."""
+    assert stopping.MEDIAN_PATIENCE == 4
+    done = [ref([0.1 * s for s in range(1, 11)], "1"), ref([0.08 * s for s in range(1, 11)], "2")]  # best final 1.0
+    spec = StoppingSpec(kind=StoppingKind.MEDIAN)
+    turned = [0.3, 0.5, 0.6, 0.55, 0.5, 0.45, 0.4]  # best 0.6 at step 3, then 4 reports below it
+    d = stopping.decide(spec, curve(turned), done)
+    assert d.stop and d.reason == ("past its best: its last 4 values are below its own best 0.6 (at 3), and that "
+                                   "best is worse than the best final value 1 (trial 1)")
+    assert not stopping.past_best_rule(curve(turned[:-1]), done).stop  # 3 reports past it: not yet
+    assert not stopping.past_best_rule(curve([0.3, 0.5, 1.05, 0.9, 0.85, 0.8, 0.75]), done).stop  # it led once
+    noisy = [ref([0.1 * s + (0.05 if s % 2 else 0.0) for s in range(1, 11)], "1"), done[1]]  # noise 0.05
+    assert not stopping.past_best_rule(curve([0.3, 0.5, 0.6, 0.58, 0.57, 0.56, 0.58]), noisy).stop  # within it
+    assert stopping.past_best_rule(curve(turned), noisy).stop
+    # a minimized metric (the curves come oriented, larger is better): the reason's values back in its own sign
+    d = stopping.decide(spec, curve(turned), done, maximize=False)
+    assert d.stop and d.reason == ("past its best: its last 4 values are above its own best -0.6 (at 3), and that "
+                                   "best is worse than the best final value -1 (trial 1)")
