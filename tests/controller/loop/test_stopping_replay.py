@@ -140,6 +140,6 @@ def test_the_median_spec_stops_a_trial_that_cannot_reach_the_best_final_before_f
     assert [t.state.name for t in run.trials] == ["COMPLETE"] * 3 + ["PRUNED"]
     assert [len(run.steps(n)) for n in range(4)] == [10, 10, 10, 1]
     why = reasons(run.trials)["4"]
-    assert why.startswith("even the largest gain from here of the 2 completed trials no better than it at 1 that "
-                          "ran past it (")
+    assert why.startswith("even the largest gain from here of the 2 completed trials no better than it at step 1 "
+                          "that ran past it (")
     assert ": trials 2 and 3) would end at " in why and why.endswith("(trial 1)")

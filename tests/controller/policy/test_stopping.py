@@ -214,9 +214,9 @@ def test_the_median_spec_also_stops_a_trial_on_a_leaders_path_that_cannot_reach_
     assert not stopping.median_rule(falling, [*done, *stopped]).stop
     d = stopping.decide(spec, falling, [*done, *stopped])
     # the gains of the completed curves no better than it at step 3 (2 and 3, at 0.4 and 0.3; not 1, at 0.5)
-    assert d.stop and d.reason == ("even the largest gain from here of the 2 completed trials no better than it at 3 "
-                                   "that ran past it (0.2: trials 2 and 3) would end at 0.62, worse than the best 0.8 "
-                                   "(trial 1)")
+    assert d.stop and d.reason == ("even the largest gain from here of the 2 completed trials no better than it at "
+                                   "step 3 that ran past it (0.2: trials 2 and 3) would end at 0.62, worse than the "
+                                   "best 0.8 (trial 1)")
     assert not stopping.decide(spec, falling, [*done[:1], ref([0.05], "7", False)]).stop  # 1: it waits
     # at 0.52 trial 1 (0.5 there) is behind it too: its gain, 0.3, would end at 0.82 > 0.8: kept
     assert not stopping.decide(spec, curve([0.5, 0.45, 0.52]), [*done, *stopped]).stop
@@ -271,7 +271,7 @@ def test_the_median_spec_stops_a_trial_past_its_best_whose_best_never_reached_th
     spec = StoppingSpec(kind=StoppingKind.MEDIAN)
     turned = [0.3, 0.5, 0.6, 0.55, 0.5, 0.45, 0.4]  # best 0.6 at step 3, then 4 reports below it
     d = stopping.decide(spec, curve(turned), done)
-    assert d.stop and d.reason == ("past its best: its last 4 values are below its own best 0.6 (at 3), and that "
+    assert d.stop and d.reason == ("past its best: its last 4 values are below its own best 0.6 (at step 3), and that "
                                    "best is worse than the best final value 1 (trial 1)")
     assert not stopping.past_best_rule(curve(turned[:-1]), done).stop  # 3 reports past it: not yet
     assert not stopping.past_best_rule(curve([0.3, 0.5, 1.05, 0.9, 0.85, 0.8, 0.75]), done).stop  # it led once
@@ -280,5 +280,5 @@ def test_the_median_spec_stops_a_trial_past_its_best_whose_best_never_reached_th
     assert stopping.past_best_rule(curve(turned), noisy).stop
     # a minimized metric (the curves come oriented, larger is better): the reason's values back in its own sign
     d = stopping.decide(spec, curve(turned), done, maximize=False)
-    assert d.stop and d.reason == ("past its best: its last 4 values are above its own best -0.6 (at 3), and that "
+    assert d.stop and d.reason == ("past its best: its last 4 values are above its own best -0.6 (at step 3), and that "
                                    "best is worse than the best final value -1 (trial 1)")

@@ -214,11 +214,11 @@ def median_rule(current: Curve, others: Sequence[Curve | Reference], *, min_tria
     if decision.stop or hopeless_completed is None:
         return decision
     decision = past_best_rule(current, others, patience=patience, min_completed=hopeless_completed,
-                              min_fraction=min_fraction, maximize=maximize)
+                              min_fraction=min_fraction, maximize=maximize, elapsed=elapsed)
     if decision.stop:
         return decision
     return decay_curve_rule(current, others, min_completed=hopeless_completed, min_points=min_points,
-                            min_fraction=min_fraction, maximize=maximize, from_behind=True)
+                            min_fraction=min_fraction, maximize=maximize, from_behind=True, elapsed=elapsed)
 
 
 def _leaders_rule(current: Curve, others: Sequence[Curve | Reference], *, min_trials: int, min_completed: int,
@@ -267,7 +267,8 @@ def _fraction(top: float) -> str:
 
 
 def past_best_rule(current: Curve, others: Sequence[Curve | Reference], *, patience: int = MEDIAN_PATIENCE,
-                   min_completed: int = 2, min_fraction: float = MIN_FRACTION, maximize: bool = True) -> StopDecision:
+                   min_completed: int = 2, min_fraction: float = MIN_FRACTION, maximize: bool = True,
+                   elapsed: bool = False) -> StopDecision:
     """Stop a trial past its best: its last ``patience`` reports are all below its own best so far by more than
     the completed curves' noise (an overfitting curve: a validation loss that has turned up), and that best never
     reached the best final value of the completed trials. Such a curve keeps falling away from its best (measured
@@ -289,14 +290,15 @@ def past_best_rule(current: Curve, others: Sequence[Curve | Reference], *, patie
     worse = "below" if maximize else "above"
     best_name = f" (trial {best_ref.trial_id})" if best_ref.trial_id else ""
     by = f" by more than the curves' noise ({margin:.3g})" if margin > 0 else ""
+    where = f"{own_x:g} s" if elapsed else f"step {own_x:g}"
     return StopDecision(True, f"past its best: its last {patience} values are {worse} its own best "
-                              f"{_show(own_best, maximize)} (at {own_x:g}){by}, and that best is worse than the best "
+                              f"{_show(own_best, maximize)} (at {where}){by}, and that best is worse than the best "
                               f"final value {_show(best_final, maximize)}{best_name}")
 
 
 def decay_curve_rule(current: Curve, others: Sequence[Curve | Reference], *, min_completed: int = MIN_COMPLETED,
                      min_points: int = MIN_POINTS, min_fraction: float = MIN_FRACTION,
-                     maximize: bool = True, from_behind: bool = False) -> StopDecision:
+                     maximize: bool = True, from_behind: bool = False, elapsed: bool = False) -> StopDecision:
     """Stop when none of the gains the completed trials made from x to their end (at least
     ``min_completed`` of them) would bring the trial's current value to the best final value so far.
     ``from_behind``: only the completed curves that were no better than the trial at x count (a curve ahead of
@@ -323,7 +325,8 @@ def decay_curve_rule(current: Curve, others: Sequence[Curve | Reference], *, min
     if optimistic < best_final:
         names = _names([r for _, r in gains])
         best_name = f" (trial {best_ref.trial_id})" if best_ref.trial_id else ""
-        behind = f" no better than it at {x:g}" if from_behind else ""
+        behind = (f" no better than it at {x:g} s" if elapsed else f" no better than it at step {x:g}") \
+            if from_behind else ""
         return StopDecision(True, f"even the largest gain from here of the {len(gains)} completed trials{behind} "
                                   f"that ran past it ({largest:.6g}{': ' + names if names else ''}) would end at "
                                   f"{_show(optimistic, maximize)}, worse than the best "
