@@ -31,10 +31,8 @@ stop it.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import errno
-import hashlib
 import io
 import ipaddress
 import json
@@ -53,7 +51,6 @@ from http import server
 from typing import Any
 from urllib.parse import urlsplit
 
-import google_crc32c
 from gcp_storage_emulator import storage as emulator_storage  # type: ignore[import-untyped, import-not-found, unused-ignore]
 from gcp_storage_emulator.exceptions import NotFound  # type: ignore[import-untyped, import-not-found, unused-ignore]
 from gcp_storage_emulator.handlers.buckets import _make_bucket_resource  # type: ignore[import-untyped, import-not-found, unused-ignore]
@@ -305,13 +302,11 @@ class LocalBuckets(emulator_storage.Storage):  # type: ignore[misc]
 
 
 def _hashes(parent: int, name: str) -> dict[str, str]:
-    md5 = hashlib.md5(usedforsecurity=False)
-    crc: Any = google_crc32c.Checksum()  # type: ignore[no-untyped-call]
+    hashed = streamed.Hashed()
     with os.fdopen(beneath.open_file(parent, name), "rb") as f:
-        while chunk := f.read(1 << 20):
-            md5.update(chunk)
-            crc.update(chunk)
-    return {"md5Hash": base64.b64encode(md5.digest()).decode(), "crc32c": base64.b64encode(crc.digest()).decode()}
+        while chunk := f.read(streamed.PIECE):
+            hashed.update(chunk)
+    return hashed.resource()
 
 
 def allowed_hosts(bind: str) -> frozenset[str]:

@@ -47,10 +47,17 @@ class Hashed:
             else:
                 chunks = _file_pieces(*source)
             for chunk in chunks:
-                self.md5.update(chunk)
-                self.crc.update(chunk)
-                self.size += len(chunk)
+                self.update(chunk)
                 yield chunk
+
+    def update(self, chunk: bytes) -> None:
+        self.md5.update(chunk)
+        self.crc.update(chunk)
+        self.size += len(chunk)
+
+    def resource(self) -> dict[str, str]:
+        """The checksums as an object resource names them."""
+        return {"md5Hash": self.md5_b64(), "crc32c": self.crc_b64()}
 
     def md5_b64(self) -> str:
         return base64.b64encode(self.md5.digest()).decode("ascii")
